@@ -1,0 +1,149 @@
+"""ctypes binding to the libespeak-ng that ``espeakng-loader`` ships.
+
+No system espeak-ng is needed: the library and its data come from the wheel. espeak-ng keeps global
+state (one voice, one callback), so every call goes through a process-wide lock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+# enum values from speak_lib.h
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_INIT_PHONEME_EVENTS = 0x0001
+_INIT_PHONEME_IPA = 0x0002
+_INIT_DONT_EXIT = 0x8000
+_CHARS_UTF8 = 1
+_PHONEMES = 0x100
+_EVENT_WORD = 1
+_EVENT_PHONEME = 7
+_EVENT_LIST_TERMINATED = 0
+PARAM_RATE, PARAM_VOLUME, PARAM_PITCH, PARAM_RANGE = 1, 2, 3, 4
+
+
+class _EventId(ctypes.Union):
+    _fields_ = [("number", ctypes.c_int), ("name", ctypes.c_char_p), ("string", ctypes.c_char * 8)]
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", _EventId),
+    ]
+
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
+
+
+@dataclass(frozen=True)
+class PhonemeEvent:
+    """One phoneme espeak spoke: its IPA and where it starts in the output (samples at ``sample_rate``)."""
+
+    ipa: str
+    start_sample: int
+
+
+class EspeakLibrary:
+    """Process-wide handle on libespeak-ng; use :func:`library` to get it."""
+
+    def __init__(self) -> None:
+        import espeakng_loader
+
+        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        lib = self._lib
+        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_Synth.argtypes = [
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
+            ctypes.c_void_p, ctypes.c_void_p,
+        ]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        data = espeakng_loader.get_data_path().encode()
+        rate = lib.espeak_Initialize(
+            _AUDIO_OUTPUT_SYNCHRONOUS, 0, data, _INIT_PHONEME_EVENTS | _INIT_PHONEME_IPA | _INIT_DONT_EXIT
+        )
+        if rate <= 0:
+            raise RuntimeError(f"espeak-ng failed to initialise with data at {data.decode()}")
+        self.sample_rate = int(rate)
+        self.lock = threading.RLock()
+        self._chunks: list[np.ndarray] = []
+        self._events: list[PhonemeEvent] = []
+        self._callback = _CALLBACK(self._on_audio)  # keep a reference: ctypes does not
+        lib.espeak_SetSynthCallback(self._callback)
+        self._voice: str | None = None
+
+    def _on_audio(self, wav, num_samples, events) -> int:
+        if num_samples > 0:
+            self._chunks.append(np.ctypeslib.as_array(wav, shape=(num_samples,)).copy())
+        i = 0
+        while events[i].type != _EVENT_LIST_TERMINATED:
+            event = events[i]
+            if event.type == _EVENT_PHONEME:
+                ipa = bytes(event.id.string).split(b"\0", 1)[0].decode("utf-8", "replace")
+                self._events.append(PhonemeEvent(ipa=ipa, start_sample=int(event.sample)))
+            i += 1
+        return 0
+
+    def set_voice(self, name: str) -> None:
+        if name != self._voice:
+            if self._lib.espeak_SetVoiceByName(name.encode()) != 0:
+                raise ValueError(f"espeak-ng has no voice {name!r}")
+            self._voice = name
+
+    def synthesize(
+        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool
+    ) -> tuple[np.ndarray, list[PhonemeEvent]]:
+        """Speak ``text`` (or ``[[mnemonics]]`` when ``phonemes``); int16 samples at ``sample_rate``."""
+        with self.lock:
+            self.set_voice(voice)
+            self._lib.espeak_SetParameter(PARAM_RATE, int(rate), 0)
+            self._lib.espeak_SetParameter(PARAM_PITCH, int(pitch), 0)
+            self._lib.espeak_SetParameter(PARAM_RANGE, int(pitch_range), 0)
+            self._chunks, self._events = [], []
+            data = text.encode("utf-8") + b"\0"
+            flags = _CHARS_UTF8 | (_PHONEMES if phonemes else 0)
+            err = self._lib.espeak_Synth(data, len(data), 0, 1, 0, flags, None, None)
+            if err != 0:
+                raise RuntimeError(f"espeak-ng synthesis failed with code {err}")
+            self._lib.espeak_Synchronize()
+            audio = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int16)
+            return audio, list(self._events)
+
+    def text_to_phonemes(self, text: str, voice: str, *, ipa: bool) -> str:
+        """espeak's own pronunciation of ``text``: IPA (or ascii mnemonics), phonemes space-separated."""
+        with self.lock:
+            self.set_voice(voice)
+            buf = ctypes.create_string_buffer(text.encode("utf-8"))
+            ptr = ctypes.c_void_p(ctypes.addressof(buf))
+            mode = (ord(" ") << 8) | (0x10 if ipa else 0)
+            parts = []
+            while ptr.value:
+                out = self._lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_UTF8, mode)
+                if out:
+                    parts.append(out.decode("utf-8", "replace"))
+            return " ".join(parts)
+
+
+_LIBRARY: EspeakLibrary | None = None
+_LIBRARY_LOCK = threading.Lock()
+
+
+def library() -> EspeakLibrary:
+    global _LIBRARY
+    with _LIBRARY_LOCK:
+        if _LIBRARY is None:
+            _LIBRARY = EspeakLibrary()
+        return _LIBRARY
