@@ -47,10 +47,14 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctype
 
 @dataclass(frozen=True)
 class PhonemeEvent:
-    """One phoneme espeak spoke: its IPA and where it starts in the output (samples at ``sample_rate``)."""
+    """One phoneme espeak spoke: its IPA and where it starts in the output (samples at ``sample_rate``).
+
+    ``word`` counts the word events seen before it (0 before the first word), so phonemes group by word.
+    """
 
     ipa: str
     start_sample: int
+    word: int
 
 
 class EspeakLibrary:
@@ -81,6 +85,7 @@ class EspeakLibrary:
         self.lock = threading.RLock()
         self._chunks: list[np.ndarray] = []
         self._events: list[PhonemeEvent] = []
+        self._words = 0
         self._callback = _CALLBACK(self._on_audio)  # keep a reference: ctypes does not
         lib.espeak_SetSynthCallback(self._callback)
         self._voice: str | None = None
@@ -91,9 +96,11 @@ class EspeakLibrary:
         i = 0
         while events[i].type != _EVENT_LIST_TERMINATED:
             event = events[i]
-            if event.type == _EVENT_PHONEME:
+            if event.type == _EVENT_WORD:
+                self._words += 1
+            elif event.type == _EVENT_PHONEME:
                 ipa = bytes(event.id.string).split(b"\0", 1)[0].decode("utf-8", "replace")
-                self._events.append(PhonemeEvent(ipa=ipa, start_sample=int(event.sample)))
+                self._events.append(PhonemeEvent(ipa=ipa, start_sample=int(event.sample), word=self._words))
             i += 1
         return 0
 
@@ -112,7 +119,7 @@ class EspeakLibrary:
             self._lib.espeak_SetParameter(PARAM_RATE, int(rate), 0)
             self._lib.espeak_SetParameter(PARAM_PITCH, int(pitch), 0)
             self._lib.espeak_SetParameter(PARAM_RANGE, int(pitch_range), 0)
-            self._chunks, self._events = [], []
+            self._chunks, self._events, self._words = [], [], 0
             data = text.encode("utf-8") + b"\0"
             flags = _CHARS_UTF8 | (_PHONEMES if phonemes else 0)
             err = self._lib.espeak_Synth(data, len(data), 0, 1, 0, flags, None, None)

@@ -122,3 +122,22 @@ def espeak_phoneme_input(phones: list[str]) -> str:
             raise KeyError(f"no espeak mnemonic for phone {phone!r}")
         out.append(ESPEAK_MNEMONIC[base] + ("~" if nasal else ""))
     return "".join(out)
+
+
+def canonical(phone: str) -> str:
+    """The representative of ``phone``'s equivalence class (nasalisation dropped): the label our own
+    recognizers are trained on, so that ``ə``/``ʌ`` (written both ways by espeak) are one token."""
+    base = strip_nasal(clean_espeak_ipa(phone))
+    for cls in EQUIVALENCE_CLASSES:
+        if base in cls:
+            return _REPRESENTATIVE[cls]
+    return base
+
+
+_REPRESENTATIVE: dict[frozenset[str], str] = {
+    cls: next(p for p in (
+        "ʌ", "aː", "i", "u", "e", "o", "ɛː", "ɔː", "ʌi̯", "ʌu̯", "r", "w", "h", "ɡ", "ɡʰ", "bʰ", "dʰ", "t", "tʰ",
+        "d", "ɟʰ", "c", "cʰ", "ɟ", "ɖʰ",
+    ) if p in cls)
+    for cls in EQUIVALENCE_CLASSES
+}

@@ -1,0 +1,162 @@
+"""Frozen CTC phone recognizers behind one interface.
+
+The same code loads the project's embedded recognizers (``"a"``, ``"b"``: small ``Wav2Vec2ForCTC``
+models trained on the synthetic corpus, shipped as safetensors), a local directory saved with
+``save_pretrained`` and a hub id such as ``facebook/wav2vec2-xlsr-53-espeak-cv-ft`` (read from the
+local Hugging Face cache only: this library never downloads).
+
+Shapes: b batch, t samples (16 kHz), f frames of the recognizer (20 ms), v vocabulary,
+c conv channels, g frames of a conv layer (layer 4 of the standard stack: 5 ms).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from leakloss.text.phoneset import PhoneSet
+
+EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
+EMBEDDED = ("a", "b")
+SAMPLE_RATE = 16_000
+
+
+class RecognizerNotFoundError(FileNotFoundError):
+    """A recognizer name that is neither embedded, a local directory, nor in the local hub cache."""
+
+
+def resolve_recognizer_path(name: str) -> Path | str:
+    """``"a"``/``"b"`` -> the embedded directory; a directory -> itself; otherwise a hub id."""
+    if name in EMBEDDED or name.startswith("embedded:"):
+        key = name.split(":", 1)[-1]
+        path = EMBEDDED_DIR / key
+        if not (path / "model.safetensors").exists():
+            raise RecognizerNotFoundError(
+                f"embedded recognizer {key!r} is not built: expected {path}/model.safetensors. "
+                "Train it with `python -m train_recognizers recognizer=" + key + "`."
+            )
+        return path
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    return name
+
+
+class Recognizer(nn.Module):
+    """A frozen ``Wav2Vec2ForCTC`` phone recognizer: frame log-probabilities and conv features.
+
+    Gradients flow to the input waveform (the training penalty needs them); no parameter ever
+    receives one.
+    """
+
+    def __init__(self, model: nn.Module, vocab: dict[str, int], name: str, blank_token: str = "<pad>") -> None:
+        super().__init__()
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.name = name
+        self.vocab = dict(vocab)
+        self.phoneset = PhoneSet(self.vocab, blank_token)
+        self.blank = self.phoneset.blank
+        cfg = model.config
+        self.conv_strides = tuple(cfg.conv_stride)
+        self.conv_kernels = tuple(cfg.conv_kernel)
+        self.samples_per_frame = int(torch.tensor(self.conv_strides).prod())
+        self.frame_rate = SAMPLE_RATE / self.samples_per_frame
+        self.normalize_input = True
+
+    def train(self, mode: bool = True) -> "Recognizer":  # frozen: always eval (no dropout, fixed stats)
+        return super().train(False)
+
+    @classmethod
+    def load(cls, name: str = "a", *, device: str | torch.device = "cpu") -> "Recognizer":
+        """Load by embedded name, local directory or hub id (local cache only)."""
+        from transformers import Wav2Vec2ForCTC
+
+        source = resolve_recognizer_path(name)
+        try:
+            model = Wav2Vec2ForCTC.from_pretrained(source, local_files_only=True)
+        except OSError as err:
+            raise RecognizerNotFoundError(
+                f"cannot load recognizer {name!r}: it is not an embedded name ({', '.join(EMBEDDED)}), "
+                "not a local directory, and not in the local Hugging Face cache (leakloss never downloads). "
+                f"Download it elsewhere (e.g. `huggingface-cli download {name}`) and pass the directory, "
+                "or copy it into the HF cache."
+            ) from err
+        vocab = _read_vocab(source)
+        return cls(model, vocab, name=str(name)).to(device)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _prepare(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        if waves.dim() == 1:
+            waves = waves.unsqueeze(0)
+        b, t = waves.shape
+        if lengths is None:
+            lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
+        mask = torch.arange(t, device=waves.device)[None, :] < lengths[:, None]
+        x = waves.float()
+        if self.normalize_input:  # per-utterance zero mean / unit variance, as the HF feature extractor does
+            n = lengths.clamp(min=1).to(x.dtype)[:, None]
+            mean = (x * mask).sum(-1, keepdim=True) / n
+            var = (((x - mean) * mask) ** 2).sum(-1, keepdim=True) / n
+            x = (x - mean) / torch.sqrt(var + 1e-7) * mask
+        return x, mask, lengths
+
+    def frame_lengths(self, lengths: Tensor) -> Tensor:
+        """Samples -> number of output frames (the conv stack's arithmetic)."""
+        out = lengths.clone()
+        for k, s in zip(self.conv_kernels, self.conv_strides):
+            out = torch.div(out - k, s, rounding_mode="floor") + 1
+        return out.clamp(min=0)
+
+    def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frame_lengths [b]``)."""
+        x, mask, lengths = self._prepare(waves, lengths)
+        x = x.to(self.device)
+        logits = self.model(x, attention_mask=mask.long().to(self.device)).logits
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return log_probs, self.frame_lengths(lengths).to(log_probs.device)
+
+    log_probs = forward
+
+    def conv_features(self, waves: Tensor, layer: int = 4, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Output of conv layer ``layer`` (0-based): ``[b, c, g]`` and valid frame counts ``[b]``.
+        Layer 4 of the standard stack has a 5 ms hop."""
+        x, _, lengths = self._prepare(waves, lengths)
+        hidden = x.to(self.device)[:, None]
+        conv_layers = self.model.wav2vec2.feature_extractor.conv_layers
+        if not 0 <= layer < len(conv_layers):
+            raise ValueError(f"conv layer {layer} out of range 0..{len(conv_layers) - 1}")
+        for conv in conv_layers[: layer + 1]:
+            hidden = conv(hidden)
+        out = lengths.clone()
+        for k, s in zip(self.conv_kernels[: layer + 1], self.conv_strides[: layer + 1]):
+            out = torch.div(out - k, s, rounding_mode="floor") + 1
+        return hidden.float(), out.clamp(min=0)
+
+    @torch.no_grad()
+    def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:
+        """Greedy CTC decoding to phone strings (blanks and repeats collapsed)."""
+        log_probs, frames = self.forward(waves, lengths)
+        best = log_probs.argmax(-1)
+        out = []
+        for row, n in zip(best, frames):
+            ids = torch.unique_consecutive(row[: int(n)]).tolist()
+            out.append([self.phoneset.id_to_token[i] for i in ids if i != self.blank and
+                        self.phoneset.id_to_token[i] not in PhoneSet.SPECIAL])
+        return out
+
+
+def _read_vocab(source: Path | str) -> dict[str, int]:
+    if isinstance(source, Path):
+        return json.loads((source / "vocab.json").read_text(encoding="utf-8"))
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download(source, "vocab.json", local_files_only=True)
+    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,302 @@
+"""Audio input and output: load, check, downmix, resample and save speech clips.
+
+Every clip that enters leakloss goes through :func:`prepare_waveform` (directly, or via
+:func:`load_audio`), so the same checks apply to files and to in-memory audio:
+
+* wrong sample rate      -> resampled with ``torchaudio.functional.resample`` (``info.resampled``)
+* more than one channel  -> downmixed by the mean over channels (``info.downmixed``)
+* no samples / empty file -> :class:`AudioError` ``"... is empty"``
+* shorter than 50 ms     -> :class:`AudioError` ``"... is too short"``
+* NaN or Inf samples     -> :class:`AudioError` naming how many
+* peak below -60 dBFS    -> :class:`AudioError` ``"... is silent"``
+* clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
+  reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
+* missing, unreadable, corrupt or non-audio file -> :class:`AudioError` (cause chained)
+
+Files are read with ``soundfile`` (WAV int16/int24/int32/float, FLAC), never ``torchaudio.load``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio.functional as AF
+from torch import Tensor
+
+__all__ = [
+    "SAMPLE_RATE",
+    "MIN_DURATION_S",
+    "SILENCE_DBFS",
+    "CLIP_LEVEL",
+    "CLIP_REPORT_FRACTION",
+    "AudioError",
+    "AudioInfo",
+    "load_audio",
+    "prepare_waveform",
+    "save_audio",
+    "audio_to_wav_bytes",
+]
+
+SAMPLE_RATE = 16_000
+MIN_DURATION_S = 0.05
+SILENCE_DBFS = -60.0
+CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample
+CLIP_REPORT_FRACTION = 0.001  # clips with at least this share of clipped samples are reported
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used; the message names the file (if any) and the problem."""
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What was found in, and done to, one clip.
+
+    ``duration_s`` is measured at ``original_rate`` before resampling. ``clipped_fraction``
+    is the share of all samples (all channels, before downmixing) with ``|x| >= CLIP_LEVEL``.
+    """
+
+    path: str | None
+    original_rate: int
+    channels: int
+    duration_s: float
+    clipped_fraction: float
+    resampled: bool
+    downmixed: bool
+
+    @property
+    def is_clipped(self) -> bool:
+        """True when clipping is large enough to report (>= 0.1 % of samples)."""
+        return self.clipped_fraction >= CLIP_REPORT_FRACTION
+
+
+def _name(path: str | Path | None) -> str:
+    """How a clip is named in error messages."""
+    return f"audio file '{path}'" if path is not None else "audio"
+
+
+def _check_rate(rate: object, what: str) -> int:
+    # bool is an int subclass; True would silently mean 1 Hz.
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
+        raise AudioError(f"{what} must be a positive integer number of Hz, got {rate!r}")
+    return int(rate)
+
+
+def _to_float_tensor(wave: Tensor | np.ndarray, name: str) -> Tensor:
+    """Convert to a float tensor; integer PCM is scaled to [-1, 1) by its full range."""
+    if isinstance(wave, np.ndarray):
+        if wave.dtype == np.int16:
+            return torch.from_numpy(wave.astype(np.float32) / 32768.0)
+        if wave.dtype == np.int32:
+            return torch.from_numpy((wave.astype(np.float64) / 2147483648.0).astype(np.float32))
+        if not np.issubdtype(wave.dtype, np.floating):
+            raise AudioError(f"{name} has unsupported sample type {wave.dtype}; use float, int16 or int32")
+        # torch cannot wrap big-endian buffers; copy to native byte order when needed.
+        return torch.from_numpy(np.ascontiguousarray(wave, dtype=wave.dtype.newbyteorder("=")))
+    if isinstance(wave, Tensor):
+        if wave.dtype == torch.int16:
+            return wave.to(torch.float32) / 32768.0
+        if wave.dtype == torch.int32:
+            return (wave.to(torch.float64) / 2147483648.0).to(torch.float32)
+        if not wave.is_floating_point():
+            raise AudioError(f"{name} has unsupported sample type {wave.dtype}; use float, int16 or int32")
+        return wave
+    raise AudioError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(wave).__name__}")
+
+
+def prepare_waveform(
+    wave: Tensor | np.ndarray,
+    rate: int,
+    sample_rate: int = SAMPLE_RATE,
+    *,
+    path: str | Path | None = None,
+) -> tuple[Tensor, AudioInfo]:
+    """Check in-memory audio and bring it to mono float32 at ``sample_rate``.
+
+    Args:
+        wave: ``[t]`` mono or ``[c, t]`` channels-first audio; float in [-1, 1] (values beyond
+            are kept and count as clipped), or int16/int32 PCM (scaled by full range).
+        rate: sample rate of ``wave`` in Hz.
+        sample_rate: target rate in Hz.
+        path: file the audio came from, only used in messages and ``AudioInfo.path``.
+
+    Returns:
+        ``(mono, info)``: ``mono`` is a 1-D float32 tensor ``[t']`` with
+        ``t' = ceil(t * sample_rate / rate)``, on the device of ``wave``.
+
+    Raises:
+        AudioError: bad shape or type, empty, NaN/Inf, too short, or silent audio.
+    """
+    name = _name(path)
+    rate = _check_rate(rate, f"sample rate of {name}")
+    sample_rate = _check_rate(sample_rate, "target sample rate")
+    x = _to_float_tensor(wave, name)
+
+    if x.dim() not in (1, 2):
+        raise AudioError(f"{name} must have shape [time] or [channels, time], got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise AudioError(f"{name} is empty (no samples)")
+    if x.dim() == 1:
+        x = x.unsqueeze(0)
+    channels, frames = x.shape
+    # A [time, channels] array is the usual mistake; more channels than samples is never real audio.
+    if channels > frames:
+        raise AudioError(
+            f"{name} has shape {tuple(x.shape)}, which looks like [time, channels]; "
+            "pass channels first ([channels, time]), e.g. wave.T"
+        )
+
+    n_bad = int((~torch.isfinite(x)).sum())
+    if n_bad:
+        raise AudioError(f"{name} contains {n_bad} NaN or Inf samples out of {x.numel()}")
+
+    duration_s = frames / rate
+    if duration_s < MIN_DURATION_S:
+        raise AudioError(
+            f"{name} is too short: {duration_s * 1000:.1f} ms, "
+            f"need at least {MIN_DURATION_S * 1000:.0f} ms"
+        )
+
+    clipped_fraction = float((x.abs() >= CLIP_LEVEL).sum()) / x.numel()
+
+    mono = x.mean(dim=0) if channels > 1 else x[0]
+    # Silence is judged on the downmix: that is the signal that gets scored.
+    peak = float(mono.abs().max())
+    peak_dbfs = 20.0 * math.log10(peak) if peak > 0 else -math.inf
+    if peak_dbfs < SILENCE_DBFS:
+        raise AudioError(
+            f"{name} is silent: peak level {peak_dbfs:.1f} dBFS is below {SILENCE_DBFS:.0f} dBFS"
+        )
+
+    mono = mono.to(torch.float32)
+    resampled = rate != sample_rate
+    if resampled:
+        mono = AF.resample(mono, rate, sample_rate)
+    info = AudioInfo(
+        path=str(path) if path is not None else None,
+        original_rate=rate,
+        channels=channels,
+        duration_s=duration_s,
+        clipped_fraction=clipped_fraction,
+        resampled=resampled,
+        downmixed=channels > 1,
+    )
+    return mono.contiguous(), info
+
+
+def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor, AudioInfo]:
+    """Read a WAV (int16/int24/int32/float) or FLAC file into mono float32 at ``sample_rate``.
+
+    Returns:
+        ``(mono, info)`` with ``mono`` a 1-D float32 CPU tensor ``[t]``; see
+        :func:`prepare_waveform` for the checks applied.
+
+    Raises:
+        AudioError: missing file, folder, empty or unreadable file, or any check of
+            :func:`prepare_waveform`; a soundfile error is chained as ``__cause__``.
+    """
+    name = _name(path)
+    p = Path(path)
+    if not p.exists():
+        raise AudioError(f"{name} does not exist")
+    if p.is_dir():
+        raise AudioError(f"{name} is a folder, not an audio file")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise AudioError(f"{name} cannot be accessed: {exc.strerror or exc}") from exc
+    if size == 0:
+        raise AudioError(f"{name} is empty (0 bytes)")
+    try:
+        data, rate = sf.read(str(p), dtype="float32", always_2d=True)
+    except (sf.SoundFileError, RuntimeError, OSError, ValueError) as exc:
+        reason = getattr(exc, "error_string", None) or str(exc)
+        raise AudioError(
+            f"{name} could not be read as WAV or FLAC audio (file damaged or not audio: {reason})"
+        ) from exc
+    # soundfile gives [frames, channels]; we work channels first.
+    return prepare_waveform(data.T, rate, sample_rate, path=path)
+
+
+def _to_pcm16(wave: Tensor, what: str) -> np.ndarray:
+    """``[t]`` or ``[c, t]`` float audio -> int16 ``[t, c]`` (soundfile layout)."""
+    if not isinstance(wave, (Tensor, np.ndarray)):
+        raise AudioError(f"{what}: wave must be a torch.Tensor or numpy.ndarray, got {type(wave).__name__}")
+    is_float = wave.is_floating_point() if isinstance(wave, Tensor) else np.issubdtype(wave.dtype, np.floating)
+    if not is_float:
+        raise AudioError(f"{what}: wave must hold float samples in [-1, 1], got {wave.dtype}")
+    # via float64 so bfloat16/float16 tensors convert too
+    x = wave.detach().to("cpu", torch.float64).numpy() if isinstance(wave, Tensor) else wave.astype(np.float64)
+    if x.ndim not in (1, 2) or x.size == 0:
+        raise AudioError(f"{what}: wave must be non-empty [time] or [channels, time], got shape {x.shape}")
+    if x.ndim == 2 and x.shape[0] > x.shape[1]:
+        raise AudioError(f"{what}: shape {x.shape} looks like [time, channels]; pass channels first")
+    n_bad = int((~np.isfinite(x)).sum())
+    if n_bad:
+        raise AudioError(f"{what}: wave contains {n_bad} NaN or Inf samples")
+    # Scale by 32768 to match how soundfile reads int16 back (k / 32768), so load/save round-trips exactly.
+    pcm = np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
+    return pcm.T if pcm.ndim == 2 else pcm
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_audio(path: str | Path, wave: Tensor, sample_rate: int = SAMPLE_RATE) -> None:
+    """Write ``wave`` (``[t]`` or ``[c, t]``, float in [-1, 1]) as a 16-bit PCM WAV file, atomically.
+
+    The audio is written to a temporary file in the destination folder and moved into
+    place with ``os.replace``, so a reader never sees a partial file and a failure leaves
+    no file behind. Samples beyond [-1, 1) are clipped to the 16-bit range.
+
+    Raises:
+        AudioError: bad wave, non-``.wav`` name, missing destination folder or write failure.
+    """
+    p = Path(path)
+    what = f"cannot save audio file '{p}'"
+    sample_rate = _check_rate(sample_rate, f"{what}: sample rate")
+    if p.suffix.lower() != ".wav":
+        raise AudioError(f"{what}: it is written as WAV, so the name must end in .wav")
+    pcm = _to_pcm16(wave, what)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise AudioError(f"{what}: folder '{folder}' does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            sf.write(fh, pcm, sample_rate, format="WAV", subtype="PCM_16")
+        # mkstemp makes the file private (0600); give it the permissions a plain open() would.
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, (OSError, RuntimeError, sf.SoundFileError)):
+            raise AudioError(f"{what}: {exc}") from exc
+        raise
+
+
+def audio_to_wav_bytes(wave: Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
+    """Encode ``wave`` (``[t]`` or ``[c, t]``, float in [-1, 1]) as 16-bit PCM WAV bytes.
+
+    For embedding clips in HTML reports (``base64.b64encode`` the result).
+    """
+    what = "cannot encode audio as WAV"
+    sample_rate = _check_rate(sample_rate, f"{what}: sample rate")
+    pcm = _to_pcm16(wave, what)
+    buf = io.BytesIO()
+    sf.write(buf, pcm, sample_rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()

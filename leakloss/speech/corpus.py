@@ -1,0 +1,193 @@
+"""A synthetic Nepali/Hindi speech corpus: readings with the phones actually spoken as labels.
+
+Roles:
+- ``teacher``: the Nepali teacher, espeak ``ne`` voices speaking the Nepali frontend's phones.
+- ``hindi``: the Hindi base, espeak ``hi`` voices reading the Devanagari text.
+- ``variant``: espeak ``ne`` speaking its own pronunciation with random vowel edits (schwas dropped
+  or inserted, ऐ/औ as monophthongs or diphthongs): phone variety for recognizer training.
+
+Deterministic from a seed, cached on disk (``manifest.jsonl`` + 16 kHz WAVs), keyed by a content hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from tqdm.auto import tqdm
+
+from leakloss.speech.synth import (
+    SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
+)
+
+CORPUS_VERSION = 1
+ROLES = ("teacher", "hindi", "variant")
+
+
+@dataclass
+class CorpusItem:
+    id: str
+    sentence_index: int
+    text: str
+    role: str
+    voice: str
+    audio: str  # path relative to the manifest's folder
+    words: list[str]
+    phones: list[str]
+    phone_starts: list[float]
+    phone_words: list[int]
+    word_spans: list[tuple[float, float]]
+    duration: float
+
+
+def builtin_sentences() -> list[str]:
+    """The project's own Nepali sentences (written for leakloss, rich in contrast sites)."""
+    text = resources.files("leakloss.data").joinpath("sentences_ne.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def read_sentences(path: str | Path) -> list[str]:
+    """Sentences from a text file: one per line, or ``id<TAB>text`` lines (e.g. a prompts.tsv)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.split("\t", 1)[-1].strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def split_text_words(text: str) -> list[str]:
+    from leakloss.text.normalize import normalize_devanagari, split_words
+
+    return [tok.text for tok in split_words(normalize_devanagari(text)) if tok.skipped is None]
+
+
+def _edit_mnemonics(word: str, rng: random.Random) -> str:
+    """Random vowel edits of one word of espeak ``ne`` mnemonics (space-separated phonemes)."""
+    out = []
+    for ph in word.split():
+        base = ph.lstrip("',")
+        stress = ph[: len(ph) - len(base)]
+        if base.startswith("_"):
+            continue
+        if base in ("@", "V", "@-") and rng.random() < 0.25:
+            continue  # drop a schwa the Hindi way
+        if base == "E:" and rng.random() < 0.5:
+            base = "VI"
+        elif base == "O:" and rng.random() < 0.5:
+            base = "VU"
+        out.append(stress + base)
+        if base not in ("@", "V", "a:", "i", "i:", "I", "u", "u:", "U", "e", "e:", "o", "o:", "E:", "O:", "VI", "VU") \
+                and rng.random() < 0.08:
+            out.append("V")  # insert a schwa after a consonant
+    return "".join(out) or "V"
+
+
+class Corpus:
+    """A built corpus: items plus the folder their audio lives in."""
+
+    def __init__(self, root: Path, items: list[CorpusItem]) -> None:
+        self.root = root
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def audio(self, item: CorpusItem):
+        import torch
+
+        wave, rate = sf.read(self.root / item.audio, dtype="float32")
+        assert rate == SAMPLE_RATE
+        return torch.from_numpy(wave)
+
+    @classmethod
+    def load(cls, root: str | Path) -> "Corpus":
+        root = Path(root)
+        items = []
+        with open(root / "manifest.jsonl", encoding="utf-8") as f:
+            for line in f:
+                d = json.loads(line)
+                d["word_spans"] = [tuple(s) for s in d["word_spans"]]
+                items.append(CorpusItem(**d))
+        return cls(root, items)
+
+
+def corpus_key(sentences: Sequence[str], roles: Sequence[str], voices: Sequence[Voice], seed: int, extra: str = "") -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([CORPUS_VERSION, list(sentences), list(roles), [asdict(v) for v in voices], seed, extra],
+                        ensure_ascii=False).encode())
+    return h.hexdigest()[:16]
+
+
+def build_corpus(
+    sentences: Sequence[str],
+    out_dir: str | Path,
+    *,
+    roles: Sequence[str] = ("teacher", "hindi"),
+    teacher_voices: Sequence[Voice] = TRAIN_TEACHER_VOICES,
+    hindi_voices: Sequence[Voice] = TRAIN_HINDI_VOICES,
+    readings_per_sentence: int = 1,
+    seed: int = 0,
+    frontend=None,
+    progress: bool = True,
+) -> Corpus:
+    """Synthesise every sentence in every role; reuse the cached corpus when the key matches.
+
+    Each (sentence, role) gets ``readings_per_sentence`` readings by voices drawn with the seed.
+    The folder is ``out_dir/<key>``; the manifest is written last and atomically, so a corpus
+    interrupted half-way is rebuilt, never half-used.
+    """
+    for role in roles:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices), seed,
+                     extra=f"n={readings_per_sentence}")
+    root = Path(out_dir) / key
+    if (root / "manifest.jsonl").exists():
+        return Corpus.load(root)
+    (root / "audio").mkdir(parents=True, exist_ok=True)
+    if "teacher" in roles and frontend is None:
+        from leakloss.text.g2p import NepaliFrontend
+
+        frontend = NepaliFrontend()
+    rng = random.Random(seed)
+    items: list[CorpusItem] = []
+    jobs = [(i, s, role, r) for i, s in enumerate(sentences) for role in roles for r in range(readings_per_sentence)]
+    for i, sentence, role, r in tqdm(jobs, desc="synthesising corpus", disable=not progress):
+        words = split_text_words(sentence)
+        if not words:
+            continue
+        if role == "teacher":
+            voice = rng.choice(list(teacher_voices))
+            reading = speak_phones([list(frontend.pronounce(w).phones) for w in words], voice)
+        elif role == "hindi":
+            voice = rng.choice(list(hindi_voices))
+            reading = speak_text(" ".join(words), voice)
+        else:
+            from leakloss.speech._espeak import library
+
+            voice = rng.choice(list(teacher_voices))
+            mnemonic_words = [m for m in library().text_to_phonemes(" ".join(words), "ne", ipa=False).split("  ") if m.strip()]
+            reading = speak_mnemonics(" ".join(_edit_mnemonics(w, rng) for w in mnemonic_words), voice)
+        item_id = f"s{i:05d}-{role}-{r}-{voice.name}"
+        rel = f"audio/{item_id}.wav"
+        sf.write(root / rel, reading.waveform.numpy(), SAMPLE_RATE, subtype="PCM_16")
+        items.append(_item(item_id, i, sentence, role, voice, rel, words, reading))
+    tmp = root / "manifest.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for item in items:
+            f.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
+    os.replace(tmp, root / "manifest.jsonl")
+    return Corpus(root, items)
+
+
+def _item(item_id: str, i: int, text: str, role: str, voice: Voice, rel: str, words: list[str], r: Reading) -> CorpusItem:
+    return CorpusItem(
+        id=item_id, sentence_index=i, text=text, role=role, voice=voice.name, audio=rel, words=words,
+        phones=r.phones, phone_starts=[round(x, 5) for x in r.phone_starts], phone_words=r.phone_words,
+        word_spans=[(round(a, 5), round(b, 5)) for a, b in r.word_spans], duration=round(r.duration, 5),
+    )

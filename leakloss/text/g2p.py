@@ -1,0 +1,670 @@
+"""Nepali frontend: a Devanagari word -> IPA phones (from :mod:`leakloss.text.phones`), with the source
+of the pronunciation and a confidence.
+
+Order tried by :meth:`NepaliFrontend.pronounce`:
+
+1. **lexicon** -- an external lexicon file (Google TSV or our IPA TSV), then the project's own curated
+   exceptions (``leakloss/data/nepali_exceptions.tsv``): confidence ``high``.
+2. **suffix** -- a known case marker / postposition / plural (-को -मा -ले -लाई -हरू ...) is stripped;
+   the stem is pronounced (lexicon, else rules with its final inherent vowel decided as if word-final)
+   and the suffix's fixed pronunciation appended. बजार+को -> b ʌ ɟ aː r k o.
+3. **rules** -- letter-to-sound rules with Nepali inherent-vowel (schwa) rules, see :func:`_decide_schwas`.
+
+Conjunct decisions (documented here because they are choices): ज्ञ = ``ɡ j`` (Nepali "gya"), क्ष =
+``k cʰ j`` (Nepali "kchhya"), श/ष/स = ``s``, व = ``b`` word-initially and ``w`` elsewhere, ऋ/ृ = ``r i``,
+ण = ``ɳ``, visarga is silent (it keeps the vowel before it), anusvara before a stop/nasal = the homorganic
+nasal consonant and otherwise (before य र ल व श ष स ह, before a vowel, word-finally) a nasalised vowel,
+chandrabindu = a nasalised vowel. Nukta letters: क़ ख़ ग़ fold to k kʰ ɡ, ज़ = z, फ़ = f, ड़ ढ़ = ɽ ɽʰ.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator, Literal, Sequence
+
+from leakloss.text.normalize import NUKTA, TextError, normalize_devanagari
+from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, strip_nasal
+
+__all__ = [
+    "Source", "Confidence", "Pronunciation", "NepaliFrontend", "LexiconError",
+    "load_lexicon", "iter_lexicon", "inherent_vowel_pattern", "parse_word", "google_to_ipa",
+]
+
+Source = Literal["lexicon", "suffix", "rules"]
+Confidence = Literal["high", "medium", "low"]
+
+BUILTIN_EXCEPTIONS = Path(__file__).resolve().parent.parent / "data" / "nepali_exceptions.tsv"
+
+
+class LexiconError(TextError):
+    """A lexicon file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Pronunciation:
+    word: str
+    phones: tuple[str, ...]
+    source: Source
+    confidence: Confidence
+
+
+# ----------------------------------------------------------------------------------------------------
+# Letters
+# ----------------------------------------------------------------------------------------------------
+
+VIRAMA = "\u094d"
+ANUSVARA = "\u0902"
+CHANDRABINDU = "\u0901"
+VISARGA = "\u0903"
+AVAGRAHA = "\u093d"
+INHERENT = ""  # Unit.vowel for a consonant written without matra or virama
+
+CONSONANTS: dict[str, tuple[str, ...]] = {
+    "क": ("k",), "ख": ("kʰ",), "ग": ("ɡ",), "घ": ("ɡʰ",), "ङ": ("ŋ",),
+    "च": ("c",), "छ": ("cʰ",), "ज": ("ɟ",), "झ": ("ɟʰ",), "ञ": ("ɲ",),
+    "ट": ("ʈ",), "ठ": ("ʈʰ",), "ड": ("ɖ",), "ढ": ("ɖʰ",), "ण": ("ɳ",),
+    "त": ("t",), "थ": ("tʰ",), "द": ("d",), "ध": ("dʰ",), "न": ("n",),
+    "प": ("p",), "फ": ("pʰ",), "ब": ("b",), "भ": ("bʰ",), "म": ("m",),
+    "य": ("j",), "र": ("r",), "ल": ("l",), "व": ("w",), "श": ("s",), "ष": ("s",), "स": ("s",),
+    "ह": ("h",), "ळ": ("l",), "ऩ": ("n",), "ऱ": ("r",), "ऴ": ("l",),
+    "क" + NUKTA: ("k",), "ख" + NUKTA: ("kʰ",), "ग" + NUKTA: ("ɡ",), "ज" + NUKTA: ("z",),
+    "ड" + NUKTA: ("ɽ",), "ढ" + NUKTA: ("ɽʰ",), "फ" + NUKTA: ("f",), "य" + NUKTA: ("j",),
+}
+
+# Vowel signs and independent vowels -> phones. ऋ is a consonant + vowel: handled in _unit_phones.
+MATRAS: dict[str, tuple[str, ...]] = {
+    "ा": ("aː",), "ि": ("i",), "ी": ("i",), "ु": ("u",), "ू": ("u",), "ृ": ("r", "i"), "ॄ": ("r", "i"),
+    "े": ("e",), "ै": ("ʌi̯",), "ो": ("o",), "ौ": ("ʌu̯",), "ॅ": ("e",), "ॆ": ("e",), "ॉ": ("o",),
+    "ॊ": ("o",), "ॢ": ("l", "i"), "ॣ": ("l", "i"),
+}
+INDEPENDENT: dict[str, tuple[str, ...]] = {
+    "अ": ("ʌ",), "आ": ("aː",), "इ": ("i",), "ई": ("i",), "उ": ("u",), "ऊ": ("u",), "ऋ": ("r", "i"),
+    "ॠ": ("r", "i"), "ऌ": ("l", "i"), "ॡ": ("l", "i"), "ए": ("e",), "ऐ": ("ʌi̯",), "ओ": ("o",),
+    "औ": ("ʌu̯",), "ऍ": ("e",), "ऎ": ("e",), "ऑ": ("o",), "ऒ": ("o",), "ॲ": ("e",), "ऄ": ("ʌ",),
+}
+_PLACE_NASAL = {}
+for _letters, _nasal in (("कखगघङ", "ŋ"), ("चछजझञ", "ɲ"), ("टठडढण", "ɳ"), ("तथदधन", "n"), ("पफबभम", "m")):
+    for _c in _letters:
+        _PLACE_NASAL[_c] = _nasal
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One orthographic syllable piece: a consonant (or None for an independent vowel), its vowel
+    (matra, INHERENT, VIRAMA, or the independent vowel letter) and the signs after it."""
+
+    cons: str | None
+    vowel: str
+    nasal: str = ""  # ANUSVARA, CHANDRABINDU or ""
+    visarga: bool = False
+
+    @property
+    def inherent(self) -> bool:
+        return (self.cons is not None and self.vowel == INHERENT) or (self.cons is None and self.vowel == "अ")
+
+
+def parse_word(word: str) -> tuple[Unit, ...]:
+    """Normalised Devanagari word -> units. Raises TextError on anything that is not a Devanagari word."""
+    if not word:
+        raise TextError("empty word")
+    units: list[Unit] = []
+    i, n = 0, len(word)
+    while i < n:
+        ch = word[i]
+        if ch in CONSONANTS:
+            cons = ch
+            i += 1
+            if i < n and word[i] == NUKTA:
+                cons = ch + NUKTA if ch + NUKTA in CONSONANTS else ch
+                i += 1
+            vowel = INHERENT
+            if i < n and (word[i] in MATRAS or word[i] == VIRAMA):
+                vowel = word[i]
+                i += 1
+        elif ch in INDEPENDENT:
+            cons, vowel = None, ch
+            i += 1
+        elif ch == "ॐ":
+            units += [Unit(None, "ओ"), Unit("म", VIRAMA)]
+            i += 1
+            continue
+        elif ch in MATRAS and units and units[-1].cons is None and not units[-1].nasal:
+            # Vowel sign after an independent vowel (अो, एे typed for ओ, ऐ): read the sign.
+            units[-1] = Unit(None, {"ा": "आ", "ो": "ओ", "ौ": "औ", "े": "ए", "ै": "ऐ"}.get(ch, units[-1].vowel))
+            i += 1
+            continue
+        elif ch == AVAGRAHA:
+            i += 1  # marks a prolonged/elided vowel; no phone of its own
+            continue
+        elif ch in (ANUSVARA, CHANDRABINDU, VISARGA, NUKTA, VIRAMA) or ch in MATRAS:
+            raise TextError(f"{word!r}: sign {ch!r} (U+{ord(ch):04X}) without a letter to attach to")
+        else:
+            raise TextError(f"{word!r}: {ch!r} (U+{ord(ch):04X}) is not a Devanagari letter")
+        nasal, visarga = "", False
+        while i < n and word[i] in (ANUSVARA, CHANDRABINDU, VISARGA):
+            if word[i] == VISARGA:
+                visarga = True
+            elif vowel != VIRAMA:
+                nasal = ANUSVARA if ANUSVARA in (nasal, word[i]) else CHANDRABINDU
+            i += 1
+        units.append(Unit(cons, vowel, nasal, visarga))
+    return tuple(units)
+
+
+def _check_word(word: str) -> tuple[str, tuple[Unit, ...]]:
+    if not isinstance(word, str):
+        raise TextError(f"expected a string, got {type(word).__name__}")
+    norm = normalize_devanagari(word)
+    if not norm:
+        raise TextError("empty word")
+    if " " in norm:
+        raise TextError(f"{word!r} is more than one word")
+    return norm, parse_word(norm)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Units + schwa decisions -> phones
+# ----------------------------------------------------------------------------------------------------
+
+
+def _cons_phones(units: Sequence[Unit], k: int) -> tuple[str, ...]:
+    u = units[k]
+    assert u.cons is not None
+    prev = units[k - 1] if k else None
+    if u.cons == "व":
+        # Word-initial व is b in Nepali speech; after a vowel or in a cluster it is w.
+        return ("b",) if k == 0 else ("w",)
+    if u.cons == "ञ" and prev is not None and prev.cons == "ज" and prev.vowel == VIRAMA:
+        return ("j",)  # ज्ञ = ɡ j
+    if u.cons == "ज" and u.vowel == VIRAMA and k + 1 < len(units) and units[k + 1].cons == "ञ":
+        return ("ɡ",)
+    if u.cons == "ष" and prev is not None and prev.cons == "क" and prev.vowel == VIRAMA:
+        return ("cʰ", "j")  # क्ष = k cʰ j
+    return CONSONANTS[u.cons]
+
+
+def _vowel_phones(u: Unit, kept: bool) -> tuple[str, ...]:
+    if u.cons is None:
+        vph = INDEPENDENT[u.vowel]
+    elif u.vowel == INHERENT:
+        vph = ("ʌ",) if kept else ()
+    elif u.vowel == VIRAMA:
+        vph = ()
+    else:
+        vph = MATRAS[u.vowel]
+    return vph
+
+
+def units_to_phones(units: Sequence[Unit], kept: Sequence[bool]) -> tuple[str, ...]:
+    """Phones for parsed units; ``kept[k]`` says whether unit k's inherent vowel is pronounced."""
+    out: list[str] = []
+    for k, u in enumerate(units):
+        if u.cons is not None:
+            out += _cons_phones(units, k)
+        vph = list(_vowel_phones(u, kept[k]))
+        if u.nasal and vph:
+            nxt = units[k + 1] if k + 1 < len(units) else None
+            homorganic = _PLACE_NASAL.get(nxt.cons or "") if (nxt is not None and u.nasal == ANUSVARA) else None
+            if homorganic:
+                out += vph
+                out.append(homorganic)
+                continue
+            vph[-1] = vph[-1] + NASAL
+        out += vph
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Alignment of phones to spelling -> inherent-vowel pattern
+# ----------------------------------------------------------------------------------------------------
+
+_NASAL_CONS = frozenset({"ŋ", "ɲ", "ɳ", "n", "m"})
+_DIPHTHONGS = frozenset({"ʌi̯", "ʌu̯", "ʌɪ", "ʌʊ", "aɪ", "aʊ", "əi", "əu", "ʌi", "ʌu", "ɔɪ", "eɪ", "oʊ"})
+_SCHWA = equivalents("ʌ")
+_VOWEL_EDIT = 10.0  # a vowel phone with no slot, or a written vowel with no phone: no alignment
+_MAX_CONS_EDITS = 0.5  # per consonant item; above this the phones are not this word's
+
+
+@dataclass(frozen=True)
+class _Item:
+    kind: str  # "C" consonant, "V" written vowel, "I" inherent slot, "N" optional nasal, "H" optional h
+    phones: frozenset[str]
+    slot: int = -1  # index into the pattern for "I"
+    indep: bool = False  # "I" of an independent अ
+
+
+def _expand(phones: Sequence[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for p in phones:
+        out |= equivalents(p)
+    return frozenset(out)
+
+
+def _items(units: Sequence[Unit]) -> list[_Item]:
+    items: list[_Item] = []
+    slot = 0
+    for k, u in enumerate(units):
+        if u.cons is not None:
+            opts = set(_cons_phones(units, k)) | set(CONSONANTS[u.cons])
+            if u.cons == "व":
+                opts |= {"b", "w"}
+            if u.cons in ("ज", "ञ"):
+                opts |= {"ɡ", "j", "ɲ", "n"}
+            if u.cons == "ष":
+                opts |= {"ʂ", "ʃ", "cʰ"}
+            if u.cons in ("श",):
+                opts |= {"ʃ"}
+            if u.cons == "ण":
+                opts |= {"n"}
+            for p in _cons_phones(units, k):  # क्ष gives two phones: two items
+                items.append(_Item("C", _expand(sorted(opts if len(_cons_phones(units, k)) == 1 else {p}))))
+        if u.inherent:
+            items.append(_Item("I", _SCHWA, slot, u.cons is None))
+            slot += 1
+        elif u.vowel != VIRAMA:
+            vph = INDEPENDENT[u.vowel] if u.cons is None else MATRAS[u.vowel]
+            for p in vph:
+                items.append(_Item("V" if is_vowel(p) else "C", _expand([p])))
+        if u.nasal == ANUSVARA:
+            items.append(_Item("N", _expand(sorted(_NASAL_CONS))))
+        if u.visarga:
+            items.append(_Item("H", _expand(["h"])))
+    return items
+
+
+def _vowel_match(item: _Item, phone: str) -> float:
+    base = strip_nasal(phone)
+    if base in item.phones:
+        return 0.0
+    return 1.0
+
+
+def inherent_vowel_pattern(word: str, phones: Sequence[str]) -> tuple[bool, ...] | None:
+    """For each orthographic inherent-vowel slot of ``word`` (a consonant with no vowel sign or virama,
+    and an independent अ), whether ``phones`` pronounce it. ``None`` when the phones cannot be aligned.
+
+    Alignment method: the spelling becomes a sequence of items -- consonants (with the phones they may
+    be read as, compared through :func:`leakloss.text.phones.equivalents`), written vowels, inherent
+    slots, and optional anusvara-nasal / visarga-h items -- and a minimum-cost edit alignment is run
+    against the phones. An inherent slot costs nothing whether it takes an ``ʌ``-class phone (kept) or
+    nothing (dropped), so the consonants around it decide. Consonant substitutions, insertions (Google's
+    gemination, an epenthetic y) and deletions cost 1; two written vowels may share one diphthong phone
+    (अउ -> ʌu̯, आइ -> aːi) and one written diphthong may take two vowel phones, at a small cost. A vowel
+    phone with no written vowel, or a written vowel with no phone, makes the word unalignable, as do
+    more than 0.5 consonant edits per consonant: then the result is ``None``.
+    """
+    try:
+        _, units = _check_word(word)
+    except TextError:
+        return None
+    phones = [p for p in phones if p not in (".", "", "|")]
+    return _align_pattern(units, tuple(phones))
+
+
+@lru_cache(maxsize=65536)
+def _align_pattern(units: tuple[Unit, ...], phones: tuple[str, ...]) -> tuple[bool, ...] | None:
+    items = _items(units)
+    n_slots = sum(1 for it in items if it.kind == "I")
+    n, m = len(items), len(phones)
+    vow = [is_vowel(p) for p in phones]
+    inf = float("inf")
+    # cost[i][j]: best cost aligning items[:i] with phones[:j]; back[i][j]: (pi, pj, kept-or-None)
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int, bool | None] | None]] = [[None] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+
+    def relax(i: int, j: int, pi: int, pj: int, c: float, kept: bool | None = None) -> None:
+        v = cost[pi][pj] + c
+        if v < cost[i][j] - 1e-9:
+            cost[i][j] = v
+            back[i][j] = (pi, pj, kept)
+
+    for i in range(n + 1):
+        for j in range(m + 1):
+            if i == 0 and j == 0:
+                continue
+            if j > 0:  # an unaligned phone
+                relax(i, j, i, j - 1, _VOWEL_EDIT if vow[j - 1] else 1.0)
+            if i == 0:
+                continue
+            it = items[i - 1]
+            # the item takes no phone
+            if it.kind in ("I", "N", "H"):
+                # a written independent अ is rather kept than a consonant's vowel (एकअर्का)
+                relax(i, j, i - 1, j, 0.05 if it.indep else 0.0, False)
+            else:
+                relax(i, j, i - 1, j, _VOWEL_EDIT if it.kind == "V" else 1.0)
+            if j == 0:
+                continue
+            ph = phones[j - 1]
+            base = strip_nasal(ph)
+            if it.kind in ("C", "N", "H"):
+                if not vow[j - 1]:
+                    if base in it.phones:
+                        relax(i, j, i - 1, j - 1, 0.0)
+                    elif it.kind == "C":
+                        relax(i, j, i - 1, j - 1, 1.0)
+                continue
+            if not vow[j - 1]:
+                continue
+            if it.kind == "I":
+                relax(i, j, i - 1, j - 1, 0.0 if base in it.phones else 1.0, True)
+            else:
+                relax(i, j, i - 1, j - 1, _vowel_match(it, ph))
+            # two written vowels (inherent or not) read as one diphthong phone
+            if i >= 2 and items[i - 2].kind in ("V", "I") and (base in _DIPHTHONGS or len(base) > 1 and base[-1] in "iu"):
+                relax(i, j, i - 2, j - 1, 0.2, True if items[i - 2].kind == "I" else None)
+            # one written diphthong read as two vowel phones
+            if j >= 2 and vow[j - 2] and it.kind == "V" and it.phones & _DIPHTHONGS:
+                relax(i, j, i - 1, j - 2, 0.2)
+
+    total = cost[n][m]
+    n_cons = sum(1 for it in items if it.kind == "C")
+    if total >= _VOWEL_EDIT or total > max(1.0, _MAX_CONS_EDITS * n_cons):
+        return None
+    pattern: list[bool] = [False] * n_slots
+    i, j = n, m
+    while i > 0 or j > 0:
+        b = back[i][j]
+        assert b is not None
+        pi, pj, kept = b
+        if pi == i - 2:  # diphthong merge: the first of the two items may be a slot
+            if items[i - 2].kind == "I":
+                pattern[items[i - 2].slot] = True
+        elif pi == i - 1 and items[i - 1].kind == "I":
+            pattern[items[i - 1].slot] = bool(kept)
+        i, j = pi, pj
+    return tuple(pattern)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Lexicon files
+# ----------------------------------------------------------------------------------------------------
+
+_GOOGLE: dict[str, tuple[str, ...]] = {
+    "i": ("i",), "u": ("u",), "e": ("e",), "o": ("o",), "ax": ("ʌ",), "aa": ("aː",),
+    "ew": ("e", "u"), "oj": ("o", "i"), "ow": ("o", "u"), "axj": ("ʌi̯",), "axw": ("ʌu̯",),
+    "aaj": ("aː", "i"), "aaw": ("aː", "u"),
+    "p": ("p",), "b": ("b",), "t": ("t",), "d": ("d",), "ts": ("c",), "jh": ("ɟ",), "tt": ("ʈ",),
+    "dd": ("ɖ",), "k": ("k",), "g": ("ɡ",), "ph": ("pʰ",), "bh": ("bʰ",), "th": ("tʰ",), "dh": ("dʰ",),
+    "tsh": ("cʰ",), "jhh": ("ɟʰ",), "tth": ("ʈʰ",), "ddh": ("ɖʰ",), "kh": ("kʰ",), "gh": ("ɡʰ",),
+    "m": ("m",), "n": ("n",), "ng": ("ŋ",), "s": ("s",), "h": ("h",), "y": ("j",), "r": ("r",),
+    "l": ("l",), "w": ("w",), "nn": ("ɳ",),
+}
+_GOOGLE_SKIP = frozenset({".", "sil", "pau"})
+
+
+def google_to_ipa(symbols: Sequence[str]) -> tuple[str, ...] | None:
+    """Google lexicon phones -> our IPA; ``None`` if a symbol is unknown. A trailing ``n`` on a vowel
+    symbol (``axn``, ``aawn``) is nasalisation and nasalises every vowel of that symbol."""
+    out: list[str] = []
+    for s in symbols:
+        if s in _GOOGLE_SKIP:
+            continue
+        if s in _GOOGLE:
+            out += _GOOGLE[s]
+        elif s.endswith("n") and s[:-1] in _GOOGLE and is_vowel(_GOOGLE[s[:-1]][0]):
+            out += [p + NASAL for p in _GOOGLE[s[:-1]]]
+        else:
+            return None
+    return tuple(out)
+
+
+def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int, str, tuple[str, ...] | None]]:
+    """Yield ``(line number, normalised spelling, phones)`` for every entry of a lexicon file;
+    phones is ``None`` for an entry whose phone column is empty (the Google file has a few) and, when
+    not ``strict``, for a spelling that is not a Devanagari word (digits inside). Other malformed lines
+    raise :class:`LexiconError` naming the file and line. See :func:`load_lexicon`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LexiconError(f"cannot read lexicon {path}: {e}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cols = line.split("\t")
+        where = f"{path}:{lineno}"
+        if len(cols) not in (2, 3) or not cols[0].strip():
+            raise LexiconError(f"{where}: expected 'spelling<TAB>phones[<TAB>label]', got {line!r}")
+        word = normalize_devanagari(cols[0])
+        try:
+            parse_word(word)
+        except TextError as e:
+            if strict:
+                raise LexiconError(f"{where}: {e}") from None
+            yield lineno, word, None
+            continue
+        symbols = cols[1].split()
+        if not symbols:
+            yield lineno, word, None
+            continue
+        if all(s in NEPALI_PHONES or s == "." for s in symbols):
+            phones: tuple[str, ...] | None = tuple(s for s in symbols if s != ".")
+        else:
+            phones = google_to_ipa(symbols)
+        if not phones:
+            bad = [s for s in symbols if s not in NEPALI_PHONES and s not in _GOOGLE and s not in _GOOGLE_SKIP]
+            raise LexiconError(f"{where}: unknown phone(s) {bad or symbols} for {word!r}")
+        yield lineno, word, phones
+
+
+def load_lexicon(path: str | Path, *, skip_empty: bool = False) -> dict[str, tuple[str, ...]]:
+    """Read a pronunciation lexicon: ``spelling TAB phones [TAB label]``, ``#`` comment lines, blank lines
+    ignored. Phones are either Google's symbols (``ax aa tsh ...``, ``.`` syllable breaks; converted to
+    our IPA) or our IPA phones from :data:`NEPALI_PHONES`; the format is decided per line. Spellings are
+    normalised; the first entry of a repeated spelling wins. A malformed line raises
+    :class:`LexiconError` naming the file and line; so does an entry with an empty phone column unless
+    ``skip_empty`` (then it is left out -- use :func:`iter_lexicon` to count such entries)."""
+    lex: dict[str, tuple[str, ...]] = {}
+    for lineno, word, phones in iter_lexicon(path):
+        if phones is None:
+            if skip_empty:
+                continue
+            raise LexiconError(f"{path}:{lineno}: no phones for {word!r}")
+        lex.setdefault(word, phones)
+    return lex
+
+
+# ----------------------------------------------------------------------------------------------------
+# Letter-to-sound rules: which inherent vowels are pronounced
+# ----------------------------------------------------------------------------------------------------
+
+# Word endings whose final inherent vowel Nepali pronounces: verb forms (गर्छ, गरेर, गर्न? no: गर्न has
+# a virama-less न after a cluster, see the cluster rule), the final य/ह/visarga.
+_KEEP_FINAL_ENDINGS: tuple[str, ...] = ("छ", "ैन", "एन", "ेर", "एर", "उन", "इन", "िकन", "ीकन")
+_KEEP_FINAL_CONS = frozenset({"य", "ह"})
+# Final clusters of English loanwords (स्ट, न्ट, क्स, र्ड ...): their last consonant drops the vowel.
+_LOAN_FINAL = frozenset({"ट", "ड", "स", "ज", "फ"})
+
+
+#: Word endings (after the stem's last vowel sign) where the final decision is unreliable: verb forms
+#: and nouns share them (दिन din vs गरिन garina; घाट ghāṭ vs काट kāṭa), or the final consonant is rare.
+_UNSURE_FINAL = ("िन", "ेन", "ुन", "ाख", "ुख", "झ", "ध", "ढ", "ख", "इन", "ाइन", "ाउन")
+
+
+def _final_keeps(units: Sequence[Unit], stem_text: str) -> bool:
+    """Is the inherent vowel of the last unit (a bare consonant) pronounced when the word ends here?"""
+    u = units[-1]
+    prev = units[-2] if len(units) > 1 else None
+    if u.nasal or u.visarga or prev is None or prev.visarga:
+        return True  # after a visarga the consonant is doubled: दुःख dukkha
+    if prev.vowel == VIRAMA:
+        return u.cons not in _LOAN_FINAL
+    if u.cons == "ह" and prev.nasal:
+        return False  # सिंह siŋh
+    if u.cons in _KEEP_FINAL_CONS and prev.cons is not None or u.cons == "य":
+        return True
+    if stem_text.endswith(("उन", "इन")) and len(units) <= 2:
+        return False  # उन, इन are pronouns, not verb endings
+    # Short words in -इन/-एन are mostly verb forms (गरिन, गरेन), longer ones nouns and loans.
+    if stem_text.endswith("िन") and len(units) <= 4 or stem_text.endswith("ेन") and len(units) <= 3:
+        return True
+    return stem_text.endswith(_KEEP_FINAL_ENDINGS)
+
+
+def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool = True) -> tuple[list[bool], list[str]]:
+    """Per unit: is its inherent vowel pronounced (False for units without one), and the rule that
+    decided it (``""`` for units without a slot). Rules, right to left:
+
+    * ``fixed``: a slot with anusvara/chandrabindu/visarga, an independent अ, the first letter of the
+      word and a letter right after a conjunct keep their vowel;
+    * ``final``: the word-final slot drops unless :func:`_final_keeps` (after a conjunct, य, ह,
+      verb endings -छ -एर -उन -ैन ...);
+    * ``penult``: the slot before the word's last letter keeps (नेकपा ne-ka-pa, कमल ka-ma-l): unlike
+      Hindi, Nepali does not delete a schwa in V C _ C V# ;
+    * ``cluster``: a slot before a conjunct keeps;
+    * ``after-drop``: next to a dropped schwa a slot keeps (no two deletions in a row);
+    * ``medial``: otherwise (a vowel on both sides) mostly drops (तरकारी tar-kaa-ri), keeps in the
+      measured exceptions below -- the spelling cannot show compound boundaries, so this class is
+      ``low`` confidence (about 60% right on the studied words).
+
+    ``after-cluster`` (a slot after a conjunct, not in the last two syllables) keeps but is only
+    ``medium``: English loanwords (गोल्डकप) break it.
+    """
+    n = len(units)
+    kept = [False] * n
+    why = [""] * n
+    for k in range(n - 1, -1, -1):
+        u = units[k]
+        if not u.inherent:
+            continue
+        prev = units[k - 1] if k else None
+        if u.cons is None or u.nasal or u.visarga or prev is None or prev.vowel == VIRAMA or prev.visarga:
+            kept[k], why[k] = (_final_keeps(units, text) if k == n - 1 and prev is not None and final_is_word_final
+                               else k < n - 1 or final_is_word_final or u.cons is None or bool(u.nasal)), "fixed"
+            if k == n - 1 and prev is not None and prev.vowel == VIRAMA:
+                why[k] = "final-cluster"
+            elif prev is not None and prev.vowel == VIRAMA and k + 1 < n - 1:
+                why[k] = "after-cluster"  # loanwords (फिल्मस, गोल्डकप) break this one
+            continue
+        if k == n - 1:
+            kept[k] = _final_keeps(units, text) if final_is_word_final else False
+            why[k] = "final-unsure" if text.endswith(_UNSURE_FINAL) or u.cons == "ह" else "final"
+            continue
+        nxt = units[k + 1]
+        if k + 1 == n - 1:
+            kept[k], why[k] = True, "penult"
+        elif nxt.vowel == VIRAMA:
+            kept[k], why[k] = True, "cluster"
+        elif nxt.inherent and not kept[k + 1]:
+            kept[k], why[k] = True, "after-drop"
+        else:
+            # Measured tendencies where both neighbours carry a vowel: after an inherent vowel and
+            # before a written one (with more syllables to come) Nepali keeps more often than not; so
+            # it does before a kept schwa in the word's last two syllables, and after a word-initial
+            # independent vowel (prefixes उप-, अन-).
+            nn_last = k + 2 == n - 1
+            keep = (prev.inherent and not nxt.inherent and not nn_last) or \
+                   (nxt.inherent and (nn_last or prev.cons is None))
+            kept[k], why[k] = keep, "medial"
+    return kept, why
+
+
+# ----------------------------------------------------------------------------------------------------
+# Suffixes
+# ----------------------------------------------------------------------------------------------------
+
+#: Case markers, postpositions, plural and emphatic particles, and a few derivational suffixes that
+#: start with a consonant, with their pronunciation. The stem before them is pronounced as a word.
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "को": ("k", "o"), "का": ("k", "aː"), "की": ("k", "i"), "कै": ("k", "ʌi̯"), "कि": ("k", "i"),
+    "मा": ("m", "aː"), "ले": ("l", "e"), "लाई": ("l", "aː", "i"), "लाइ": ("l", "aː", "i"),
+    "बाट": ("b", "aː", "ʈ", "ʌ"), "देखि": ("d", "e", "kʰ", "i"), "सँग": ("s", "ʌ̃", "ɡ", "ʌ"),
+    "सँगै": ("s", "ʌ̃", "ɡ", "ʌi̯"), "संग": ("s", "ʌ", "ŋ", "ɡ", "ʌ"), "संगै": ("s", "ʌ", "ŋ", "ɡ", "ʌi̯"),
+    "सित": ("s", "i", "t"), "तिर": ("t", "i", "r"), "तर्फ": ("t", "ʌ", "r", "pʰ", "ʌ"),
+    "भन्दा": ("bʰ", "ʌ", "n", "d", "aː"), "सम्म": ("s", "ʌ", "m", "m", "ʌ"), "मै": ("m", "ʌi̯"),
+    "नै": ("n", "ʌi̯"), "पनि": ("p", "ʌ", "n", "i"), "हरू": ("h", "ʌ", "r", "u"), "हरु": ("h", "ʌ", "r", "u"),
+    "द्वारा": ("d", "w", "aː", "r", "aː"), "बाहेक": ("b", "aː", "h", "e", "k"), "भित्र": ("bʰ", "i", "t", "r", "ʌ"),
+    "माथि": ("m", "aː", "tʰ", "i"), "बारे": ("b", "aː", "r", "e"), "जस्तो": ("ɟ", "ʌ", "s", "t", "o"),
+    "जस्ता": ("ɟ", "ʌ", "s", "t", "aː"), "जस्तै": ("ɟ", "ʌ", "s", "t", "ʌi̯"), "जस्ती": ("ɟ", "ʌ", "s", "t", "i"),
+    "वाला": ("w", "aː", "l", "aː"), "वाली": ("w", "aː", "l", "i"), "ता": ("t", "aː"), "पन": ("p", "ʌ", "n"),
+    "वाद": ("b", "aː", "d"), "वादी": ("b", "aː", "d", "i"), "कार": ("k", "aː", "r"),
+    "पूर्ण": ("p", "u", "r", "ɳ", "ʌ"), "पूर्वक": ("p", "u", "r", "w", "ʌ", "k"),
+}
+_SUFFIX_ORDER = sorted(SUFFIXES, key=len, reverse=True)
+
+
+def split_suffixes(word: str) -> tuple[str, tuple[str, ...]]:
+    """Strip known suffixes from the end of a normalised word (repeatedly, longest first: हरूको = हरू
+    + को). The stem must keep at least two letters and end on a letter, not a bare vowel sign."""
+    suffixes: list[str] = []
+    stem = word
+    for _ in range(3):
+        for suf in _SUFFIX_ORDER:
+            rest = stem[: -len(suf)]
+            if stem.endswith(suf) and len(rest) >= 2 and rest[-1] not in (NUKTA,):
+                try:
+                    parse_word(rest)
+                except TextError:
+                    continue
+                suffixes.insert(0, suf)
+                stem = rest
+                break
+        else:
+            break
+    return stem, tuple(suffixes)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Frontend
+# ----------------------------------------------------------------------------------------------------
+
+
+def rule_pronounce(word: str, word_final: bool = True) -> tuple[tuple[str, ...], Confidence]:
+    """Letter-to-sound rules only (no lexicon, no suffix stripping) for a normalised word."""
+    units = parse_word(word)
+    kept, why = _decide_schwas(units, word, word_final)
+    return units_to_phones(units, kept), _rule_confidence(why)
+
+
+#: Confidence of each rule (measured on the studied part of the Google lexicon; see
+#: benchmarks/frontend_agreement.py). A word gets the lowest confidence of its slots.
+RULE_CONFIDENCE: dict[str, Confidence] = {
+    "": "high", "fixed": "high", "final": "high", "final-cluster": "medium", "penult": "high",
+    "cluster": "medium", "after-drop": "low", "medial": "low", "final-unsure": "medium",
+    "after-cluster": "medium",
+}
+_ORDER = {"high": 2, "medium": 1, "low": 0}
+
+
+def _rule_confidence(why: Sequence[str]) -> Confidence:
+    return min((RULE_CONFIDENCE[w] for w in why), key=_ORDER.__getitem__, default="high")
+
+
+class NepaliFrontend:
+    """Devanagari word -> :class:`Pronunciation`. See the module docstring for the order tried."""
+
+    def __init__(self, lexicon_path: str | Path | None = None, use_builtin_exceptions: bool = True) -> None:
+        self.lexicon: dict[str, tuple[str, ...]] = {}
+        if lexicon_path is not None:
+            self.lexicon.update(load_lexicon(lexicon_path, skip_empty=True))
+        if use_builtin_exceptions:
+            for w, p in load_lexicon(BUILTIN_EXCEPTIONS).items():
+                self.lexicon.setdefault(w, p)
+
+    def pronounce(self, word: str) -> Pronunciation:
+        norm, _ = _check_word(word)
+        if norm in self.lexicon:
+            return Pronunciation(norm, _nepali_only(self.lexicon[norm]), "lexicon", "high")
+        stem, suffixes = split_suffixes(norm)
+        if suffixes:
+            if stem in self.lexicon:
+                phones, conf = _nepali_only(self.lexicon[stem]), "high"
+            else:
+                phones, conf = rule_pronounce(stem)
+            for suf in suffixes:
+                phones = phones + SUFFIXES[suf]
+            return Pronunciation(norm, phones, "suffix", conf)
+        phones, conf = rule_pronounce(norm)
+        return Pronunciation(norm, phones, "rules", conf)
+
+
+def _nepali_only(phones: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [p for p in phones if p not in NEPALI_PHONES]
+    if bad:
+        raise LexiconError(f"lexicon phones {bad} are not in NEPALI_PHONES")
+    return phones

@@ -1,0 +1,138 @@
+"""Devanagari text normalisation and word splitting for the Nepali frontend.
+
+Normal form (what :func:`normalize_devanagari` returns):
+
+* Unicode NFC. The precomposed nukta letters U+0958..U+095F (क़ ख़ ग़ ज़ ड़ ढ़ फ़ य़) are composition
+  exclusions, so NFC always writes them as base letter + NUKTA (U+093C); ऩ ऱ ऴ stay precomposed. Either
+  input spelling therefore gives the same string.
+* ZWJ / ZWNJ (they only select a glyph shape: half forms, eyelash र), soft hyphen and BOM removed.
+* ``अ`` + ``ा`` (a common typing error for आ) folded to ``आ``; ``ा`` + ``े``/``ै`` to ``ो``/``ौ``; a
+  doubled vowel sign or virama written once; a virama directly before a vowel sign dropped; ASCII ``:`` after a Devanagari letter is
+  the visarga typed on a Latin keyboard and becomes ``ः``.
+* Devanagari digits are kept as they are; runs of whitespace become one space; ends stripped.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = ["TextError", "WordToken", "normalize_devanagari", "split_words", "is_devanagari_letter"]
+
+
+class TextError(ValueError):
+    """Text the frontend cannot pronounce (empty, not Devanagari, mixed script)."""
+
+
+NUKTA = "\u093c"
+_INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060"), None)
+_WS = re.compile(r"\s+")
+# ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit.
+_COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):(?![0-9\u0966-\u096f])")
+
+_DOUBLED_SIGN = re.compile(r"([\u0900-\u0903\u093c\u093e-\u094d])\1+")
+_VIRAMA_MATRA = re.compile(r"\u094d([\u093e-\u094c])")
+
+DANDAS = "\u0964\u0965"
+
+
+def is_devanagari_letter(ch: str) -> bool:
+    """Letters, vowel signs and marks of the Devanagari block (not digits, dandas or abbreviation sign)."""
+    cp = ord(ch)
+    return 0x0900 <= cp <= 0x097F and not (0x0964 <= cp <= 0x096F) and ch != "\u0970"
+
+
+def _is_dev_digit(ch: str) -> bool:
+    return 0x0966 <= ord(ch) <= 0x096F
+
+
+def normalize_devanagari(text: str) -> str:
+    """Return ``text`` in the frontend's normal form (see the module docstring)."""
+    if not isinstance(text, str):
+        raise TextError(f"expected a string, got {type(text).__name__}")
+    text = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
+    text = text.replace("\u0905\u093e", "\u0906")
+    # Typing errors that render like the intended word: ा+े / ा+ै typed for ो / ौ, a doubled sign,
+    # a virama left before a vowel sign (्‍ा after the ZWJ is gone).
+    text = text.replace("\u093e\u0947", "\u094b").replace("\u093e\u0948", "\u094c")
+    text = _DOUBLED_SIGN.sub(r"\1", text)
+    text = _VIRAMA_MATRA.sub(r"\1", text)
+    text = _COLON_VISARGA.sub("\u0903", text)
+    # Removing ZWJ can leave sequences NFC would order differently; normalise once more.
+    text = unicodedata.normalize("NFC", text)
+    return _WS.sub(" ", text).strip()
+
+
+@dataclass(frozen=True)
+class WordToken:
+    """One item of the text. ``skipped`` is why it gets no pronunciation, or None for a Nepali word."""
+
+    index: int
+    text: str
+    skipped: str | None
+
+
+def _char_class(ch: str) -> str:
+    if is_devanagari_letter(ch):
+        return "dev"
+    if _is_dev_digit(ch) or ch.isdigit():
+        return "digit"
+    if ch.isalpha() or unicodedata.category(ch).startswith("M"):
+        return "other"
+    return "punct"
+
+
+def _classify(chunk: str) -> str | None:
+    classes = {_char_class(c) for c in chunk if c not in ".,"}  # separators inside a number
+    if classes == {"dev"}:
+        # A word cannot start with a vowel sign, virama or nukta.
+        if unicodedata.category(chunk[0]).startswith("M"):
+            return "stray vowel sign"
+        return None
+    if classes == {"digit"}:
+        return "digits"
+    if classes == {"other"}:
+        return "not Devanagari"
+    return "mixed script"
+
+
+def split_words(text: str) -> list[WordToken]:
+    """Split normalised text into word tokens.
+
+    Every whitespace-separated item appears: leading/trailing/inner punctuation (dandas, quotes, commas,
+    hyphens, ...) is split off into its own ``"punctuation"`` entry; runs of digits (with the ``.``/``,``
+    inside a number) are ``"digits"`` entries; Latin and other scripts are ``"not Devanagari"``; a chunk
+    mixing Devanagari letters with digits or other letters is ``"mixed script"``.
+    """
+    out: list[WordToken] = []
+    for item in normalize_devanagari(text).split(" "):
+        if not item:
+            continue
+        for chunk in _split_punct(item):
+            reason = "punctuation" if all(_char_class(c) == "punct" for c in chunk) else _classify(chunk)
+            out.append(WordToken(len(out), chunk, reason))
+    return out
+
+
+def _split_punct(item: str) -> list[str]:
+    """Cut an item into maximal runs of punctuation and of non-punctuation (digit groups keep . and ,)."""
+    chunks: list[str] = []
+    cur = ""
+    cur_punct: bool | None = None
+    for i, ch in enumerate(item):
+        punct = _char_class(ch) == "punct"
+        if punct and ch in ".,":
+            # 1,000 / ३.५ : separator between digits belongs to the number.
+            prev = item[i - 1] if i else ""
+            nxt = item[i + 1] if i + 1 < len(item) else ""
+            if _char_class(prev) == "digit" and _char_class(nxt) == "digit":
+                punct = False
+        if cur and punct != cur_punct:
+            chunks.append(cur)
+            cur = ""
+        cur += ch
+        cur_punct = punct
+    if cur:
+        chunks.append(cur)
+    return chunks

@@ -1,0 +1,334 @@
+"""Tests for leakloss.audio: every documented behaviour of loading, checking and saving."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import os
+import stat
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio.functional as AF
+
+from leakloss.audio import (
+    CLIP_LEVEL,
+    MIN_DURATION_S,
+    SAMPLE_RATE,
+    SILENCE_DBFS,
+    AudioError,
+    AudioInfo,
+    audio_to_wav_bytes,
+    load_audio,
+    prepare_waveform,
+    save_audio,
+)
+
+
+def tone(seconds: float = 0.5, rate: int = SAMPLE_RATE, freq: float = 440.0, amp: float = 0.5) -> np.ndarray:
+    """Float64 sine ``[t]``."""
+    t = np.arange(int(round(seconds * rate))) / rate
+    return amp * np.sin(2 * np.pi * freq * t)
+
+
+# --- formats -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "fmt, subtype, step",
+    [
+        ("WAV", "PCM_16", 2.0**-15),
+        ("WAV", "PCM_24", 2.0**-23),
+        ("WAV", "PCM_32", 2.0**-31),
+        ("WAV", "FLOAT", 1e-7),
+        ("FLAC", "PCM_16", 2.0**-15),
+        ("FLAC", "PCM_24", 2.0**-23),
+    ],
+)
+def test_formats_load_to_same_waveform_within_quantisation(tmp_path, fmt, subtype, step):
+    ref = tone()
+    path = tmp_path / f"x.{fmt.lower()}"
+    sf.write(path, ref, SAMPLE_RATE, format=fmt, subtype=subtype)
+    wave, info = load_audio(path)
+    assert wave.dtype == torch.float32 and wave.dim() == 1 and wave.shape[0] == ref.shape[0]
+    # Within one quantisation step: libsndfile writes with scale 2**(b-1)-1 but reads with
+    # 2**(b-1), which adds up to half a step on top of rounding; float32 adds ~6e-8.
+    err = np.abs(wave.numpy().astype(np.float64) - ref).max()
+    assert err <= step + 1e-7, err
+    assert info == AudioInfo(str(path), SAMPLE_RATE, 1, 0.5, 0.0, False, False)
+
+
+def test_int16_and_float_files_agree(tmp_path):
+    ref = tone()
+    sf.write(tmp_path / "a.wav", ref, SAMPLE_RATE, subtype="PCM_16")
+    sf.write(tmp_path / "b.wav", ref, SAMPLE_RATE, subtype="FLOAT")
+    a, _ = load_audio(tmp_path / "a.wav")
+    b, _ = load_audio(tmp_path / "b.wav")
+    assert torch.allclose(a, b, rtol=0.0, atol=2.0**-15)  # one 16-bit step
+
+
+# --- resampling and downmixing ---------------------------------------------------------------
+
+def test_wrong_rate_is_resampled(tmp_path):
+    ref = tone(rate=22_050)
+    sf.write(tmp_path / "x.wav", ref, 22_050, subtype="FLOAT")
+    wave, info = load_audio(tmp_path / "x.wav")
+    assert info.resampled and info.original_rate == 22_050
+    assert wave.shape[0] == math.ceil(ref.shape[0] * SAMPLE_RATE / 22_050)
+    expected = AF.resample(torch.from_numpy(ref.astype(np.float32)), 22_050, SAMPLE_RATE)
+    assert torch.allclose(wave, expected, atol=1e-6)
+    # A 440 Hz tone stays a 440 Hz tone: compare with the tone synthesised at 16 kHz away from edges.
+    direct = tone(rate=SAMPLE_RATE)[: wave.shape[0]]
+    assert np.abs(wave.numpy()[800:-800] - direct[800:-800]).max() < 1e-2
+
+
+def test_other_target_rate(tmp_path):
+    sf.write(tmp_path / "x.wav", tone(), SAMPLE_RATE)
+    wave, info = load_audio(tmp_path / "x.wav", sample_rate=24_000)
+    assert info.resampled and wave.shape[0] == 12_000
+
+
+def test_stereo_is_downmixed_by_mean(tmp_path):
+    left, right = tone(freq=440.0), tone(freq=660.0, amp=0.25)
+    sf.write(tmp_path / "x.wav", np.stack([left, right], axis=1), SAMPLE_RATE, subtype="FLOAT")
+    wave, info = load_audio(tmp_path / "x.wav")
+    assert info.downmixed and info.channels == 2 and not info.resampled
+    assert np.allclose(wave.numpy(), (left + right) / 2, atol=1e-6)
+
+
+def test_multichannel_in_memory_channels_first():
+    x = torch.from_numpy(np.stack([tone(), -tone() * 0.5, tone() * 0.25]).astype(np.float32))
+    wave, info = prepare_waveform(x, SAMPLE_RATE)
+    assert info.channels == 3 and info.downmixed and info.path is None
+    assert torch.allclose(wave, x.mean(dim=0))
+
+
+def test_time_major_array_is_rejected_not_misread():
+    x = np.stack([tone(), tone()], axis=1)  # [t, 2]
+    with pytest.raises(AudioError, match=r"channels first"):
+        prepare_waveform(x, SAMPLE_RATE)
+
+
+def test_in_memory_int16_scaled_like_soundfile(tmp_path):
+    pcm = (tone() * 32767).astype(np.int16)
+    wave, _ = prepare_waveform(pcm, SAMPLE_RATE)
+    sf.write(tmp_path / "x.wav", pcm, SAMPLE_RATE, subtype="PCM_16")
+    from_file, _ = load_audio(tmp_path / "x.wav")
+    assert torch.equal(wave, from_file)
+
+
+def test_big_endian_and_float64_arrays():
+    x = tone()
+    a, _ = prepare_waveform(x.astype(">f4"), SAMPLE_RATE)
+    b, _ = prepare_waveform(x, SAMPLE_RATE)
+    assert a.dtype == b.dtype == torch.float32
+    assert torch.equal(a, torch.from_numpy(x.astype(np.float32)))
+    assert torch.allclose(a, b)
+
+
+def test_bad_types_and_rates():
+    with pytest.raises(AudioError, match="sample type"):
+        prepare_waveform(np.zeros(1000, dtype=np.uint8), SAMPLE_RATE)
+    with pytest.raises(AudioError, match="Tensor or numpy"):
+        prepare_waveform([0.1] * 1000, SAMPLE_RATE)  # type: ignore[arg-type]
+    with pytest.raises(AudioError, match="positive integer"):
+        prepare_waveform(tone(), 0)
+    with pytest.raises(AudioError, match="positive integer"):
+        prepare_waveform(tone(), 16000.0)  # type: ignore[arg-type]
+    with pytest.raises(AudioError, match=r"\[time\] or \[channels, time\]"):
+        prepare_waveform(np.zeros((1, 2, 3000)), SAMPLE_RATE)
+
+
+# --- rejected audio ---------------------------------------------------------------------------
+
+def test_zero_byte_file_is_empty(tmp_path):
+    (tmp_path / "x.wav").write_bytes(b"")
+    with pytest.raises(AudioError, match=r"x\.wav.* is empty"):
+        load_audio(tmp_path / "x.wav")
+
+
+def test_zero_sample_file_is_empty(tmp_path):
+    sf.write(tmp_path / "x.wav", np.zeros(0), SAMPLE_RATE)
+    with pytest.raises(AudioError, match=r"x\.wav.* is empty"):
+        load_audio(tmp_path / "x.wav")
+
+
+def test_zero_sample_tensor_is_empty():
+    with pytest.raises(AudioError, match=r"^audio is empty"):
+        prepare_waveform(torch.zeros(0), SAMPLE_RATE)
+    with pytest.raises(AudioError, match=r"is empty"):
+        prepare_waveform(torch.zeros(2, 0), SAMPLE_RATE)
+
+
+def test_too_short(tmp_path):
+    n = int(MIN_DURATION_S * 8_000) - 1  # just under 50 ms at 8 kHz
+    sf.write(tmp_path / "x.wav", tone(rate=8_000)[:n], 8_000)
+    with pytest.raises(AudioError, match=r"x\.wav.* too short"):
+        load_audio(tmp_path / "x.wav")
+    # exactly 50 ms is accepted
+    wave, info = prepare_waveform(tone(rate=8_000)[: n + 1], 8_000)
+    assert info.duration_s == pytest.approx(MIN_DURATION_S)
+
+
+def test_silent(tmp_path):
+    sf.write(tmp_path / "zeros.wav", np.zeros(8000), SAMPLE_RATE)
+    with pytest.raises(AudioError, match=r"zeros\.wav.* is silent"):
+        load_audio(tmp_path / "zeros.wav")
+    quiet = tone(amp=10 ** ((SILENCE_DBFS - 1) / 20))  # peak -61 dBFS
+    with pytest.raises(AudioError, match=r"is silent: peak level -61\.0 dBFS"):
+        prepare_waveform(quiet, SAMPLE_RATE)
+    audible = tone(amp=10 ** ((SILENCE_DBFS + 1) / 20))  # peak -59 dBFS
+    prepare_waveform(audible, SAMPLE_RATE)
+
+
+def test_silent_after_downmix_is_rejected():
+    x = np.stack([tone(), -tone()])  # opposite phase cancels in the mono mix that gets scored
+    with pytest.raises(AudioError, match="silent"):
+        prepare_waveform(x, SAMPLE_RATE)
+
+
+def test_nan_and_inf_counted(tmp_path):
+    x = tone().astype(np.float32)
+    x[[10, 20, 30]] = np.nan
+    x[40] = np.inf
+    sf.write(tmp_path / "x.wav", x, SAMPLE_RATE, subtype="FLOAT")
+    with pytest.raises(AudioError, match=r"x\.wav.* contains 4 NaN or Inf samples"):
+        load_audio(tmp_path / "x.wav")
+    with pytest.raises(AudioError, match=r"contains 1 NaN"):
+        prepare_waveform(torch.tensor([0.5] * 999 + [float("-inf")]), SAMPLE_RATE)
+
+
+def test_clipped_is_loaded_and_reported(tmp_path):
+    x = tone(amp=0.5)
+    n_clip = 8  # 8 of 8000 = exactly 0.1 %
+    x[100 : 100 + n_clip] = 1.0
+    sf.write(tmp_path / "x.wav", x, SAMPLE_RATE, subtype="FLOAT")
+    wave, info = load_audio(tmp_path / "x.wav")
+    assert wave.shape[0] == x.shape[0]
+    assert info.clipped_fraction == pytest.approx(n_clip / x.shape[0])
+    assert info.is_clipped
+    x[100] = CLIP_LEVEL - 1e-3  # one fewer clipped sample: below the reporting threshold
+    _, info = prepare_waveform(x, SAMPLE_RATE)
+    assert info.clipped_fraction == pytest.approx((n_clip - 1) / x.shape[0]) and not info.is_clipped
+
+
+def test_clipped_fraction_counts_all_channels():
+    x = np.stack([tone(), tone()])
+    x[0, :80] = -1.0  # 80 of 16000 channel samples
+    _, info = prepare_waveform(x, SAMPLE_RATE)
+    assert info.clipped_fraction == pytest.approx(80 / 16000)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(AudioError, match=r"nope\.wav.* does not exist"):
+        load_audio(tmp_path / "nope.wav")
+
+
+def test_folder_is_not_audio(tmp_path):
+    with pytest.raises(AudioError, match="is a folder"):
+        load_audio(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"hello, this is a text file\n", bytes(range(256)) * 8])
+def test_non_audio_file(tmp_path, content):
+    (tmp_path / "x.wav").write_bytes(content)
+    with pytest.raises(AudioError, match=r"x\.wav.* could not be read") as err:
+        load_audio(tmp_path / "x.wav")
+    assert isinstance(err.value.__cause__, sf.SoundFileError)  # cause chained, not leaked as-is
+    assert not isinstance(err.value, RuntimeError)
+
+
+def test_truncated_file(tmp_path):
+    buf = io.BytesIO()
+    sf.write(buf, tone(), SAMPLE_RATE, format="FLAC")
+    (tmp_path / "x.flac").write_bytes(buf.getvalue()[:30])
+    with pytest.raises(AudioError, match=r"x\.flac"):
+        load_audio(tmp_path / "x.flac")
+
+
+def test_audio_error_is_value_error():
+    assert issubclass(AudioError, ValueError)
+
+
+# --- saving -------------------------------------------------------------------------------------
+
+def test_save_round_trip_is_exact_on_16bit_grid(tmp_path):
+    wave, _ = prepare_waveform(tone().astype(np.float32), SAMPLE_RATE)
+    wave = torch.round(wave * 32768) / 32768  # already on the 16-bit grid
+    save_audio(tmp_path / "x.wav", wave)
+    back, info = load_audio(tmp_path / "x.wav")
+    assert torch.equal(back, wave)
+    meta = sf.info(str(tmp_path / "x.wav"))
+    assert (meta.format, meta.subtype, meta.samplerate, meta.channels) == ("WAV", "PCM_16", SAMPLE_RATE, 1)
+
+
+def test_save_quantises_and_clips(tmp_path):
+    wave = torch.tensor([0.1234567, 1.5, -2.0, 0.0] * 400)
+    save_audio(tmp_path / "x.wav", wave, 8_000)
+    data, rate = sf.read(str(tmp_path / "x.wav"), dtype="int16")
+    assert rate == 8_000
+    assert data[:4].tolist() == [round(0.1234567 * 32768), 32767, -32768, 0]
+
+
+def test_save_is_atomic_and_leaves_nothing_on_error(tmp_path, monkeypatch):
+    target = tmp_path / "x.wav"
+    save_audio(target, torch.from_numpy(tone().astype(np.float32)))
+    before = target.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(sf, "write", boom)
+    with pytest.raises(AudioError, match="disk full"):
+        save_audio(target, torch.zeros(1000))
+    assert target.read_bytes() == before  # old file untouched
+    assert sorted(os.listdir(tmp_path)) == ["x.wav"]  # no temp file left
+
+
+def test_save_bad_input_creates_nothing(tmp_path):
+    with pytest.raises(AudioError, match="NaN"):
+        save_audio(tmp_path / "x.wav", torch.tensor([0.0, float("nan")]))
+    with pytest.raises(AudioError, match=r"\.wav"):
+        save_audio(tmp_path / "x.flac", torch.zeros(100))
+    with pytest.raises(AudioError, match="does not exist"):
+        save_audio(tmp_path / "missing" / "x.wav", torch.zeros(100))
+    with pytest.raises(AudioError, match="non-empty"):
+        save_audio(tmp_path / "x.wav", torch.zeros(0))
+    assert os.listdir(tmp_path) == []
+
+
+def test_saved_file_has_normal_permissions(tmp_path):
+    save_audio(tmp_path / "x.wav", torch.zeros(100))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "x.wav").st_mode) == 0o666 & ~mask
+
+
+def test_save_multichannel(tmp_path):
+    x = torch.from_numpy(np.stack([tone(), tone() * 0.5]).astype(np.float32))
+    save_audio(tmp_path / "x.wav", x)
+    data, _ = sf.read(str(tmp_path / "x.wav"), always_2d=True)
+    assert data.shape == (x.shape[1], 2)
+    assert np.allclose(data.T, x.numpy(), atol=2.0**-15)
+
+
+def test_save_dtypes(tmp_path):
+    save_audio(tmp_path / "a.wav", torch.full((800,), 0.5, dtype=torch.bfloat16))
+    assert sf.read(str(tmp_path / "a.wav"), dtype="int16")[0][0] == 16384
+    with pytest.raises(AudioError, match="float samples"):
+        save_audio(tmp_path / "b.wav", torch.zeros(800, dtype=torch.int16))
+    with pytest.raises(AudioError, match="float samples"):
+        audio_to_wav_bytes(np.zeros(800, dtype=np.int32))  # type: ignore[arg-type]
+    assert not (tmp_path / "b.wav").exists()
+
+
+def test_wav_bytes_decode_back():
+    wave = torch.from_numpy(tone().astype(np.float32))
+    blob = audio_to_wav_bytes(wave, SAMPLE_RATE)
+    assert blob[:4] == b"RIFF" and blob[8:12] == b"WAVE"
+    data, rate = sf.read(io.BytesIO(base64.b64decode(base64.b64encode(blob))), dtype="float32")
+    assert rate == SAMPLE_RATE
+    assert np.abs(data - wave.numpy()).max() <= 2.0**-16 + 1e-7
+    assert len(blob) == 44 + 2 * wave.shape[0]  # plain 16-bit PCM, no extra chunks

@@ -1,0 +1,138 @@
+import hashlib
+import random
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from leakloss.text.g2p import (
+    LexiconError, NepaliFrontend, inherent_vowel_pattern, iter_lexicon, load_lexicon, split_suffixes,
+)
+from leakloss.text.normalize import TextError
+from leakloss.text.phones import NEPALI_PHONES
+
+SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return NepaliFrontend(use_builtin_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def fe():
+    return NepaliFrontend()
+
+
+def ph(s: str) -> tuple[str, ...]:
+    return tuple(s.split())
+
+
+@pytest.mark.parametrize("word, phones", [
+    ("नेकपा", "n e k ʌ p aː"),       # schwa after क kept: no Hindi deletion in V C _ C V#
+    ("बजारको", "b ʌ ɟ aː r k o"),     # stem-final schwa dropped before -को
+    ("घरको", "ɡʰ ʌ r k o"),
+    ("सडकमा", "s ʌ ɖ ʌ k m aː"),
+    ("कमल", "k ʌ m ʌ l"),
+    ("गर्छ", "ɡ ʌ r cʰ ʌ"),           # verb ending keeps its vowel
+    ("गरेर", "ɡ ʌ r e r ʌ"),
+    ("हैन", "h ʌi̯ n ʌ"),              # negative verb: final vowel kept, ऐ = ʌi̯ (Hindi: hɛːn)
+])
+def test_rules_without_any_lexicon(rules, word, phones):
+    assert rules.pronounce(word).phones == ph(phones)
+
+
+def test_tarkari_has_no_schwa_after_ra(rules, fe):
+    assert rules.pronounce("तरकारी").phones == ph("t ʌ r k aː r i")
+    p = fe.pronounce("तरकारी")
+    assert (p.phones, p.source, p.confidence) == (ph("t ʌ r k aː r i"), "lexicon", "high")
+
+
+def test_sources(rules):
+    assert rules.pronounce("बजारको").source == "suffix"
+    assert rules.pronounce("कमल").source == "rules"
+    assert split_suffixes("घरहरूको") == ("घर", ("हरू", "को"))
+
+
+def test_nfc_nfd_nukta(rules):
+    a = rules.pronounce("\u095e\u093f\u0932\u094d\u092e")  # फ़िल्म precomposed
+    b = rules.pronounce(unicodedata.normalize("NFD", "फ़िल्म"))
+    assert a == b and a.phones[0] == "f"
+    assert rules.pronounce("ज़मीन").phones[0] == "z"
+
+
+def test_chandrabindu_vs_anusvara(rules):
+    assert rules.pronounce("अंक").phones[:2] == ("ʌ", "ŋ")            # anusvara before k: ŋ
+    assert rules.pronounce("संसार").phones[:2] == ("s", "ʌ\u0303")    # before s: nasal vowel
+    assert rules.pronounce("हाँस").phones[:2] == ("h", "aː\u0303")     # chandrabindu: nasal vowel
+    assert rules.pronounce("गरौं").phones[-1] == "ʌu̯\u0303"          # word-final anusvara
+
+
+def test_visarga_zwj_virama_conjuncts(rules):
+    assert rules.pronounce("दुःख").phones == ph("d u kʰ ʌ")
+    assert rules.pronounce("क्\u200dष").phones == rules.pronounce("क्ष").phones == ph("k cʰ j ʌ")
+    assert rules.pronounce("ज्ञान").phones == ph("ɡ j aː n")
+    assert rules.pronounce("भन्छन्").phones[-1] == "n"                 # word-final virama: no schwa
+    assert rules.pronounce("कृषि").phones == ph("k r i s i")
+
+
+def test_independent_vowels(rules):
+    assert rules.pronounce("आइतबार").phones[:2] == ("aː", "i")
+    assert rules.pronounce("उनी").phones == ph("u n i")
+    assert rules.pronounce("ऐन").phones[0] == "ʌi̯"
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "hello", "नेपालabc", "२०७९", "ा", "दुई शब्द", None])
+def test_bad_words_raise_text_error(rules, bad):
+    with pytest.raises(TextError):
+        rules.pronounce(bad)
+
+
+def test_only_inventory_phones(fe):
+    for w in ["नेपाल", "क्षत्रिय", "ज्ञानेन्द्र", "फ़ोन", "ऋषि", "ॐ", "सिंहदरबार", "काठमाडौँमा", "बैँकबाट"]:
+        assert set(fe.pronounce(w).phones) <= NEPALI_PHONES, w
+
+
+def test_inherent_vowel_pattern():
+    assert inherent_vowel_pattern("नेकपा", ph("n e k ʌ p aː")) == (True,)
+    assert inherent_vowel_pattern("नेकपा", ph("n eː k p aː")) == (False,)
+    assert inherent_vowel_pattern("तरकारी", ph("t ʌ r k aː r i")) == (True, False)
+    assert inherent_vowel_pattern("तरकारी", ph("t ə r ə k aː r iː")) == (True, True)
+    assert inherent_vowel_pattern("तरकारी", ph("k u k u r")) is None
+
+
+def test_load_lexicon_both_formats(tmp_path):
+    f = tmp_path / "lex.tsv"
+    f.write_text("# comment\nनेकपा\tn . e . k ax . p aa\tlabel\nहैन\th ʌi̯ n ʌ\nक्ष\tk tsh y ax\n\n", encoding="utf-8")
+    lex = load_lexicon(f)
+    assert lex == {"नेकपा": ph("n e k ʌ p aː"), "हैन": ph("h ʌi̯ n ʌ"), "क्ष": ph("k cʰ j ʌ")}
+    fe = NepaliFrontend(f, use_builtin_exceptions=False)
+    assert fe.pronounce("नेकपा").source == "lexicon"
+
+
+@pytest.mark.parametrize("line", ["नेकपा n e k", "नेकपा\tn e qq", "abc\tn e", "नेकपा\t"])
+def test_load_lexicon_malformed_line_is_named(tmp_path, line):
+    f = tmp_path / "bad.tsv"
+    f.write_text(f"# ok\nनेपाल\tn e p aa l\n{line}\n", encoding="utf-8")
+    with pytest.raises(LexiconError, match=r"bad\.tsv:3"):
+        load_lexicon(f)
+
+
+def test_builtin_exceptions_are_inventory_phones():
+    from leakloss.text.g2p import BUILTIN_EXCEPTIONS
+    for _, word, phones in iter_lexicon(BUILTIN_EXCEPTIONS):
+        assert phones and set(phones) <= NEPALI_PHONES, word
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_LEXICON.exists(), reason="shared lexicon not present")
+def test_agreement_on_held_out_sample(rules):
+    held = [(w, p) for _, w, p in iter_lexicon(SHARED_LEXICON, strict=False)
+            if p and hashlib.sha1(w.encode()).hexdigest()[-1] in "012"]
+    sample = random.Random(0).sample(held, 1000)
+    ok = sum(
+        1 for w, p in sample
+        if (ref := inherent_vowel_pattern(w, p)) is not None
+        and inherent_vowel_pattern(w, rules.pronounce(w).phones) == ref
+    )
+    assert ok / len(sample) >= 0.92

@@ -1,0 +1,44 @@
+import unicodedata
+
+import pytest
+
+from leakloss.text.normalize import TextError, WordToken, normalize_devanagari, split_words
+
+
+def test_nfc_and_nfd_give_the_same_string():
+    word = "फ़िल्म"  # precomposed फ़ (U+095E) + ...
+    assert normalize_devanagari(word) == normalize_devanagari(unicodedata.normalize("NFD", word))
+    assert normalize_devanagari("\u095e") == normalize_devanagari("\u092b\u093c") == "\u092b\u093c"
+
+
+def test_zwj_zwnj_removed_and_whitespace_collapsed():
+    assert normalize_devanagari("  क्\u200dष  \n नेपाल\u200c ") == "क्ष नेपाल"
+
+
+def test_digits_kept_and_typing_errors_folded():
+    assert normalize_devanagari("२०७९") == "२०७९"
+    assert normalize_devanagari("अाज") == "आज"
+    assert normalize_devanagari("काेठा") == "कोठा"
+    assert normalize_devanagari("बेेला") == "बेला"
+
+
+def test_non_string_is_a_text_error():
+    with pytest.raises(TextError):
+        normalize_devanagari(None)  # type: ignore[arg-type]
+
+
+def test_split_words_keeps_every_item():
+    toks = split_words("नेपाल, सुन्दर छ। hello २०७९ सालमा॥ नेपालabc")
+    assert [(t.text, t.skipped) for t in toks] == [
+        ("नेपाल", None), (",", "punctuation"), ("सुन्दर", None), ("छ", None), ("।", "punctuation"),
+        ("hello", "not Devanagari"), ("२०७९", "digits"), ("सालमा", None), ("॥", "punctuation"),
+        ("नेपालabc", "mixed script"),
+    ]
+    assert [t.index for t in toks] == list(range(len(toks)))
+    assert isinstance(toks[0], WordToken)
+
+
+def test_split_words_numbers_and_lone_punctuation():
+    toks = split_words("१,२००.५ — ?")
+    assert [(t.text, t.skipped) for t in toks] == [("१,२००.५", "digits"), ("—", "punctuation"), ("?", "punctuation")]
+    assert split_words("   ") == []

@@ -1,0 +1,1 @@
+"""Hydra entry point that trains the embedded phone recognizers (``python -m train_recognizers``)."""

@@ -1,0 +1,71 @@
+"""Train one embedded recognizer: ``python -m train_recognizers recognizer_arch=a`` (or ``b``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from leakloss.acoustic.recognizer_training import (
+    CorpusCTCDataset, LengthBucketSampler, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
+)
+from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def split_sentences(sentences: list[str], heldout_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Fixed sentence split (seed 0 for every recognizer, so both hold out the same sentences)."""
+    order = list(range(len(sentences)))
+    random.Random(seed).shuffle(order)
+    n_held = max(1, int(len(sentences) * heldout_fraction))
+    held = set(order[:n_held])
+    return [s for i, s in enumerate(sentences) if i not in held], [s for i, s in enumerate(sentences) if i in held]
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="train_recognizer")
+def main(cfg: DictConfig) -> None:
+    torch.set_num_threads(cfg.num_threads)
+    start = time.time()
+    sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
+    train, held = split_sentences(sentences, cfg.heldout_fraction)
+    corpus = build_corpus(train, Path(cfg.cache_dir).expanduser(), roles=list(cfg.roles),
+                          readings_per_sentence=cfg.readings_per_sentence, seed=0)
+    print(f"corpus: {len(corpus)} readings, {sum(i.duration for i in corpus.items) / 60:.1f} min, {time.time() - start:.0f}s")
+    vocab = build_vocab([item.phones for item in corpus.items])
+    seed = int(cfg.recognizer_arch.seed)
+    L.seed_everything(seed)
+    dataset = CorpusCTCDataset(corpus, corpus.items, vocab, augment=True, seed=seed)
+    sampler = LengthBucketSampler([i.duration for i in corpus.items], cfg.batch_size, seed=seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_ctc, num_workers=0)
+    arch = instantiate(cfg.recognizer_arch.arch)
+    module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                              total_steps=cfg.max_steps)
+    trainer = L.Trainer(max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
+                        devices=1, logger=False, enable_checkpointing=False, gradient_clip_val=5.0,
+                        log_every_n_steps=25)
+    trainer.fit(module, loader)
+    minutes = (time.time() - start) / 60
+    n_params = sum(p.numel() for p in module.model.parameters())
+    card = {
+        "name": cfg.recognizer_arch.name, "class": "Wav2Vec2ForCTC", "parameters": n_params, "seed": seed,
+        "architecture": dict(cfg.recognizer_arch.arch), "training_minutes": round(minutes, 1),
+        "steps": trainer.global_step, "corpus": corpus.root.name, "readings": len(corpus),
+        "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
+        "heldout_sentences": len(held), "label_set": "canonical (leakloss.text.phones.canonical)",
+    }
+    out = save_recognizer(module.model.cpu(), vocab, cfg.out_dir, card)
+    print(json.dumps(card, ensure_ascii=False))
+    print(f"saved {out} after {minutes:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
