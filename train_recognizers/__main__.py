@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 from pathlib import Path
 
@@ -15,20 +14,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from leakloss.acoustic.recognizer_training import (
-    CorpusCTCDataset, LengthBucketSampler, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
+    CorpusCTCDataset, PrintProgress, LengthBucketSampler, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
 )
-from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences
+from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences, split_sentences
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
-
-
-def split_sentences(sentences: list[str], heldout_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Fixed sentence split (seed 0 for every recognizer, so both hold out the same sentences)."""
-    order = list(range(len(sentences)))
-    random.Random(seed).shuffle(order)
-    n_held = max(1, int(len(sentences) * heldout_fraction))
-    held = set(order[:n_held])
-    return [s for i, s in enumerate(sentences) if i not in held], [s for i, s in enumerate(sentences) if i in held]
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="train_recognizer")
@@ -49,7 +39,8 @@ def main(cfg: DictConfig) -> None:
     arch = instantiate(cfg.recognizer_arch.arch)
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                               total_steps=cfg.max_steps)
-    trainer = L.Trainer(max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
+    trainer = L.Trainer(callbacks=[PrintProgress(every=50)], enable_progress_bar=False,
+                        max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
                         devices=1, logger=False, enable_checkpointing=False, gradient_clip_val=5.0,
                         log_every_n_steps=25)
     trainer.fit(module, loader)

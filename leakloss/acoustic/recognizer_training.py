@@ -121,6 +121,23 @@ class LengthBucketSampler(torch.utils.data.Sampler):
         return (len(self.lengths) + self.batch_size - 1) // self.batch_size
 
 
+class PrintProgress(L.Callback):
+    """One plain line every ``every`` steps (a progress bar is unreadable in logs)."""
+
+    def __init__(self, every: int = 50) -> None:
+        self.every = every
+        self._start = None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        import time
+
+        self._start = self._start or time.time()
+        step = trainer.global_step
+        if step % self.every == 0:
+            loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
+            print(f"step {step} loss {loss:.3f} elapsed {time.time() - self._start:.0f}s", flush=True)
+
+
 class RecognizerModule(L.LightningModule):
     def __init__(self, arch: RecognizerArchitecture, vocab: dict[str, int], seed: int = 0, lr: float = 1e-3,
                  warmup_steps: int = 300, total_steps: int = 5000):

@@ -60,6 +60,14 @@ def read_sentences(path: str | Path) -> list[str]:
     return [line.split("\t", 1)[-1].strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def split_sentences(sentences: Sequence[str], heldout_fraction: float = 0.1, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Fixed (train, held-out) split of sentences; every recognizer and benchmark uses seed 0."""
+    order = list(range(len(sentences)))
+    random.Random(seed).shuffle(order)
+    held = set(order[: max(1, int(len(sentences) * heldout_fraction))])
+    return [s for i, s in enumerate(sentences) if i not in held], [s for i, s in enumerate(sentences) if i in held]
+
+
 def split_text_words(text: str) -> list[str]:
     from leakloss.text.normalize import normalize_devanagari, split_words
 

@@ -500,13 +500,15 @@ def _final_keeps(units: Sequence[Unit], stem_text: str) -> bool:
         return True
     if stem_text.endswith(("उन", "इन")) and len(units) <= 2:
         return False  # उन, इन are pronouns, not verb endings
+    if stem_text.endswith("इन") and len(units) >= 5 or stem_text.endswith("िन") and len(units) <= 2:
+        return False  # long -इन words are loans/names (…लाइन), दिन din is a noun (studied words)
     # Short words in -इन/-एन are mostly verb forms (गरिन, गरेन), longer ones nouns and loans.
     if stem_text.endswith("िन") and len(units) <= 4 or stem_text.endswith("ेन") and len(units) <= 3:
         return True
     return stem_text.endswith(_KEEP_FINAL_ENDINGS)
 
 
-def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool = True) -> tuple[list[bool], list[str]]:
+def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool = True) -> tuple[list[bool], list[str]]:
     """Per unit: is its inherent vowel pronounced (False for units without one), and the rule that
     decided it (``""`` for units without a slot). Rules, right to left:
 
@@ -518,9 +520,12 @@ def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool =
       Hindi, Nepali does not delete a schwa in V C _ C V# ;
     * ``cluster``: a slot before a conjunct keeps;
     * ``after-drop``: next to a dropped schwa a slot keeps (no two deletions in a row);
-    * ``medial``: otherwise (a vowel on both sides) mostly drops (तरकारी tar-kaa-ri), keeps in the
-      measured exceptions below -- the spelling cannot show compound boundaries, so this class is
-      ``low`` confidence (about 60% right on the studied words).
+    * ``medial``: otherwise (a vowel on both sides) the schwa keeps before a sonorant onset (र न ह;
+      ल य when a schwa is on either side) and drops before an obstruent (तरकारी tar-kaa-ri) -- the
+      spelling cannot show compound boundaries, so this class is ``low`` confidence (about 71% right
+      on the studied words; it was 63% with the previous neighbour-vowel rule).
+
+    Compound members (:data:`COMPOUND_MEMBERS`) are split off first, see :func:`_decide_schwas`.
 
     ``after-cluster`` (a slot after a conjunct, not in the last two syllables) keeps but is only
     ``medium``: English loanwords (गोल्डकप) break it.
@@ -549,7 +554,9 @@ def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool =
         if k + 1 == n - 1:
             kept[k], why[k] = True, "penult"
         elif nxt.vowel == VIRAMA:
-            kept[k], why[k] = True, "cluster"
+            # before a consonant + glide (ब्या, क्वा: mostly loanwords) after a vowel sign it drops
+            glide = k + 2 < n and units[k + 2].cons in ("य", "व") and not prev.inherent and prev.cons is not None
+            kept[k], why[k] = not glide, "cluster"
         elif nxt.inherent and not kept[k + 1]:
             kept[k], why[k] = True, "after-drop"
         else:
@@ -557,10 +564,128 @@ def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool =
             # before a written one (with more syllables to come) Nepali keeps more often than not; so
             # it does before a kept schwa in the word's last two syllables, and after a word-initial
             # independent vowel (prefixes उप-, अन-).
-            nn_last = k + 2 == n - 1
-            keep = (prev.inherent and not nxt.inherent and not nn_last) or \
-                   (nxt.inherent and (nn_last or prev.cons is None))
+            # Measured on the studied words: the schwa stays before a sonorant onset (र न ह always; ल
+            # when a schwa is on either side) and drops before an obstruent (most compound boundaries).
+            if nxt.cons in ("र", "न", "ह"):
+                keep = True
+            elif nxt.cons in ("ल", "य"):
+                keep = nxt.inherent or prev.inherent
+            else:
+                keep = False
             kept[k], why[k] = keep, "medial"
+    return kept, why
+
+
+# Compound members: the project's own list of common second members of Nepali compounds and names, and
+# auxiliaries that follow a verb form in one written word. A word that contains one (not at its start) is
+# split there and each part is decided as a word of its own: the slot before the boundary is then a
+# word-final slot (रामबहादुर raam-ba-haa-dur, not raa-mab-...).
+COMPOUND_MEMBERS: tuple[str, ...] = (
+    # name parts
+    "कुमार", "कुमारी", "प्रसाद", "बहादुर", "राज", "लाल", "नाथ", "देव", "देवी", "माया", "मान", "दास",
+    "नारायण", "चन्द्र", "बाबु", "शमशेर", "जंग", "मणि", "ध्वज", "कान्त", "नन्द", "दत्त",
+    "प्रकाश", "कृष्ण", "शंकर", "शेखर", "विक्रम", "केशरी", "कला", "लक्ष्मी", "शोभा", "गोपाल",
+    "जीत", "वीर", "बीर", "भक्त", "सुन्दर", "पति", "मती", "ज्योति", "रत्न", "गुरु",
+    # places
+    "नगर", "पुरी", "गढ", "गढी", "कोट", "टोल", "थली", "बस्ती", "चोक", "बजार",
+    "डाँडा", "खोला", "पोखरी", "घाट", "ढोका", "भूमि", "बारी", "पानी", "टार",
+    "धाम", "द्वार", "महल", "दरबार", "मार्ग", 
+    # abstract second members
+    "मुक्त", "रहित", "युक्त", "विहीन", "जनक", "कर्ता", "गत", "वान", "शील", "जन",
+    "शास्त्र", "सभा", "समिति", "मन्त्री", "मन्त्रालय", "निर्माण", "विकास", "सुधार", "योजना", "सम्बन्ध",
+    "व्यवस्था", "भवन", "पत्र", "पत्रिका", "दल", "नीति", "काल", "कार्य", "सेवा", "सरकार", "शक्ति",
+    "केन्द्र", "क्षेत्र", "बल", "जीवन", "यात्रा", "धर्म", "समाज", "वर्ष", "दिवस", "भाषा",
+    "साहित्य", "शिक्षा", "गीत", "कथा", "कविता", "चित्र", "वस्तु", "विरोधी", "विपरीत", "अनुसार",
+    "समेत", "भर", "भरि", "सहित", "बिना", "पछि", "अघि", "पूर्व", "बीच", "विरुद्ध", "निम्ति", 
+    "प्रति", "बमोजिम", "लगायत", "स्तर", "मुखी", "प्रिय", "वाहक", "ग्रस्त", "पीडित", "घर",
+    "स्थित", "प्राप्त", "प्रधान", "प्रदान", "ग्रहण", "स्थल", "प्रमुख", "प्रणाली", "प्रक्रिया", "स्वरूप",
+    # verb auxiliaries written with the verb
+    "रहेको", "रहेका", "रहेकी", "रहेछ", "रहेछन्", "रहन्छ", "रहन्छन्", "रहने", "रहेर", "रहनु", "रहँदा",
+    "सक्ने", "सकेन", "सक्छ", "सक्छन्", "सकिन्छ", "सक्दैन", "सकेको", "सकेर", "सक्नु", "सक्दा",
+    "लाग्यो", "लागेको", "लाग्दा", "लाग्ने", "लाग्छ", "पर्ने", "पर्छ", "पर्यो", "पर्दैन", "पर्दा",
+    "भएको", "भएका", "भएकी", "भएन", "भएर", "भए", "भयो", "हुने", "हुन्छ", "दिनु", "दिएको",
+    "लिने", "लिनु", "लिएको", "गर्ने", "गर्नु", "गरेको",
+)
+
+
+def _starts_aux(units: Sequence[Unit], b: int) -> bool:
+    """Does a verb auxiliary (रह- सक- लाग- पर- भए हु- दि- लि- गर-) start at unit ``b``?"""
+    return any(tuple(units[b:b + len(m)]) == m for m in _aux_units())
+
+
+@lru_cache(maxsize=1)
+def _aux_units() -> tuple[tuple[Unit, ...], ...]:
+    i = COMPOUND_MEMBERS.index("रहेको")
+    return tuple(parse_word(normalize_devanagari(m)) for m in COMPOUND_MEMBERS[i:])
+
+
+def _units_text(units: Sequence[Unit]) -> str:
+    out = []
+    for u in units:
+        out.append((u.cons or "") + ("" if u.cons is not None and u.vowel == INHERENT else u.vowel))
+        out.append(u.nasal + (VISARGA if u.visarga else ""))
+    return "".join(out)
+
+
+@lru_cache(maxsize=1)
+def _member_units() -> tuple[tuple[Unit, ...], ...]:
+    ms = {parse_word(normalize_devanagari(m)) for m in COMPOUND_MEMBERS}
+    return tuple(sorted(ms, key=len, reverse=True))
+
+
+def compound_boundaries(units: Sequence[Unit]) -> list[int]:
+    """Unit indices where a compound member starts (never 0; the part before has at least two units).
+    Scanned right to left, longest member first; members do not overlap."""
+    n = len(units)
+    bounds: list[int] = []
+    end = n  # members must end at or before ``end``... they may be followed by more letters
+    k = n - 2
+    while k >= 2:
+        hit = None
+        for m in _member_units():
+            if k + len(m) <= end and tuple(units[k:k + len(m)]) == m:
+                hit = m
+                break
+        if hit is not None:
+            bounds.append(k)
+            end = k
+            k -= 2
+        else:
+            k -= 1
+    return sorted(bounds)
+
+
+def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool = True) -> tuple[list[bool], list[str]]:
+    """:func:`_decide_simple` on each compound member (see :func:`compound_boundaries`); the last slot of
+    a member before a boundary is labelled ``seg-final``."""
+    bounds = compound_boundaries(units)
+    if not bounds:
+        return _decide_simple(units, text, final_is_word_final)
+    kept: list[bool] = []
+    why: list[str] = []
+    starts = [0] + bounds
+    ends = bounds + [len(units)]
+    for a, b in zip(starts, ends):
+        seg = units[a:b]
+        last = b == len(units)
+        kk, ww = _decide_simple(seg, _units_text(seg), final_is_word_final if last else True)
+        if not last and seg[-1].inherent and ww[-1] in ("final", "final-unsure"):
+            # a member's last slot drops (no verb endings inside a compound) unless the next member
+            # starts with a conjunct (no three consonants in a row: शिवप्रसाद si-ba-pra-saad)
+            pv = seg[-2]
+            if pv.vowel == VIRAMA or pv.visarga or seg[-1].nasal:
+                kk[-1] = True
+            elif seg[-1].cons in ("य", "ह"):
+                kk[-1] = not (seg[-1].cons == "ह" and pv.nasal)
+            elif seg[-1].cons == "न" and _starts_aux(units, b):
+                kk[-1] = True  # infinitive before an auxiliary: हुनसक्छ hu-na-sak-chha
+            elif len(seg) == 2 and seg[0].inherent and seg[0].cons is not None:
+                kk[-1] = units[b].vowel != VIRAMA  # जन-, सह-, पट- keep: ja-na-sa-bhaa
+            else:
+                kk[-1] = False
+            ww[-1] = "seg-final"
+        kept += kk
+        why += ww
     return kept, why
 
 
@@ -626,7 +751,7 @@ def rule_pronounce(word: str, word_final: bool = True) -> tuple[tuple[str, ...],
 RULE_CONFIDENCE: dict[str, Confidence] = {
     "": "high", "fixed": "high", "final": "high", "final-cluster": "medium", "penult": "high",
     "cluster": "medium", "after-drop": "low", "medial": "low", "final-unsure": "medium",
-    "after-cluster": "medium",
+    "after-cluster": "medium", "seg-final": "low",
 }
 _ORDER = {"high": 2, "medium": 1, "low": 0}
 

@@ -74,6 +74,8 @@ class WordToken:
 
 
 def _char_class(ch: str) -> str:
+    if not ch:  # the neighbour of the first/last character
+        return "none"
     if is_devanagari_letter(ch):
         return "dev"
     if _is_dev_digit(ch) or ch.isdigit():

@@ -42,6 +42,16 @@ def test_rules_without_any_lexicon(rules, word, phones):
     assert rules.pronounce(word).phones == ph(phones)
 
 
+@pytest.mark.parametrize("word, phones", [
+    ("रामप्रसाद", "r aː m p r ʌ s aː d"),          # compound member: राम decided as a word of its own
+    ("गोपालबहादुर", "ɡ o p aː l b ʌ h aː d u r"),
+    ("हुनसक्छ", "h u n ʌ s ʌ k cʰ ʌ"),            # infinitive -न before an auxiliary keeps its vowel
+])
+def test_compound_members(rules, word, phones):
+    p = rules.pronounce(word)
+    assert p.phones == ph(phones) and p.confidence == "low"
+
+
 def test_tarkari_has_no_schwa_after_ra(rules, fe):
     assert rules.pronounce("तरकारी").phones == ph("t ʌ r k aː r i")
     p = fe.pronounce("तरकारी")

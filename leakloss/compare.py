@@ -1,0 +1,255 @@
+"""Compare systems by how often the scorer flags their key words ("What did it find?").
+
+For each system, a folder of result JSON files (one per reading, see :mod:`leakloss.report`)
+becomes the seed's line "36 of 100 (36.0%) [27.3–45.8]": among SCORED readings, how many
+key words were flagged, with a Wilson 95 % interval and a cluster-bootstrap 95 % interval
+that resamples whole sentences (readings of one sentence in several voices are not
+independent: the same text invites the same slip).
+
+Counted words ("units"): the words marked ``"key": true`` in a reading; a reading with no
+key word contributes every word the scorer tested (decision other than ``not_tested``).
+Uncertain and unscored units are counted in the total and reported, never as flags.
+Quarantined readings are left out of every rate and counted separately.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from leakloss.eval.stats import Interval, format_count, rate_with_interval, wilson_interval
+from leakloss.report import SITE_KINDS, load_result, write_text_atomic
+
+__all__ = ["compare_results", "write_comparison", "format_rate", "key_units"]
+
+N_RESAMPLES = 2000
+SEED = 0
+
+
+def key_units(result: Mapping) -> tuple[list[Mapping], bool]:
+    """The words of one reading that count, and whether they are marked key words.
+
+    Returns:
+        ``(words, marked)``: the ``"key": true`` words if any (``marked=True``), else every
+        word with a decision other than ``not_tested`` (``marked=False``).
+    """
+    keys = [w for w in result["words"] if w.get("key")]
+    if keys:
+        return keys, True
+    return [w for w in result["words"] if w["decision"] != "not_tested"], False
+
+
+def _interval_dict(iv: Interval | None) -> dict | None:
+    if iv is None:
+        return None
+    return {"estimate": iv.estimate, "low": iv.low, "high": iv.high}
+
+
+def _rate(flags: Sequence[bool], clusters: Sequence[str] | None) -> dict:
+    """count/total with Wilson and (given clusters) sentence-bootstrap intervals, JSON-ready."""
+    if not flags:
+        return {"count": 0, "total": 0, "rate": None, "wilson": None, "bootstrap": None,
+                "text": format_count(0, 0)}
+    r = rate_with_interval(list(flags), clusters, n_resamples=N_RESAMPLES, seed=SEED)
+    return {**r, "wilson": _interval_dict(r["wilson"]), "bootstrap": _interval_dict(r["bootstrap"])}
+
+
+def format_rate(rate: Mapping, interval: str = "wilson") -> str:
+    """The seed's form, ``"36 of 100 (36.0%) [27.3–45.8]"``; no brackets when there is no interval."""
+    iv = rate.get(interval)
+    if iv is None:
+        return rate["text"]
+    return f"{rate['text']} [{100 * iv['low']:.1f}–{100 * iv['high']:.1f}]"
+
+
+def _load_dir(name: str, folder: Path) -> list[tuple[Path, dict]]:
+    if not folder.is_dir():
+        raise ValueError(f"system '{name}': results folder '{folder}' does not exist or is not a folder")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise ValueError(f"system '{name}': no *.json results in '{folder}'")
+    return [(f, load_result(f)) for f in files]
+
+
+def _system_summary(name: str, folder: Path) -> dict:
+    loaded = _load_dir(name, folder)
+    scored = [(f, r) for f, r in loaded if r["status"] == "scored"]
+    quarantined = [(f, r) for f, r in loaded if r["status"] == "quarantined"]
+
+    flags: list[bool] = []
+    clusters: list[str] = []
+    decisions: Counter[str] = Counter()
+    by_kind: dict[str, tuple[list[bool], list[str]]] = {k: ([], []) for k in SITE_KINDS}
+    by_word: dict[str, list[bool]] = defaultdict(list)
+    unmarked: list[str] = []
+    for f, r in scored:
+        units, marked = key_units(r)
+        if not marked:
+            unmarked.append(f.name)
+        # Sentence = the cluster; a sentence_id survives edits to punctuation, the text is the fallback.
+        sentence = r.get("sentence_id") or r["text"]
+        for w in units:
+            flagged = w["decision"] == "flagged"
+            flags.append(flagged)
+            clusters.append(sentence)
+            decisions[w["decision"]] += 1
+            by_word[w["word"]].append(flagged)
+            for kind in SITE_KINDS:
+                sites = [s for s in w["sites"] if s["kind"] == kind]
+                if sites:
+                    # A word counts once per kind, flagged if any site of that kind is.
+                    by_kind[kind][0].append(any(s["decision"] == "flagged" for s in sites))
+                    by_kind[kind][1].append(sentence)
+
+    reasons = Counter(r.get("reason") or "no reason given" for _, r in quarantined)
+    return {
+        "folder": str(folder),
+        "readings": len(loaded),
+        "scored": len(scored),
+        "quarantined": len(quarantined),
+        "quarantine_reasons": dict(reasons.most_common()),
+        "readings_without_key_word": unmarked,
+        "sentences": len(set(clusters)),
+        "key_flagged": _rate(flags, clusters),
+        "decisions": {d: decisions[d] for d in ("flagged", "uncertain", "no_change", "unscored", "not_tested")},
+        "by_kind": {k: _rate(*by_kind[k]) for k in SITE_KINDS},
+        "by_word": {
+            word: {**_rate(v, None), "wilson": _interval_dict(wilson_interval(sum(v), len(v)))}
+            for word, v in sorted(by_word.items())
+        },
+    }
+
+
+def compare_results(dirs: dict[str, Path]) -> dict:
+    """Per-system key-word flag rates with intervals, by contrast kind and by word.
+
+    Args:
+        dirs: system name -> folder of result ``*.json`` files (one per reading).
+
+    Returns:
+        JSON-ready ``{"systems": {name: summary}, "n_resamples", "seed", "units"}``; each summary
+        has ``readings``, ``scored``, ``quarantined``, ``quarantine_reasons``, ``sentences``,
+        ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
+        ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
+        form; ``by_word`` has no bootstrap, one word rarely spans enough sentences) and
+        ``readings_without_key_word`` (files whose tested words were counted instead).
+
+    Raises:
+        ValueError: no systems, a missing or empty folder, or (as ``ResultError``) a result
+            file that does not follow the format.
+    """
+    if not isinstance(dirs, Mapping) or not dirs:
+        raise ValueError("dirs must map at least one system name to its results folder")
+    systems = {}
+    for name, folder in dirs.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"system names must be non-empty strings, got {name!r}")
+        systems[name] = _system_summary(name, Path(folder))
+    return {
+        "units": "key words of scored readings (every tested word where a reading marks no key word)",
+        "interval": "95%: Wilson; cluster bootstrap over sentences",
+        "n_resamples": N_RESAMPLES,
+        "seed": SEED,
+        "systems": systems,
+    }
+
+
+def _markdown(result: Mapping) -> str:
+    lines = [
+        "# Key words flagged",
+        "",
+        "Among scored readings; 95 % Wilson interval in brackets, cluster bootstrap over sentences "
+        f"({result['n_resamples']:,} resamples) alongside. Quarantined readings are not counted.",
+        "",
+        "| System | Key word flagged | Sentence bootstrap | Uncertain | Unscored | Quarantined |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in result["systems"].items():
+        k = s["key_flagged"]
+        boot = k["bootstrap"]
+        boot_txt = f"[{100 * boot['low']:.1f}–{100 * boot['high']:.1f}]" if boot else "—"
+        lines.append(
+            f"| {_md(name)} | {format_rate(k)} | {boot_txt} | {s['decisions']['uncertain']} "
+            f"| {s['decisions']['unscored']} | {s['quarantined']} of {s['readings']} |"
+        )
+    lines += ["", "## By contrast kind", "", "| System | Deletion | Quality |", "|---|---|---|"]
+    for name, s in result["systems"].items():
+        lines.append(f"| {_md(name)} | {format_rate(s['by_kind']['deletion'])} | {format_rate(s['by_kind']['quality'])} |")
+    for name, s in result["systems"].items():
+        lines += ["", f"## {_md(name)}: by word", "", "| Word | Flagged |", "|---|---|"]
+        lines += [f"| {_md(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
+        if s["quarantine_reasons"]:
+            lines += ["", "Quarantined: " + "; ".join(f"{_md(k)} ({v})" for k, v in s["quarantine_reasons"].items())]
+        if s["readings_without_key_word"]:
+            lines += ["", f"{len(s['readings_without_key_word'])} readings mark no key word; "
+                      "all their tested words were counted."]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    # A pipe would split a table cell; newlines would end the row.
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _plot_png(result: Mapping, path: Path) -> None:
+    """Bar chart of key-word flag rates with Wilson whiskers, written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+
+    names = list(result["systems"])
+    rates = [result["systems"][n]["key_flagged"] for n in names]
+    fig = Figure(figsize=(max(4.0, 1.4 * len(names) + 1.5), 3.6), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x = range(len(names))
+    heights = [100 * (r["rate"] or 0.0) for r in rates]
+    lows = [h - 100 * r["wilson"]["low"] if r["wilson"] else 0.0 for h, r in zip(heights, rates)]
+    highs = [100 * r["wilson"]["high"] - h if r["wilson"] else 0.0 for h, r in zip(heights, rates)]
+    ax.bar(x, heights, color="#c62828", alpha=0.8, yerr=[lows, highs], capsize=6, ecolor="#212121")
+    for i, r in enumerate(rates):
+        label = f"{r['count']} of {r['total']}" if r["total"] else "no data"
+        # Above the whisker, so a short bar's label never sits on its interval.
+        ax.text(i, heights[i] + highs[i] + 2, label, ha="center", va="bottom", fontsize=9, color="#212121")
+    ax.set_xticks(list(x), names)
+    ax.set_ylabel("key words flagged (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Key words flagged, 95% Wilson interval", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``out_dir``.
+
+    Each file is written to a temporary name and moved into place. ``out_dir`` is created.
+
+    Returns:
+        ``{"md": path, "json": path, "png": path}``.
+
+    Raises:
+        ValueError: ``result`` is not the output of :func:`compare_results`.
+    """
+    if not isinstance(result, Mapping) or not isinstance(result.get("systems"), Mapping) or not result["systems"]:
+        raise ValueError("result must be the dict returned by compare_results (with a non-empty 'systems')")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out / "comparison.md", "json": out / "comparison.json", "png": out / "comparison.png"}
+    write_text_atomic(paths["json"], json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(paths["md"], _markdown(result))
+    _plot_png(result, paths["png"])
+    return paths

@@ -1,0 +1,26 @@
+"""Contrast sites placed in time: what the training penalty and the reward consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimedSite:
+    """A contrast site of one utterance, placed in time (seconds from the utterance start).
+
+    ``kind`` is ``"deletion"`` or ``"quality"``; ``contrast`` names the pair for per-contrast curves,
+    e.g. ``"ʌ->∅"`` (schwa deletion) or ``"ʌi̯->ɛː"``. ``word`` is the word's text, for reports.
+    """
+
+    start: float
+    end: float
+    kind: str
+    contrast: str
+    word: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.end > self.start:
+            raise ValueError(f"site must have end > start, got {self.start}..{self.end}")
+        if self.kind not in ("deletion", "quality"):
+            raise ValueError(f"site kind must be 'deletion' or 'quality', got {self.kind!r}")

@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from leakloss.acoustic import align as align_mod
+from leakloss.acoustic.align import (
+    DEFAULT_MIN_FIT, AlignerUnavailableError, AlignmentResult, MMSAligner, align_batch, align_words,
+    reduced_emissions, romanize_words,
+)
+from leakloss.text.phoneset import PhoneSet
+
+WORDS = [["n", "e", "k", "ʌ", "p", "aː"], ["r", "ʌ"], ["b", "ʌi̯", "ʈʰ", "ʌ", "k"]]
+
+
+def test_reduced_emissions_columns_are_set_logsumexp():
+    ps = PhoneSet({"<pad>": 0, "ʌ": 1, "ə": 2, "k": 3, "aː": 4})
+    lp = torch.randn(7, 5).log_softmax(-1)
+    sets = [ps.tokens(p) for p in ["k", "ʌ", "k", "aː"]]
+    em, targets = reduced_emissions(lp, sets, ps.blank)
+    assert targets == [1, 2, 1, 3]  # repeated set -> same column
+    assert em.shape == (7, 4)
+    torch.testing.assert_close(em[:, 0], lp[:, 0])
+    assert sorted(ps.tokens("ʌ")) == [1, 2]  # ʌ/ə share a set
+    torch.testing.assert_close(em[:, 2], torch.logsumexp(lp[:, [1, 2]], dim=1))
+
+
+def test_align_recovers_word_and_phone_spans(phoneset, peaky, scripted):
+    script, spans = scripted(WORDS)
+    lp = peaky(script, phoneset)
+    res = align_words(lp, lp.shape[0], WORDS, phoneset, 50.0, words=["a", "b", "c"])
+    assert res.ok and res.reason is None and res.fit > 0.9
+    assert [w.index for w in res.words] == [0, 1, 2] and [w.word for w in res.words] == ["a", "b", "c"]
+    for w, (first, last) in zip(res.words, spans):
+        assert w.start == pytest.approx(first / 50.0) and w.end == pytest.approx(last / 50.0)
+        assert len(w.phone_spans) == len(WORDS[w.index])
+        assert w.score > 0.9
+    # each phone gets its three frames
+    assert res.words[0].phone_spans[1] == pytest.approx(((2 + 5) / 50.0, (2 + 5 + 3) / 50.0))
+
+
+def test_words_without_phones_are_skipped_but_indices_kept(phoneset, peaky, scripted):
+    words = [WORDS[0], [], WORDS[1]]
+    script, _ = scripted([WORDS[0], WORDS[1]])
+    lp = peaky(script, phoneset)
+    res = align_words(lp, lp.shape[0], words, phoneset, 50.0)
+    assert res.ok and [w.index for w in res.words] == [0, 2]
+    assert res.word(1) is None and res.word(2) is res.words[1]
+
+
+def test_mismatched_text_is_refused_with_fit(phoneset, peaky, scripted):
+    script, _ = scripted(WORDS)
+    lp = peaky(script, phoneset)
+    other = [["s", "u", "m", "o"], ["ɡ", "i", "l", "o"]]
+    res = align_words(lp, lp.shape[0], other, phoneset, 50.0)
+    assert not res.ok and res.words == []
+    assert res.reason.startswith("text does not match the audio (fit ")
+    assert res.fit < DEFAULT_MIN_FIT
+
+
+def test_too_short_and_empty_are_explicit(phoneset, peaky):
+    lp = peaky([None] * 5, phoneset)
+    res = align_words(lp, 5, WORDS, phoneset, 50.0)
+    assert not res.ok and res.reason.startswith("audio too short for 13 phones")
+    res = align_words(lp, 5, [[], []], phoneset, 50.0)
+    assert not res.ok and res.reason == "empty phone sequence"
+    res = align_words(lp, 5, [["☃"]], phoneset, 50.0)
+    assert not res.ok and "☃" in res.reason
+    res = align_words(lp[None], 5, WORDS, phoneset, 50.0)
+    assert not res.ok and "frames, vocab" in res.reason
+
+
+def test_repeated_set_needs_a_blank_frame(phoneset, peaky):
+    # "k k" needs 3 frames (k, blank, k); 2 are too few
+    lp = peaky(["k", None, "k"], phoneset)
+    assert align_words(lp, 3, [["k", "k"]], phoneset, 50.0, min_fit=0.0).ok
+    res = align_words(lp[:2], 2, [["k", "k"]], phoneset, 50.0, min_fit=0.0)
+    assert not res.ok and "need at least 3 frames" in res.reason
+
+
+def test_align_batch_matches_single(phoneset, peaky, scripted):
+    script, _ = scripted(WORDS)
+    lp = peaky(script, phoneset)
+    batch = torch.stack([lp, lp])
+    out = align_batch(batch, torch.tensor([lp.shape[0], 4]), [WORDS, WORDS], phoneset, 50.0)
+    single = align_words(lp, lp.shape[0], WORDS, phoneset, 50.0)
+    assert out[0] == single and not out[1].ok
+
+
+def test_random_recognizer_contract(tiny_recognizer):
+    torch.manual_seed(1)
+    wave = 0.1 * torch.randn(16000)
+    lp, n = tiny_recognizer(wave[None])
+    res = align_words(lp[0], int(n[0]), WORDS, tiny_recognizer.phoneset, tiny_recognizer.frame_rate, min_fit=0.0)
+    assert isinstance(res, AlignmentResult) and res.ok
+    ends = [w.end for w in res.words]
+    starts = [w.start for w in res.words]
+    assert all(0.0 <= s < e <= 1.0 + 1e-6 for s, e in zip(starts, ends))
+    assert all(e1 <= s2 + 1e-9 for e1, s2 in zip(ends, starts[1:]))  # words in order, no overlap
+
+
+# ----------------------------------------------------------------------------- MMS (no network)
+
+
+def test_mms_missing_weights_is_explicit_and_never_downloads(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+
+    def no_network(*a, **k):
+        raise AssertionError("tried to download")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
+    with pytest.raises(AlignerUnavailableError) as info:
+        MMSAligner()
+    msg = str(info.value)
+    assert str(tmp_path / "checkpoints" / "model.pt") in msg and "weights_path" in msg
+    with pytest.raises(AlignerUnavailableError, match="not found"):
+        MMSAligner(weights_path=tmp_path / "nope.pt")
+
+
+def test_mms_damaged_weights_are_unavailable(tmp_path):
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(AlignerUnavailableError, match="could not be loaded"):
+        MMSAligner(weights_path=bad)
+
+
+def test_romanize_needs_uroman_for_devanagari(monkeypatch):
+    assert romanize_words(["Neka", "pa"]) == ["neka", "pa"]
+    monkeypatch.setattr(align_mod, "_uroman", lambda: None)
+    with pytest.raises(AlignerUnavailableError, match="pip install uroman"):
+        romanize_words(["नेकपा"])
+
+
+def test_mms_aligner_with_provided_weights(monkeypatch, tmp_path):
+    """With weights present (a fake model here), align() returns the common result type."""
+    from torchaudio.pipelines import MMS_FA
+
+    labels = MMS_FA.get_labels(star=None)
+    ids = {c: i for i, c in enumerate(labels)}
+
+    class FakeModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            script = [None, "n", "e", None, "k", "a", None, "p", "a", None]
+            logits = torch.zeros(1, len(script), len(labels))
+            for t, c in enumerate(script):
+                logits[0, t, 0 if c is None else ids[c]] = 10.0
+            return logits.log_softmax(-1), None
+
+    weights = tmp_path / "model.pt"
+    weights.write_bytes(b"x")
+    monkeypatch.setattr(type(MMS_FA), "get_model", lambda self, with_star=True, dl_kwargs=None: FakeModel())
+    aligner = MMSAligner(weights_path=weights)
+    res = aligner.align(torch.zeros(3200), ["नेक", "पा"], romanized=["nek", "pa"])
+    assert res.ok and [w.word for w in res.words] == ["नेक", "पा"]
+    assert res.words[0].start == pytest.approx(1 / 50) and res.words[1].end == pytest.approx(9 / 50)
+
+
+# ----------------------------------------------------------------------------- trained recognizer
+
+
+@pytest.mark.slow
+def test_trained_recognizer_accepts_the_text_and_refuses_another(trained_recognizer):
+    from leakloss.speech.corpus import builtin_sentences
+    from leakloss.speech.synth import TEACHER_VOICES, speak_phones
+    from leakloss.text.sites import SiteFinder
+
+    rec = trained_recognizer
+    finder = SiteFinder()
+    s1, s2 = builtin_sentences()[:2]
+    w1 = [w.nepali for w in finder(s1)]
+    w2 = [w.nepali for w in finder(s2)]
+    reading = speak_phones([p for p in w1 if p], TEACHER_VOICES[-1])
+    with torch.no_grad():
+        lp, n = rec(reading.waveform[None])
+    good = align_words(lp[0], int(n[0]), w1, rec.phoneset, rec.frame_rate)
+    bad = align_words(lp[0], int(n[0]), w2, rec.phoneset, rec.frame_rate)
+    assert good.ok, good.reason
+    assert not bad.ok and "does not match" in bad.reason
+    # word boundaries close to espeak's own (within 80 ms at the start of words)
+    truth = reading.word_spans
+    aligned = [w for w in good.words]
+    errs = [abs(w.start - truth[k][0]) for k, w in enumerate(aligned)]
+    assert sorted(errs)[len(errs) // 2] < 0.08

@@ -1,0 +1,79 @@
+import json
+
+import pytest
+import torch
+from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+
+# multi-character IPA tokens, as in the espeak-cv-ft vocabularies
+VOCAB = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "|": 4, "n": 5, "eː": 6, "k": 7, "ə": 8, "p": 9, "aː": 10,
+         "tʃ": 11, "aɪ": 12, "ɛː": 13, "h": 14}
+
+
+def tiny_model(vocab_size: int) -> Wav2Vec2ForCTC:
+    torch.manual_seed(0)
+    cfg = Wav2Vec2Config(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, conv_dim=(16,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2),
+                         conv_kernel=(10, 3, 3, 3, 3, 2, 2), num_conv_pos_embeddings=8,
+                         num_conv_pos_embedding_groups=2, feat_extract_norm="layer", do_stable_layer_norm=True)
+    return Wav2Vec2ForCTC(cfg)
+
+
+@pytest.fixture(scope="module")
+def saved_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-w2v2")
+    tiny_model(len(VOCAB)).save_pretrained(path, safe_serialization=True)
+    (path / "vocab.json").write_text(json.dumps(VOCAB, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_loads_local_directory_like_a_hub_checkpoint(saved_dir):
+    rec = Recognizer.load(str(saved_dir))
+    assert rec.phoneset.tokens("aː") == {10}
+    assert rec.phoneset.tokens("c") == {11}  # multi-character token tʃ
+    assert rec.phoneset.tokens("ʌi̯") == {12}
+    assert rec.phoneset.tokens("ʌ") == {8}
+    assert rec.frame_rate == 50.0
+    assert not any(p.requires_grad for p in rec.parameters())
+
+
+def test_log_probs_conv_features_and_gradient_to_input(saved_dir):
+    rec = Recognizer.load(str(saved_dir))
+    rec.train()  # stays frozen in eval mode
+    assert not rec.model.training
+    wave = torch.randn(2, 16000, requires_grad=True)
+    log_probs, frames = rec(wave, torch.tensor([16000, 12000]))
+    assert log_probs.dtype == torch.float32 and log_probs.shape[:2] == (2, 49)
+    assert frames.tolist() == [49, 37]
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(2, 49), atol=1e-4)
+    log_probs[0, :10].sum().backward()
+    assert wave.grad is not None and torch.isfinite(wave.grad).all() and wave.grad.abs().sum() > 0
+    feats, n = rec.conv_features(wave.detach(), layer=4)
+    assert feats.shape[0] == 2 and feats.shape[1] == 16
+    assert abs(feats.shape[2] - 16000 / 80) <= 2  # 5 ms frames at layer 4
+    with pytest.raises(ValueError, match="out of range"):
+        rec.conv_features(wave.detach(), layer=9)
+
+
+def test_batch_matches_single_items(saved_dir):
+    rec = Recognizer.load(str(saved_dir))
+    a, b = torch.randn(16000), torch.randn(11200)
+    batch = torch.zeros(2, 16000)
+    batch[0], batch[1, :11200] = a, b
+    lp, frames = rec(batch, torch.tensor([16000, 11200]))
+    lp_b, _ = rec(b[None])
+    n = int(frames[1])
+    assert torch.allclose(lp[1, : n - 2], lp_b[0, : n - 2], atol=1e-3)
+
+
+def test_unknown_hub_id_gives_clear_error():
+    with pytest.raises(RecognizerNotFoundError, match="facebook/wav2vec2-xlsr-53-espeak-cv-ft"):
+        Recognizer.load("facebook/wav2vec2-xlsr-53-espeak-cv-ft")
+
+
+def test_greedy_decoding_collapses(saved_dir):
+    rec = Recognizer.load(str(saved_dir))
+    out = rec.greedy(torch.randn(1, 8000))
+    assert isinstance(out[0], list) and all(isinstance(p, str) for p in out[0])
+    assert "<pad>" not in out[0]

@@ -1,0 +1,351 @@
+"""Tests for integrations.f5_tts: the leak-aware CFM, checkpoints, vocab, data and the F5 Trainer launcher."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import random
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+pytest.importorskip("f5_tts")
+
+import torch  # noqa: E402
+from f5_tts.model import CFM  # noqa: E402
+from f5_tts.model.dataset import collate_fn  # noqa: E402
+from f5_tts.model.utils import get_tokenizer  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from integrations.f5_tts import (  # noqa: E402
+    LeakAwareCFM,
+    LeakCurveLogger,
+    WaveTextDataset,
+    devanagari_chars,
+    devanagari_vocab,
+    load_indicf5_checkpoint,
+    sites_in_span,
+    tiny_f5,
+    train_f5,
+)
+from leakloss.timing import TimedSite  # noqa: E402
+from leakloss.vocoder import MelToWave, mel_lengths_to_samples  # noqa: E402
+
+FRAME_RATE = 24_000 / 256
+SITE = TimedSite(0.1, 0.3, "deletion", "ʌ->∅", "घर")
+
+
+class EnergyParts(NamedTuple):
+    energy: torch.Tensor
+    n_sites: torch.Tensor
+
+
+class EnergyPenalty(torch.nn.Module):
+    """Stand-in obeying the penalty contract: mean wave energy inside the site spans of each item."""
+
+    def __init__(self, mel_to_wave: MelToWave) -> None:
+        super().__init__()
+        self.mel_to_wave = mel_to_wave
+        self.calls: list[dict[str, Any]] = []
+
+    def forward(self, waves=None, wave_lengths=None, mels=None, mel_lengths=None, sites=()):
+        self.calls.append(dict(waves=waves, wave_lengths=wave_lengths, mels=mels, mel_lengths=mel_lengths, sites=sites))
+        if waves is None:
+            waves, wave_lengths = self.mel_to_wave(mels), mel_lengths_to_samples(mel_lengths)
+        energies = [
+            waves[i, int(s.start * 16_000) : int(s.end * 16_000)].pow(2).mean()
+            for i, item_sites in enumerate(sites)
+            for s in item_sites
+        ]
+        if not energies:
+            return waves.new_zeros(()), EnergyParts(waves.new_zeros(()), waves.new_zeros(()))
+        loss = torch.stack(energies).mean()
+        return loss, EnergyParts(loss.detach(), torch.tensor(float(len(energies))))
+
+
+@pytest.fixture(scope="module")
+def m2w() -> MelToWave:
+    return MelToWave.tiny(seed=0)
+
+
+def _model(m2w: MelToWave, *, lookup=lambda text: [SITE], **kwargs: Any) -> LeakAwareCFM:
+    kwargs.setdefault("leak_penalty", EnergyPenalty(m2w))
+    kwargs.setdefault("leak_weight", 10.0)
+    kwargs.setdefault("audio_drop_prob", 0.0)
+    kwargs.setdefault("cond_drop_prob", 0.0)
+    kwargs.setdefault("sites_in_span_only", False)
+    return tiny_f5(256, seed=0, site_lookup=lookup, **kwargs)
+
+
+def _batch(seed: int = 0) -> tuple[torch.Tensor, list[str], torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mel = torch.randn(2, 48, 100, generator=g) - 4.0
+    mel[1, 40:] = 0.0  # padding, as F5's collate_fn pads
+    return mel, ["abc", "de"], torch.tensor([48, 40])
+
+
+def _run(model: CFM, seed: int = 0, **batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """Forward with fixed RNG; also returns the transformer's call kwargs (x_t, time, drop flags)."""
+    mel, text, lens = _batch()
+    seen: dict = {}
+    handle = model.transformer.register_forward_hook(lambda m, a, kw, o: seen.update(kw), with_kwargs=True)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    loss, cond, pred = model(batch.get("mel", mel), text=batch.get("text", text), lens=batch.get("lens", lens))
+    handle.remove()
+    return loss, cond, pred, seen
+
+
+def _plain_cfm(model: LeakAwareCFM) -> CFM:
+    plain = CFM(copy.deepcopy(model.transformer), audio_drop_prob=model.audio_drop_prob,
+                cond_drop_prob=model.cond_drop_prob, mel_spec_kwargs=dict(n_mel_channels=100))
+    return plain
+
+
+def _span(cond: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    return (cond == 0).all(-1) & (torch.arange(cond.shape[1])[None] < lens[:, None])
+
+
+def test_contract_matches_parent_cfm(m2w: MelToWave) -> None:
+    model = _model(m2w)
+    loss, cond, pred, seen = _run(model)
+    ref_loss, ref_cond, ref_pred, _ = _run(_plain_cfm(model))
+    assert loss.shape == ref_loss.shape == ()
+    assert cond.shape == ref_cond.shape == pred.shape == ref_pred.shape == (2, 48, 100)
+    torch.testing.assert_close(cond, ref_cond)
+    torch.testing.assert_close(pred, ref_pred)
+    # total = F5 flow loss + leak_weight * mean(t^2) * penalty
+    weight = 10.0 * float((seen["time"] ** 2).mean())
+    assert model.last_leak_weight == pytest.approx(weight)
+    torch.testing.assert_close(loss.detach(), ref_loss.detach() + weight * model.last_leak_penalty)
+    assert model.last_leak_penalty > 0
+    assert isinstance(model.last_leak_parts, EnergyParts)
+    assert not model.last_leak_parts.energy.requires_grad
+
+
+def test_without_penalty_is_exactly_parent(m2w: MelToWave) -> None:
+    model = _model(m2w, leak_penalty=None)
+    loss, *_ = _run(model)
+    ref_loss, *_ = _run(_plain_cfm(model))
+    assert torch.equal(loss, ref_loss)
+    assert model.last_leak_parts is None and model.last_leak_weight == 0.0
+
+
+def test_penalty_sees_x1_hat_in_span_and_ground_truth_outside(m2w: MelToWave) -> None:
+    model = _model(m2w)
+    mel, _, lens = _batch()
+    _, cond, pred, seen = _run(model)
+    call = model.leak_penalty.calls[-1]
+    span = _span(cond, lens)
+    assert span.any() and (~span[:, :40]).any()  # both regions exist
+    t = seen["time"][:, None, None]
+    expected = torch.where(span[..., None], seen["x"] + (1 - t) * pred, mel)
+    torch.testing.assert_close(call["mels"], expected)
+    assert call["mel_lengths"].tolist() == [48, 40]
+    assert call["waves"] is None and call["sites"] == [[SITE], [SITE]]
+
+
+def test_gradient_reaches_pred_in_span_only_and_not_the_vocoder(m2w: MelToWave) -> None:
+    def pred_grad(weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        model = _model(m2w, leak_weight=weight)
+        loss, cond, pred, _ = _run(model)
+        pred.retain_grad()
+        loss.backward()
+        return pred.grad, cond
+
+    with_leak, cond = pred_grad(10.0)
+    without, _ = pred_grad(0.0)
+    from_leak = with_leak - without  # the penalty's own share of d loss / d pred
+    span = _span(cond, _batch()[2])
+    assert from_leak[span].abs().sum() > 0
+    assert torch.equal(from_leak[~span], torch.zeros_like(from_leak[~span]))
+    assert all(p.grad is None and not p.requires_grad for p in m2w.parameters())
+
+
+def test_model_side_vocoding_passes_waves(m2w: MelToWave) -> None:
+    model = _model(m2w, mel_to_wave=m2w)
+    loss, *_ = _run(model)
+    call = model.leak_penalty.calls[-1]
+    assert call["mels"] is None
+    assert call["wave_lengths"].tolist() == mel_lengths_to_samples(torch.tensor([48, 40])).tolist()
+    assert call["waves"].shape == (2, mel_lengths_to_samples(48))
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_no_sites_gives_flow_loss_and_no_nan(m2w: MelToWave) -> None:
+    model = _model(m2w, lookup=lambda text: [])
+    loss, *_ = _run(model)
+    ref_loss, *_ = _run(_plain_cfm(model))
+    assert torch.equal(loss, ref_loss)
+    assert model.leak_penalty.calls == []
+    assert model.last_leak_parts is None and model.last_leak_weight == 0.0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_items_without_sites_are_left_out(m2w: MelToWave) -> None:
+    model = _model(m2w, lookup=lambda text: [SITE] if text == "de" else None)
+    loss, *_ = _run(model)
+    call = model.leak_penalty.calls[-1]
+    assert call["mels"].shape[0] == 1 and call["mel_lengths"].tolist() == [40]
+    assert call["sites"] == [[SITE]]
+    assert torch.isfinite(loss)
+
+
+def test_dropped_text_steps_skip_the_penalty(m2w: MelToWave) -> None:
+    model = _model(m2w, cond_drop_prob=1.0)
+    loss, _, _, seen = _run(model)
+    ref_loss, *_ = _run(_plain_cfm(model))
+    assert seen["drop_text"] is True
+    assert model.leak_penalty.calls == [] and model.last_leak_weight == 0.0
+    assert torch.equal(loss, ref_loss) and torch.isfinite(loss)
+
+
+def test_text_as_token_lists_is_joined_for_lookup(m2w: MelToWave) -> None:
+    asked: list[str] = []
+    chars = {c: i for i, c in enumerate(" abcde")}  # F5 needs a char map for token-list text
+    model = _model(m2w, lookup=lambda text: asked.append(text) or [SITE], vocab_char_map=chars)
+    _run(model, text=[list("abc"), list("de")])
+    assert asked == ["abc", "de"]
+
+
+def test_token_id_text_with_penalty_is_an_error(m2w: MelToWave) -> None:
+    model = _model(m2w)
+    with pytest.raises(TypeError, match="list of strings"):
+        _run(model, text=torch.tensor([[1, 2, 3], [4, 5, -1]]))
+
+
+def test_sites_in_span_only_drops_conditioned_sites(m2w: MelToWave) -> None:
+    early, late = TimedSite(0.0, 0.05, "quality", "a"), TimedSite(0.38, 0.42, "quality", "b")
+    span = torch.zeros(48, dtype=torch.bool)
+    span[30:48] = True  # frames 30..47 = 0.32..0.51 s
+    assert sites_in_span([early, late], span, FRAME_RATE) == [late]
+    assert sites_in_span([TimedSite(0.9, 1.0, "quality", "c")], span, FRAME_RATE) == []
+    model = _model(m2w, sites_in_span_only=True, lookup=lambda text: [early, late])
+    _, cond, _, _ = _run(model)
+    spans = _span(cond, _batch()[2])
+    calls = model.leak_penalty.calls
+    kept = calls[-1]["sites"] if calls else []
+    assert kept == [sites_in_span([early, late], s, FRAME_RATE) for s in spans if sites_in_span([early, late], s, FRAME_RATE)]
+
+
+def test_helpers_stay_out_of_state_dict_but_follow_the_model(m2w: MelToWave) -> None:
+    model = _model(m2w, leak_penalty=EnergyPenalty(MelToWave.tiny(1)), mel_to_wave=MelToWave.tiny(2))
+    assert set(model.state_dict()) == set(_plain_cfm(model).state_dict())
+    assert not any("mel_to_wave" in n or "leak_penalty" in n for n, _ in model.named_parameters())
+    twin = copy.deepcopy(model)  # what F5's EMA does
+    assert twin.leak_penalty is model.leak_penalty and twin.mel_to_wave is model.mel_to_wave
+    model.double()
+    assert next(model.mel_to_wave.parameters()).dtype == torch.float64
+    assert next(model.leak_penalty.parameters()).dtype == torch.float64
+    model.train()
+    assert not model.mel_to_wave.training
+
+
+# --- checkpoints and vocab ---------------------------------------------------------------------------------
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in model.state_dict().items()}
+
+
+def test_load_pt_in_f5_trainer_format_with_prefixes(tmp_path: Path) -> None:
+    source, target = tiny_f5(256, seed=1), tiny_f5(256, seed=2)
+    state = source.state_dict()
+    ema = {f"ema_model._orig_mod.{k}": v for k, v in state.items()} | {"initted": torch.tensor(True), "step": torch.tensor(3)}
+    model_sd = {k: torch.zeros_like(v) for k, v in state.items()}  # must NOT be chosen over the EMA weights
+    torch.save(dict(ema_model_state_dict=ema, model_state_dict=model_sd, update=3), tmp_path / "model_last.pt")
+    report = load_indicf5_checkpoint(target, tmp_path / "model_last.pt")
+    assert report.missing == report.unexpected == report.mismatched == []
+    for k, v in _params(target).items():
+        torch.testing.assert_close(v, state[k], msg=k)
+
+
+def test_load_safetensors_with_module_prefix_reports_keys(tmp_path: Path) -> None:
+    source, target = tiny_f5(256, seed=1), tiny_f5(300, seed=2)  # different vocab: text embedding mismatches
+    state = {f"module.{k}": v.contiguous() for k, v in source.state_dict().items()}
+    dropped = next(iter(state))
+    del state[dropped]
+    state["module.extra.weight"] = torch.ones(2)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    report = load_indicf5_checkpoint(target, tmp_path / "model.safetensors")
+    assert report.missing == [dropped.removeprefix("module.")]
+    assert report.unexpected == ["extra.weight"]
+    assert report.mismatched == ["transformer.text_embed.text_embed.weight"]
+    proj = "transformer.proj_out.weight"
+    torch.testing.assert_close(target.state_dict()[proj], source.state_dict()[proj])
+
+
+def test_devanagari_vocab_file_reads_back_through_f5(tmp_path: Path) -> None:
+    path = tmp_path / "vocab.txt"
+    vocab = devanagari_vocab(path)
+    f5_map, size = get_tokenizer(str(path), "custom")
+    assert f5_map == vocab and size == len(devanagari_chars())
+    assert vocab[" "] == 0  # F5 maps unknown chars to 0
+    for ch in "कखगघङचछजझञटठडढणतथदधनपफबभमयरलवशषसहािीुूेैोौंःँ्ऋृ।॥०१२३४५६७८९\u200d\u200c,.?!":
+        assert ch in vocab, ch
+    assert len(set(vocab.values())) == len(vocab) and all(len(c) == 1 for c in vocab)
+    assert "\n" not in vocab and "a" not in vocab
+
+
+# --- data and training -------------------------------------------------------------------------------------
+
+
+def test_wave_text_dataset_feeds_f5_collate() -> None:
+    wave16 = torch.randn(16_000) * 0.1  # 1 s at 16 kHz
+    wave24 = torch.randn(12_000) * 0.1  # 0.5 s at 24 kHz
+    ds = WaveTextDataset([(wave16, 16_000, "नमस्ते"), (wave24, 24_000, "घर")])
+    items = [ds[0], ds[1]]
+    assert items[0]["mel_spec"].shape == (100, 24_000 // 256 + 1)
+    assert items[1]["mel_spec"].shape == (100, 12_000 // 256 + 1)
+    assert ds.get_frame_len(0) == pytest.approx(24_000 / 256)
+    batch = collate_fn(items)
+    assert batch["mel"].shape == (2, 100, 94) and batch["mel_lengths"].tolist() == [94, 47]
+    assert batch["text"] == ["नमस्ते", "घर"]
+
+
+def test_leak_curve_logger_writes_every_n_training_steps(tmp_path: Path, m2w: MelToWave) -> None:
+    model = _model(m2w)
+    logged: list[tuple[dict, int]] = []
+    hook = LeakCurveLogger(tmp_path / "c.csv", every=2, log_fn=lambda row, step: logged.append((row, step)))
+    handle = model.register_forward_hook(hook)
+    for seed in range(4):
+        _run(model, seed=seed)
+    model.eval()
+    _run(model)  # eval calls do not count
+    handle.remove()
+    assert [step for _, step in logged] == [2, 4]
+    assert {"loss/total", "loss/flow", "leak/weight", "leak/penalty", "leak/energy", "leak/n_sites"} <= set(logged[0][0])
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    assert {r["step"] for r in rows} == {"2", "4"}
+
+
+TEXTS = ["नमस्ते", "म घर जान्छु", "पानी", "राम्रो छ", "आमा", "किताब", "हिमाल", "बाटो"]
+
+
+@pytest.mark.slow
+def test_train_f5_twenty_steps_offline(tmp_path: Path, m2w: MelToWave) -> None:
+    from leakloss.speech.synth import HINDI_VOICES, SAMPLE_RATE, speak_text
+
+    readings = [speak_text(t, HINDI_VOICES[0]) for t in TEXTS]
+    items = [(r.waveform, SAMPLE_RATE, t) for r, t in zip(readings, TEXTS)] * 2  # 16 utterances
+    sites = {t: [TimedSite(0.05, min(0.3, r.duration), "deletion", "ʌ->∅")] for r, t in zip(readings, TEXTS)}
+    vocab = devanagari_vocab(tmp_path / "vocab.txt")
+    model = tiny_f5(len(vocab), seed=0, vocab_char_map=vocab, leak_penalty=EnergyPenalty(m2w), leak_weight=1.0,
+                    site_lookup=lambda text: sites.get(text, []))
+    start = time.monotonic()
+    run = train_f5(model, WaveTextDataset(items), tmp_path / "run", steps=20, batch_size=4, log_every=5)
+    assert time.monotonic() - start < 60
+    assert run.wandb_run_dir is not None and run.wandb_run_dir.name.startswith("offline-run-")
+    records = list(run.wandb_run_dir.glob("run-*.wandb"))
+    assert records and b"leak/penalty" in records[0].read_bytes()
+    rows = list(csv.DictReader(run.leak_csv.open()))
+    assert {r["step"] for r in rows} == {"5", "10", "15", "20"}
+    assert all(torch.isfinite(torch.tensor(float(r["value"]))) for r in rows)
+    assert (run.checkpoint_dir / "model_last.pt").exists()
+    fresh = tiny_f5(len(vocab), seed=5, vocab_char_map=vocab)
+    report = load_indicf5_checkpoint(fresh, run.checkpoint_dir / "model_last.pt")
+    assert report.missing == report.unexpected == report.mismatched == []

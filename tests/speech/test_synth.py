@@ -1,0 +1,44 @@
+import math
+
+import torch
+
+from leakloss.speech.synth import (
+    HINDI_VOICES, SAMPLE_RATE, TEACHER_VOICES, speak_mnemonics, speak_phones, speak_text,
+)
+
+
+def test_at_least_four_distinct_voices_per_language():
+    for voices in (TEACHER_VOICES, HINDI_VOICES):
+        settings = {(v.variant, v.rate, v.pitch, v.pitch_range) for v in voices}
+        assert len(settings) >= 4
+    assert {v.language for v in TEACHER_VOICES} == {"ne"} and {v.language for v in HINDI_VOICES} == {"hi"}
+
+
+def test_teacher_speaks_the_frontend_phones_with_word_timings():
+    words = [["n", "e", "k", "ʌ", "p", "aː"], ["h", "ʌi̯", "n", "ʌ"]]
+    r = speak_phones(words, TEACHER_VOICES[0])
+    assert r.waveform.dtype == torch.float32 and r.waveform.dim() == 1
+    assert 0.3 < r.duration < 3.0
+    assert r.word_phones(0) == ["n", "e", "k", "ʌ", "p", "aː"]
+    assert r.word_phones(1)[:2] == ["h", "ʌi̯"]
+    (s0, e0), (s1, e1) = r.word_spans
+    assert 0 <= s0 < e0 <= s1 < e1 <= r.duration + 1e-6
+    assert all(b >= a for a, b in zip(r.phone_starts, r.phone_starts[1:]))
+
+
+def test_hindi_base_reads_text_and_drops_the_schwa():
+    r = speak_text("नेकपा", HINDI_VOICES[0])
+    assert r.phones == ["n", "eː", "k", "p", "aː"]
+    assert r.waveform.abs().max() > 0.05
+
+
+def test_voices_differ_in_audio():
+    a = speak_text("नेकपा", HINDI_VOICES[0]).waveform
+    b = speak_text("नेकपा", HINDI_VOICES[1]).waveform
+    assert a.numel() != b.numel() or not torch.allclose(a, b)
+
+
+def test_mnemonic_input_and_sample_rate():
+    r = speak_mnemonics("ne:k@pa:", TEACHER_VOICES[0])
+    assert r.phones == ["n", "eː", "k", "ə", "p", "aː"]
+    assert math.isclose(r.waveform.numel() / SAMPLE_RATE, r.duration)

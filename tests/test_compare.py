@@ -1,0 +1,184 @@
+"""Tests for leakloss.compare: key-word flag rates per system, intervals and written files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from leakloss.compare import compare_results, format_rate, key_units, write_comparison
+from leakloss.eval.stats import rate_with_interval, wilson_interval
+from leakloss.report import ResultError
+
+
+def word(index: int, text: str, decision: str, *, key: bool | None = None, kinds: tuple[str, ...] = ("deletion",)) -> dict:
+    w = {"index": index, "word": text, "start": 0.1 * index, "end": 0.1 * index + 0.1, "decision": decision,
+         "sites": [] if decision == "not_tested" else
+         [{"kind": k, "nepali": "ʌ", "hindi": None, "score": 0.9 if decision == "flagged" else 0.1,
+           "decision": decision, "references_used": 2} for k in kinds]}
+    if key is not None:
+        w["key"] = key
+    return w
+
+
+def reading(key_decision: str, sentence: str, *, status: str = "scored", key_word: str = "नेकपा",
+            kinds: tuple[str, ...] = ("deletion",), sentence_id: bool = True) -> dict:
+    """A reading whose key word has ``key_decision``; a second, non-key word is always flagged."""
+    r = {"query": f"{sentence}.wav", "text": f"आज {key_word} आए {sentence}", "status": status,
+         "words": [word(0, "आज", "not_tested"), word(1, key_word, key_decision, key=True, kinds=kinds),
+                   word(2, "आए", "flagged", key=False)],
+         "references": ["ref.wav"]}
+    if sentence_id:
+        r["sentence_id"] = sentence
+    if status == "quarantined":
+        r["reason"] = "word check failed"
+    return r
+
+
+def write_dir(folder: Path, results: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    for i, r in enumerate(results):
+        (folder / f"r{i:03d}.json").write_text(json.dumps(r, ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def test_key_units_prefers_marked_key_words_else_tested_words():
+    units, marked = key_units(reading("flagged", "s1"))
+    assert marked and [w["word"] for w in units] == ["नेकपा"]
+    r = reading("flagged", "s1")
+    for w in r["words"]:
+        w.pop("key", None)
+    units, marked = key_units(r)
+    assert not marked and [w["word"] for w in units] == ["नेकपा", "आए"]  # not_tested आज left out
+
+
+def test_counts_key_words_of_scored_readings_only(tmp_path):
+    results = (
+        [reading("flagged", f"s{i % 5}") for i in range(4)]
+        + [reading("no_change", f"s{i % 5}") for i in range(4, 9)]
+        + [reading("uncertain", "s0"), reading("unscored", "s1")]
+        + [reading("flagged", "s2", status="quarantined")] * 2
+    )
+    out = compare_results({"swar": write_dir(tmp_path / "swar", results)})
+    s = out["systems"]["swar"]
+    assert (s["readings"], s["scored"], s["quarantined"]) == (13, 11, 2)
+    k = s["key_flagged"]
+    # the always-flagged non-key word and the quarantined flags do not count
+    assert (k["count"], k["total"], k["text"]) == (4, 11, "4 of 11 (36.4%)")
+    w = wilson_interval(4, 11)
+    assert (k["wilson"]["low"], k["wilson"]["high"]) == (w.low, w.high)
+    assert k["bootstrap"]["low"] <= k["rate"] <= k["bootstrap"]["high"]
+    assert s["decisions"] == {"flagged": 4, "uncertain": 1, "no_change": 5, "unscored": 1, "not_tested": 0}
+    assert s["quarantine_reasons"] == {"word check failed": 2}
+    assert s["sentences"] == 5 and s["readings_without_key_word"] == []
+
+
+def test_bootstrap_resamples_sentences_not_readings(tmp_path):
+    flags = ["flagged"] * 3 + ["no_change"] * 5
+    # same 8 readings: all from one sentence, or each its own sentence
+    one = compare_results({"a": write_dir(tmp_path / "a", [reading(d, "s1") for d in flags])})
+    many = compare_results({"a": write_dir(tmp_path / "b", [reading(d, f"s{i}") for i, d in enumerate(flags)])})
+    b_one = one["systems"]["a"]["key_flagged"]["bootstrap"]
+    b_many = many["systems"]["a"]["key_flagged"]["bootstrap"]
+    assert b_one["low"] == b_one["high"] == pytest.approx(3 / 8)  # one cluster: no spread
+    expected = rate_with_interval([d == "flagged" for d in flags], [f"s{i}" for i in range(8)])["bootstrap"]
+    assert (b_many["low"], b_many["high"]) == (expected.low, expected.high)
+
+
+def test_sentence_falls_back_to_text(tmp_path):
+    rs = [reading(d, "s1", sentence_id=False) for d in ("flagged", "no_change")]
+    out = compare_results({"a": write_dir(tmp_path / "a", rs)})
+    assert out["systems"]["a"]["sentences"] == 1
+
+
+def test_reading_without_key_word_counts_its_tested_words(tmp_path):
+    r = reading("no_change", "s1")
+    for w in r["words"]:
+        w.pop("key", None)
+    out = compare_results({"a": write_dir(tmp_path / "a", [r, reading("flagged", "s2")])})
+    s = out["systems"]["a"]
+    assert s["key_flagged"]["text"] == "2 of 3 (66.7%)"  # r gives नेकपा (no change) and आए (flagged)
+    assert s["readings_without_key_word"] == ["r000.json"]
+
+
+def test_by_kind_and_by_word(tmp_path):
+    rs = [
+        reading("flagged", "s1", kinds=("deletion",)),
+        reading("no_change", "s2", kinds=("deletion",)),
+        reading("flagged", "s3", kinds=("quality",), key_word="हैन"),
+        reading("no_change", "s4", kinds=("deletion", "quality"), key_word="हैन"),
+    ]
+    s = compare_results({"a": write_dir(tmp_path / "a", rs)})["systems"]["a"]
+    assert s["by_kind"]["deletion"]["text"] == "1 of 3 (33.3%)"
+    assert s["by_kind"]["quality"]["text"] == "1 of 2 (50.0%)"
+    assert s["by_word"]["नेकपा"]["text"] == "1 of 2 (50.0%)"
+    assert s["by_word"]["हैन"]["text"] == "1 of 2 (50.0%)"
+    assert s["by_word"]["हैन"]["bootstrap"] is None and s["by_word"]["हैन"]["wilson"] is not None
+
+
+def test_format_rate_matches_the_seed():
+    flags = [True] * 36 + [False] * 64
+    r = rate_with_interval(flags)
+    as_dict = {**r, "wilson": {"low": r["wilson"].low, "high": r["wilson"].high}}
+    assert format_rate(as_dict) == "36 of 100 (36.0%) [27.3–45.8]"
+    assert format_rate({"text": "0 of 0 (no data)", "wilson": None}) == "0 of 0 (no data)"
+
+
+def test_all_quarantined_system_has_no_rate_but_is_reported(tmp_path):
+    out = compare_results({
+        "swar": write_dir(tmp_path / "s", [reading("flagged", "s1")]),
+        "broken": write_dir(tmp_path / "b", [reading("flagged", "s1", status="quarantined")]),
+    })
+    b = out["systems"]["broken"]
+    assert b["key_flagged"]["text"] == "0 of 0 (no data)" and b["key_flagged"]["wilson"] is None
+    paths = write_comparison(out, tmp_path / "out")
+    assert "| broken | 0 of 0 (no data) | — |" in paths["md"].read_text(encoding="utf-8")
+
+
+def test_write_comparison_files(tmp_path):
+    rs = [reading("flagged", f"s{i}") for i in range(3)] + [reading("no_change", f"s{i}") for i in range(3, 10)]
+    out = compare_results({"swar": write_dir(tmp_path / "swar", rs),
+                           "teacher": write_dir(tmp_path / "teacher", [reading("no_change", "s1")] * 4)})
+    paths = write_comparison(out, tmp_path / "run" / "cmp")
+    assert json.loads(paths["json"].read_text(encoding="utf-8")) == out
+    md = paths["md"].read_text(encoding="utf-8")
+    w = wilson_interval(3, 10)
+    assert f"| swar | 3 of 10 (30.0%) [{100 * w.low:.1f}–{100 * w.high:.1f}] |" in md
+    assert "| teacher | 0 of 4 (0.0%) [0.0–" in md
+    assert "नेकपा" in md
+    png = paths["png"].read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
+    assert sorted(p.name for p in paths["md"].parent.iterdir()) == ["comparison.json", "comparison.md", "comparison.png"]
+
+
+def test_pipe_in_names_does_not_break_the_table(tmp_path):
+    out = compare_results({"a|b": write_dir(tmp_path / "a", [reading("flagged", "s1")])})
+    md = write_comparison(out, tmp_path / "o")["md"].read_text(encoding="utf-8")
+    assert "| a\\|b | 1 of 1" in md
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: {}, "at least one system"),
+        (lambda p: {"a": p / "missing"}, "does not exist"),
+        (lambda p: {"a": (p / "empty").mkdir() or p / "empty"}, r"no \*\.json"),
+        (lambda p: {"": write_dir(p / "x", [reading("flagged", "s1")])}, "non-empty strings"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(tmp_path, setup, message):
+    with pytest.raises(ValueError, match=message):
+        compare_results(setup(tmp_path))
+
+
+def test_malformed_result_file_is_named(tmp_path):
+    folder = write_dir(tmp_path / "a", [reading("flagged", "s1")])
+    (folder / "zz_bad.json").write_text('{"query": "x"}', encoding="utf-8")
+    with pytest.raises(ResultError, match=r"zz_bad\.json.*missing required field 'text'"):
+        compare_results({"a": folder})
+
+
+def test_write_comparison_rejects_other_dicts(tmp_path):
+    with pytest.raises(ValueError, match="compare_results"):
+        write_comparison({"systems": {}}, tmp_path)

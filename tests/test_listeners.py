@@ -1,0 +1,209 @@
+"""Tests for leakloss.listeners: scorer vs listener labels, agreement, MOS correlation, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from leakloss.eval.stats import krippendorff_alpha_nominal
+from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
+from leakloss.report import ResultError
+
+
+def w(index: int, text: str, decision: str) -> dict:
+    return {"index": index, "word": text, "start": None, "end": None, "decision": decision,
+            "sites": [] if decision == "not_tested" else
+            [{"kind": "deletion", "nepali": "ʌ", "hindi": None, "score": 0.5, "decision": decision,
+              "references_used": 2}]}
+
+
+def result(words: list[dict], status: str = "scored") -> dict:
+    return {"query": "q.wav", "text": " ".join(x["word"] for x in words), "status": status,
+            "words": words, "references": ["ref.wav"]}
+
+
+RESULTS = {
+    "r1": result([w(0, "आज", "not_tested"), w(1, "नेकपा", "flagged"), w(2, "र", "no_change"),
+                  w(3, "अरू", "uncertain")]),
+    "r2": result([w(0, "हैन", "flagged"), w(1, "बैठक", "no_change")]),
+    "rq": result([w(0, "तलको", "flagged")], status="quarantined"),
+    "r3": result([w(0, "र", "flagged"), w(1, "म", "no_change"), w(2, "र", "no_change")]),
+}
+
+# (word, reading, listener, label); rejected = the listener hears a Hindi leak
+LABELS = [
+    ("नेकपा", "r1", "L1", "rejected"), ("नेकपा", "r1", "L2", "rejected"), ("नेकपा", "r1", "L3", "accepted"),
+    ("र", "r1", "L1", "accepted"), ("र", "r1", "L2", "accepted"), ("र", "r1", "L3", "rejected"),
+    ("अरू", "r1", "L1", "rejected"), ("अरू", "r1", "L2", "accepted"), ("अरू", "r1", "L3", "accepted"),
+    ("हैन", "r2", "L1", "rejected"), ("हैन", "r2", "L2", "accepted"),
+    ("बैठक", "r2", "L1", "accepted"), ("बैठक", "r2", "L2", "accepted"),
+    ("आज", "r1", "L1", "rejected"),
+    ("तलको", "rq", "L1", "accepted"),
+]
+
+
+def write_results(folder: Path, results: dict[str, dict] = RESULTS) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name, r in results.items():
+        (folder / f"{name}.json").write_text(json.dumps(r, ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def write_csv(path: Path, rows: list[tuple], header: str = "word,reading,listener,label", bom: bool = False) -> Path:
+    text = header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows)
+    path.write_text(("\ufeff" if bom else "") + text, encoding="utf-8")
+    return path
+
+
+def run(tmp_path: Path, rows: list[tuple] = LABELS, **kw) -> dict:
+    return listener_agreement(write_csv(tmp_path / "labels.csv", rows, **kw), write_results(tmp_path / "res"))
+
+
+def test_confusion_counts_and_rates(tmp_path):
+    out = run(tmp_path)
+    d = out["detection"]
+    # judged words of scored readings: tp L1/L2 नेकपा, L1 हैन; fp L3 नेकपा, L2 हैन;
+    # fn L3 र, L1 अरू (uncertain counts as not flagged); the rest tn
+    assert (d["tp"], d["fp"], d["fn"], d["tn"], d["n"]) == (3, 2, 2, 6, 13)
+    assert d["precision"]["estimate"] == pytest.approx(3 / 5)
+    assert d["recall"]["estimate"] == pytest.approx(3 / 5)
+    assert d["false_alarm_rate"]["estimate"] == pytest.approx(2 / 8)
+    for key in ("precision", "recall", "false_alarm_rate"):
+        assert d[key]["low"] <= d[key]["estimate"] <= d[key]["high"]
+    assert (out["n_labels"], out["n_listeners"], out["n_readings"], out["n_resamples"]) == (15, 3, 3, 2000)
+
+
+def test_uncertain_not_judged_and_quarantined_are_reported_separately(tmp_path):
+    out = run(tmp_path)
+    assert out["uncertain"]["text"] == "1 of 3 (33.3%)"  # अरू: L1 rejected
+    assert out["not_judged"]["text"] == "1 of 1 (100.0%)"  # आज is not tested
+    assert out["quarantined_labels"] == 1
+
+
+def test_bootstrap_is_over_listeners(tmp_path):
+    # one listener: every resample is the same listener, so the interval is the point
+    rows = [r for r in LABELS if r[2] == "L1"]
+    d = run(tmp_path, rows)["detection"]
+    assert d["precision"]["low"] == d["precision"]["high"] == d["precision"]["estimate"] == pytest.approx(2 / 2)
+    d3 = run(tmp_path, LABELS)["detection"]
+    assert d3["recall"]["low"] < d3["recall"]["high"]
+
+
+def test_alpha_is_krippendorff_over_all_labelled_words(tmp_path):
+    out = run(tmp_path)
+    units: dict = {}
+    for word, reading, listener, label in LABELS:
+        units.setdefault((reading, word), {})[listener] = label
+    assert out["alpha"] == pytest.approx(krippendorff_alpha_nominal(units))
+    assert out["alpha_note"] is None
+    agree = [r for r in LABELS if r[2] == "L1"] + [(a, b, "L2", d) for a, b, _, d in LABELS if _ == "L1"]
+    assert run(tmp_path, agree)["alpha"] == pytest.approx(1.0)
+
+
+def test_alpha_undefined_is_reported_not_raised(tmp_path):
+    out = run(tmp_path, [r for r in LABELS if r[2] == "L1"])  # one listener: no pairs
+    assert out["alpha"] is None and "two or more coders" in out["alpha_note"]
+
+
+def test_word_by_index_resolves_repeated_words(tmp_path):
+    out = run(tmp_path, [("#0", "r3", "L1", "rejected"), ("#2", "r3", "L1", "accepted")])
+    assert (out["detection"]["tp"], out["detection"]["tn"]) == (1, 1)
+
+
+def test_header_and_cells_are_normalised(tmp_path):
+    rows = [(" नेकपा ", "r1", "L1", " Rejected ")]
+    out = run(tmp_path, rows, header="Word, Reading ,listener,LABEL", bom=True)
+    assert out["detection"]["tp"] == 1
+
+
+def test_no_judged_words_gives_a_note_not_a_crash(tmp_path):
+    out = run(tmp_path, [("आज", "r1", "L1", "rejected")])
+    assert out["detection"]["n"] == 0 and "no labelled word" in out["detection"]["note"]
+
+
+def test_mos_spearman_against_flag_share(tmp_path):
+    results = {
+        "a": result([w(0, "क", "no_change"), w(1, "ख", "no_change")]),  # share 0
+        "b": result([w(0, "क", "flagged"), w(1, "ख", "no_change")]),  # share 0.5
+        "c": result([w(0, "क", "flagged"), w(1, "ख", "flagged")]),  # share 1
+        "q": result([w(0, "क", "flagged")], status="quarantined"),  # left out
+    }
+    rows = [("क", "a", "L1", "accepted", 5), ("ख", "a", "L1", "accepted", 5), ("क", "a", "L2", "accepted", 4),
+            ("क", "b", "L1", "rejected", 3), ("क", "c", "L1", "rejected", 1), ("क", "c", "L2", "rejected", ""),
+            ("क", "q", "L1", "rejected", 5)]
+    labels = write_csv(tmp_path / "l.csv", rows, header="word,reading,listener,label,mos")
+    mos = listener_agreement(labels, write_results(tmp_path / "res", results))["mos"]
+    assert mos["rho"] == pytest.approx(-1.0) and mos["readings"] == ["a", "b", "c"]
+    assert run(tmp_path, LABELS)["mos"] is None  # no mos column
+
+
+def test_mos_undefined_is_a_note(tmp_path):
+    rows = [("नेकपा", "r1", "L1", "rejected", 3)]
+    labels = write_csv(tmp_path / "l.csv", rows, header="word,reading,listener,label,mos")
+    mos = listener_agreement(labels, write_results(tmp_path / "res"))["mos"]
+    assert mos["rho"] is None and "at least 2 pairs" in mos["note"]
+
+
+@pytest.mark.parametrize(
+    "rows, header, message",
+    [
+        ([("नेकपा", "r1", "L1")], "word,reading,listener", "lacks column.*label"),
+        ([("नेकपा", "r1", "L1", "leak")], None, "label must be accepted or rejected, got 'leak'"),
+        ([("नेकपा", "r1", "", "rejected")], None, "'listener' is empty"),
+        ([("नेकपा", "r9", "L1", "rejected")], None, "no result .* for reading.*r9"),
+        ([("पानी", "r1", "L1", "rejected")], None, "'पानी' is not in the reading"),
+        ([("र", "r3", "L1", "rejected")], None, "occurs 2 times.*#0, #2"),
+        ([("#7", "r3", "L1", "rejected")], None, "no word with index 7"),
+        ([("नेकपा", "r1", "L1", "rejected")] * 2, None, "already labelled"),
+        ([("नेकपा", "r1", "L1", "rejected", "6")], "word,reading,listener,label,mos", "mos must be between 1 and 5"),
+        ([("नेकपा", "r1", "L1", "rejected", "good")], "word,reading,listener,label,mos", "mos must be a number"),
+        ([("नेकपा", "r1", "L1", "rejected", "2"), ("र", "r1", "L1", "accepted", "4")],
+         "word,reading,listener,label,mos", "mos 4 here but 2"),
+        ([], None, "no labels"),
+    ],
+)
+def test_bad_labels_are_clear_errors(tmp_path, rows, header, message):
+    kw = {"header": header} if header else {}
+    with pytest.raises(ListenerDataError, match=message):
+        run(tmp_path, rows, **kw)
+
+
+def test_error_names_the_line(tmp_path):
+    rows = [("नेकपा", "r1", "L1", "rejected"), ("र", "r1", "L1", "maybe")]
+    with pytest.raises(ListenerDataError, match="line 3"):
+        run(tmp_path, rows)
+
+
+def test_missing_or_empty_files(tmp_path):
+    res = write_results(tmp_path / "res")
+    with pytest.raises(ListenerDataError, match="does not exist"):
+        listener_agreement(tmp_path / "none.csv", res)
+    (tmp_path / "empty.csv").write_text("", encoding="utf-8")
+    with pytest.raises(ListenerDataError, match="is empty"):
+        listener_agreement(tmp_path / "empty.csv", res)
+    with pytest.raises(ListenerDataError, match="results folder"):
+        listener_agreement(write_csv(tmp_path / "l.csv", LABELS), tmp_path / "nofolder")
+
+
+def test_malformed_result_file_is_a_result_error(tmp_path):
+    res = write_results(tmp_path / "res")
+    (res / "r1.json").write_text('{"query": 1}', encoding="utf-8")
+    with pytest.raises(ResultError, match=r"r1\.json"):
+        listener_agreement(write_csv(tmp_path / "l.csv", LABELS), res)
+
+
+def test_write_listener_report(tmp_path):
+    out = run(tmp_path)
+    paths = write_listener_report(out, tmp_path / "report")
+    assert json.loads(paths["json"].read_text(encoding="utf-8")) == out
+    md = paths["md"].read_text(encoding="utf-8")
+    p = out["detection"]["precision"]
+    assert f"| Precision | {p['estimate']:.3f} [{p['low']:.3f}–{p['high']:.3f}] | 3 of 5 flags" in md
+    assert "| False-alarm rate |" in md and "2 of 8 accepted words flagged" in md
+    assert "listeners rejected 1 of 3 (33.3%)" in md
+    assert f"{out['alpha']:.3f}" in md
+    assert sorted(x.name for x in paths["md"].parent.iterdir()) == ["listeners.json", "listeners.md"]
+    with pytest.raises(ValueError, match="listener_agreement"):
+        write_listener_report({"detection": {}}, tmp_path / "x")
