@@ -14,15 +14,14 @@ Quarantined readings are left out of every rate and counted separately.
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from leakloss.eval.stats import Interval, format_count, rate_with_interval, wilson_interval
-from leakloss.report import SITE_KINDS, load_result, write_text_atomic
+from leakloss.report import SITE_KINDS, load_result, write_bytes_atomic, write_text_atomic
 
 __all__ = ["compare_results", "write_comparison", "format_rate", "key_units"]
 
@@ -220,17 +219,9 @@ def _plot_png(result: Mapping, path: Path) -> None:
     ax.set_title("Key words flagged, 95% Wilson interval", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:

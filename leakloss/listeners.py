@@ -204,7 +204,7 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         pred = [u["decision"] == "flagged" for u in judged]
         truth = [u["label"] == "rejected" for u in judged]
         point = detection_rates(pred, truth)
-        boot = detection_rates_bootstrap(pred, truth, list(range(len(judged))),
+        boot = detection_rates_bootstrap(pred, truth, [u["listener"] for u in judged],
                                          n_resamples=N_RESAMPLES, seed=SEED)
         detection = {k: point[k] for k in ("tp", "fp", "fn", "tn", "n")}
         detection.update({k: _iv(v) for k, v in boot.items()})

@@ -44,6 +44,7 @@ __all__ = [
     "render_index",
     "write_report",
     "write_text_atomic",
+    "write_bytes_atomic",
 ]
 
 CLIP_PAD_S = 0.120  # context either side of a word clip, as in the seed's players
@@ -212,10 +213,11 @@ def load_result(path: str | Path) -> dict:
 
 # --- writing -----------------------------------------------------------------------------------
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` via a temporary file and ``os.replace``.
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 
-    A reader never sees a half-written page and a failure leaves no file behind.
+    A reader never sees a half-written file and a failure leaves no file behind (an
+    existing file is kept as it was).
 
     Raises:
         OSError: the folder does not exist (named in the message) or the write fails.
@@ -226,8 +228,8 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         raise FileNotFoundError(f"cannot write '{p}': folder '{folder}' does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         mask = os.umask(0)
         os.umask(mask)
         # mkstemp makes the file private; give it the permissions a plain open() would.
@@ -240,6 +242,11 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
             pass
         raise
     return p
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` as UTF-8 with :func:`write_bytes_atomic`."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_report(path: str | Path, html_text: str) -> Path:

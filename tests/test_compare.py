@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,10 @@ def test_write_comparison_files(tmp_path):
     png = paths["png"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
     assert sorted(p.name for p in paths["md"].parent.iterdir()) == ["comparison.json", "comparison.md", "comparison.png"]
+    mask = os.umask(0)
+    os.umask(mask)
+    # not the private 0600 of a temporary file: others can read a run's results
+    assert {stat.S_IMODE(p.stat().st_mode) for p in paths.values()} == {0o666 & ~mask}
 
 
 def test_pipe_in_names_does_not_break_the_table(tmp_path):

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -281,6 +282,9 @@ def test_write_report_writes_atomically_and_leaves_no_temp(tmp_path):
     out = write_report(tmp_path / "r.html", page)
     assert out.read_text(encoding="utf-8") == page
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
 
 
 def test_failed_write_keeps_the_old_file_and_removes_the_temp(tmp_path, monkeypatch):

@@ -13,7 +13,8 @@ CROP_PADS_S: tuple[float, ...] = (0.0, 0.03, 0.06)
 _EPS = 1e-6
 
 
-def word_crops(start: float, end: float, duration: float, pads: tuple[float, ...] = CROP_PADS_S) -> list[tuple[float, float]]:
+def word_crops(start: float, end: float, duration: float,
+               pads: tuple[float, ...] = CROP_PADS_S) -> list[tuple[float, float]]:
     """The word span widened by each pad, clamped to ``[0, duration]`` (seconds)."""
     if end < start:
         start, end = end, start

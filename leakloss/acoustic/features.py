@@ -231,8 +231,9 @@ def _vowel_evidence(lp: Tensor, occ: Tensor, spec: SiteSpec, blank: int, frame_r
     ])
 
 
-def evidence_from_log_probs(log_probs: Tensor, specs: Sequence[SiteSpec], blank: int, frame_rate: float,
-                            frame_energy: Tensor | None = None) -> tuple[dict[SiteKey, SiteEvidence], dict[SiteKey, Tensor]]:
+def evidence_from_log_probs(
+    log_probs: Tensor, specs: Sequence[SiteSpec], blank: int, frame_rate: float, frame_energy: Tensor | None = None,
+) -> tuple[dict[SiteKey, SiteEvidence], dict[SiteKey, Tensor]]:
     """Score every site x crop x {Nepali, Hindi} path in ONE batched forward-backward.
 
     Args:
@@ -355,7 +356,9 @@ class EvidenceExtractor:
                                          alignment=alignment, log_probs=lp, duration=duration)
             specs, skipped = site_specs(words, word_phones, alignment, rec.phoneset, rec.frame_rate, n, duration)
             if not specs:
-                why = "no testable site" + (f" ({len(skipped)} skipped: {next(iter(skipped.values()))})" if skipped else "")
+                why = "no testable site"
+                if skipped:
+                    why += f" ({len(skipped)} skipped: {next(iter(skipped.values()))})"
                 return UtteranceEvidence("no_testable_site", why, alignment=alignment, log_probs=lp,
                                          duration=duration, skipped=skipped)
             energy = frame_energies(wave.to(lp.device), rec.samples_per_frame, n)

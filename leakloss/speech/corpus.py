@@ -28,7 +28,7 @@ from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: nasal vowels spoken with espeak one-letter mnemonics
 ROLES = ("teacher", "hindi", "variant")
 
 

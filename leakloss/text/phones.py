@@ -75,12 +75,13 @@ EQUIVALENCE_CLASSES: tuple[frozenset[str], ...] = (
 ESPEAK_MNEMONIC: dict[str, str] = {
     "ʌ": "V", "aː": "a:", "i": "i", "u": "u", "e": "e", "o": "o", "ʌi̯": "VI", "ʌu̯": "VU",
     "ə": "@", "iː": "i:", "uː": "u:", "eː": "e:", "oː": "o:", "ɛː": "E:", "ɔː": "O:", "ɪ": "I", "ʊ": "U",
+    "ɛ": "E", "ɔ": "O", "a": "a", "ɐ": "V", "ɦ": "H", "ʋ": "v",
     "k": "k", "kʰ": "k#", "ɡ": "g", "ɡʰ": "g#", "ŋ": "N",
     "c": "c", "cʰ": "c#", "ɟ": "J", "ɟʰ": "J#", "ɲ": "n^",
     "ʈ": "t.", "ʈʰ": "t.#", "ɖ": "d.", "ɖʰ": "d.#", "ɳ": "n.",
     "t": "t", "tʰ": "t#", "d": "d", "dʰ": "d#", "n": "n",
     "p": "p", "pʰ": "p#", "b": "b", "bʰ": "b#", "m": "m",
-    "j": "j", "r": "r", "ɾ": "r", "l": "l", "w": "w", "ʋ": "v", "s": "s", "ʃ": "S", "ʂ": "s.", "h": "h",
+    "j": "j", "r": "r", "ɾ": "r", "l": "l", "w": "w", "s": "s", "ʃ": "S", "ʂ": "s.", "h": "h",
     "ɽ": "r.", "ɽʰ": "r.#", "f": "f", "z": "z",
 }
 
@@ -88,7 +89,12 @@ _STRESS = str.maketrans("", "", "ˈˌ'")
 
 
 def strip_nasal(phone: str) -> str:
-    return phone.replace(NASAL, "")
+    """The phone without nasalisation (precomposed ``ẽ`` as well as ``e`` + U+0303)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", phone).replace(NASAL, ""))
+
+
+def is_nasal(phone: str) -> bool:
+    return NASAL in unicodedata.normalize("NFD", phone)
 
 
 def is_vowel(phone: str) -> bool:
@@ -116,12 +122,19 @@ def espeak_phoneme_input(phones: list[str]) -> str:
     """Phones -> espeak ``[[...]]`` input for one word (nasal vowels get espeak's ``~``)."""
     out = []
     for phone in phones:
-        nasal = phone.endswith(NASAL)
         base = strip_nasal(phone)
         if base not in ESPEAK_MNEMONIC:
             raise KeyError(f"no espeak mnemonic for phone {phone!r}")
-        out.append(ESPEAK_MNEMONIC[base] + ("~" if nasal else ""))
+        # espeak nasalises only one-letter vowel mnemonics ("a:~" would end the word): long vowels
+        # use the short mnemonic, diphthongs lose the nasalisation
+        out.append(_NASAL_MNEMONIC.get(base, ESPEAK_MNEMONIC[base]) if is_nasal(phone) else ESPEAK_MNEMONIC[base])
     return "".join(out)
+
+
+_NASAL_MNEMONIC = {
+    "ʌ": "V~", "ə": "V~", "aː": "a~", "a": "a~", "i": "i~", "iː": "i~", "u": "u~", "uː": "u~", "e": "e~", "eː": "e~",
+    "o": "o~", "oː": "o~", "ɛː": "E~", "ɛ": "E~", "ɔː": "O~", "ɔ": "O~", "ɪ": "I~", "ʊ": "U~",
+}
 
 
 def canonical(phone: str) -> str:

@@ -53,7 +53,8 @@ def peaky_log_probs(script: list[str | None], phoneset: PhoneSet, sharp: float =
     return logits.log_softmax(-1)
 
 
-def script_for(words: list[list[str]], frames_per_phone: int = 3, gap: int = 2) -> tuple[list[str | None], list[tuple[int, int]]]:
+def script_for(words: list[list[str]], frames_per_phone: int = 3,
+               gap: int = 2) -> tuple[list[str | None], list[tuple[int, int]]]:
     """Blank gaps between phones; returns the script and each word's (first, last_exclusive) frame."""
     script: list[str | None] = [None] * gap
     spans = []

@@ -76,7 +76,12 @@ def _model(m2w: MelToWave, *, lookup=lambda text: [SITE], **kwargs: Any) -> Leak
     kwargs.setdefault("audio_drop_prob", 0.0)
     kwargs.setdefault("cond_drop_prob", 0.0)
     kwargs.setdefault("sites_in_span_only", False)
-    return tiny_f5(256, seed=0, site_lookup=lookup, **kwargs)
+    model = tiny_f5(256, seed=0, site_lookup=lookup, **kwargs)
+    # F5 zero-initialises the output layer, so pred == 0 at init would hide mistakes in x1_hat
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        model.transformer.proj_out.weight.copy_(0.1 * torch.randn(model.transformer.proj_out.weight.shape, generator=g))
+    return model
 
 
 def _batch(seed: int = 0) -> tuple[torch.Tensor, list[str], torch.Tensor]:
@@ -140,6 +145,7 @@ def test_penalty_sees_x1_hat_in_span_and_ground_truth_outside(m2w: MelToWave) ->
     call = model.leak_penalty.calls[-1]
     span = _span(cond, lens)
     assert span.any() and (~span[:, :40]).any()  # both regions exist
+    assert pred[span].abs().min() > 0
     t = seen["time"][:, None, None]
     expected = torch.where(span[..., None], seen["x"] + (1 - t) * pred, mel)
     torch.testing.assert_close(call["mels"], expected)

@@ -1,0 +1,176 @@
+"""Tiny decision heads and their self-describing checkpoints.
+
+- :class:`MLPHead`: 57 site features -> 16 -> 1 change logit (945 parameters), as the seed's
+  deletion (recognizer B) and quality (recognizer A) heads. Feature standardisation is a buffer.
+- :class:`RawConvHead`: reference-free, fully convolutional over conv-layer-4 features (5 ms frames):
+  a leak logit per frame, and a word/site score by soft-max pooling over the site's frames.
+
+Checkpoints are ``NAME.safetensors`` (tensors only) + ``NAME.json`` (the card: dims, thresholds,
+feature schema version, recognizer id, training-data hash, held-out table). :func:`load_head` needs
+no Hydra and never unpickles anything.
+
+Shapes: b batch, d features (57), c conv channels, g conv frames (5 ms).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+FLAG_THRESHOLD = 0.5
+NO_CHANGE_THRESHOLD = 0.2
+HEAD_KINDS = ("deletion", "quality", "rawconv")
+
+
+class HeadLoadError(ValueError):
+    """A head file that is missing, not safetensors, or whose card does not match its tensors."""
+
+
+@dataclass
+class HeadCard:
+    head: str  # deletion | quality | rawconv
+    architecture: dict
+    recognizer: str
+    feature_schema_version: str
+    feature_names: list[str] = field(default_factory=list)
+    thresholds: dict = field(default_factory=lambda: {"flag": FLAG_THRESHOLD, "no_change": NO_CHANGE_THRESHOLD})
+    training_data_sha256: str = ""
+    heldout: list[dict] = field(default_factory=list)
+    notes: str = ""
+
+
+class MLPHead(nn.Module):
+    """``[b, d]`` features -> ``[b]`` change logits; inputs standardised with stored mean/std."""
+
+    def __init__(self, in_features: int = 57, hidden: int = 16) -> None:
+        super().__init__()
+        self.in_features, self.hidden = in_features, hidden
+        self.register_buffer("mean", torch.zeros(in_features))
+        self.register_buffer("std", torch.ones(in_features))
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def architecture(self) -> dict:
+        return {"class": "MLPHead", "in_features": self.in_features, "hidden": self.hidden}
+
+    def fit_normalisation(self, x: Tensor) -> None:
+        self.mean.copy_(x.mean(0))
+        self.std.copy_(x.std(0).clamp(min=1e-3))
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = ((x - self.mean) / self.std).clamp(-8, 8)  # robust to out-of-range features
+        return self.net(z).squeeze(-1)
+
+    def score(self, x: Tensor) -> Tensor:
+        return torch.sigmoid(self.forward(x).float())
+
+
+class RawConvHead(nn.Module):
+    """``[b, c, g]`` conv features -> ``[b, g]`` per-frame leak logits (5 ms frames)."""
+
+    def __init__(self, in_channels: int = 64, width: int = 48, kernel: int = 5, layers: int = 3) -> None:
+        super().__init__()
+        self.in_channels, self.width, self.kernel, self.layers = in_channels, width, kernel, layers
+        self.register_buffer("mean", torch.zeros(in_channels))
+        self.register_buffer("std", torch.ones(in_channels))
+        blocks: list[nn.Module] = []
+        ch = in_channels
+        for i in range(layers):
+            dilation = 2**i
+            blocks += [nn.Conv1d(ch, width, kernel, padding=dilation * (kernel // 2), dilation=dilation), nn.GELU()]
+            ch = width
+        blocks.append(nn.Conv1d(ch, 1, 1))
+        self.net = nn.Sequential(*blocks)
+
+    def architecture(self) -> dict:
+        return {"class": "RawConvHead", "in_channels": self.in_channels, "width": self.width, "kernel": self.kernel,
+                "layers": self.layers}
+
+    def fit_normalisation(self, feats: Tensor, mask: Tensor) -> None:
+        """Per-channel mean/std over valid frames (``mask [b, g]``)."""
+        x = feats.transpose(1, 2)[mask]  # [n, c]
+        self.mean.copy_(x.mean(0))
+        self.std.copy_(x.std(0).clamp(min=1e-4))
+
+    def forward(self, feats: Tensor) -> Tensor:
+        z = (feats - self.mean[:, None]) / self.std[:, None]
+        return self.net(z).squeeze(1)
+
+    @staticmethod
+    def pool(frame_logits: Tensor, mask: Tensor, temperature: float = 4.0) -> Tensor:
+        """Site score logit: soft maximum (temperature-scaled log-mean-exp) over the masked frames.
+
+        An empty mask gives a very negative logit (no evidence), never NaN.
+        """
+        x = frame_logits.float() * temperature
+        x = x.masked_fill(~mask, -1e4)
+        count = mask.sum(-1).clamp(min=1).float()
+        pooled = (torch.logsumexp(x, dim=-1) - torch.log(count)) / temperature
+        return torch.where(mask.any(-1), pooled, torch.full_like(pooled, -1e4 / temperature))
+
+
+def _build(arch: dict) -> nn.Module:
+    cls = arch.get("class")
+    kwargs = {k: v for k, v in arch.items() if k != "class"}
+    if cls == "MLPHead":
+        return MLPHead(**kwargs)
+    if cls == "RawConvHead":
+        return RawConvHead(**kwargs)
+    raise HeadLoadError(f"unknown head class {cls!r} in card")
+
+
+def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
+    """Write ``path.safetensors`` and ``path.json`` atomically (temp files, then rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(path).with_suffix("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    card.architecture = head.architecture()
+    tensors = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    st_tmp, js_tmp = path.with_suffix(".safetensors.tmp"), path.with_suffix(".json.tmp")
+    save_file(tensors, str(st_tmp), metadata={"leakloss_head": card.head})
+    js_tmp.write_text(json.dumps(asdict(card), ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(st_tmp, path.with_suffix(".safetensors"))
+    os.replace(js_tmp, path.with_suffix(".json"))
+    return path.with_suffix(".safetensors")
+
+
+def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
+    """Load a head from ``NAME.safetensors`` (+ ``NAME.json``). Pickle files are refused."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if path.suffix in (".pt", ".pth", ".pkl", ".ckpt", ".bin"):
+        raise HeadLoadError(
+            f"{path}: refusing to load a pickle-based file ({path.suffix}); heads load from .safetensors only. "
+            "Export a Lightning checkpoint with `leakloss train-heads` (it writes NAME.safetensors + NAME.json)."
+        )
+    base = path.with_suffix("") if path.suffix in (".safetensors", ".json") else path
+    st, js = base.with_suffix(".safetensors"), base.with_suffix(".json")
+    if not st.exists() or not js.exists():
+        raise HeadLoadError(f"head files not found: expected {st} and {js}")
+    try:
+        card_dict = json.loads(js.read_text(encoding="utf-8"))
+        card = HeadCard(**card_dict)
+    except (json.JSONDecodeError, TypeError) as err:
+        raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
+    try:
+        tensors = load_file(str(st))
+    except (SafetensorError, OSError) as err:
+        raise HeadLoadError(f"{st}: not a readable safetensors file ({err})") from err
+    head = _build(card.architecture)
+    try:
+        head.load_state_dict(tensors, strict=True)
+    except RuntimeError as err:
+        raise HeadLoadError(f"{st}: tensors do not match the card's architecture ({err})") from err
+    return head.eval(), card
+
+
+def n_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

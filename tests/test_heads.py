@@ -1,0 +1,65 @@
+import pickle
+
+import pytest
+import torch
+
+from leakloss.heads import HeadCard, HeadLoadError, MLPHead, RawConvHead, load_head, n_parameters, save_head
+
+
+def test_mlp_head_has_the_seeds_945_parameters():
+    assert n_parameters(MLPHead(57, 16)) == 945
+
+
+def test_save_load_roundtrip_is_exact(tmp_path):
+    torch.manual_seed(0)
+    head = MLPHead()
+    head.fit_normalisation(torch.randn(100, 57) * 3 + 1)
+    card = HeadCard(head="deletion", architecture={}, recognizer="b", feature_schema_version="1",
+                    heldout=[{"head": "deletion", "pair_kind": "physical", "caught": 3, "total": 4,
+                              "false_flags": 0, "shams": 4}])
+    save_head(tmp_path / "deletion", head, card)
+    loaded, card2 = load_head(tmp_path / "deletion.safetensors")
+    x = torch.randn(7, 57)
+    assert torch.equal(loaded(x), head(x))
+    assert card2.recognizer == "b" and card2.thresholds == {"flag": 0.5, "no_change": 0.2}
+    assert card2.heldout[0]["caught"] == 3 and card2.architecture["hidden"] == 16
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_pickle_is_refused(tmp_path):
+    bad = tmp_path / "head.pt"
+    bad.write_bytes(pickle.dumps({"evil": 1}))
+    with pytest.raises(HeadLoadError, match="pickle"):
+        load_head(bad)
+
+
+def test_corrupt_or_mismatched_files(tmp_path):
+    head = MLPHead()
+    save_head(tmp_path / "h", head, HeadCard("quality", {}, "a", "1"))
+    (tmp_path / "h.safetensors").write_bytes(b"garbage")
+    with pytest.raises(HeadLoadError, match="safetensors"):
+        load_head(tmp_path / "h.safetensors")
+    save_head(tmp_path / "g", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    text = (tmp_path / "g.json").read_text().replace('"hidden": 8', '"hidden": 16')
+    (tmp_path / "g.json").write_text(text)
+    with pytest.raises(HeadLoadError, match="do not match"):
+        load_head(tmp_path / "g")
+    with pytest.raises(HeadLoadError, match="not found"):
+        load_head(tmp_path / "missing")
+
+
+def test_rawconv_is_fully_convolutional_and_pools_safely():
+    torch.manual_seed(0)
+    head = RawConvHead(in_channels=16, width=8)
+    feats = torch.randn(2, 16, 300)
+    logits = head(feats)
+    assert logits.shape == (2, 300)
+    # a frame's logit depends only on a local window: changing far frames leaves it unchanged
+    feats2 = feats.clone()
+    feats2[:, :, 200:] += 5
+    assert torch.allclose(head(feats2)[:, :100], logits[:, :100])
+    mask = torch.zeros(2, 300, dtype=torch.bool)
+    mask[0, 10:20] = True
+    pooled = RawConvHead.pool(logits, mask)
+    assert torch.isfinite(pooled).all() and pooled[1] < -100
+    assert logits[0, 10:20].min() - 1e-5 <= pooled[0] <= logits[0, 10:20].max() + 1e-5
