@@ -72,8 +72,7 @@ class MelToWave(nn.Module):
         from vocos.heads import ISTFTHead
         from vocos.models import VocosBackbone
 
-        gen = torch.random.fork_rng()  # seed locally, leave the global RNG stream untouched
-        with gen:
+        with torch.random.fork_rng():  # seed locally, leave the global RNG stream untouched
             torch.manual_seed(seed)
             backbone = VocosBackbone(input_channels=N_MELS, dim=dim, intermediate_dim=2 * dim, num_layers=num_layers)
             head = ISTFTHead(dim=dim, n_fft=1024, hop_length=MEL_HOP, padding="same")

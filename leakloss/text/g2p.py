@@ -475,7 +475,10 @@ def load_lexicon(path: str | Path, *, skip_empty: bool = False) -> dict[str, tup
 
 # Word endings whose final inherent vowel Nepali pronounces: verb forms (गर्छ, गरेर, गर्न? no: गर्न has
 # a virama-less न after a cluster, see the cluster rule), the final य/ह/visarga.
-_KEEP_FINAL_ENDINGS: tuple[str, ...] = ("छ", "ैन", "एन", "ेर", "एर", "उन", "इन", "िकन", "ीकन")
+_KEEP_FINAL_ENDINGS: tuple[str, ...] = ("छ", "ैन", "एन", "ेर", "एर", "उन", "इन", "िकन", "ीकन", "िँन", "ैँन")
+#: Verb endings among :data:`_KEEP_FINAL_ENDINGS` that nouns share (शमशेर, बेर): not applied to the last
+#: member of a compound, which is a noun or adjective.
+_VERB_ONLY_ENDINGS: tuple[str, ...] = ("ेर", "एर", "उन", "इन", "िकन", "ीकन")
 _KEEP_FINAL_CONS = frozenset({"य", "ह"})
 # Final clusters of English loanwords (स्ट, न्ट, क्स, र्ड ...): their last consonant drops the vowel.
 _LOAN_FINAL = frozenset({"ट", "ड", "स", "ज", "फ"})
@@ -486,29 +489,52 @@ _LOAN_FINAL = frozenset({"ट", "ड", "स", "ज", "फ"})
 _UNSURE_FINAL = ("िन", "ेन", "ुन", "ाख", "ुख", "झ", "ध", "ढ", "ख", "इन", "ाइन", "ाउन")
 
 
-def _final_keeps(units: Sequence[Unit], stem_text: str) -> bool:
-    """Is the inherent vowel of the last unit (a bare consonant) pronounced when the word ends here?"""
+def _final_keeps(units: Sequence[Unit], stem_text: str, noun: bool = False) -> bool:
+    """Is the inherent vowel of the last unit (a bare consonant) pronounced when the word ends here?
+    ``noun``: the word is known to be a noun/adjective (a compound's last member): no verb endings."""
     u = units[-1]
     prev = units[-2] if len(units) > 1 else None
     if u.nasal or u.visarga or prev is None or prev.visarga:
         return True  # after a visarga the consonant is doubled: दुःख dukkha
     if prev.vowel == VIRAMA:
-        return u.cons not in _LOAN_FINAL
+        # Retroflex ण्ड ष्ट are Sanskrit clusters (खण्ड, दुष्ट: kept); English writes न्ड स्ट (dropped).
+        # A geminate (भट्ट, पट्ट) is native too.
+        return u.cons not in _LOAN_FINAL or prev.cons in ("ण", "ष", u.cons)
     if u.cons == "ह" and prev.nasal:
         return False  # सिंह siŋh
+    if prev.nasal == ANUSVARA and prev.cons is not None and u.cons != "घ":
+        return True  # anusvara + consonant is a Sanskrit cluster (अंश, वंश, हंस, अंग, अंक): like a conjunct
     if u.cons in _KEEP_FINAL_CONS and prev.cons is not None or u.cons == "य":
         return True
     if stem_text.endswith(("उन", "इन")) and len(units) <= 2:
         return False  # उन, इन are pronouns, not verb endings
     if stem_text.endswith("इन") and len(units) >= 5 or stem_text.endswith("िन") and len(units) <= 2:
         return False  # long -इन words are loans/names (…लाइन), दिन din is a noun (studied words)
+    if noun:
+        return stem_text.endswith(_KEEP_FINAL_ENDINGS) and not stem_text.endswith(_VERB_ONLY_ENDINGS)
     # Short words in -इन/-एन are mostly verb forms (गरिन, गरेन), longer ones nouns and loans.
     if stem_text.endswith("िन") and len(units) <= 4 or stem_text.endswith("ेन") and len(units) <= 3:
         return True
     return stem_text.endswith(_KEEP_FINAL_ENDINGS)
 
 
-def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool = True) -> tuple[list[bool], list[str]]:
+#: Word-initial prefixes written as two bare letters whose second vowel is pronounced: Sanskrit उप- अप-
+#: अव- सम- सह-, first members जन- जय- मह-, and the Nepali negative न- before a verb (नबसेर na-ba-se-ra).
+_PREFIXES: frozenset[tuple[str, str]] = frozenset({
+    ("उ", "प"), ("अ", "प"), ("अ", "व"), ("स", "म"), ("स", "ह"), ("ज", "न"), ("ज", "य"), ("म", "ह"),
+})
+
+
+def _is_prefix(first: Unit, second: Unit) -> bool:
+    if first.nasal or first.visarga or not first.inherent or not second.inherent or second.nasal:
+        return False
+    if first.cons == "न":
+        return True
+    return ((first.cons or first.vowel), second.cons) in _PREFIXES
+
+
+def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool = True,
+                   noun: bool = False) -> tuple[list[bool], list[str]]:
     """Per unit: is its inherent vowel pronounced (False for units without one), and the rule that
     decided it (``""`` for units without a slot). Rules, right to left:
 
@@ -539,7 +565,7 @@ def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool =
             continue
         prev = units[k - 1] if k else None
         if u.cons is None or u.nasal or u.visarga or prev is None or prev.vowel == VIRAMA or prev.visarga:
-            kept[k], why[k] = (_final_keeps(units, text) if k == n - 1 and prev is not None and final_is_word_final
+            kept[k], why[k] = (_final_keeps(units, text, noun) if k == n - 1 and prev is not None and final_is_word_final
                                else k < n - 1 or final_is_word_final or u.cons is None or bool(u.nasal)), "fixed"
             if k == n - 1 and prev is not None and prev.vowel == VIRAMA:
                 why[k] = "final-cluster"
@@ -547,7 +573,7 @@ def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool =
                 why[k] = "after-cluster"  # loanwords (फिल्मस, गोल्डकप) break this one
             continue
         if k == n - 1:
-            kept[k] = _final_keeps(units, text) if final_is_word_final else False
+            kept[k] = _final_keeps(units, text, noun) if final_is_word_final else False
             why[k] = "final-unsure" if text.endswith(_UNSURE_FINAL) or u.cons == "ह" else "final"
             continue
         nxt = units[k + 1]
@@ -559,6 +585,10 @@ def _decide_simple(units: Sequence[Unit], text: str, final_is_word_final: bool =
             kept[k], why[k] = not glide, "cluster"
         elif nxt.inherent and not kept[k + 1]:
             kept[k], why[k] = True, "after-drop"
+        elif k == 1 and _is_prefix(prev, u):
+            kept[k], why[k] = True, "prefix"
+        elif u.cons == "न" and _starts_aux(units, k + 1):
+            kept[k], why[k] = True, "prefix"  # infinitive -न before an auxiliary: हुनसके hu-na-sa-ke
         else:
             # Measured tendencies where both neighbours carry a vowel: after an inherent vowel and
             # before a written one (with more syllables to come) Nepali keeps more often than not; so
@@ -589,7 +619,7 @@ COMPOUND_MEMBERS: tuple[str, ...] = (
     # places
     "नगर", "पुरी", "गढ", "गढी", "कोट", "टोल", "थली", "बस्ती", "चोक", "बजार",
     "डाँडा", "खोला", "पोखरी", "घाट", "ढोका", "भूमि", "बारी", "पानी", "टार",
-    "धाम", "द्वार", "महल", "दरबार", "मार्ग", 
+    "धाम", "द्वार", "महल", "दरबार", "मार्ग", "बेर", "शमसेर", "शम्शेर",
     # abstract second members
     "मुक्त", "रहित", "युक्त", "विहीन", "जनक", "कर्ता", "गत", "वान", "शील", "जन",
     "शास्त्र", "सभा", "समिति", "मन्त्री", "मन्त्रालय", "निर्माण", "विकास", "सुधार", "योजना", "सम्बन्ध",
@@ -610,7 +640,14 @@ COMPOUND_MEMBERS: tuple[str, ...] = (
 
 def _starts_aux(units: Sequence[Unit], b: int) -> bool:
     """Does a verb auxiliary (रह- सक- लाग- पर- भए हु- दि- लि- गर-) start at unit ``b``?"""
-    return any(tuple(units[b:b + len(m)]) == m for m in _aux_units())
+    if any(tuple(units[b:b + len(m)]) == m for m in _aux_units()):
+        return True
+    # सक- (be able), पा- (get to), पुग- (reach) after an infinitive: हुनसके, हुनपाए, हुनपुग्यो
+    nxt = units[b + 1] if b + 1 < len(units) else None
+    u = units[b] if b < len(units) else None
+    return (u is not None and nxt is not None and not u.nasal
+            and ((u.cons, u.vowel, nxt.cons) in (("स", INHERENT, "क"), ("प", "ु", "ग"))
+                 or (u.cons, u.vowel) == ("प", "ा") and nxt.cons is None))
 
 
 @lru_cache(maxsize=1)
@@ -668,7 +705,8 @@ def _decide_schwas(units: Sequence[Unit], text: str, final_is_word_final: bool =
     for a, b in zip(starts, ends):
         seg = units[a:b]
         last = b == len(units)
-        kk, ww = _decide_simple(seg, _units_text(seg), final_is_word_final if last else True)
+        noun = last and seg in _member_units() and not _starts_aux(units, a)
+        kk, ww = _decide_simple(seg, _units_text(seg), final_is_word_final if last else True, noun)
         if not last and seg[-1].inherent and ww[-1] in ("final", "final-unsure"):
             # a member's last slot drops (no verb endings inside a compound) unless the next member
             # starts with a conjunct (no three consonants in a row: शिवप्रसाद si-ba-pra-saad)
@@ -711,6 +749,9 @@ SUFFIXES: dict[str, tuple[str, ...]] = {
     "पूर्ण": ("p", "u", "r", "ɳ", "ʌ"), "पूर्वक": ("p", "u", "r", "w", "ʌ", "k"),
 }
 _SUFFIX_ORDER = sorted(SUFFIXES, key=len, reverse=True)
+#: Suffixes before which the stem's final inherent vowel is often kept (स्थिरता, निपुणता, but सफलता):
+#: a word with one of them is at most ``medium`` confidence.
+_UNSURE_STEM_SUFFIXES = frozenset({"ता"})
 
 
 def split_suffixes(word: str) -> tuple[str, tuple[str, ...]]:
@@ -721,6 +762,8 @@ def split_suffixes(word: str) -> tuple[str, tuple[str, ...]]:
     for _ in range(3):
         for suf in _SUFFIX_ORDER:
             rest = stem[: -len(suf)]
+            if suf == "ता" and rest[-1:] not in CONSONANTS:
+                continue  # abstract -ता follows a bare consonant; दाता, देवता-like -ता after a vowel is no suffix
             if stem.endswith(suf) and len(rest) >= 2 and rest[-1] not in (NUKTA,):
                 try:
                     parse_word(rest)
@@ -749,7 +792,7 @@ def rule_pronounce(word: str, word_final: bool = True) -> tuple[tuple[str, ...],
 #: Confidence of each rule (measured on the studied part of the Google lexicon; see
 #: benchmarks/frontend_agreement.py). A word gets the lowest confidence of its slots.
 RULE_CONFIDENCE: dict[str, Confidence] = {
-    "": "high", "fixed": "high", "final": "high", "final-cluster": "medium", "penult": "high",
+    "": "high", "fixed": "high", "prefix": "medium", "final": "high", "final-cluster": "medium", "penult": "high",
     "cluster": "medium", "after-drop": "low", "medial": "low", "final-unsure": "medium",
     "after-cluster": "medium", "seg-final": "low",
 }
@@ -781,6 +824,12 @@ class NepaliFrontend:
                 phones, conf = _nepali_only(self.lexicon[stem]), "high"
             else:
                 phones, conf = rule_pronounce(stem)
+                if suffixes[0] in _UNSURE_STEM_SUFFIXES:
+                    conf = "low" if conf == "low" else "medium"
+                    su = parse_word(stem)
+                    if (len(su) == 2 and su[1].inherent and su[0].cons is not None and not su[0].inherent
+                            and su[0].vowel != VIRAMA and phones[-1] != "ʌ"):
+                        phones = phones + ("ʌ",)  # one heavy syllable + -ता keeps the schwa: हीनता hii-na-taa
             for suf in suffixes:
                 phones = phones + SUFFIXES[suf]
             return Pronunciation(norm, phones, "suffix", conf)

@@ -232,10 +232,10 @@ def test_sites_in_span_only_drops_conditioned_sites(m2w: MelToWave) -> None:
     assert sites_in_span([TimedSite(0.9, 1.0, "quality", "c")], span, FRAME_RATE) == []
     model = _model(m2w, sites_in_span_only=True, lookup=lambda text: [early, late])
     _, cond, _, _ = _run(model)
-    spans = _span(cond, _batch()[2])
+    per_item = [sites_in_span([early, late], s, FRAME_RATE) for s in _span(cond, _batch()[2])]
+    assert any(len(sites) < 2 for sites in per_item)  # this seed's spans do leave a site out
     calls = model.leak_penalty.calls
-    kept = calls[-1]["sites"] if calls else []
-    assert kept == [sites_in_span([early, late], s, FRAME_RATE) for s in spans if sites_in_span([early, late], s, FRAME_RATE)]
+    assert (calls[-1]["sites"] if calls else []) == [sites for sites in per_item if sites]
 
 
 def test_helpers_stay_out_of_state_dict_but_follow_the_model(m2w: MelToWave) -> None:

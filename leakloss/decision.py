@@ -1,0 +1,81 @@
+"""The gated decision rule (seed: "What decides a flag?") as pure functions on the 57 features.
+
+Per site and reference, with features from recognizers A and B:
+
+- the reference qualifies at the site (on both recognizers): it prefers the Nepali path in every
+  crop (reference margin max < 0), the Nepali vowel is clearly present (reference Nepali-vowel peak
+  log emission above -1.5) — otherwise the reference is dropped for that site;
+- the gates pass (on both recognizers): the reference prefers Nepali, the query's margin is positive
+  in every crop (query margin min > 0), and the Hindi side is present in the query (Hindi-side peak
+  log emission above ``HINDI_PRESENT_LOG``);
+- head score >= flag threshold and gates pass -> ``flagged``; score < no-change threshold ->
+  ``no_change``; otherwise ``uncertain``;
+- across references every qualified reference must agree, else ``uncertain``; none qualified ->
+  ``unscored``. A word is flagged if any of its sites is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from leakloss.acoustic.features import FEATURE_NAMES
+
+REFERENCE_VOWEL_LOG = -1.5
+HINDI_PRESENT_LOG = -2.3  # log(0.1)
+_I = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
+DECISIONS = ("flagged", "uncertain", "no_change", "unscored", "not_tested")
+
+
+def reference_qualifies(features: Tensor) -> Tensor:
+    """``[..., 57]`` -> ``[...]`` bool: the reference is a trusted Nepali reading at this site."""
+    return (features[..., _I["margin_reference_max"]] < 0) & (
+        features[..., _I["reference_nepali_peak"]] > REFERENCE_VOWEL_LOG)
+
+
+def gates_pass(features: Tensor) -> Tensor:
+    """``[..., 57]`` -> ``[...]`` bool: reference prefers Nepali, query margin > 0 in every crop, Hindi present."""
+    return (features[..., _I["margin_reference_max"]] < 0) & (features[..., _I["margin_query_min"]] > 0) & (
+        features[..., _I["query_hindi_peak"]] > HINDI_PRESENT_LOG)
+
+
+def site_decision(score: float, gates: bool, flag: float = 0.5, no_change: float = 0.2) -> str:
+    if score >= flag:
+        return "flagged" if gates else "uncertain"
+    if score < no_change:
+        return "no_change"
+    return "uncertain"
+
+
+def combine_references(decisions: Sequence[str]) -> str:
+    """One decision per qualified reference -> the site's decision (all must agree)."""
+    if not decisions:
+        return "unscored"
+    return decisions[0] if all(d == decisions[0] for d in decisions) else "uncertain"
+
+
+def word_decision(site_decisions: Sequence[str]) -> str:
+    """A word is flagged if any site is; then uncertain; no_change only if every site says so."""
+    if not site_decisions:
+        return "not_tested"
+    for d in ("flagged", "uncertain"):
+        if d in site_decisions:
+            return d
+    if all(d == "unscored" for d in site_decisions):
+        return "unscored"
+    return "no_change" if all(d in ("no_change", "unscored") for d in site_decisions) else "uncertain"
+
+
+def batch_decisions(scores: Tensor, feats_a: Tensor, feats_b: Tensor, flag: float = 0.5,
+                    no_change: float = 0.2) -> list[str]:
+    """Vectorised decision for rows with one reference each (held-out tables): ``unscored`` where
+    the reference does not qualify on both recognizers."""
+    qualified = reference_qualifies(feats_a) & reference_qualifies(feats_b)
+    gates = gates_pass(feats_a) & gates_pass(feats_b)
+    out = []
+    for s, q, g in zip(scores.tolist(), qualified.tolist(), gates.tolist()):
+        out.append(site_decision(s, g, flag, no_change) if q else "unscored")
+    return out

@@ -1,0 +1,277 @@
+"""Pair manifests -> cached training tables for the heads.
+
+- :func:`site_feature_table`: per pair two rows of the 57 features (query with the reference:
+  label 1; control with the reference: label 0), for one recognizer.
+- :func:`conv_feature_table`: per pair two reference-free examples for the raw-conv head: conv
+  layer-4 features of the word (±60 ms) and a mask of the site's 5 ms frames.
+
+One recognizer pass per distinct clip (references and controls are shared between pairs). Tables
+are cached on disk keyed by the manifest's content, the recognizer id and the feature schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import soundfile as sf
+import torch
+from tqdm.auto import tqdm
+
+from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
+from leakloss.pairs.schema import PairRecord, read_manifest, resolve
+
+CONV_LAYER = 4
+CONV_PAD_S = 0.06
+SITE_PAD_S = 0.02
+
+
+@dataclass
+class FeatureTable:
+    x: torch.Tensor  # [n, 57]
+    y: torch.Tensor  # [n] 1 = changed, 0 = control
+    meta: list[dict] = field(default_factory=list)  # pair_id, pair_kind, kind, contrast, split, word, role
+
+    def select(self, **conditions) -> "FeatureTable":
+        keep = [i for i, m in enumerate(self.meta) if all(m[k] == v for k, v in conditions.items())]
+        return FeatureTable(self.x[keep], self.y[keep], [self.meta[i] for i in keep])
+
+    def __len__(self) -> int:
+        return len(self.meta)
+
+
+@dataclass
+class ConvTable:
+    feats: list[torch.Tensor]  # each [c, g]
+    masks: list[torch.Tensor]  # each [g] bool: the site's frames
+    y: torch.Tensor  # [n]
+    meta: list[dict] = field(default_factory=list)
+
+    def select(self, **conditions) -> "ConvTable":
+        keep = [i for i, m in enumerate(self.meta) if all(m[k] == v for k, v in conditions.items())]
+        return ConvTable([self.feats[i] for i in keep], [self.masks[i] for i in keep], self.y[keep],
+                         [self.meta[i] for i in keep])
+
+    def __len__(self) -> int:
+        return len(self.meta)
+
+
+def _key(manifest: Path, recognizer_name: str, what: str) -> str:
+    h = hashlib.sha256(manifest.read_bytes())
+    h.update(f"{recognizer_name}|{FEATURE_SCHEMA_VERSION}|{what}|v1".encode())
+    return h.hexdigest()[:16]
+
+
+def manifest_sha256(manifest: str | Path) -> str:
+    return hashlib.sha256(Path(manifest).read_bytes()).hexdigest()
+
+
+class _Sentences:
+    """Words with Nepali phones and sites per text, computed once per text."""
+
+    def __init__(self) -> None:
+        from leakloss.text.sites import SiteFinder
+
+        self.finder = SiteFinder()
+        self.cache: dict[str, list] = {}
+
+    def __call__(self, text: str):
+        if text not in self.cache:
+            self.cache[text] = [w for w in self.finder(text) if w.skipped is None]
+        return self.cache[text]
+
+
+def _load(path: Path) -> torch.Tensor:
+    wave, rate = sf.read(path, dtype="float32", always_2d=False)
+    if rate != 16_000:
+        from leakloss.audio import prepare_waveform
+
+        return prepare_waveform(torch.from_numpy(wave), rate)[0]
+    return torch.from_numpy(wave)
+
+
+def _meta(r: PairRecord, role: str) -> dict:
+    return {"pair_id": r.id, "pair_kind": r.pair_kind, "kind": r.kind, "contrast": r.contrast, "split": r.split,
+            "word": r.word, "role": role, "sentence_id": r.sentence_id}
+
+
+def site_feature_table(manifest: str | Path, recognizer, *, cache_dir: str | Path | None = None,
+                       progress: bool = True) -> tuple[FeatureTable, dict]:
+    """57-feature rows for every pair of ``manifest`` with ``recognizer``; returns (table, stats)."""
+    manifest = Path(manifest)
+    cache = Path(cache_dir) / f"sites-{_key(manifest, recognizer.name, 'sites')}" if cache_dir else None
+    if cache is not None and (cache / "table.json").exists():
+        return _load_table(cache)
+    records = read_manifest(manifest)
+    sentences = _Sentences()
+    extractor = EvidenceExtractor(recognizer)
+    evidence: dict[tuple[str, str], object] = {}
+
+    def ev(audio: str, text: str):
+        k = (audio, text)
+        if k not in evidence:
+            words = sentences(text)
+            evidence[k] = extractor.extract(_load(resolve(manifest, audio)), [w.nepali for w in words], words)
+        return evidence[k]
+
+    rows, labels, meta = [], [], []
+    stats = {"pairs": len(records), "rows": 0, "skipped": {}}
+    for r in tqdm(records, desc=f"features ({recognizer.name})", disable=not progress):
+        key = (r.word_index, r.site_position)
+        ref = ev(r.reference, r.text)
+        for role, audio, label in (("query", r.query, 1.0), ("control", r.control, 0.0)):
+            q = ev(audio, r.text)
+            if not (q.ok and ref.ok and key in q.sites and key in ref.sites):
+                why = q.status if not q.ok else (ref.status if not ref.ok else "site not scored")
+                stats["skipped"][why] = stats["skipped"].get(why, 0) + 1
+                continue
+            rows.append(site_feature_vector(q.sites[key], ref.sites[key], r.kind))
+            labels.append(label)
+            meta.append(_meta(r, role))
+    table = FeatureTable(torch.stack(rows).float() if rows else torch.zeros(0, 57), torch.tensor(labels), meta)
+    stats["rows"] = len(table)
+    if cache is not None:
+        _save_table(cache, table, stats)
+    return table, stats
+
+
+def _save_table(cache: Path, table: FeatureTable, stats: dict) -> None:
+    from safetensors.torch import save_file
+
+    tmp = cache.with_name(cache.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({"x": table.x.contiguous(), "y": table.y.contiguous()}, str(tmp / "table.safetensors"))
+    (tmp / "table.json").write_text(json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    os.replace(tmp, cache)
+
+
+def _load_table(cache: Path) -> tuple[FeatureTable, dict]:
+    from safetensors.torch import load_file
+
+    t = load_file(str(cache / "table.safetensors"))
+    d = json.loads((cache / "table.json").read_text())
+    return FeatureTable(t["x"], t["y"], d["meta"]), d["stats"]
+
+
+def site_frame_mask(alignment, word_index_in_list: int, site_position: int, start_s: float, n_frames: int,
+                    hop_s: float) -> torch.Tensor:
+    """Frames (of a crop starting at ``start_s``) inside the site phone's aligned span ± 20 ms."""
+    word = alignment.words[word_index_in_list]
+    a, b = word.phone_spans[site_position]
+    t = start_s + (torch.arange(n_frames) + 0.5) * hop_s
+    return (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
+
+
+def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ...] = ("deletion",),
+                       cache_dir: str | Path | None = None, progress: bool = True) -> tuple[ConvTable, dict]:
+    """Raw-conv examples: conv layer-4 features of the word ±60 ms and the site's frames."""
+    manifest = Path(manifest)
+    cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, 'conv' + ','.join(kinds))}.pt" if cache_dir else None
+    if cache is not None and cache.exists():
+        from safetensors.torch import load_file
+
+        flat = load_file(str(cache))
+        side = json.loads(cache.with_suffix(".json").read_text())
+        n = len(side["meta"])
+        return ConvTable([flat[f"f{i}"] for i in range(n)], [flat[f"m{i}"] for i in range(n)], flat["y"],
+                         side["meta"]), side["stats"]
+    records = [r for r in read_manifest(manifest) if r.kind in kinds]
+    sentences = _Sentences()
+    extractor = EvidenceExtractor(recognizer)
+    clips: dict[tuple[str, str], tuple] = {}
+    hop_s = 0.005
+
+    def clip(audio: str, text: str):
+        k = (audio, text)
+        if k not in clips:
+            words = sentences(text)
+            wave = _load(resolve(manifest, audio))
+            e = extractor.extract(wave, [w.nepali for w in words], words)
+            with torch.no_grad():
+                feats, n = recognizer.conv_features(wave[None], CONV_LAYER)
+            clips[k] = (e, feats[0, :, : int(n[0])], words, wave.numel() / 16_000)
+        return clips[k]
+
+    feats, masks, labels, meta = [], [], [], []
+    stats = {"pairs": len(records), "skipped": {}}
+    for r in tqdm(records, desc=f"conv features ({recognizer.name})", disable=not progress):
+        for role, audio, label in (("query", r.query, 1.0), ("control", r.control, 0.0)):
+            e, f, words, duration = clip(audio, r.text)
+            if e.alignment is None or not e.alignment.ok:
+                stats["skipped"][e.status] = stats["skipped"].get(e.status, 0) + 1
+                continue
+            k = [i for i, w in enumerate(words) if w.index == r.word_index][0]
+            wa = e.alignment.words[k]
+            start = max(wa.start - CONV_PAD_S, 0.0)
+            end = min(wa.end + CONV_PAD_S, duration)
+            g0, g1 = int(start / hop_s), min(int(end / hop_s) + 1, f.shape[-1])
+            mask = site_frame_mask(e.alignment, k, r.site_position, g0 * hop_s, g1 - g0, hop_s)
+            feats.append(f[:, g0:g1].contiguous())
+            masks.append(mask)
+            labels.append(label)
+            meta.append(_meta(r, role))
+    table = ConvTable(feats, masks, torch.tensor(labels), meta)
+    stats["rows"] = len(table)
+    if cache is not None:
+        from safetensors.torch import save_file
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        flat = {f"f{i}": t for i, t in enumerate(feats)} | {f"m{i}": m for i, m in enumerate(masks)}
+        flat["y"] = table.y
+        tmp = cache.with_name(cache.name + ".tmp")
+        save_file(flat, str(tmp))
+        cache.with_suffix(".json").write_text(json.dumps({"meta": meta, "stats": stats}, ensure_ascii=False))
+        os.replace(tmp, cache)
+    return table, stats
+
+
+def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s: float = 0.06,
+                           rates: tuple[int, ...] = (230, 260, 290, 320), progress: bool = True) -> ConvTable:
+    """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
+    head must not flag. Durations come from espeak's phoneme events."""
+    from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, Voice, speak_phones
+
+    finder = _Sentences()
+    extractor = EvidenceExtractor(recognizer)
+    hop_s = 0.005
+    feats, masks, meta = [], [], []
+    for text in tqdm(sentences, desc="short vowels", disable=not progress):
+        words = finder(text)
+        for rate in rates:
+            v = HELDOUT_TEACHER_VOICE
+            voice = Voice(f"{v.name}-r{rate}", v.language, v.variant, rate, v.pitch, v.pitch_range)
+            reading = speak_phones([w.nepali for w in words], voice)
+            e = extractor.extract(reading.waveform, [w.nepali for w in words], words)
+            if e.alignment is None or not e.alignment.ok:
+                continue
+            with torch.no_grad():
+                f, n = recognizer.conv_features(reading.waveform[None], CONV_LAYER)
+            f = f[0, :, : int(n[0])]
+            for k, w in enumerate(words):
+                idx = [i for i, wi in enumerate(reading.phone_words) if wi == k]
+                if len(idx) != len(w.nepali):
+                    continue
+                for site in w.testable_sites:
+                    if site.kind != "deletion":
+                        continue
+                    i = idx[site.position]
+                    end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
+                    if not min_s <= end - reading.phone_starts[i] <= max_s:
+                        continue
+                    wa = e.alignment.words[k]
+                    start = max(wa.start - CONV_PAD_S, 0.0)
+                    g0 = int(start / hop_s)
+                    g1 = min(int(min(wa.end + CONV_PAD_S, reading.duration) / hop_s) + 1, f.shape[-1])
+                    feats.append(f[:, g0:g1].contiguous())
+                    masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
+                    meta.append({"pair_id": f"short-{rate}-{w.word}", "pair_kind": "short_vowel", "kind": "deletion",
+                                 "contrast": site.contrast, "split": "heldout", "word": w.word, "role": "control",
+                                 "sentence_id": text[:20]})
+    return ConvTable(feats, masks, torch.zeros(len(feats)), meta)

@@ -1,0 +1,30 @@
+"""Hydra entry point: build (or reuse) pairs, extract features, train and export the heads.
+
+``python -m train_heads experiment=default`` trains the shipped heads; ``experiment=smoke`` is a
+minute-long check; ``data=manifest data.manifest=PATH`` trains on your own pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="train_heads")
+def main(cfg: DictConfig) -> None:
+    from train_heads.pipeline import run
+
+    start = time.time()
+    result = run(cfg)
+    print(json.dumps({"export_dir": str(result["export_dir"]), "minutes": round((time.time() - start) / 60, 1)}))
+    print(result["heldout_markdown"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The head-training pipeline behind ``python -m train_heads`` (takes the composed Hydra config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from leakloss.acoustic.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
+from leakloss.heads import HeadCard, save_head
+from leakloss.pairs.features import conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table
+from train_heads.callbacks import RatesCallback
+from train_heads.data import ConvDataModule, FeatureDataModule
+from train_heads.evaluate import heldout_markdown, mlp_heldout_rows, rawconv_heldout_rows, write_heldout
+
+
+def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
+    if cfg.data.manifest is not None:
+        return Path(cfg.data.manifest)
+    from leakloss.pairs.build import build_embedded_pairs, ctc_confirmer
+
+    key = f"pairs-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}-{recognizers['b'].name}"
+    import hashlib
+
+    out = Path(cfg.cache_dir) / "pairs" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    manifest = out / "pairs.jsonl"
+    if manifest.exists():
+        return manifest
+    path, stats = build_embedded_pairs(out, confirm=ctc_confirmer(recognizers["b"]), max_sentences=cfg.data.max_sentences,
+                                       seed=cfg.seed, progress=cfg.progress, heldout_words=list(cfg.data.heldout_words))
+    print("pairs:", stats.as_dict())
+    return path
+
+
+def _logger(cfg: DictConfig, name: str):
+    if not cfg.logger or "_target_" not in cfg.logger:
+        return False
+    kwargs = {"name": name} if "wandb" in cfg.logger._target_.lower() else {}
+    return instantiate(cfg.logger, **kwargs)
+
+
+def run(cfg: DictConfig) -> dict:
+    from leakloss.acoustic.recognizer import Recognizer
+
+    L.seed_everything(cfg.seed, workers=True)
+    torch.set_num_threads(2)
+    recognizers = {role: Recognizer.load(cfg.recognizer[role]) for role in ("a", "b")}
+    manifest = build_pairs(cfg, recognizers)
+    tables = {role: site_feature_table(manifest, rec, cache_dir=Path(cfg.cache_dir) / "features",
+                                       progress=cfg.progress)[0] for role, rec in recognizers.items()}
+    data_hash = manifest_sha256(manifest)
+    export_dir = Path(cfg.export_dir)
+    rows: list[dict] = []
+    cards: dict[str, HeadCard] = {}
+    heads: dict[str, torch.nn.Module] = {}
+    for name, hcfg in cfg.heads.items():
+        rec = recognizers[hcfg.recognizer]
+        if name == "rawconv":
+            conv, _ = conv_feature_table(manifest, rec, cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
+            in_channels = conv.feats[0].shape[0] if len(conv) else 1
+            head = instantiate(hcfg.model, in_channels=in_channels)
+            dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)
+            if len(dm.train):
+                import torch as _t
+
+                feats = [f for f in dm.train.feats]
+                g = max(f.shape[-1] for f in feats)
+                stacked = _t.zeros(len(feats), in_channels, g)
+                valid = _t.zeros(len(feats), g, dtype=_t.bool)
+                for i, f in enumerate(feats):
+                    stacked[i, :, : f.shape[-1]] = f
+                    valid[i, : f.shape[-1]] = True
+                head.fit_normalisation(stacked, valid)
+            module = instantiate(hcfg.module)(head=head)
+            callbacks = []
+        else:
+            table = tables[hcfg.recognizer]
+            head = instantiate(hcfg.model)
+            dm = FeatureDataModule(table, hcfg.kind, batch_size=hcfg.batch_size, seed=cfg.seed)
+            if len(dm.train):
+                head.fit_normalisation(dm.train.x)
+            module = instantiate(hcfg.module)(head=head)
+            callbacks = [RatesCallback(dm.dev)]
+        if not len(dm.train):
+            print(f"head {name}: no training rows; skipped")
+            continue
+        trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
+                              default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
+        trainer.fit(module, datamodule=dm)
+        head = module.head.eval()
+        heads[name] = head
+        if name == "rawconv":
+            short = None
+            if cfg.data.short_vowel_sentences:
+                from leakloss.speech.corpus import builtin_sentences, split_sentences
+
+                _, held = split_sentences(builtin_sentences())
+                short = short_vowel_conv_table(rec, held[: cfg.data.short_vowel_sentences], progress=cfg.progress)
+            head_rows = rawconv_heldout_rows(head, conv, short)
+        else:
+            head_rows = mlp_heldout_rows(head, name, tables[hcfg.recognizer], tables["a"], tables["b"])
+        rows += head_rows
+        cards[name] = HeadCard(
+            head=name, architecture={}, recognizer=rec.name, feature_schema_version=FEATURE_SCHEMA_VERSION,
+            feature_names=list(FEATURE_NAMES) if name != "rawconv" else [f"conv_layer_4_channel_{i}" for i in range(head.in_channels)],
+            training_data_sha256=data_hash, heldout=head_rows,
+            notes=f"recognizers a={recognizers['a'].name} b={recognizers['b'].name}; config: "
+                  + OmegaConf.to_yaml(hcfg).replace("\n", "; "),
+        )
+    for name, head in heads.items():
+        cards[name].heldout = rows  # every card carries the whole held-out table
+        save_head(export_dir / name, head, cards[name])
+    write_heldout(export_dir, rows)
+    return {"export_dir": export_dir, "heldout": rows, "heldout_markdown": heldout_markdown(rows)}
