@@ -145,5 +145,174 @@ def recognize(
         console.print(" ".join(phones))
 
 
+@app.command()
+def score(
+    query: Path = typer.Argument(..., help="the reading to score (WAV/FLAC)"),
+    text: str = typer.Option(..., "--text", help="the Nepali text it reads"),
+    ref: list[Path] = typer.Option([], "--ref", help="trusted Nepali reference reading(s) of the same text"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="write the JSON result here ('-' = stdout)"),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="write a listenable HTML report here"),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped)"),
+    recognizer_a: str = typer.Option("a", help="recognizer A (quality head): embedded a, a directory or hub id"),
+    recognizer_b: str = typer.Option("b", help="recognizer B (deletion head)"),
+) -> None:
+    """Score one reading word by word against trusted Nepali references."""
+    from leakloss.scorer import Scorer
+
+    if not ref:
+        err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
+    scorer = _scorer(heads, recognizer_a, recognizer_b)
+    result = scorer.score(query, text, [str(r) for r in ref])
+    _emit_result(result, json_out, html_out)
+    if result["status"] == "failed":
+        raise typer.Exit(2)
+
+
+def _scorer(heads, recognizer_a, recognizer_b):
+    from leakloss.acoustic.recognizer import RecognizerNotFoundError
+    from leakloss.heads import HeadLoadError
+    from leakloss.scorer import Scorer
+
+    try:
+        return Scorer(recognizer_a, recognizer_b, heads_dir=heads)
+    except (RecognizerNotFoundError, HeadLoadError) as err:
+        fail(str(err))
+
+
+def _emit_result(result: dict, json_out: str | None, html_out: Path | None) -> None:
+    from leakloss.report import write_text_atomic
+
+    text = json.dumps(result, ensure_ascii=False, indent=1)
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+    elif json_out:
+        write_text_atomic(json_out, text)
+    if html_out is not None:
+        from leakloss.audio import AudioError, load_audio
+        from leakloss.report import render_report, write_report
+
+        try:
+            wave = load_audio(result["query"])[0]
+        except AudioError:
+            wave = None
+        write_report(html_out, render_report(result, wave))
+    if json_out != "-":
+        _print_result(result)
+
+
+def _print_result(result: dict) -> None:
+    colors = {"flagged": "bold red", "uncertain": "yellow", "no_change": "green", "unscored": "dim", "not_tested": "dim"}
+    console.print(f"[bold]{result['status']}[/] {result.get('reason') or ''}")
+    table = Table("#", "word", "decision", "sites (score, refs)")
+    for w in result["words"]:
+        sites = ", ".join(f"{s['kind']} {s['nepali']}->{s['hindi'] or '∅'} "
+                          f"{'-' if s['score'] is None else format(s['score'], '.2f')} ({s['references_used']})"
+                          for s in w["sites"])
+        table.add_row(str(w["index"]), w["word"], f"[{colors.get(w['decision'], '')}]{w['decision']}[/]", sites)
+    console.print(table)
+
+
+@app.command("score-batch")
+def score_batch_cmd(
+    manifest: Path = typer.Argument(..., help='JSONL: {"id", "query", "text", "refs": [...]} per line'),
+    out: Path = typer.Option(..., "--out", help="folder for <id>.json results"),
+    accelerator: str = typer.Option("cpu"), devices: str = typer.Option("1"), strategy: str = typer.Option("auto"),
+    heads: Optional[Path] = typer.Option(None, "--heads"),
+    recognizer_a: str = typer.Option("a"), recognizer_b: str = typer.Option("b"),
+) -> None:
+    """Score many readings (Lightning predict loop; resumable: finished ids are skipped)."""
+    from leakloss.batch import BatchManifestError, score_batch
+
+    try:
+        summary = score_batch(manifest, out, accelerator=accelerator, devices=int(devices) if devices.isdigit() else devices,
+                              strategy=strategy, recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads)
+    except BatchManifestError as err:
+        fail(str(err))
+    console.print(summary)
+
+
+@app.command()
+def compare(
+    results: list[Path] = typer.Argument(..., help="results folders, one per system (NAME=DIR to name them)"),
+    out: Path = typer.Option(Path("comparison"), "--out"),
+) -> None:
+    """Per system: flagged key words with 95% intervals (Wilson, cluster bootstrap by sentence)."""
+    from leakloss.compare import compare_results, write_comparison
+    from leakloss.report import ResultError
+
+    dirs = {}
+    for item in results:
+        name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name, "", str(item))
+        if not Path(folder).is_dir():
+            fail(f"{folder} is not a folder of results")
+        dirs[name] = Path(folder)
+    try:
+        result = compare_results(dirs)
+    except (ResultError, ValueError) as err:
+        fail(str(err))
+    paths = write_comparison(result, out)
+    console.print((out / "comparison.md").read_text(encoding="utf-8"))
+    console.print({k: str(v) for k, v in paths.items()})
+
+
+@app.command()
+def listeners(
+    labels: Path = typer.Argument(..., help="CSV: word,reading,listener,label[,mos]"),
+    results: Path = typer.Argument(..., help="folder of scorer results (<reading>.json)"),
+    out: Path = typer.Option(Path("listeners"), "--out"),
+) -> None:
+    """Scorer vs blind listeners: precision, recall, false alarms (bootstrap over listeners), alpha, rho."""
+    from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
+    from leakloss.report import ResultError
+
+    try:
+        result = listener_agreement(labels, results)
+    except (ListenerDataError, ResultError, ValueError) as err:
+        fail(str(err))
+    write_listener_report(result, out)
+    console.print((out / "listeners.md").read_text(encoding="utf-8"))
+
+
+@app.command("heads")
+def heads_cmd(
+    folder: Optional[Path] = typer.Option(None, "--dir", help="a folder of exported heads (default: shipped)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Cards of the shipped (or --dir) heads, held-out table included."""
+    from dataclasses import asdict
+
+    from leakloss.heads import HeadLoadError, load_head
+    from leakloss.scorer import SHIPPED_HEADS
+
+    folder = folder or SHIPPED_HEADS
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        fail(f"no heads (*.safetensors) in {folder}")
+    cards = []
+    for f in files:
+        try:
+            cards.append(asdict(load_head(f)[1]))
+        except HeadLoadError as err:
+            fail(str(err))
+    if as_json:
+        for c in cards:
+            _echo_json(c)
+        return
+    for c in cards:
+        console.print(f"[bold]{c['head']}[/] recognizer={c['recognizer']} schema={c['feature_schema_version']} "
+                      f"thresholds={c['thresholds']} arch={c['architecture']}")
+    from train_heads.evaluate import heldout_markdown
+
+    console.print(heldout_markdown(cards[0]["heldout"]))
+
+
+@app.command("train-heads", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train_heads_cmd(ctx: typer.Context) -> None:
+    """Retrain the heads (Hydra overrides pass through, e.g. `experiment=default trainer=gpu`)."""
+    import subprocess
+
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "train_heads", *ctx.args]))
+
+
 if __name__ == "__main__":
     app()

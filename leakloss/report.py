@@ -53,7 +53,7 @@ CLIP_PAD_S = 0.120  # context either side of a word clip, as in the seed's playe
 BOUNDARY_TOLERANCE_S = 0.05
 DECISIONS = ("flagged", "uncertain", "no_change", "unscored", "not_tested")
 SITE_KINDS = ("deletion", "quality")
-STATUSES = ("scored", "quarantined")
+STATUSES = ("scored", "quarantined", "failed")  # failed: unreadable audio or text, with a reason
 PLAYED = ("flagged", "uncertain")  # decisions that get a word player
 
 # Foreground / background per decision; text labels carry the meaning too.

@@ -38,7 +38,7 @@ def main(cfg: DictConfig) -> None:
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_ctc, num_workers=0)
     arch = instantiate(cfg.recognizer_arch.arch)
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                              total_steps=cfg.max_steps)
+                              total_steps=cfg.max_steps, budget_minutes=cfg.max_minutes)
     trainer = L.Trainer(callbacks=[PrintProgress(every=50)], enable_progress_bar=False,
                         max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
                         devices=1, logger=False, enable_checkpointing=False, gradient_clip_val=5.0,

@@ -140,9 +140,14 @@ class PrintProgress(L.Callback):
 
 class RecognizerModule(L.LightningModule):
     def __init__(self, arch: RecognizerArchitecture, vocab: dict[str, int], seed: int = 0, lr: float = 1e-3,
-                 warmup_steps: int = 300, total_steps: int = 5000):
+                 warmup_steps: int = 300, total_steps: int = 5000, budget_minutes: float | None = None):
+        """The learning rate warms up over ``warmup_steps`` then follows a cosine to 5% over
+        ``total_steps`` or, when ``budget_minutes`` is given, over that much wall time: on a shared CPU
+        the step rate is unknown in advance, and a run cut by time must still end annealed."""
         super().__init__()
         self.vocab, self.lr, self.warmup, self.total = vocab, lr, warmup_steps, total_steps
+        self.budget_s = budget_minutes * 60 if budget_minutes else None
+        self._t0: float | None = None
         self.model = build_model(arch, vocab, seed)
 
     def _normalize(self, waves: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -166,11 +171,19 @@ class RecognizerModule(L.LightningModule):
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=0.01, betas=(0.9, 0.98))
 
+        import math
+        import time
+
         def schedule(step: int) -> float:
+            if self._t0 is None:
+                self._t0 = time.time()
             if step < self.warmup:
                 return (step + 1) / self.warmup
-            progress = min((step - self.warmup) / max(self.total - self.warmup, 1), 1.0)
-            return 0.05 + 0.95 * 0.5 * (1 + torch.cos(torch.tensor(progress * 3.14159)).item())
+            if self.budget_s is not None:
+                progress = min((time.time() - self._t0) / self.budget_s, 1.0)
+            else:
+                progress = min((step - self.warmup) / max(self.total - self.warmup, 1), 1.0)
+            return 0.05 + 0.95 * 0.5 * (1 + math.cos(progress * math.pi))
 
         return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(opt, schedule),
                                                     "interval": "step"}}

@@ -146,3 +146,29 @@ def test_agreement_on_held_out_sample(rules):
         and inherent_vowel_pattern(w, rules.pronounce(w).phones) == ref
     )
     assert ok / len(sample) >= 0.92
+
+
+@pytest.mark.parametrize("word, last", [
+    ("खण्ड", "ʌ"),     # retroflex ण्ड is a Sanskrit cluster: final vowel kept (English न्ड drops)
+    ("दुष्ट", "ʌ"),
+    ("भट्ट", "ʌ"),     # geminate
+    ("वंश", "ʌ"),      # anusvara + consonant behaves as a conjunct
+    ("सिंह", "h"),     # ...but not before ह
+    ("गर्दिँन", "ʌ"),  # negative verb -दिँन
+])
+def test_final_vowel_after_clusters(rules, word, last):
+    assert rules.pronounce(word).phones[-1] == last
+
+
+def test_prefixes_and_auxiliaries(rules):
+    assert rules.pronounce("नबसेर").phones == ph("n ʌ b ʌ s e r ʌ")   # negative न- keeps the root's vowel
+    assert rules.pronounce("उपचार").phones == ph("u p ʌ c aː r")
+    assert rules.pronounce("हुनसके").phones == ph("h u n ʌ s ʌ k e")  # infinitive before सक-
+    assert rules.pronounce("सत्य").phones[-1] == "ʌ"
+
+
+def test_confidence_classes(rules):
+    assert rules.pronounce("पुग").confidence == "medium"       # one syllable: noun or verb root
+    assert rules.pronounce("सुन्दरता").confidence == "medium"  # stem before -ता
+    assert rules.pronounce("पुत्र").confidence == "high"       # native conjunct at the end
+    assert split_suffixes("दाता") == ("दाता", ())                # -ता after a vowel sign is no suffix

@@ -1,0 +1,155 @@
+"""The differentiable leak signal: per-frame leak probability and an auxiliary loss over contrast sites.
+
+:class:`LeakPenalty` runs a frozen recognizer's conv stack to layer 4 (5 ms frames) and the frozen
+reference-free raw-conv head on a batch of 16 kHz waveforms — or of F5 mels, vocoded by a frozen
+Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean soft-max pooled leak
+probability over the given sites, and detached parts for logging. No parameter of recognizer, head
+or vocoder receives a gradient; the input does.
+
+:func:`leak_reward` turns the same signal into a [0, 1] reward (1 = no leak) for GRPO/best-of-N;
+it is NOT differentiable (computed under ``no_grad``); ``leak_reward.higher_is_better = True``.
+
+Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv frames (5 ms), k sites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from leakloss.functional.leak import HOP_S, leak_penalty_from_logits, site_masks
+from leakloss.heads import RawConvHead, load_head
+from leakloss.timing import TimedSite
+
+SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
+
+
+class LeakParts(NamedTuple):
+    """Detached parts of the penalty, for logging."""
+
+    penalty: Tensor  # scalar
+    per_kind: dict  # "deletion"/"quality" -> scalar mean site probability
+    per_contrast: dict  # e.g. "ʌ->∅", "ʌi̯->ɛː" -> scalar
+    active_sites: Tensor  # number of sites with frames in the input
+    site_probs: Tensor  # [k]
+    frame_probs: Tensor  # [b, g] per-frame leak probability (5 ms)
+
+
+class LeakPenalty(nn.Module):
+    """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``."""
+
+    def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
+                 conv_layer: int = 4, pad_s: float = 0.02) -> None:
+        super().__init__()
+        self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
+        self.conv_layer, self.pad_s = conv_layer, pad_s
+        for module in (recognizer, head, mel_to_wave):
+            if module is not None:
+                module.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> "LeakPenalty":  # frozen: always eval
+        return super().train(False)
+
+    @classmethod
+    def load(cls, recognizer: str = "a", head_path: str | Path | None = None, mel_to_wave: nn.Module | None = None,
+             device: str | torch.device = "cpu") -> "LeakPenalty":
+        from leakloss.acoustic.recognizer import Recognizer
+
+        head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
+        rec = Recognizer.load(recognizer if head_path else card.recognizer, device=device)
+        return cls(rec, head, mel_to_wave).to(device)
+
+    def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``."""
+        feats, frames = self.recognizer.conv_features(waves, self.conv_layer, wave_lengths)
+        return self.head(feats).float(), frames
+
+    def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
+                mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = ()) -> tuple[Tensor, LeakParts]:
+        if mels is not None:
+            if self.mel_to_wave is None:
+                raise ValueError("mel input needs a mel_to_wave vocoder (leakloss.vocoder.MelToWave)")
+            from leakloss.vocoder import mel_lengths_to_samples
+
+            waves = self.mel_to_wave(mels)
+            if mel_lengths is not None:
+                wave_lengths = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=waves.device).clamp(
+                    max=waves.shape[-1])
+        if waves is None:
+            raise ValueError("give waves or mels")
+        if len(sites) != waves.shape[0]:
+            raise ValueError(f"sites must have one list per item: {len(sites)} lists for {waves.shape[0]} items")
+        logits, frames = self.frame_logits(waves, wave_lengths)
+        masks, index = site_masks(sites, logits.shape[-1], hop_s=HOP_S, pad_s=self.pad_s, frame_lengths=frames,
+                                  device=logits.device)
+        item = torch.tensor([b for b, _ in index], dtype=torch.long, device=logits.device)
+        loss, probs = leak_penalty_from_logits(logits, masks, item)
+        active = masks.any(-1)
+        return loss, self._parts(loss, probs, active, index, logits)
+
+    @staticmethod
+    def _parts(loss, probs, active, index, logits) -> LeakParts:
+        def mean_where(keep: list[bool]) -> Tensor:
+            sel = torch.tensor(keep, dtype=torch.bool, device=probs.device) & active
+            return probs[sel].mean().detach() if bool(sel.any()) else probs.new_zeros(())
+
+        per_kind = {k: mean_where([s.kind == k for _, s in index]) for k in ("deletion", "quality")}
+        contrasts = sorted({s.contrast for _, s in index})
+        per_contrast = {c: mean_where([s.contrast == c for _, s in index]) for c in contrasts}
+        return LeakParts(loss.detach(), per_kind, per_contrast, active.sum().detach(), probs.detach(),
+                         torch.sigmoid(logits).detach())
+
+
+def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:
+    """Testable sites of ``text`` placed in time on ``wave`` (forced alignment of the Nepali phones).
+
+    Returns ``[]`` when the alignment fails or there is no testable site (the item contributes zero).
+    """
+    from leakloss.acoustic.align import align_words
+    from leakloss.text.sites import SiteFinder
+
+    finder = finder or SiteFinder()
+    words = [w for w in finder(text) if w.skipped is None]
+    if not any(w.testable_sites for w in words):
+        return []
+    with torch.no_grad():
+        log_probs, frames = recognizer(wave[None])
+    n = int(frames[0])
+    alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
+                            recognizer.frame_rate, words=[w.word for w in words])
+    if not alignment.ok:
+        return []
+    out = []
+    for k, w in enumerate(words):
+        spans = alignment.words[k].phone_spans
+        for s in w.testable_sites:
+            a, b = spans[s.position]
+            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
+    return out
+
+
+@torch.no_grad()
+def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
+                recognizer=None) -> Tensor:
+    """``[b]`` reward in [0, 1]: 1 - mean leak probability over the testable sites of each reading
+    (1.0 when a reading has no testable site or cannot be aligned). Not differentiable."""
+    penalty = penalty or LeakPenalty.load()
+    recognizer = recognizer or penalty.recognizer
+    rewards = []
+    for wave, text in zip(waveforms, texts):
+        sites = place_sites(wave, text, recognizer)
+        if not sites:
+            rewards.append(1.0)
+            continue
+        _, parts = penalty(waves=wave[None], sites=[sites])
+        active = parts.site_probs[: len(sites)]
+        rewards.append(float(1.0 - active.mean()))
+    ref = waveforms[0] if len(waveforms) else torch.zeros(())
+    return torch.tensor(rewards, dtype=torch.float32, device=ref.device)
+
+
+leak_reward.higher_is_better = True  # type: ignore[attr-defined]

@@ -1,0 +1,39 @@
+"""Fixtures shared across the test tree: tiny locally built models of the real classes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def build_tiny_recognizer(seed: int = 0, conv: int = 16):
+    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+    from leakloss.acoustic.recognizer import Recognizer
+    from leakloss.acoustic.recognizer_training import build_vocab
+
+    vocab = build_vocab([["ɛː", "ə", "ɪ", "uː", "eː", "ɾ", "ɔː", "aː", "iː"]])
+    torch.manual_seed(seed)
+    config = Wav2Vec2Config(
+        vocab_size=len(vocab), pad_token_id=0, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, conv_dim=(conv,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2),
+        conv_kernel=(10, 3, 3, 3, 3, 2, 2), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+        feat_extract_norm="layer", do_stable_layer_norm=True,
+    )
+    return Recognizer(Wav2Vec2ForCTC(config), vocab, name=f"tiny-{seed}")
+
+
+@pytest.fixture(scope="session")
+def tiny_rec():
+    return build_tiny_recognizer()
+
+
+def embedded_ready() -> bool:
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+    from leakloss.scorer import SHIPPED_HEADS
+
+    return all((EMBEDDED_DIR / k / "model.safetensors").exists() for k in ("a", "b")) and all(
+        (SHIPPED_HEADS / f"{h}.safetensors").exists() for h in ("deletion", "quality", "rawconv"))
+
+
+needs_embedded = pytest.mark.skipif(not embedded_ready(), reason="embedded recognizers/heads not built")

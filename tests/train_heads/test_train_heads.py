@@ -1,0 +1,121 @@
+import copy
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from leakloss.heads import HeadCard, MLPHead, RawConvHead, load_head, save_head
+from leakloss.pairs.features import ConvTable, FeatureTable
+from train_heads.data import ConvDataModule, FeatureDataModule
+from train_heads.evaluate import heldout_markdown, write_heldout
+from train_heads.modules import MLPHeadModule, RawConvHeadModule
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def random_table(n: int = 120, seed: int = 0) -> FeatureTable:
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.arange(n) % 2).float()
+    x = torch.randn(n, 57, generator=g) + y[:, None] * 0.8
+    splits = ["train"] * (n - 40) + ["dev"] * 20 + ["heldout"] * 20
+    meta = [{"pair_id": f"p{i // 2}", "pair_kind": ["physical", "natural", "model"][i % 3], "kind": "deletion",
+             "contrast": "ʌ->∅", "split": splits[i], "word": "w", "role": "query" if y[i] else "control",
+             "sentence_id": f"s{i // 6}"} for i in range(n)]
+    return FeatureTable(x, y, meta)
+
+
+def random_conv_table(n: int = 24, c: int = 8) -> ConvTable:
+    g = torch.Generator().manual_seed(0)
+    feats = [torch.randn(c, 40 + i % 7, generator=g) for i in range(n)]
+    masks = [torch.arange(f.shape[-1]) % 10 < 3 for f in feats]
+    meta = [{"pair_id": str(i), "pair_kind": "physical", "kind": "deletion", "contrast": "ʌ->∅",
+             "split": "train" if i < 16 else "heldout", "word": "w", "role": "query", "sentence_id": "s"} for i in range(n)]
+    return ConvTable(feats, masks, (torch.arange(n) % 2).float(), meta)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["trainer=cpu", "logger=csv"], ["trainer=gpu", "logger=wandb"], ["trainer=fast_dev_run", "logger=none"],
+    ["data=manifest", "data.manifest=x.jsonl", "recognizer=hub"], ["experiment=default"], ["experiment=smoke"],
+])
+def test_every_config_group_composes_and_instantiates(overrides, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="train_heads", overrides=overrides + [f"out_dir={tmp_path}"])
+    assert set(cfg.heads) == {"deletion", "quality", "rawconv"}
+    for name, hcfg in cfg.heads.items():
+        head = instantiate(hcfg.model, **({"in_channels": 8} if name == "rawconv" else {}))
+        module = instantiate(hcfg.module)(head=head)
+        assert isinstance(module, L.LightningModule)
+    if cfg.logger and "_target_" in cfg.logger:
+        assert instantiate(cfg.logger) is not None
+    trainer_cfg = dict(cfg.trainer)
+    if trainer_cfg.get("accelerator") == "gpu" and not torch.cuda.is_available():
+        trainer_cfg["accelerator"] = "cpu"
+    trainer = instantiate(trainer_cfg, logger=False, enable_checkpointing=False)
+    assert isinstance(trainer, L.Trainer)
+
+
+def test_fast_dev_run_on_cpu_mlp_and_rawconv():
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="train_heads", overrides=["trainer=fast_dev_run", "logger=none"])
+    dm = FeatureDataModule(random_table(), "deletion", batch_size=16)
+    module = MLPHeadModule(MLPHead())
+    instantiate(cfg.trainer, logger=False).fit(module, datamodule=dm)
+    conv = ConvDataModule(random_conv_table(), batch_size=4)
+    rmodule = RawConvHeadModule(RawConvHead(in_channels=8, width=8))
+    instantiate(cfg.trainer, logger=False).fit(rmodule, datamodule=conv)
+    assert all(torch.isfinite(p).all() for p in rmodule.parameters())
+
+
+def _trainer(tmp_path, epochs, **kw):
+    return L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+                     default_root_dir=str(tmp_path), deterministic=True, enable_model_summary=False, **kw)
+
+
+def test_resume_from_checkpoint_matches_uninterrupted_run(tmp_path):
+    table = random_table()
+    L.seed_everything(0)
+    head = MLPHead()
+    init = copy.deepcopy(head.state_dict())
+    full = MLPHeadModule(head)
+    _trainer(tmp_path / "full", 4).fit(full, datamodule=FeatureDataModule(table, "deletion", batch_size=16))
+
+    first = MLPHeadModule(MLPHead())
+    first.head.load_state_dict(init)
+    t1 = _trainer(tmp_path / "part", 2)
+    t1.fit(first, datamodule=FeatureDataModule(table, "deletion", batch_size=16))
+    ckpt = tmp_path / "mid.ckpt"
+    t1.save_checkpoint(ckpt)
+    resumed = MLPHeadModule(MLPHead())
+    _trainer(tmp_path / "resume", 4).fit(resumed, datamodule=FeatureDataModule(table, "deletion", batch_size=16),
+                                         ckpt_path=str(ckpt))
+    for k, v in full.head.state_dict().items():
+        assert torch.allclose(v, resumed.head.state_dict()[k], atol=1e-6), k
+
+
+class _Interrupt(L.Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 1:
+            raise RuntimeError("power cut")
+
+
+def test_interrupted_training_leaves_no_head_file(tmp_path):
+    export = tmp_path / "export"
+    module = MLPHeadModule(MLPHead())
+    with pytest.raises(RuntimeError, match="power cut"):
+        _trainer(tmp_path, 5, callbacks=[_Interrupt()]).fit(
+            module, datamodule=FeatureDataModule(random_table(), "deletion", batch_size=16))
+        save_head(export / "deletion", module.head, HeadCard("deletion", {}, "b", "1"))  # never reached
+    assert not export.exists() or not list(export.iterdir())
+
+
+def test_heldout_table_written_in_both_forms(tmp_path):
+    rows = [{"head": "deletion", "pair_kind": "physical", "caught": 9, "total": 10, "false_flags": 0, "shams": 10},
+            {"head": "rawconv", "pair_kind": "short_vowel", "caught": 0, "total": 0, "false_flags": 1, "shams": 50}]
+    write_heldout(tmp_path, rows)
+    md = (tmp_path / "heldout.md").read_text()
+    assert "| deletion | physical | 9 / 10 | 0 / 10 |" in md and "| rawconv | short_vowel | — | 1 / 50 |" in md
+    assert heldout_markdown(rows) == md
