@@ -174,8 +174,9 @@ class LeakAwareCFM(CFM):
 
         self.last_flow_loss = flow_loss.detach()
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = None, 0.0, None
-        if self.leak_penalty is None or self.leak_weight == 0.0 or seen.get("drop_text", False):
+        if self.leak_penalty is None or seen.get("drop_text", False):
             return flow_loss, cond, pred
+        monitor_only = self.leak_weight == 0.0  # baseline runs still log the leak curve, without gradient
 
         x_t, time = seen["x"], seen["time"]  # [b, n, d], [b]
         batch, seq_len = x_t.shape[:2]
@@ -187,8 +188,12 @@ class LeakAwareCFM(CFM):
         t = time.reshape(-1, 1, 1).to(pred.dtype)
         x1_hat = torch.where(span[..., None], x_t + (1 - t) * pred, cond)  # [b, n, d]
 
-        penalty, parts = self._leak_penalty(x1_hat, lens, span, text)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
+            penalty, parts = self._leak_penalty(x1_hat.detach() if monitor_only else x1_hat, lens, span, text)
         if parts is None:
+            return flow_loss, cond, pred
+        if monitor_only:
+            self.last_leak_parts, self.last_leak_penalty = parts, penalty.detach()
             return flow_loss, cond, pred
         weight = self.leak_weight * float((time.detach().float() ** 2).mean())
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = parts, weight, penalty.detach()
@@ -382,7 +387,11 @@ def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, flo
     if model.last_leak_penalty is not None:
         row["leak/penalty"] = _scalar(model.last_leak_penalty)
     if model.last_leak_parts is not None:
-        row.update({f"leak/{k}": _scalar(v) for k, v in model.last_leak_parts._asdict().items()})
+        for k, v in model.last_leak_parts._asdict().items():
+            if isinstance(v, dict):  # per contrast kind / per contrast: one curve each
+                row.update({f"leak/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
+            elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
+                row[f"leak/{k}"] = _scalar(v)
     return row
 
 

@@ -1,0 +1,279 @@
+"""``leakloss demo``: the whole idea on the embedded default, offline, in minutes on a 2-core CPU.
+
+Stages (each cached by content hash under ``--out``; a rerun reuses them):
+
+1. heads: the shipped heads (or ``--retrain``: ``train_heads`` on the embedded pairs) and their
+   held-out table;
+2. readings: held-out sentences read by the Nepali teacher and the Hindi base (held-out voices), with
+   two teacher references in other voices;
+3. scoring: every reading scored word by word; an HTML report per reading you can listen to;
+4. comparison: flagged key words per system with 95% intervals (the seed's form), chart;
+5. fine-tune: a tiny F5 (DiT dim 64, depth 2) trained through F5's own Trainer with and without the
+   leak penalty; the leak curves of both runs (W&B offline + CSV + PNG);
+6. ``index.html`` linking everything.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import soundfile as sf
+import torch
+from rich.console import Console
+
+console = Console()
+
+
+@dataclass
+class DemoConfig:
+    out: Path = Path("leakloss_out")
+    retrain: bool = False
+    sentences: int = 16
+    f5_steps: int = 200
+    f5_items: int = 24
+    progress: bool = True
+
+
+def _stamp(path: Path, key: str) -> bool:
+    f = path / ".stamp"
+    return f.exists() and f.read_text() == key
+
+
+def _set_stamp(path: Path, key: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".stamp").write_text(key)
+
+
+def _hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _heads(cfg: DemoConfig) -> tuple[Path, list[dict]]:
+    from leakloss.heads import load_head
+    from leakloss.scorer import SHIPPED_HEADS
+
+    if not cfg.retrain:
+        console.print(f"[bold]1. heads[/]: using the shipped heads in {SHIPPED_HEADS} (--retrain to train them here)")
+        return SHIPPED_HEADS, load_head(SHIPPED_HEADS / "deletion.safetensors")[1].heldout
+    from hydra import compose, initialize_config_dir
+
+    from train_heads.pipeline import run
+
+    export = cfg.out / "heads"
+    conf = str(Path(__file__).resolve().parent.parent / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        hcfg = compose(config_name="train_heads", overrides=[
+            "experiment=default", f"export_dir={export}", f"out_dir={cfg.out / 'train_heads'}", "logger=csv",
+            f"progress={str(cfg.progress).lower()}"])
+    console.print("[bold]1. heads[/]: retraining on the embedded pairs (cached pairs and features are reused)")
+    return export, run(hcfg)["heldout"]
+
+
+def _key_words() -> dict[str, str]:
+    from importlib import resources
+
+    from leakloss.speech.corpus import builtin_sentences
+
+    sentences = builtin_sentences()
+    text = resources.files("leakloss.data").joinpath("key_words_ne.tsv").read_text(encoding="utf-8")
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].isdigit() and 0 < int(parts[0]) <= len(sentences):
+            out[sentences[int(parts[0]) - 1]] = parts[1]
+    return out
+
+
+def _readings(cfg: DemoConfig) -> list[dict]:
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import (
+        HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text,
+    )
+    from leakloss.text.sites import SiteFinder
+
+    _, held = split_sentences(builtin_sentences())
+    finder = SiteFinder()
+    chosen = [s for s in held if any(w.testable_sites for w in finder(s))][: cfg.sentences]
+    folder = cfg.out / "readings"
+    key = _hash("readings-v1", chosen)
+    manifest = folder / "readings.json"
+    if _stamp(folder, key) and manifest.exists():
+        return json.loads(manifest.read_text(encoding="utf-8"))
+    console.print(f"[bold]2. readings[/]: {len(chosen)} held-out sentences, teacher and Hindi base, 2 references each")
+    items = []
+    for i, text in enumerate(chosen):
+        words = [w.nepali for w in finder(text) if w.skipped is None]
+        sid = f"s{i:02d}"
+        paths = {}
+        for name, reading in (("teacher", speak_phones(words, HELDOUT_TEACHER_VOICE)),
+                              ("hindi", speak_text(text, HELDOUT_HINDI_VOICE)),
+                              ("ref1", speak_phones(words, TRAIN_TEACHER_VOICES[i % 5])),
+                              ("ref2", speak_phones(words, TRAIN_TEACHER_VOICES[(i + 2) % 5]))):
+            paths[name] = str(folder / f"{sid}-{name}.wav")
+            folder.mkdir(parents=True, exist_ok=True)
+            sf.write(paths[name], reading.waveform.numpy(), 16000, subtype="PCM_16")
+        items.append({"sentence_id": sid, "text": text, **paths})
+    manifest.write_text(json.dumps(items, ensure_ascii=False, indent=1), encoding="utf-8")
+    _set_stamp(folder, key)
+    return items
+
+
+def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Path]:
+    from leakloss.audio import load_audio
+    from leakloss.report import render_report, write_report, write_text_atomic
+    from leakloss.scorer import Scorer
+
+    dirs = {"teacher": cfg.out / "results" / "teacher", "hindi_base": cfg.out / "results" / "hindi_base"}
+    key = _hash("score-v1", items, sorted(p.name for p in heads_dir.glob("*.json")),
+                [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(heads_dir.glob("*.safetensors"))])
+    if all(_stamp(d, key) for d in dirs.values()):
+        return dirs
+    console.print("[bold]3. scoring[/]: every reading against its two references")
+    scorer = Scorer(heads_dir=heads_dir)
+    keys = _key_words()
+    for system, role in (("teacher", "teacher"), ("hindi_base", "hindi")):
+        for item in items:
+            result = scorer.score(item[role], item["text"], [item["ref1"], item["ref2"]])
+            result["system"], result["sentence_id"] = system, item["sentence_id"]
+            key_word = keys.get(item["text"])
+            for w in result["words"]:
+                w["key"] = key_word is not None and w["word"] == key_word
+            if key_word is None or not any(w["key"] and w["sites"] for w in result["words"]):
+                for w in result["words"]:  # no listed key word with a site: every tested word counts
+                    w.pop("key", None)
+            write_text_atomic(dirs[system] / f"{item['sentence_id']}.json", json.dumps(result, ensure_ascii=False, indent=1))
+            html = render_report(result, load_audio(item[role])[0], title=f"{system} · {item['sentence_id']}")
+            write_report(cfg.out / "reports" / system / f"{item['sentence_id']}.html", html)
+    for d in dirs.values():
+        _set_stamp(d, key)
+    return dirs
+
+
+def _compare(cfg: DemoConfig, dirs: dict[str, Path]) -> dict:
+    from leakloss.compare import compare_results, write_comparison
+
+    result = compare_results(dirs)
+    write_comparison(result, cfg.out / "comparison")
+    console.print("[bold]4. comparison[/] (key words flagged, scored readings)")
+    console.print((cfg.out / "comparison" / "comparison.md").read_text(encoding="utf-8"))
+    return result
+
+
+def _finetune(cfg: DemoConfig) -> Path | None:
+    try:
+        import f5_tts  # noqa: F401
+    except ImportError:
+        console.print("[yellow]5. fine-tune skipped: the f5 extra is not installed (make setup installs it)[/]")
+        return None
+    from integrations.f5_tts import WaveTextDataset, tiny_f5, train_f5
+    from leakloss.acoustic.recognizer import Recognizer
+    from leakloss.penalty import LeakPenalty, place_sites
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text
+    from leakloss.vocoder import MelToWave
+
+    folder = cfg.out / "finetune"
+    key = _hash("finetune-v1", cfg.f5_steps, cfg.f5_items)
+    if _stamp(folder, key) and (folder / "leak_curves.png").exists():
+        return folder / "leak_curves.png"
+    console.print(f"[bold]5. fine-tune[/]: tiny F5 (dim 64, depth 2), {cfg.f5_steps} steps with and without the penalty")
+    train, _ = split_sentences(builtin_sentences())
+    penalty = LeakPenalty.load(mel_to_wave=MelToWave.tiny(0))
+    rec: Recognizer = penalty.recognizer
+    data, sites = [], {}
+    for i, text in enumerate(train[: cfg.f5_items]):
+        wave = speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform  # the Hindi base: leaks to unlearn
+        data.append((wave, 16000, text))
+        sites[text] = place_sites(wave, text, rec)
+    runs = {}
+    for name, weight in (("without_penalty", 0.0), ("with_penalty", 5.0)):
+        torch.manual_seed(0)
+        model = tiny_f5(seed=0, leak_penalty=penalty, leak_weight=weight, site_lookup=lambda t: sites.get(t, []),
+                        mel_to_wave=penalty.mel_to_wave)
+        run = train_f5(model, WaveTextDataset(data), folder / name, steps=cfg.f5_steps, batch_size=4, log_every=10,
+                       learning_rate=3e-4, run_name=name, num_workers=0)
+        runs[name] = run.leak_csv
+    png = _plot_curves(runs, folder / "leak_curves.png")
+    _set_stamp(folder, key)
+    return png
+
+
+def read_curve(path: Path, name: str = "leak/penalty") -> list[tuple[int, float]]:
+    with open(path, newline="") as f:
+        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["name"] == name]
+
+
+def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, path in runs.items():
+        for ax, metric in zip(axes, ("leak/per_kind/deletion", "leak/per_kind/quality")):
+            pts = read_curve(path, metric)
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], label=name.replace("_", " "))
+    for ax, title in zip(axes, ("schwa deletion (ʌ->∅)", "vowel quality")):
+        ax.set_title(f"leak probability at {title} sites", fontsize=10)
+        ax.set_xlabel("F5 update")
+        ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict]) -> Path:
+    from leakloss.report import render_index, write_report
+
+    entries = [{"kind": "text", "title": "What this is",
+                "text": "Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by word "
+                        "against trusted teacher references. A flag is a candidate for a listener, not a verdict."},
+               {"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
+                "rows": [[r["head"], r["pair_kind"], "—" if r["pair_kind"] == "short_vowel" else f"{r['caught']} / {r['total']}",
+                          f"{r['false_flags']} / {r['shams']}"] for r in heldout]},
+               {"kind": "image", "title": "Teacher vs Hindi base: key words flagged", "src": "comparison/comparison.png"}]
+    rows = []
+    for name, s in comparison["systems"].items():
+        k = s["key_flagged"]
+        rows.append([name, f"{k['count']} of {k['total']}", f"{100 * k['rate']:.1f}%" if k["total"] else "—",
+                     str(s["quarantined"])])
+    entries.append({"kind": "table", "title": "Comparison", "columns": ["system", "key words flagged", "rate", "quarantined"],
+                    "rows": rows})
+    if curves is not None:
+        entries.append({"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"})
+    for system in ("hindi_base", "teacher"):
+        for item in items:
+            entries.append({"kind": "link", "title": None, "href": f"reports/{system}/{item['sentence_id']}.html",
+                            "text": f"{system} · {item['sentence_id']} · {item['text']}"})
+    path = cfg.out / "index.html"
+    write_report(path, render_index(entries, "leakloss demo"))
+    return path
+
+
+def run_demo(cfg: DemoConfig) -> dict:
+    start = time.time()
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    heads_dir, heldout = _heads(cfg)
+    from train_heads.evaluate import heldout_markdown
+
+    console.print(heldout_markdown(heldout))
+    items = _readings(cfg)
+    dirs = _score(cfg, heads_dir, items)
+    comparison = _compare(cfg, dirs)
+    curves = _finetune(cfg)
+    index = _index(cfg, heldout, comparison, curves, items)
+    minutes = (time.time() - start) / 60
+    console.print(f"[bold green]done in {minutes:.1f} min[/]: open {index}")
+    for what, where in (("held-out table", heads_dir / "heldout.md"), ("comparison", cfg.out / "comparison"),
+                        ("word reports", cfg.out / "reports"), ("leak curves", curves), ("index", index)):
+        console.print(f"  {what:15s} {where}")
+    return {"index": index, "comparison": comparison, "minutes": minutes}

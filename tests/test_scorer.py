@@ -1,0 +1,103 @@
+"""Failure paths of the scorer on tiny models (every path gives a result, never a traceback), and the
+real behaviour on the embedded default when it is built."""
+
+import json
+
+import pytest
+import soundfile as sf
+import torch
+
+from leakloss.heads import HeadCard, MLPHead, save_head
+from leakloss.scorer import Scorer, phone_error_rate
+from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_phones, speak_text
+from tests.conftest import build_tiny_recognizer, needs_embedded
+
+TEXT = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
+
+
+@pytest.fixture(scope="module")
+def tiny_scorer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    for name in ("a", "b"):
+        rec = build_tiny_recognizer(seed=1 if name == "a" else 2)
+        rec.model.save_pretrained(root / name, safe_serialization=True)
+        (root / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    # the tiny models cannot read: a word check that always passes, to reach the later stages
+    return Scorer(str(root / "a"), str(root / "b"), heads_dir=root / "heads", word_check=lambda w, t: (True, "test"))
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    from leakloss.text.sites import SiteFinder
+
+    root = tmp_path_factory.mktemp("clips")
+    words = [w.nepali for w in SiteFinder()(TEXT) if w.skipped is None]
+    paths = {}
+    for name, wave in (("teacher", speak_phones(words, TEACHER_VOICES[0]).waveform),
+                       ("ref", speak_phones(words, TEACHER_VOICES[1]).waveform),
+                       ("hindi", speak_text(TEXT, HINDI_VOICES[0]).waveform),
+                       ("other", speak_text("मौसम आज राम्रो छ।", HINDI_VOICES[1]).waveform)):
+        paths[name] = root / f"{name}.wav"
+        sf.write(paths[name], wave.numpy(), 16000)
+    (root / "corrupt.wav").write_bytes(b"RIFF....not audio")
+    paths["corrupt"] = root / "corrupt.wav"
+    return paths
+
+
+def test_unreadable_query_is_a_failed_result(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["corrupt"], TEXT, [clips["ref"]])
+    assert r["status"] == "failed" and "query" in r["reason"]
+
+
+def test_bad_text_is_a_failed_result(tiny_scorer, clips):
+    assert tiny_scorer.score(clips["teacher"], "Hello world", [clips["ref"]])["status"] == "failed"
+
+
+def test_unreadable_reference_is_reported_and_not_used(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["teacher"], TEXT, [clips["corrupt"]])
+    assert r["status"] == "scored"
+    assert r["references"][0]["used"] is False and r["references"][0]["reason"]
+    tested = [w for w in r["words"] if w["sites"]]
+    assert tested and all(s["decision"] == "unscored" and s["references_used"] == 0 for w in tested for s in w["sites"])
+
+
+def test_no_reference_means_unscored_and_untested_words_are_kept(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["teacher"], TEXT, [])
+    assert [w["word"] for w in r["words"]][:3] == ["आज", "नेकपा", "र"]
+    assert {w["decision"] for w in r["words"]} <= {"unscored", "not_tested"}
+    assert r["words"][0]["decision"] == "not_tested"
+
+
+def test_word_without_testable_site_is_not_tested(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["teacher"], "आज", [clips["ref"]])
+    assert r["status"] == "scored" and r["words"][0]["decision"] == "not_tested"
+
+
+def test_quarantine_when_the_word_check_fails(tmp_path, clips, tiny_scorer):
+    tiny_scorer.word_check, saved = (lambda w, t: (False, "CER 0.9")), tiny_scorer.word_check
+    try:
+        r = tiny_scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    finally:
+        tiny_scorer.word_check = saved
+    assert r["status"] == "quarantined" and "word check" in r["reason"]
+    assert all(w["decision"] in ("unscored", "not_tested") for w in r["words"])
+
+
+def test_phone_error_rate_counts_open_central_vowels_as_one():
+    assert phone_error_rate(["n", "e", "k", "ʌ"], ["n", "e", "k", "ə"]) == 0.0
+    assert phone_error_rate(["n", "e", "k", "ʌ"], ["n", "e", "k"]) == 0.25
+
+
+@needs_embedded
+@pytest.mark.slow
+def test_embedded_scorer_on_real_readings(clips):
+    scorer = Scorer()
+    other = scorer.score(clips["other"], TEXT, [clips["ref"]])
+    assert other["status"] == "quarantined"  # the query reads another sentence
+    ref_other = scorer.score(clips["teacher"], TEXT, [clips["other"]])
+    assert ref_other["references"][0]["used"] is False
+    teacher = scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    assert teacher["status"] == "scored"
+    assert not any(w["decision"] == "flagged" for w in teacher["words"])
