@@ -125,7 +125,10 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
         return []
     out = []
     for k, w in enumerate(words):
-        spans = alignment.words[k].phone_spans
+        wa = alignment.word(k)
+        if wa is None:
+            continue
+        spans = wa.phone_spans
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))

@@ -182,7 +182,7 @@ class Scorer:
     def _word_json(w, alignment, sites: list[dict], decision: str, spoken_index: int | None = None) -> dict:
         """``spoken_index``: the word's position among the non-skipped words (the aligner's order)."""
         start = end = None
-        if alignment is not None and alignment.ok and spoken_index is not None:
-            wa = alignment.words[spoken_index]
+        wa = alignment.word(spoken_index) if alignment is not None and alignment.ok and spoken_index is not None else None
+        if wa is not None:
             start, end = round(wa.start, 3), round(wa.end, 3)
         return {"index": w.index, "word": w.word, "start": start, "end": end, "decision": decision, "sites": sites}

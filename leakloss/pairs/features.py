@@ -106,16 +106,14 @@ def site_feature_table(manifest: str | Path, recognizer, *, cache_dir: str | Pat
     if cache is not None and (cache / "table.json").exists():
         return _load_table(cache)
     records = read_manifest(manifest)
-    sentences = _Sentences()
-    extractor = EvidenceExtractor(recognizer)
-    evidence: dict[tuple[str, str], object] = {}
+    from leakloss.acoustic.extract import extract_evidence
+
+    clips = [(str(resolve(manifest, a)), r.text) for r in records for a in (r.reference, r.query, r.control)]
+    evidence = extract_evidence(clips, recognizer.name, Path(cache_dir or manifest.parent) / "evidence",
+                                recognizer=recognizer, progress=progress)
 
     def ev(audio: str, text: str):
-        k = (audio, text)
-        if k not in evidence:
-            words = sentences(text)
-            evidence[k] = extractor.extract(_load(resolve(manifest, audio)), [w.nepali for w in words], words)
-        return evidence[k]
+        return evidence[(str(resolve(manifest, audio)), text)]
 
     rows, labels, meta = [], [], []
     stats = {"pairs": len(records), "rows": 0, "skipped": {}}
@@ -163,7 +161,7 @@ def _load_table(cache: Path) -> tuple[FeatureTable, dict]:
 def site_frame_mask(alignment, word_index_in_list: int, site_position: int, start_s: float, n_frames: int,
                     hop_s: float) -> torch.Tensor:
     """Frames (of a crop starting at ``start_s``) inside the site phone's aligned span ± 20 ms."""
-    word = alignment.words[word_index_in_list]
+    word = alignment.word(word_index_in_list)
     a, b = word.phone_spans[site_position]
     t = start_s + (torch.arange(n_frames) + 0.5) * hop_s
     return (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
@@ -183,20 +181,22 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
         return ConvTable([flat[f"f{i}"] for i in range(n)], [flat[f"m{i}"] for i in range(n)], flat["y"],
                          side["meta"]), side["stats"]
     records = [r for r in read_manifest(manifest) if r.kind in kinds]
+    from leakloss.acoustic.extract import extract_evidence
+
     sentences = _Sentences()
-    extractor = EvidenceExtractor(recognizer)
+    evidence = extract_evidence([(str(resolve(manifest, a)), r.text) for r in records for a in (r.query, r.control)],
+                                recognizer.name, Path(cache_dir or manifest.parent) / "evidence", recognizer=recognizer,
+                                progress=progress)
     clips: dict[tuple[str, str], tuple] = {}
     hop_s = 0.005
 
     def clip(audio: str, text: str):
-        k = (audio, text)
+        k = (str(resolve(manifest, audio)), text)
         if k not in clips:
-            words = sentences(text)
             wave = _load(resolve(manifest, audio))
-            e = extractor.extract(wave, [w.nepali for w in words], words)
-            with torch.no_grad():
+            with torch.no_grad():  # the conv stack only: alignment comes from the cached evidence
                 feats, n = recognizer.conv_features(wave[None], CONV_LAYER)
-            clips[k] = (e, feats[0, :, : int(n[0])], words, wave.numel() / 16_000)
+            clips[k] = (evidence[k], feats[0, :, : int(n[0])], sentences(text), wave.numel() / 16_000)
         return clips[k]
 
     feats, masks, labels, meta = [], [], [], []
@@ -208,7 +208,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
                 stats["skipped"][e.status] = stats["skipped"].get(e.status, 0) + 1
                 continue
             k = [i for i, w in enumerate(words) if w.index == r.word_index][0]
-            wa = e.alignment.words[k]
+            wa = e.alignment.word(k)
             start = max(wa.start - CONV_PAD_S, 0.0)
             end = min(wa.end + CONV_PAD_S, duration)
             g0, g1 = int(start / hop_s), min(int(end / hop_s) + 1, f.shape[-1])
@@ -265,7 +265,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
                     if not min_s <= end - reading.phone_starts[i] <= max_s:
                         continue
-                    wa = e.alignment.words[k]
+                    wa = e.alignment.word(k)
                     start = max(wa.start - CONV_PAD_S, 0.0)
                     g0 = int(start / hop_s)
                     g1 = min(int(min(wa.end + CONV_PAD_S, reading.duration) / hop_s) + 1, f.shape[-1])

@@ -1,0 +1,29 @@
+import soundfile as sf
+import torch
+
+from leakloss.acoustic.extract import evidence_from_json, evidence_to_json, extract_evidence
+from leakloss.speech.synth import TEACHER_VOICES, speak_phones
+from leakloss.text.sites import SiteFinder
+
+TEXT = "आज नेकपा र हैन।"
+
+
+def test_predict_loop_caches_and_roundtrips(tmp_path, tiny_rec):
+    words = [w.nepali for w in SiteFinder()(TEXT) if w.skipped is None]
+    path = tmp_path / "a.wav"
+    sf.write(path, speak_phones(words, TEACHER_VOICES[0]).waveform.numpy(), 16000)
+    (tmp_path / "bad.wav").write_bytes(b"not audio")
+    clips = [(str(path), TEXT), (str(path), TEXT), (str(tmp_path / "bad.wav"), TEXT)]
+    out = extract_evidence(clips, "tiny", tmp_path / "cache", recognizer=tiny_rec, progress=False)
+    assert len(out) == 2  # duplicates computed once
+    assert out[(str(tmp_path / "bad.wav"), TEXT)].status == "bad_input"
+    files = list((tmp_path / "cache" / "tiny").glob("*.json"))
+    assert len(files) == 2 and not list((tmp_path / "cache").rglob("*.tmp"))
+    mtimes = {f: f.stat().st_mtime_ns for f in files}
+    again = extract_evidence(clips, "tiny", tmp_path / "cache", recognizer=tiny_rec, progress=False)
+    assert {f: f.stat().st_mtime_ns for f in files} == mtimes  # reused, not recomputed
+    ev = out[(str(path), TEXT)]
+    assert again[(str(path), TEXT)].status == ev.status
+    back = evidence_from_json(evidence_to_json(ev))
+    for k, s in ev.sites.items():
+        assert torch.allclose(back.sites[k].evidence, s.evidence.float(), atol=1e-5)
