@@ -283,7 +283,8 @@ def site_density_hint() -> str:
             found = finder(text)
             words += len(found)
             sites += sum(len(w.testable_sites) for w in found if w.skipped is None)
-        return f"built-in sentences: {sites / max(words, 1):.2f} testable sites/word (~{2.5 * sites / max(words, 1):.2f}/s at 2.5 words/s)"
+        per_word = sites / max(words, 1)
+        return f"built-in sentences: {per_word:.2f} testable sites/word (~{2.5 * per_word:.2f}/s at 2.5 words/s)"
     except Exception as err:  # the hint is optional
         return f"site density of built-in sentences unavailable ({type(err).__name__})"
 
@@ -390,7 +391,8 @@ def main() -> None:
     print(f"F5 v1 Base ({f5_step_flops.params / 1e6:.1f} M params) step, fwd+bwd on [{batch}, {args.utt_frames}, 100]"
           f" = {frames:,} frames ({frames / FRAME_RATE:.1f} s audio): {f5 / 1e12:.2f} TFLOP")
     penalty = LeakPenalty(recognizer, head, mel_to_wave=released_vocos())
-    print(f"ISTFT head copy used for counting matches Vocos' head: max abs diff {check_istft_copy(penalty.mel_to_wave):.1e}")
+    diff = check_istft_copy(penalty.mel_to_wave)
+    print(f"ISTFT head copy used for counting matches Vocos' head: max abs diff {diff:.1e}")
     parts = penalty_parts_flops(penalty, batch, args.utt_frames)
     total = sum(parts.values())
     share = total / f5
@@ -427,7 +429,8 @@ def main() -> None:
     # ---- wall clock ----------------------------------------------------------------------------------------------
     wall = wall_ratio(recognizer, head, args.steps, args.warmup)
     print(f"tiny F5 step (batch {wall['shape'][0]}, {wall['frames']} valid mel frames, padded {wall['shape'][1]}):"
-          f" median without {wall['median']['without'] * 1000:.1f} ms, with penalty {wall['median']['with'] * 1000:.1f} ms"
+          f" median without {wall['median']['without'] * 1000:.1f} ms,"
+          f" with penalty {wall['median']['with'] * 1000:.1f} ms"
           f" over {wall['steps']} steps each (penalty paid on {wall['paid']}/{wall['steps']});"
           f" tiny F5 has {wall['params'] / 1e6:.2f} M params (Base {f5_step_flops.params / 1e6:.0f} M), the recognizer"
           " convs keep their real size, so this ratio is not Base's")

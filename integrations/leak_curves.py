@@ -1,0 +1,85 @@
+"""Leak curves during training: every N steps, synthesise a fixed probe set with the model being
+trained, and log the leak penalty per contrast kind and contrast and the share of flagged sites.
+
+``LeakCurveCallback`` is a Lightning callback; it logs through ``trainer.logger`` (W&B line plots with
+a ``WandbLogger``, a CSV with ``CSVLogger``) and also appends to its own CSV. For F5's Trainer, call
+:meth:`ProbeSet.measure` from a step hook (see ``integrations/f5_tts.py``: ``LeakCurveLogger``).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from leakloss.penalty import LeakPenalty, place_sites
+from leakloss.timing import TimedSite
+
+FLAG = 0.5
+
+
+class ProbeSet:
+    """Fixed probe sentences with their sites placed on reference audio (e.g. the teacher's reading).
+
+    The model's syntheses are assumed time-aligned with the reference only roughly, so each synthesis
+    is aligned again with the recognizer to place its sites.
+    """
+
+    def __init__(self, texts: Sequence[str], penalty: LeakPenalty) -> None:
+        self.texts, self.penalty = list(texts), penalty
+
+    @torch.no_grad()
+    def measure(self, waves: Sequence[torch.Tensor]) -> dict[str, float]:
+        per_contrast: dict[str, list[float]] = {}
+        per_kind: dict[str, list[float]] = {}
+        flags = sites_total = 0
+        for wave, text in zip(waves, self.texts):
+            sites: list[TimedSite] = place_sites(wave, text, self.penalty.recognizer)
+            if not sites:
+                continue
+            _, parts = self.penalty(waves=wave[None], sites=[sites])
+            for s, p in zip(sites, parts.site_probs.tolist()):
+                per_contrast.setdefault(s.contrast, []).append(p)
+                per_kind.setdefault(s.kind, []).append(p)
+                flags += p >= FLAG
+                sites_total += 1
+        row = {f"leak_probe/{k}": sum(v) / len(v) for k, v in per_kind.items()}
+        row |= {f"leak_probe/contrast/{k}": sum(v) / len(v) for k, v in per_contrast.items()}
+        row["leak_probe/flagged_share"] = flags / sites_total if sites_total else 0.0
+        row["leak_probe/sites"] = float(sites_total)
+        return row
+
+
+class LeakCurveCallback(L.Callback):
+    """Every ``every`` training steps: ``synthesize(module, texts) -> [wave16k]``, measure, log."""
+
+    def __init__(self, probe: ProbeSet, synthesize: Callable[[L.LightningModule, list[str]], list[torch.Tensor]],
+                 every: int = 100, csv_path: str | Path | None = None) -> None:
+        self.probe, self.synthesize, self.every = probe, synthesize, every
+        self.csv_path = Path(csv_path) if csv_path else None
+        self.rows: list[tuple[int, dict]] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == 0 or step % self.every:
+            return
+        was_training = module.training
+        module.eval()
+        try:
+            row = self.probe.measure(self.synthesize(module, self.probe.texts))
+        finally:
+            module.train(was_training)
+        self.rows.append((step, row))
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(row, step=step)
+        if self.csv_path is not None:
+            new = not self.csv_path.exists()
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.csv_path, "a", newline="") as f:
+                w = csv.writer(f)
+                if new:
+                    w.writerow(["step", "name", "value"])
+                w.writerows([step, k, v] for k, v in row.items())

@@ -1,0 +1,52 @@
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger
+
+from integrations.leak_curves import LeakCurveCallback, ProbeSet
+from leakloss.heads import RawConvHead
+from leakloss.penalty import LeakPenalty
+from leakloss.speech.synth import HINDI_VOICES, speak_text
+
+TEXT = "आज नेकपा र हैन।"
+
+
+class _Toy(L.LightningModule):
+    """A 'TTS model' whose output is a fixed reading scaled by a learnable gain."""
+
+    def __init__(self, wave):
+        super().__init__()
+        self.register_buffer("wave", wave)
+        self.gain = torch.nn.Parameter(torch.ones(()))
+
+    def training_step(self, batch, _):
+        return (self.gain - 0.5) ** 2
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.zeros(8, 1), batch_size=1)
+
+
+def test_callback_logs_probe_curves_to_logger_and_csv(tmp_path, tiny_rec, monkeypatch):
+    import leakloss.penalty as penalty_mod
+    from leakloss.timing import TimedSite
+
+    # a tiny random recognizer cannot align: place the sites by hand
+    monkeypatch.setattr("integrations.leak_curves.place_sites",
+                        lambda w, t, r: [TimedSite(0.2, 0.3, "deletion", "ʌ->∅"), TimedSite(0.4, 0.5, "quality", "ʌi̯->ɛː")])
+    penalty = LeakPenalty(tiny_rec, RawConvHead(in_channels=16, width=8))
+    wave = speak_text(TEXT, HINDI_VOICES[0]).waveform
+    model = _Toy(wave)
+    cb = LeakCurveCallback(ProbeSet([TEXT], penalty), lambda m, texts: [m.wave * m.gain.detach()] * len(texts),
+                           every=2, csv_path=tmp_path / "curves.csv")
+    trainer = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path), callbacks=[cb], enable_progress_bar=False,
+                        enable_checkpointing=False, accelerator="cpu")
+    trainer.fit(model)
+    assert [s for s, _ in cb.rows] == [2, 4, 6, 8]
+    row = cb.rows[-1][1]
+    assert {"leak_probe/deletion", "leak_probe/quality", "leak_probe/flagged_share", "leak_probe/contrast/ʌ->∅"} <= set(row)
+    assert 0.0 <= row["leak_probe/flagged_share"] <= 1.0
+    assert (tmp_path / "curves.csv").read_text().count("leak_probe/deletion") == 4
+    metrics = next(tmp_path.rglob("metrics.csv")).read_text()
+    assert "leak_probe/flagged_share" in metrics
