@@ -25,7 +25,7 @@ import torch
 from leakloss.acoustic.align import DEFAULT_MIN_FIT, align_words
 from leakloss.acoustic.features import EvidenceExtractor
 from leakloss.acoustic.recognizer import Recognizer
-from leakloss.speech.corpus import builtin_sentences
+from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_phones, speak_text
 from leakloss.text.sites import SiteFinder
 
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recognizer", default="a", help="a | b | a local recognizer directory")
     ap.add_argument("--sentences", type=int, default=30)
+    ap.add_argument("--split", choices=("heldout", "first"), default="heldout",
+                    help="heldout: sentences the embedded recognizers never trained on (split_sentences); first: the first N")
     ap.add_argument("--min-fit", type=float, default=DEFAULT_MIN_FIT)
     ap.add_argument("--fit", action="store_true", help="also measure alignment fit of mismatched text")
     args = ap.parse_args(argv)
@@ -49,10 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     rec = Recognizer.load(args.recognizer)
     finder = SiteFinder(phoneset=rec.phoneset)
     extractor = EvidenceExtractor(rec, min_fit=args.min_fit)
-    sentences = builtin_sentences()[: args.sentences]
+    pool = builtin_sentences()
+    sentences = (split_sentences(pool, 0.1)[1] if args.split == "heldout" else pool)[: args.sentences]
 
     teacher_m, hindi_m = [], []
-    fits: dict[str, list[float]] = {"teacher": [], "hindi": [], "mismatch": []}
+    fits: dict[str, list[float]] = {"teacher": [], "hindi": [], "mismatch": [], "mismatch_hindi": []}
     failures: list[str] = []
     audio_s = wall_s = 0.0
     prepared = []
@@ -79,10 +82,11 @@ def main(argv: list[str] | None = None) -> None:
                 failures.append(f"{role} {text[:30]}: {out.reason}")
         if args.fit:
             other_phones = prepared[(k + 1) % len(prepared)][2]
-            with torch.no_grad():
-                lp, n = rec(teacher[None])
-            fits["mismatch"].append(align_words(lp[0], int(n[0]), other_phones, rec.phoneset, rec.frame_rate,
-                                                min_fit=0.0).fit)
+            for name, wave in (("mismatch", teacher), ("mismatch_hindi", hindi)):
+                with torch.no_grad():
+                    lp, n = rec(wave[None])
+                fits[name].append(align_words(lp[0], int(n[0]), other_phones, rec.phoneset, rec.frame_rate,
+                                              min_fit=0.0).fit)
         t, h = results["teacher"], results["hindi"]
         if not (t.ok and h.ok):
             continue
@@ -96,13 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     neg = sum(m < 0 for m in teacher_m) / max(n, 1)
     pos = sum(m > 0 for m in hindi_m) / max(n, 1)
     both = sum(a < 0 < b for a, b in zip(teacher_m, hindi_m)) / max(n, 1)
-    print(f"recognizer={args.recognizer} sentences={len(prepared)} failures={len(failures)}")
+    print(f"recognizer={args.recognizer} split={args.split} sentences={len(prepared)} failures={len(failures)}")
     for f in failures[:10]:
         print("  failed:", f)
     print(f"fit teacher  {_q(fits['teacher'])}")
     print(f"fit hindi    {_q(fits['hindi'])}")
     if args.fit:
         print(f"fit mismatch {_q(fits['mismatch'])}")
+        print(f"fit mismatch on hindi {_q(fits['mismatch_hindi'])}")
     print(f"margin teacher {_q(teacher_m)}")
     print(f"margin hindi   {_q(hindi_m)}")
     print(f"speed={audio_s / max(wall_s, 1e-9):.1f} s_audio_per_s audio={audio_s:.1f}s wall={wall_s:.1f}s")

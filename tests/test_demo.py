@@ -1,0 +1,85 @@
+"""End-to-end: a small `leakloss demo` run, and its index.html in a real headless browser."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_embedded
+
+PROBE = """<!DOCTYPE html><html><body><pre id="out">PENDING</pre>
+<iframe id="f" src="index.html" width="1100" height="900"></iframe><script>
+const f = document.getElementById('f');
+f.addEventListener('load', async () => {
+  const imgs = [...f.contentDocument.querySelectorAll('img')];
+  await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(d => { i.onload = d; i.onerror = d; })));
+  const res = imgs.map(i => ({src: i.getAttribute('src'), ok: i.naturalWidth > 0}));
+  document.getElementById('out').textContent = 'RESULT' + JSON.stringify(res) + 'END';
+});
+</script></body></html>"""
+
+
+def _browser():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.skip("chromium not installed: apt-get install -y chromium (Debian) to run browser tests")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    from leakloss.demo import DemoConfig, run_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    result = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, progress=False))
+    return out, result
+
+
+@needs_embedded
+@pytest.mark.slow
+def test_demo_writes_every_artefact_and_separates_the_systems(demo_run):
+    out, result = demo_run
+    for rel in ("index.html", "comparison/comparison.md", "comparison/comparison.png", "finetune/leak_curves.png"):
+        assert (out / rel).is_file(), rel
+    reports = list((out / "reports").rglob("*.html"))
+    assert len(reports) == 8
+    systems = result["comparison"]["systems"]
+    assert systems["hindi_base"]["key_flagged"]["count"] >= systems["teacher"]["key_flagged"]["count"]
+
+
+@needs_embedded
+@pytest.mark.slow
+def test_demo_rerun_reuses_caches(demo_run):
+    from leakloss.demo import DemoConfig, run_demo
+
+    out, first = demo_run
+    stamp = (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns
+    again = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, progress=False))
+    assert (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns == stamp
+    assert again["minutes"] < first["minutes"]
+
+
+@needs_embedded
+@pytest.mark.slow
+@pytest.mark.browser
+def test_index_opens_in_headless_chromium(demo_run, tmp_path):
+    out, _ = demo_run
+    browser = _browser()
+    base = [browser, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}"]
+    (out / "probe.html").write_text(PROBE, encoding="utf-8")
+    probe = subprocess.run([*base, "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom",
+                            (out / "probe.html").as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r"RESULT(.*?)END", probe.stdout)
+    assert found, probe.stderr[-1000:]
+    images = json.loads(found.group(1))
+    assert len(images) >= 2 and all(i["ok"] for i in images), images
+    shot = tmp_path / "index.png"
+    run = subprocess.run([*base, "--window-size=1100,1400", f"--screenshot={shot}", (out / "index.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG"
+    report = next((out / "reports" / "hindi_base").glob("*.html"))
+    dom = subprocess.run([*base, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<audio" in dom
