@@ -18,21 +18,25 @@ from train_heads.evaluate import heldout_markdown, mlp_heldout_rows, rawconv_hel
 
 
 def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
+    """The embedded pairs (synthesis cached), natural pairs confirmed by recognizer B."""
     if cfg.data.manifest is not None:
         return Path(cfg.data.manifest)
-    from leakloss.pairs.build import build_embedded_pairs, ctc_confirmer
-
-    key = f"pairs-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}-{recognizers['b'].name}"
     import hashlib
 
+    from leakloss.pairs.build import build_embedded_pairs, ctc_confirmer, filter_natural_pairs
+
+    key = f"pairs-v1-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
     out = Path(cfg.cache_dir) / "pairs" / hashlib.sha256(key.encode()).hexdigest()[:16]
     manifest = out / "pairs.jsonl"
-    if manifest.exists():
-        return manifest
-    path, stats = build_embedded_pairs(out, confirm=ctc_confirmer(recognizers["b"]), max_sentences=cfg.data.max_sentences,
-                                       seed=cfg.seed, progress=cfg.progress, heldout_words=list(cfg.data.heldout_words))
-    print("pairs:", stats.as_dict())
-    return path
+    if not manifest.exists():
+        manifest, stats = build_embedded_pairs(out, max_sentences=cfg.data.max_sentences, seed=cfg.seed,
+                                               progress=cfg.progress, heldout_words=list(cfg.data.heldout_words))
+        print("pairs:", stats.as_dict())
+    confirmed = out / f"pairs.confirmed-{recognizers['b'].name.replace('/', '_')}.jsonl"
+    if not confirmed.exists():
+        confirmed, rejected = filter_natural_pairs(manifest, ctc_confirmer(recognizers["b"]), confirmed.name)
+        print(f"natural pairs not confirmed by recognizer B: {rejected}")
+    return confirmed
 
 
 def _logger(cfg: DictConfig, name: str):
@@ -59,7 +63,8 @@ def run(cfg: DictConfig) -> dict:
     for name, hcfg in cfg.heads.items():
         rec = recognizers[hcfg.recognizer]
         if name == "rawconv":
-            conv, _ = conv_feature_table(manifest, rec, cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
+            conv, _ = conv_feature_table(manifest, rec, kinds=tuple(hcfg.get("kinds", ["deletion"])),
+                                         cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
             in_channels = conv.feats[0].shape[0] if len(conv) else 1
             head = instantiate(hcfg.model, in_channels=in_channels)
             dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)

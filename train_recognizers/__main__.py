@@ -39,6 +39,13 @@ def main(cfg: DictConfig) -> None:
     arch = instantiate(cfg.recognizer_arch.arch)
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                               total_steps=cfg.max_steps, budget_minutes=cfg.max_minutes)
+    if cfg.get("init_from"):  # continue from a saved recognizer (same vocabulary), e.g. to extend a budget
+        from transformers import Wav2Vec2ForCTC
+
+        module.model.load_state_dict(Wav2Vec2ForCTC.from_pretrained(cfg.init_from).state_dict())
+        vocab_saved = json.loads((Path(cfg.init_from) / "vocab.json").read_text(encoding="utf-8"))
+        if vocab_saved != vocab:
+            raise SystemExit(f"{cfg.init_from}: vocabulary differs from this corpus's; cannot continue from it")
     trainer = L.Trainer(callbacks=[PrintProgress(every=50)], enable_progress_bar=False,
                         max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
                         devices=1, logger=False, enable_checkpointing=False, gradient_clip_val=5.0,
@@ -53,6 +60,13 @@ def main(cfg: DictConfig) -> None:
         "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
         "heldout_sentences": len(held), "label_set": "canonical (leakloss.text.phones.canonical)",
     }
+    if cfg.get("init_from"):  # the card counts the whole training, earlier runs included
+        previous = json.loads((Path(cfg.init_from) / "card.json").read_text(encoding="utf-8"))
+        card["continued_from"] = {k: previous.get(k) for k in ("training_minutes", "steps")}
+        card["total_training_minutes"] = round(previous.get("total_training_minutes", previous["training_minutes"]) + minutes, 1)
+        card["total_steps"] = previous.get("total_steps", previous["steps"]) + trainer.global_step
+    else:
+        card["total_training_minutes"], card["total_steps"] = card["training_minutes"], card["steps"]
     out = save_recognizer(module.model.cpu(), vocab, cfg.out_dir, card)
     print(json.dumps(card, ensure_ascii=False))
     print(f"saved {out} after {minutes:.1f} min")

@@ -200,6 +200,40 @@ def ctc_confirmer(recognizer) -> Callable[[torch.Tensor, list[str], list[str]], 
     return confirm
 
 
+def filter_natural_pairs(manifest: str | Path, confirm, out_name: str = "pairs.confirmed.jsonl") -> tuple[Path, int]:
+    """Keep a natural pair only if ``confirm`` (e.g. :func:`ctc_confirmer` of recognizer B) prefers the
+    edited phones on the edited audio and the original phones on the original; other kinds pass.
+
+    Lets the synthesis run before the confirming recognizer exists. Returns (new manifest, rejected).
+    """
+    from leakloss.pairs.schema import read_manifest, resolve
+    from leakloss.text.sites import SiteFinder
+
+    manifest = Path(manifest)
+    finder, keep, rejected = SiteFinder(), [], 0
+    cache: dict[str, list] = {}
+    for r in read_manifest(manifest):
+        if r.pair_kind != "natural":
+            keep.append(r)
+            continue
+        if r.text not in cache:
+            cache[r.text] = [w for w in finder(r.text) if w.skipped is None]
+        words = cache[r.text]
+        k = next(i for i, w in enumerate(words) if w.index == r.word_index)
+        site = next(s for s in words[k].sites if s.position == r.site_position)
+        orig = [p for w in words for p in w.nepali]
+        edit = [p for ws in edit_word([w.nepali for w in words], k, site) for p in ws]
+        edited_wave = torch.from_numpy(sf.read(resolve(manifest, r.query), dtype="float32")[0])
+        original_wave = torch.from_numpy(sf.read(resolve(manifest, r.control), dtype="float32")[0])
+        if confirm(edited_wave, edit, orig) and confirm(original_wave, orig, edit):
+            keep.append(r)
+        else:
+            rejected += 1
+    out = manifest.with_name(out_name)
+    write_manifest(out, keep)
+    return out, rejected
+
+
 def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None = None, confirm=None,
                          max_sentences: int | None = None, seed: int = 0, progress: bool = True,
                          heldout_words: Sequence[str] = DEFAULT_HELDOUT_WORDS) -> tuple[Path, BuildStats]:
