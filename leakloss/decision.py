@@ -6,8 +6,9 @@ Per site and reference, with features from recognizers A and B:
   crop (reference margin max < 0), the Nepali vowel is clearly present (reference Nepali-vowel peak
   log emission above -1.5) — otherwise the reference is dropped for that site;
 - the gates pass (on both recognizers): the reference prefers Nepali, the query's margin is positive
-  in every crop (query margin min > 0), and the Hindi side is present in the query (Hindi-side peak
-  log emission above ``HINDI_PRESENT_LOG``);
+  in every crop (query margin min > 0), and the query carries the Hindi realisation
+  (:func:`hindi_realised`: the Hindi vowel fires for a quality site; the Nepali vowel is not clearly
+  present for a deletion site);
 - head score >= flag threshold and gates pass -> ``flagged``; score < no-change threshold ->
   ``no_change``; otherwise ``uncertain``;
 - across references every qualified reference must agree, else ``uncertain``; none qualified ->
@@ -36,10 +37,23 @@ def reference_qualifies(features: Tensor) -> Tensor:
         features[..., _I["reference_nepali_peak"]] > REFERENCE_VOWEL_LOG)
 
 
+def hindi_realised(features: Tensor) -> Tensor:
+    """``[..., 57]`` -> ``[...]`` bool: the query actually carries the Hindi realisation of the site.
+
+    Quality site: the Hindi vowel fires (peak log emission above ``HINDI_PRESENT_LOG``). Deletion site:
+    the Hindi realisation is the *absence* of the vowel, so the Nepali vowel must not be clearly present
+    (peak below ``REFERENCE_VOWEL_LOG``, the same line a reference must clear to count as Nepali).
+    """
+    deletion = features[..., _I["kind_deletion"]] > 0.5
+    return torch.where(deletion, features[..., _I["query_nepali_peak"]] < REFERENCE_VOWEL_LOG,
+                       features[..., _I["query_hindi_peak"]] > HINDI_PRESENT_LOG)
+
+
 def gates_pass(features: Tensor) -> Tensor:
-    """``[..., 57]`` -> ``[...]`` bool: reference prefers Nepali, query margin > 0 in every crop, Hindi present."""
-    return (features[..., _I["margin_reference_max"]] < 0) & (features[..., _I["margin_query_min"]] > 0) & (
-        features[..., _I["query_hindi_peak"]] > HINDI_PRESENT_LOG)
+    """``[..., 57]`` -> ``[...]`` bool: reference prefers Nepali, query margin > 0 in every crop, and the
+    Hindi realisation is present (:func:`hindi_realised`)."""
+    return (features[..., _I["margin_reference_max"]] < 0) & (features[..., _I["margin_query_min"]] > 0) & \
+        hindi_realised(features)
 
 
 def site_decision(score: float, gates: bool, flag: float = 0.5, no_change: float = 0.2) -> str:

@@ -65,6 +65,20 @@ def run(cfg: DictConfig) -> dict:
         if name == "rawconv":
             conv, _ = conv_feature_table(manifest, rec, kinds=tuple(hcfg.get("kinds", ["deletion"])),
                                          cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
+            if cfg.data.short_vowel_sentences:
+                # correct short retained vowels (fast voices) as training negatives: a deleted vowel and a
+                # 40-60 ms retained one are what the reference-free head must tell apart
+                from leakloss.speech.corpus import builtin_sentences, split_sentences
+                from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+
+                train_sentences, _ = split_sentences(builtin_sentences())
+                extra = short_vowel_conv_table(rec, train_sentences[: 3 * cfg.data.short_vowel_sentences],
+                                               voice=TRAIN_TEACHER_VOICES[0], split="train", progress=cfg.progress)
+                conv.feats += extra.feats
+                conv.masks += extra.masks
+                conv.y = torch.cat([conv.y, extra.y])
+                conv.meta += extra.meta
+                print(f"rawconv: {len(extra)} short retained vowels added as training negatives")
             in_channels = conv.feats[0].shape[0] if len(conv) else 1
             head = instantiate(hcfg.model, in_channels=in_channels)
             dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)
@@ -95,6 +109,8 @@ def run(cfg: DictConfig) -> dict:
         trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
                               default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
         trainer.fit(module, datamodule=dm)
+        if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
+            trainer.logger.experiment.finish()  # one W&B run per head
         head = module.head.eval()
         heads[name] = head
         if name == "rawconv":

@@ -233,7 +233,8 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
 
 
 def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s: float = 0.06,
-                           rates: tuple[int, ...] = (230, 260, 290, 320), progress: bool = True) -> ConvTable:
+                           rates: tuple[int, ...] = (220, 240, 260, 280, 300, 320, 340), voice=None,
+                           split: str = "heldout", progress: bool = True) -> ConvTable:
     """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
     head must not flag. Durations come from espeak's phoneme events."""
     from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, Voice, speak_phones
@@ -245,7 +246,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
     for text in tqdm(sentences, desc="short vowels", disable=not progress):
         words = finder(text)
         for rate in rates:
-            v = HELDOUT_TEACHER_VOICE
+            v = voice or HELDOUT_TEACHER_VOICE
             voice = Voice(f"{v.name}-r{rate}", v.language, v.variant, rate, v.pitch, v.pitch_range)
             reading = speak_phones([w.nepali for w in words], voice)
             e = extractor.extract(reading.waveform, [w.nepali for w in words], words)
@@ -272,6 +273,6 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     feats.append(f[:, g0:g1].contiguous())
                     masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
                     meta.append({"pair_id": f"short-{rate}-{w.word}", "pair_kind": "short_vowel", "kind": "deletion",
-                                 "contrast": site.contrast, "split": "heldout", "word": w.word, "role": "control",
+                                 "contrast": site.contrast, "split": split, "word": w.word, "role": "control",
                                  "sentence_id": text[:20]})
     return ConvTable(feats, masks, torch.zeros(len(feats)), meta)
