@@ -34,7 +34,7 @@ class DemoConfig:
     out: Path = Path("leakloss_out")
     retrain: bool = False
     sentences: int = 16
-    f5_steps: int = 200
+    f5_steps: int = 60
     f5_items: int = 24
     progress: bool = True
 
@@ -136,6 +136,10 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     console.print("[bold]3. scoring[/]: every reading against its two references")
     scorer = Scorer(heads_dir=heads_dir)
     keys = _key_words()
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    for system in dirs:
+        (cfg.out / "reports" / system).mkdir(parents=True, exist_ok=True)
     for system, role in (("teacher", "teacher"), ("hindi_base", "hindi")):
         for item in items:
             result = scorer.score(item[role], item["text"], [item["ref1"], item["ref2"]])
@@ -196,7 +200,7 @@ def _finetune(cfg: DemoConfig) -> Path | None:
         model = tiny_f5(seed=0, leak_penalty=penalty, leak_weight=weight, site_lookup=lambda t: sites.get(t, []),
                         mel_to_wave=penalty.mel_to_wave)
         run = train_f5(model, WaveTextDataset(data), folder / name, steps=cfg.f5_steps, batch_size=4, log_every=10,
-                       learning_rate=3e-4, run_name=name, num_workers=0)
+                       learning_rate=3e-4, run_name=name, num_workers=1)
         runs[name] = run.leak_csv
     png = _plot_curves(runs, folder / "leak_curves.png")
     _set_stamp(folder, key)

@@ -109,7 +109,8 @@ class Scorer:
         from leakloss.text.normalize import TextError
 
         q = _read(query, query_name)
-        result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": []}
+        result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": [],
+                  "reference_checks": []}
         try:
             all_words = self.finder(text)
         except TextError as err:
@@ -136,7 +137,8 @@ class Scorer:
                 continue
             ref_evs.append(self._evidence(r.wave, words))
             ref_notes.append({"reference": r.name, "used": True, "reason": None})
-        result["references"] = ref_notes
+        result["references"] = [n["reference"] for n in ref_notes if n["used"]]  # the references used
+        result["reference_checks"] = ref_notes  # every reference given, used or not, and why
         if not q_ev["a"].ok and q_ev["a"].status not in ("no_testable_site",):
             result["reason"] = f"query: {q_ev['a'].reason}"
         alignment = q_ev["a"].alignment

@@ -72,13 +72,16 @@ def run(cfg: DictConfig) -> dict:
                 from leakloss.speech.synth import TRAIN_TEACHER_VOICES
 
                 train_sentences, _ = split_sentences(builtin_sentences())
-                extra = short_vowel_conv_table(rec, train_sentences[: 3 * cfg.data.short_vowel_sentences],
-                                               voice=TRAIN_TEACHER_VOICES[0], split="train", progress=cfg.progress)
-                conv.feats += extra.feats
-                conv.masks += extra.masks
-                conv.y = torch.cat([conv.y, extra.y])
-                conv.meta += extra.meta
-                print(f"rawconv: {len(extra)} short retained vowels added as training negatives")
+                added = 0
+                for k, voice in enumerate(TRAIN_TEACHER_VOICES):  # every training voice, its own sentences
+                    chunk = train_sentences[k::len(TRAIN_TEACHER_VOICES)][: cfg.data.short_vowel_sentences]
+                    extra = short_vowel_conv_table(rec, chunk, voice=voice, split="train", progress=cfg.progress)
+                    conv.feats += extra.feats
+                    conv.masks += extra.masks
+                    conv.y = torch.cat([conv.y, extra.y])
+                    conv.meta += extra.meta
+                    added += len(extra)
+                print(f"rawconv: {added} short retained vowels added as training negatives")
             in_channels = conv.feats[0].shape[0] if len(conv) else 1
             head = instantiate(hcfg.model, in_channels=in_channels)
             dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)
