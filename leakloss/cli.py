@@ -155,13 +155,21 @@ def score(
     heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped)"),
     recognizer_a: str = typer.Option("a", help="recognizer A (quality head): embedded a, a directory or hub id"),
     recognizer_b: str = typer.Option("b", help="recognizer B (deletion head)"),
+    asr: Optional[str] = typer.Option(None, "--asr", help="word check by a local transformers ASR model (id or dir) "
+                                      "with the seed's CER/WER thresholds, instead of the phone error rate"),
 ) -> None:
     """Score one reading word by word against trusted Nepali references."""
-    from leakloss.scorer import Scorer
-
     if not ref:
         err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
     scorer = _scorer(heads, recognizer_a, recognizer_b)
+    if asr is not None:
+        from leakloss.acoustic.recognizer import RecognizerNotFoundError
+        from leakloss.scorer import asr_word_check
+
+        try:
+            scorer.word_check = asr_word_check(asr)
+        except RecognizerNotFoundError as err:
+            fail(str(err))
     result = scorer.score(query, text, [str(r) for r in ref])
     _emit_result(result, json_out, html_out)
     if result["status"] == "failed":

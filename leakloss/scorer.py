@@ -49,6 +49,44 @@ def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str]) -> flo
     return prev[-1] / max(len(ref), 1)
 
 
+def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_max_wer: float = 0.5):
+    """A word check by speech recognition with the seed's thresholds: pass if CER <= 8%, or CER <= 15%
+    with WER <= 50%. Text is compared after the Hindi-safe normaliser (:mod:`leakloss.eval.normalize`).
+
+    ``asr``: a callable ``wave [t] (16 kHz) -> text``, or a ``transformers`` ASR pipeline id / local
+    directory (loaded from local files only; a missing model raises a clear error).
+    """
+    from leakloss.eval.normalize import cer, wer
+
+    if isinstance(asr, (str, Path)):
+        from transformers import pipeline
+
+        try:
+            local = Path(asr)
+            if not local.is_dir():  # a hub id: its snapshot in the local cache, never a download
+                from huggingface_hub import snapshot_download
+
+                local = Path(snapshot_download(str(asr), local_files_only=True))
+            pipe = pipeline("automatic-speech-recognition", model=str(local))
+        except (OSError, ValueError) as err:
+            from leakloss.acoustic.recognizer import RecognizerNotFoundError
+
+            raise RecognizerNotFoundError(f"cannot load ASR model {asr!r} from local files (leakloss never "
+                                          f"downloads): {err}") from err
+
+        def transcribe(wave: Tensor) -> str:
+            return pipe({"raw": wave.detach().cpu().numpy(), "sampling_rate": 16_000})["text"]
+    else:
+        transcribe = asr
+
+    def check(wave: Tensor, text: str) -> tuple[bool, str]:
+        hyp = transcribe(wave)
+        c, w = cer(text, hyp), wer(text, hyp)
+        return (c <= max_cer or (c <= alt_max_cer and w <= alt_max_wer)), f"ASR CER {c:.2f} WER {w:.2f} ({hyp!r})"
+
+    return check
+
+
 @dataclass
 class Reading:
     name: str

@@ -102,3 +102,21 @@ def test_embedded_scorer_on_real_readings(clips):
     teacher = scorer.score(clips["teacher"], TEXT, [clips["ref"]])
     assert teacher["status"] == "scored"
     assert not any(w["decision"] == "flagged" for w in teacher["words"])
+
+
+def test_asr_word_check_uses_hindi_safe_normalisation_and_seed_thresholds():
+    from leakloss.scorer import asr_word_check
+
+    text = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
+    assert asr_word_check(lambda w: "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए")(None, text)[0]  # punctuation folded
+    assert not asr_word_check(lambda w: "मौसम आज राम्रो छ")(None, text)[0]
+    ok, detail = asr_word_check(lambda w: "आज नेक्पा र अरू दलका प्रतिनिधि बैठकमा आए")(None, text)
+    assert ok and "CER" in detail  # one virama: CER under 8%
+
+
+def test_asr_word_check_missing_model_is_a_clear_error():
+    from leakloss.acoustic.recognizer import RecognizerNotFoundError
+    from leakloss.scorer import asr_word_check
+
+    with pytest.raises(RecognizerNotFoundError, match="local files"):
+        asr_word_check("someone/not-a-cached-asr-model")
