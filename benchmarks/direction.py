@@ -31,7 +31,7 @@ def descend(penalty: LeakPenalty, wave: torch.Tensor, sites, steps: int, lr: flo
         opt.step()
         with torch.no_grad():
             x.clamp_(-1, 1)
-        curve.append(float(loss))
+        curve.append(float(loss.detach()))
     return x.detach(), curve
 
 
@@ -43,8 +43,8 @@ def flagged(scorer: Scorer, wave, text, refs) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sentences", type=int, default=12)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--lr", type=float, default=2e-4)
     args = parser.parse_args()
     torch.set_num_threads(2)
