@@ -21,26 +21,17 @@ from leakloss.speech.augment import add_noise
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_phones, speak_text
 from leakloss.text.g2p import NepaliFrontend
+from leakloss.scorer import phone_error_rate
 from leakloss.text.phones import canonical
 
 
-def edit_distance(a: list[str], b: list[str]) -> int:
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, y in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
-        prev = cur
-    return prev[-1]
-
-
-def phone_error_rate(model: Recognizer, readings) -> float:
+def corpus_phone_error_rate(model: Recognizer, readings) -> float:
+    """Edit distance summed over readings / reference phones (ʌ and ə one phone: canonical labels)."""
     errors = total = 0
     for reading in readings:
-        hyp = [canonical(p) for p in model.greedy(reading.waveform[None])[0]]
-        ref = [canonical(p) for p in reading.phones]
-        errors += edit_distance(ref, hyp)
-        total += len(ref)
+        hyp = model.greedy(reading.waveform[None])[0]
+        errors += phone_error_rate(reading.phones, hyp) * len(reading.phones)
+        total += len(reading.phones)
     return errors / max(total, 1)
 
 
@@ -101,7 +92,7 @@ def main() -> None:
     results = {}
     for name in args.recognizers:
         model = Recognizer.load(name)
-        per = phone_error_rate(model, readings)
+        per = corpus_phone_error_rate(model, readings)
         pick = edit_pick_accuracy(model, pairs, None)
         pick_noisy = edit_pick_accuracy(model, pairs, 20.0)
         results[name] = (per, min(pick, pick_noisy))
