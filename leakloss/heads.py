@@ -172,5 +172,14 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     return head.eval(), card
 
 
+def check_recognizer(card: HeadCard, recognizer_name: str) -> None:
+    """Warn when a head was trained on other weights than the recognizer now loaded (ids carry a hash)."""
+    import warnings
+
+    if "@" in card.recognizer and "@" in recognizer_name and card.recognizer != recognizer_name:
+        warnings.warn(f"the {card.head} head was trained on recognizer {card.recognizer}, but {recognizer_name} is "
+                      "loaded: retrain the heads (python -m train_heads) for these weights", stacklevel=2)
+
+
 def n_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())

@@ -59,8 +59,11 @@ class LeakPenalty(nn.Module):
              device: str | torch.device = "cpu") -> "LeakPenalty":
         from leakloss.acoustic.recognizer import Recognizer
 
+        from leakloss.heads import check_recognizer
+
         head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
         rec = Recognizer.load(recognizer if head_path else card.recognizer, device=device)
+        check_recognizer(card, rec.name)
         return cls(rec, head, mel_to_wave).to(device)
 
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -120,8 +120,11 @@ class Scorer:
                             "b": Recognizer.load(recognizer_b, device=device)}
         heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
         self.heads, self.cards = {}, {}
+        from leakloss.heads import check_recognizer
+
         for kind in ("deletion", "quality"):
             self.heads[kind], self.cards[kind] = load_head(heads_dir / f"{kind}.safetensors")
+            check_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
         self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
         self.no_change = (no_change_threshold if no_change_threshold is not None
                           else self.cards["deletion"].thresholds["no_change"])

@@ -30,8 +30,9 @@ class RecognizerNotFoundError(FileNotFoundError):
 
 def resolve_recognizer_path(name: str) -> Path | str:
     """``"a"``/``"b"`` -> the embedded directory; a directory -> itself; otherwise a hub id."""
-    if name in EMBEDDED or name.startswith("embedded:"):
-        key = name.split(":", 1)[-1]
+    base = name.split("@", 1)[0]  # "a@1f2e3d4c": an embedded id with its weights' hash (see Recognizer.load)
+    if base in EMBEDDED or base.startswith("embedded:"):
+        key = base.split(":", 1)[-1]
         path = EMBEDDED_DIR / key
         if not (path / "model.safetensors").exists():
             raise RecognizerNotFoundError(
@@ -87,6 +88,12 @@ class Recognizer(nn.Module):
                 "or copy it into the HF cache."
             ) from err
         vocab = _read_vocab(source)
+        if isinstance(source, Path) and (source / "model.safetensors").exists():
+            # the id carries a hash of the weights, so caches keyed by it never mix two trainings of "a"
+            import hashlib
+
+            digest = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()[:8]
+            name = f"{str(name).split('@', 1)[0]}@{digest}"
         return cls(model, vocab, name=str(name)).to(device)
 
     @property
