@@ -13,7 +13,7 @@ from leakloss.acoustic.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from leakloss.heads import HeadCard, save_head
 from leakloss.pairs.features import conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table
 from train_heads.callbacks import RatesCallback
-from train_heads.data import ConvDataModule, FeatureDataModule
+from train_heads.data import ConvDataModule, FeatureDataModule, collate_crops
 from train_heads.evaluate import heldout_markdown, mlp_heldout_rows, rawconv_heldout_rows, write_heldout
 
 
@@ -86,16 +86,8 @@ def run(cfg: DictConfig) -> dict:
             head = instantiate(hcfg.model, in_channels=in_channels)
             dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)
             if len(dm.train):
-                import torch as _t
-
-                feats = [f for f in dm.train.feats]
-                g = max(f.shape[-1] for f in feats)
-                stacked = _t.zeros(len(feats), in_channels, g)
-                valid = _t.zeros(len(feats), g, dtype=_t.bool)
-                for i, f in enumerate(feats):
-                    stacked[i, :, : f.shape[-1]] = f
-                    valid[i, : f.shape[-1]] = True
-                head.fit_normalisation(stacked, valid)
+                batch = collate_crops(list(zip(dm.train.feats, dm.train.masks, dm.train.y)))
+                head.fit_normalisation(batch["feats"], batch["valid"])
             module = instantiate(hcfg.module)(head=head)
             callbacks = []
         else:
