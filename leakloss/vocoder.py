@@ -7,14 +7,34 @@ graph; this module calls ``head(backbone(mel))`` directly so gradients reach the
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 import torchaudio.functional as AF
 from torch import nn
 
 MEL_SAMPLE_RATE = 24_000
 MEL_HOP = 256
+MEL_N_FFT = 1024
 N_MELS = 100
 OUT_SAMPLE_RATE = 16_000
+EMBEDDED_VOCODER = Path(__file__).resolve().parent / "assets" / "vocoder" / "tiny"
+
+
+def log_mel(wave: torch.Tensor) -> torch.Tensor:
+    """``[b, t]`` 24 kHz wave -> ``[b, n, 100]`` vocos-style log mel (n_fft 1024, hop 256, centred, power 1,
+    ``log(clamp(x, 1e-5))``), the mels F5-TTS and the released Vocos use. fp32 inside."""
+    import torchaudio
+
+    spec = torchaudio.functional.spectrogram(
+        wave.float(), pad=0, window=torch.hann_window(MEL_N_FFT, device=wave.device), n_fft=MEL_N_FFT,
+        hop_length=MEL_HOP, win_length=MEL_N_FFT, power=1.0, normalized=False, center=True, pad_mode="reflect")
+    fb = torchaudio.functional.melscale_fbanks(MEL_N_FFT // 2 + 1, 0.0, MEL_SAMPLE_RATE / 2, N_MELS, MEL_SAMPLE_RATE,
+                                               norm=None, mel_scale="htk").to(spec.device)
+    mel = torch.matmul(spec.transpose(-1, -2), fb)  # [b, n, 100]
+    return mel.clamp(min=1e-5).log()
 
 
 def mel_lengths_to_samples(
@@ -54,9 +74,11 @@ class MelToWave(nn.Module):
         self.requires_grad_(False)
         self.eval()
 
+    frozen = True
+
     def train(self, mode: bool = True) -> "MelToWave":
         # a parent's .train() must not flip the frozen vocoder into training behaviour
-        return super().train(False)
+        return super().train(mode and not self.frozen)
 
     @classmethod
     def from_vocos(cls, vocos: nn.Module, sample_rate_out: int = OUT_SAMPLE_RATE) -> "MelToWave":
@@ -64,23 +86,73 @@ class MelToWave(nn.Module):
         return cls(vocos.backbone, vocos.head, MEL_SAMPLE_RATE, sample_rate_out)
 
     @classmethod
-    def tiny(cls, seed: int = 0, dim: int = 32, num_layers: int = 1) -> "MelToWave":
+    def tiny(cls, seed: int = 0, dim: int = 32, num_layers: int = 1, intermediate_dim: int | None = None,
+             frozen: bool = True) -> "MelToWave":
         """Randomly initialised small Vocos with the released model's I/O (100 mels, n_fft 1024, hop 256).
 
-        Offline and fast: for tests and plumbing only; it does not produce speech.
+        Offline and fast: for tests and plumbing only; it does not produce speech (:meth:`embedded` does).
+        ``frozen=False`` leaves it trainable (``train_vocoder`` fits it).
         """
         from vocos.heads import ISTFTHead
         from vocos.models import VocosBackbone
 
         with torch.random.fork_rng():  # seed locally, leave the global RNG stream untouched
             torch.manual_seed(seed)
-            backbone = VocosBackbone(input_channels=N_MELS, dim=dim, intermediate_dim=2 * dim, num_layers=num_layers)
-            head = ISTFTHead(dim=dim, n_fft=1024, hop_length=MEL_HOP, padding="same")
-        return cls(backbone, head)
+            backbone = VocosBackbone(input_channels=N_MELS, dim=dim, intermediate_dim=intermediate_dim or 2 * dim,
+                                     num_layers=num_layers)
+            head = ISTFTHead(dim=dim, n_fft=MEL_N_FFT, hop_length=MEL_HOP, padding="same")
+        model = cls(backbone, head)
+        if not frozen:
+            model.requires_grad_(True)
+            model.frozen = False
+        return model
+
+    @classmethod
+    def embedded(cls, path: str | os.PathLike | None = None) -> "MelToWave":
+        """The project's own tiny Vocos, fitted offline to espeak readings (``python -m train_vocoder``).
+
+        It sounds buzzy but the recognizers read it: its card records recognizer A's phone error rate on
+        vocoded held-out readings. Loads safetensors + a JSON card, never a pickle.
+        """
+        from safetensors.torch import load_file
+        from vocos.heads import ISTFTHead
+        from vocos.models import VocosBackbone
+
+        path = Path(path or EMBEDDED_VOCODER)
+        card_path, weights = path.with_suffix(".json"), path.with_suffix(".safetensors")
+        if not card_path.exists() or not weights.exists():
+            raise FileNotFoundError(f"no vocoder at {path} (.json + .safetensors); train one: python -m train_vocoder")
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        backbone = VocosBackbone(input_channels=card["n_mels"], dim=card["dim"],
+                                 intermediate_dim=card["intermediate_dim"], num_layers=card["num_layers"])
+        head = ISTFTHead(dim=card["dim"], n_fft=card["n_fft"], hop_length=card["hop_length"], padding="same")
+        model = cls(backbone, head)
+        model.load_state_dict(load_file(str(weights)))
+        model.card = card
+        return model
+
+    def generate(self, mels: torch.Tensor) -> torch.Tensor:
+        """``mels`` ``[b, n, 100]`` -> wave ``[b, n * 256]`` at 24 kHz (no resampling)."""
+        return self.head(self.backbone(mels.transpose(1, 2)))
 
     def forward(self, mels: torch.Tensor) -> torch.Tensor:
         """``mels`` ``[b, n, 100]`` -> wave ``[b, mel_lengths_to_samples(n)]`` at ``sample_rate_out``."""
-        wave_24k = self.head(self.backbone(mels.transpose(1, 2)))  # backbone wants [b, d, n]
+        wave_24k = self.generate(mels)
         if self.sample_rate_out == self.sample_rate_in:
             return wave_24k
         return AF.resample(wave_24k, self.sample_rate_in, self.sample_rate_out)
+
+
+def save_vocoder(path: str | os.PathLike, vocoder: MelToWave, card: dict) -> None:
+    """``path.safetensors`` + ``path.json``, each written atomically (tmp file + rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    weights, card_path = path.with_suffix(".safetensors"), path.with_suffix(".json")
+    tmp = weights.with_name(weights.name + ".tmp")
+    save_file({k: v.detach().contiguous() for k, v in vocoder.state_dict().items()}, str(tmp))
+    os.replace(tmp, weights)
+    tmp = card_path.with_name(card_path.name + ".tmp")
+    tmp.write_text(json.dumps(card, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, card_path)
