@@ -15,6 +15,7 @@ _EXPORTS = {
     "LeakPenalty": "leakloss.penalty",
     "leak_reward": "leakloss.penalty",
     "place_sites": "leakloss.penalty",
+    "place_dataset_sites": "leakloss.penalty",
     "Scorer": "leakloss.scorer",
     "SiteFinder": "leakloss.text.sites",
     "NepaliFrontend": "leakloss.text.g2p",

@@ -2,8 +2,9 @@
 
 :class:`LeakPenalty` runs a frozen recognizer's conv stack to layer 4 (5 ms frames) and the frozen
 reference-free raw-conv head on a batch of 16 kHz waveforms — or of F5 mels, vocoded by a frozen
-Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean soft-max pooled leak
-probability over the given sites, and detached parts for logging. No parameter of recognizer, head
+Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean over the given sites of
+``-log(1 - p)`` (p the soft-max pooled leak probability; non-saturating), and detached parts for logging
+(per-site probabilities, their means per contrast kind and contrast). No parameter of recognizer, head
 or vocoder receives a gradient; the input does.
 
 :func:`leak_reward` turns the same signal into a [0, 1] reward (1 = no leak) for GRPO/best-of-N;
@@ -135,6 +136,50 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
+    return out
+
+
+SITE_CACHE_VERSION = 1
+
+
+def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: str | Path | None = None,
+                        finder=None) -> list[list[TimedSite]]:
+    """Sites of every ``(wave16k [t], text)`` training item placed on its ground-truth audio, once.
+
+    With ``cache`` (e.g. ``DATASET_DIR/leak_sites.jsonl``) the placements are stored next to the dataset,
+    one JSON line per item keyed by a hash of (audio, text, recognizer id), and reused: a training run
+    aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
+    contribute zero to the penalty). The file is rewritten atomically when anything new was placed.
+    """
+    import hashlib
+    import json
+    import os
+
+    from leakloss.text.sites import SiteFinder
+
+    finder = finder or SiteFinder()
+    cache = Path(cache) if cache is not None else None
+    known: dict[str, list[dict]] = {}
+    if cache is not None and cache.exists():
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("version") == SITE_CACHE_VERSION:
+                known[row["key"]] = row["sites"]
+    out, added = [], 0
+    for wave, text in items:
+        h = hashlib.sha256(wave.detach().float().cpu().numpy().tobytes())
+        h.update(f"|{text}|{recognizer.name}".encode())
+        key = h.hexdigest()
+        if key not in known:
+            known[key] = [vars(s) for s in place_sites(wave, text, recognizer, finder)]
+            added += 1
+        out.append([TimedSite(**d) for d in known[key]])
+    if cache is not None and added:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(cache.name + ".tmp")
+        tmp.write_text("".join(json.dumps({"version": SITE_CACHE_VERSION, "key": k, "sites": v}, ensure_ascii=False)
+                               + "\n" for k, v in known.items()), encoding="utf-8")
+        os.replace(tmp, cache)
     return out
 
 

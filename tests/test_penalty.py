@@ -91,6 +91,20 @@ def test_pooling_matches_naive_reference_and_gradcheck():
     assert torch.autograd.gradcheck(lambda x: leak_penalty_from_logits(x, masks, item)[0], (logits,))
 
 
+def test_penalty_is_bce_towards_no_leak_and_does_not_saturate():
+    logits = torch.tensor([[12.0] * 10, [-3.0] * 10], dtype=torch.float64, requires_grad=True)
+    masks = torch.zeros(3, 10, dtype=torch.bool)
+    masks[0, 2:5] = masks[1, 0:10] = True  # row 2: empty mask, inactive
+    item = torch.tensor([0, 1, 1])
+    loss, probs = leak_penalty_from_logits(logits, masks, item)
+    pooled = pooled_site_logits(logits, masks, item)[:2]
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(pooled, torch.zeros_like(pooled))
+    assert torch.allclose(loss, expected) and torch.allclose(probs[:2], torch.sigmoid(pooled))
+    loss.backward()
+    # a saturated site (p = 1 - 6e-6) still pushes with ~1/2 per unit logit (mean over 2 sites)
+    assert logits.grad[0].sum() > 0.49
+
+
 def test_site_masks_cover_the_site():
     masks, index = site_masks([[TimedSite(0.1, 0.2, "deletion", "ʌ->∅")]], 100, pad_s=0.0)
     on = masks[0].nonzero().flatten()
@@ -100,3 +114,27 @@ def test_site_masks_cover_the_site():
 def test_wrong_number_of_site_lists_is_a_clear_error(penalty):
     with pytest.raises(ValueError, match="one list per item"):
         penalty(waves=torch.randn(2, 8000), sites=[SITES])
+
+
+def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, monkeypatch):
+    import leakloss.penalty as penalty_module
+    from leakloss.penalty import place_dataset_sites
+
+    calls = []
+
+    def fake_place(wave, text, recognizer, finder=None):
+        calls.append(text)
+        return [] if text == "x" else [TimedSite(0.1, 0.2, "deletion", "ʌ->∅", text)]
+
+    monkeypatch.setattr(penalty_module, "place_sites", fake_place)
+    rec = type("Rec", (), {"name": "a@test"})()
+    a, b = torch.zeros(1600), torch.ones(1600) * 0.1
+    cache = tmp_path / "data" / "leak_sites.jsonl"
+    first = place_dataset_sites([(a, "घर"), (b, "x")], rec, cache)
+    assert first == [[TimedSite(0.1, 0.2, "deletion", "ʌ->∅", "घर")], []] and calls == ["घर", "x"]
+    assert cache.exists() and not list(cache.parent.glob("*.tmp"))
+    again = place_dataset_sites([(b, "x"), (a, "घर")], rec, cache)  # order changes, nothing recomputed
+    assert again == [[], first[0]] and calls == ["घर", "x"]
+    other = type("Rec", (), {"name": "a@other"})()  # another recognizer: placed again
+    place_dataset_sites([(a, "घर")], other, cache)
+    assert calls == ["घर", "x", "घर"]

@@ -50,8 +50,11 @@ def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor,
 
 
 def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean leak probability over active sites (scalar) and the per-site probabilities ``[n]``.
+    """The penalty (scalar) and the per-site leak probabilities ``[n]``.
 
+    The penalty is the mean over active sites of ``-log(1 - p) = softplus(pooled logit)``: the binary
+    cross-entropy towards "no leak". Unlike the mean probability it does not saturate, so a site the
+    head is sure about (p ~ 1, where the signal matters most) still gets a gradient of ~1 per logit.
     With no active site the penalty is ``0 * frame_logits.sum()``: zero, finite, and a zero gradient
     of the right shape.
     """
@@ -59,5 +62,5 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     if not bool(active.any()):
         x = _at_least_fp32(frame_logits)
         return x.sum() * 0.0, x.new_zeros(masks.shape[0])
-    probs = torch.sigmoid(pooled_site_logits(frame_logits, masks, item_of_row))
-    return probs[active].mean(), probs
+    logits = pooled_site_logits(frame_logits, masks, item_of_row)
+    return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)
