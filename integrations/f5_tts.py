@@ -20,7 +20,7 @@ import random
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torchaudio.functional as AF
@@ -32,6 +32,9 @@ from torch.utils.data import Dataset
 
 from leakloss.timing import TimedSite
 from leakloss.vocoder import MEL_HOP, MEL_SAMPLE_RATE, N_MELS, MelToWave, mel_lengths_to_samples
+
+if TYPE_CHECKING:
+    from integrations.leak_curves import ProbeSet
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +399,9 @@ def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, flo
 
 
 class LeakCurveLogger:
-    """Forward hook for a training ``LeakAwareCFM``: every ``every`` updates, log :func:`leak_log_row`.
+    """Forward hook for a training ``LeakAwareCFM``: every ``every`` updates, log :func:`leak_log_row`;
+    every ``probe_every`` updates also ``probe(model)`` (e.g. :func:`f5_probe`: the probe set synthesised
+    by the model being trained).
 
     Rows go to ``csv_path`` in long form (``step,name,value``: parts may differ from step to step) and to
     ``log_fn(row, step)`` (e.g. ``accelerator.log`` -> W&B) when given. Only training-mode calls count.
@@ -408,9 +413,12 @@ class LeakCurveLogger:
         every: int = 10,
         log_fn: Callable[[dict[str, float], int], None] | None = None,
         grad_accumulation_steps: int = 1,
+        probe: Callable[[nn.Module], dict[str, float]] | None = None,
+        probe_every: int = 100,
     ) -> None:
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
         self.grad_accumulation_steps = grad_accumulation_steps
+        self.probe, self.probe_every = probe, probe_every
         self.calls = 0
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         with self.csv_path.open("w", newline="") as f:
@@ -421,13 +429,44 @@ class LeakCurveLogger:
             return
         self.calls += 1
         step = math.ceil(self.calls / self.grad_accumulation_steps)  # the update this forward feeds (F5 logs at it)
-        if self.calls % (self.every * self.grad_accumulation_steps):
+        at_update = self.calls % self.grad_accumulation_steps == 0
+        log_now = self.calls % (self.every * self.grad_accumulation_steps) == 0
+        probe_now = self.probe is not None and at_update and step % self.probe_every == 0
+        if not (log_now or probe_now):
             return
-        row = leak_log_row(model, output[0])
+        row = leak_log_row(model, output[0]) if log_now else {}
+        if probe_now:
+            row |= self.probe(model)
         with self.csv_path.open("a", newline="") as f:
             csv.writer(f).writerows([step, k, v] for k, v in row.items())
         if self.log_fn is not None:
             self.log_fn({k: v for k, v in row.items() if math.isfinite(v)}, step)
+
+
+def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wave: MelToWave, *, nfe: int = 8,
+             seed: int = 0) -> Callable[[nn.Module], dict[str, float]]:
+    """A probe for :class:`LeakCurveLogger`: the model synthesises each probe sentence (F5's ``CFM.sample``,
+    ``nfe`` steps, prompted with ``ref_wave`` 16 kHz / ``ref_text``), the vocoder makes it audible, and
+    :meth:`integrations.leak_curves.ProbeSet.measure` aligns it and logs the leak per contrast kind and the
+    share of flagged sites. The model goes back to training mode afterwards; no gradient is kept."""
+    cond = AF.resample(ref_wave.float(), 16_000, MEL_SAMPLE_RATE)[None]  # [1, nw] at 24 kHz
+
+    def measure(model: nn.Module) -> dict[str, float]:
+        was_training = model.training
+        ref_frames = int(model.mel_spec(cond.to(next(model.parameters()).device)).shape[-1])
+        waves = []
+        try:
+            with torch.no_grad():
+                for text in probe.texts:
+                    extra = max(8, round(ref_frames * len(text) / max(len(ref_text), 1)))
+                    mel, _ = model.sample(cond.to(next(model.parameters()).device), [ref_text + " " + text],
+                                          ref_frames + extra, steps=nfe, seed=seed)
+                    waves.append(mel_to_wave(mel[:, ref_frames:].float())[0].cpu())  # the new sentence only
+        finally:
+            model.train(was_training)
+        return probe.measure(waves)
+
+    return measure
 
 
 class F5Run(NamedTuple):
@@ -480,13 +519,16 @@ def train_f5(
     num_workers: int = 1,
     seed: int = 0,
     trainer_kwargs: Mapping[str, Any] | None = None,
+    probe: Callable[[nn.Module], dict[str, float]] | None = None,
+    probe_every: int = 100,
 ) -> F5Run:
     """Run F5's own ``Trainer`` for exactly ``steps`` updates of ``batch_size`` items, W&B offline.
 
     ``dataset`` yields F5 items (``{"mel_spec": [d, n], "text": str}``, e.g. :class:`WaveTextDataset`); it is
     cycled to one epoch of ``steps * batch_size * grad_accumulation_steps`` items. ``out_dir`` should be fresh:
     F5 resumes from any checkpoint already in ``out_dir/ckpts``. Leak curves every ``log_every`` updates go to
-    W&B (offline run under ``out_dir/wandb``) and ``out_dir/leak_curves.csv``.
+    W&B (offline run under ``out_dir/wandb``) and ``out_dir/leak_curves.csv``; with ``probe`` (see
+    :func:`f5_probe`) the probe-set curves every ``probe_every`` updates too.
     """
     import wandb  # noqa: F401  - fail early if the extra is missing
     from f5_tts.model import trainer as f5_trainer
@@ -527,7 +569,7 @@ def train_f5(
         curve_log = LeakCurveLogger(
             out_dir / "leak_curves.csv", every=log_every,
             log_fn=lambda row, step: trainer.accelerator.log(row, step=step),
-            grad_accumulation_steps=grad_accumulation_steps,
+            grad_accumulation_steps=grad_accumulation_steps, probe=probe, probe_every=probe_every,
         )
         handle = model.register_forward_hook(curve_log)
         try:
@@ -541,6 +583,53 @@ def train_f5(
     return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts")
 
 
+def read_leak_curve(path: str | os.PathLike, name: str = "leak/penalty") -> list[tuple[int, float]]:
+    """``(step, value)`` points of one curve from a :class:`LeakCurveLogger` CSV."""
+    with open(path, newline="") as f:
+        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["name"] == name]
+
+
+def final_leak(path: str | os.PathLike, name: str = "leak/penalty", tail: float = 0.25) -> float:
+    """Mean of a curve over its last ``tail`` share of points (one step's value is one random ``t``: noisy)."""
+    values = [v for _, v in read_leak_curve(path, name) if math.isfinite(v)]
+    if not values:
+        raise ValueError(f"{path}: no finite points of {name!r}")
+    return sum(values[-max(1, int(len(values) * tail)):]) / max(1, int(len(values) * tail))
+
+
+def penalty_comparison(
+    items: Sequence[tuple[torch.Tensor, int, str]],
+    sites: Sequence[Sequence[TimedSite]],
+    out_dir: str | os.PathLike,
+    *,
+    leak_penalty: nn.Module,
+    mel_to_wave: MelToWave,
+    steps: int = 200,
+    leak_weight: float = 5.0,
+    batch_size: int = 4,
+    learning_rate: float = 3e-4,
+    log_every: int = 1,
+    seed: int = 0,
+    probe: Callable[[nn.Module], dict[str, float]] | None = None,
+    probe_every: int = 100,
+) -> dict[str, F5Run]:
+    """The same tiny F5 fine-tuned twice through F5's ``Trainer``: ``without_penalty`` (weight 0: the leak
+    curve is only monitored) and ``with_penalty``. Same seed, so both see the same batches, times and noise;
+    only the auxiliary loss differs. ``items`` are ``(wave, sample_rate, text)``, ``sites[i]`` item i's sites
+    on its ground-truth audio (:func:`leakloss.penalty.place_dataset_sites`)."""
+    by_text: dict[str, list[TimedSite]] = {}
+    for (_, _, text), item_sites in zip(items, sites):
+        by_text.setdefault(text, list(item_sites))
+    runs = {}
+    for name, weight in (("without_penalty", 0.0), ("with_penalty", leak_weight)):
+        model = tiny_f5(seed=seed, leak_penalty=leak_penalty, leak_weight=weight, mel_to_wave=mel_to_wave,
+                        site_lookup=lambda text: by_text.get(text, []))
+        runs[name] = train_f5(model, WaveTextDataset(items), Path(out_dir) / name, steps=steps, batch_size=batch_size,
+                              log_every=log_every, learning_rate=learning_rate, run_name=name, seed=seed,
+                              probe=probe, probe_every=probe_every)
+    return runs
+
+
 __all__ = [
     "F5Run",
     "LeakAwareCFM",
@@ -550,6 +639,10 @@ __all__ = [
     "WaveTextDataset",
     "devanagari_chars",
     "devanagari_vocab",
+    "f5_probe",
+    "final_leak",
+    "penalty_comparison",
+    "read_leak_curve",
     "leak_log_row",
     "load_indicf5_checkpoint",
     "load_state",

@@ -15,7 +15,6 @@ Stages (each cached by content hash under ``--out``; a rerun reuses them):
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import time
@@ -51,6 +50,19 @@ def _set_stamp(path: Path, key: str) -> None:
 
 def _hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "absent"
+
+
+def _smooth(points: list[tuple[int, float]], window: int = 10) -> list[tuple[int, float]]:
+    """Running mean: each logged value is one batch at one random flow time t."""
+    out = []
+    for i, (step, _) in enumerate(points):
+        chunk = [v for _, v in points[max(0, i - window + 1): i + 1]]
+        out.append((step, sum(chunk) / len(chunk)))
+    return out
 
 
 def _heads(cfg: DemoConfig) -> tuple[Path, list[dict]]:
@@ -174,42 +186,37 @@ def _finetune(cfg: DemoConfig) -> Path | None:
     except ImportError:
         console.print("[yellow]5. fine-tune skipped: the f5 extra is not installed (make setup installs it)[/]")
         return None
-    from integrations.f5_tts import WaveTextDataset, tiny_f5, train_f5
-    from leakloss.acoustic.recognizer import Recognizer
-    from leakloss.penalty import LeakPenalty, place_sites
+    from integrations.f5_tts import f5_probe, final_leak, penalty_comparison, read_leak_curve
+    from integrations.leak_curves import ProbeSet
+    from leakloss.penalty import LeakPenalty, place_dataset_sites
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text
-    from leakloss.vocoder import MelToWave
+    from leakloss.scorer import SHIPPED_HEADS
+    from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave
 
     folder = cfg.out / "finetune"
-    key = _hash("finetune-v1", cfg.f5_steps, cfg.f5_items)
+    key = _hash("finetune-v2", cfg.f5_steps, cfg.f5_items, _file_hash(EMBEDDED_VOCODER.with_suffix(".safetensors")),
+                _file_hash(SHIPPED_HEADS / "rawconv.safetensors"))
     if _stamp(folder, key) and (folder / "leak_curves.png").exists():
         return folder / "leak_curves.png"
-    console.print(f"[bold]5. fine-tune[/]: tiny F5 (dim 64, depth 2), {cfg.f5_steps} steps with and without the penalty")
-    train, _ = split_sentences(builtin_sentences())
-    penalty = LeakPenalty.load(mel_to_wave=MelToWave.tiny(0))
-    rec: Recognizer = penalty.recognizer
-    data, sites = [], {}
-    for i, text in enumerate(train[: cfg.f5_items]):
-        wave = speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform  # the Hindi base: leaks to unlearn
-        data.append((wave, 16000, text))
-        sites[text] = place_sites(wave, text, rec)
-    runs = {}
-    for name, weight in (("without_penalty", 0.0), ("with_penalty", 5.0)):
-        torch.manual_seed(0)
-        model = tiny_f5(seed=0, leak_penalty=penalty, leak_weight=weight, site_lookup=lambda t: sites.get(t, []),
-                        mel_to_wave=penalty.mel_to_wave)
-        run = train_f5(model, WaveTextDataset(data), folder / name, steps=cfg.f5_steps, batch_size=4, log_every=10,
-                       learning_rate=3e-4, run_name=name, num_workers=1)
-        runs[name] = run.leak_csv
-    png = _plot_curves(runs, folder / "leak_curves.png")
+    console.print(f"[bold]5. fine-tune[/]: tiny F5 (dim 64, depth 2) + the embedded tiny Vocos, {cfg.f5_steps} steps "
+                  "with and without the penalty, through F5's own Trainer (W&B offline)")
+    train, held = split_sentences(builtin_sentences())
+    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
+    items = [(speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform, 16000, text)  # the Hindi base: leaks to unlearn
+             for i, text in enumerate(train[: cfg.f5_items])]
+    sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, folder / "leak_sites.jsonl")
+    # the probe set: two held-out sentences synthesised by the model being trained, prompted by a training item
+    probe = f5_probe(ProbeSet(held[:2], penalty), items[0][0], items[0][2], penalty.mel_to_wave)
+    runs = penalty_comparison(items, sites, folder, leak_penalty=penalty, mel_to_wave=penalty.mel_to_wave,
+                              steps=cfg.f5_steps, probe=probe, probe_every=max(1, cfg.f5_steps // 4))
+    for name, run in runs.items():
+        probe_sites = read_leak_curve(run.leak_csv, "leak_probe/sites")
+        console.print(f"   {name.replace('_', ' ')}: leak penalty over the last quarter {final_leak(run.leak_csv):.3f}; "
+                      f"probe set: {int(probe_sites[-1][1]) if probe_sites else 0} sites aligned in its last synthesis")
+    png = _plot_curves({name: run.leak_csv for name, run in runs.items()}, folder / "leak_curves.png")
     _set_stamp(folder, key)
     return png
-
-
-def read_curve(path: Path, name: str = "leak/penalty") -> list[tuple[int, float]]:
-    with open(path, newline="") as f:
-        return [(int(r["step"]), float(r["value"])) for r in csv.DictReader(f) if r["name"] == name]
 
 
 def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
@@ -219,9 +226,11 @@ def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    from integrations.f5_tts import read_leak_curve
+
     for name, path in runs.items():
         for ax, metric in zip(axes, ("leak/per_kind/deletion", "leak/per_kind/quality")):
-            pts = read_curve(path, metric)
+            pts = _smooth(read_leak_curve(path, metric))
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], label=name.replace("_", " "))
     for ax, title in zip(axes, ("schwa deletion (ʌ->∅)", "vowel quality")):

@@ -329,6 +329,44 @@ def test_leak_curve_logger_writes_every_n_training_steps(tmp_path: Path, m2w: Me
     assert {r["step"] for r in rows} == {"2", "4"}
 
 
+class _FakeProbe:
+    texts = ["घर", "पानी पर्‍यो"]
+
+    def __init__(self) -> None:
+        self.waves: list[torch.Tensor] = []
+
+    def measure(self, waves: list[torch.Tensor]) -> dict[str, float]:
+        self.waves = waves
+        return {"leak_probe/flagged_share": 0.0, "leak_probe/sites": 0.0}
+
+
+def test_f5_probe_synthesises_every_probe_text_and_restores_training_mode(m2w: MelToWave) -> None:
+    from integrations.f5_tts import f5_probe
+
+    model = tiny_f5(256, seed=0)
+    model.train()
+    probe = _FakeProbe()
+    measure = f5_probe(probe, 0.1 * torch.randn(8000, generator=torch.Generator().manual_seed(0)), "नमस्ते", m2w, nfe=2)
+    assert measure(model) == {"leak_probe/flagged_share": 0.0, "leak_probe/sites": 0.0}
+    assert model.training and len(probe.waves) == 2
+    assert all(w.dim() == 1 and w.numel() > 0 and torch.isfinite(w).all() for w in probe.waves)
+    assert len(probe.waves[1]) > len(probe.waves[0])  # a longer sentence gets a longer synthesis
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_leak_curve_logger_probes_every_n_updates(tmp_path: Path, m2w: MelToWave) -> None:
+    model = _model(m2w)
+    probed: list[int] = []
+    hook = LeakCurveLogger(tmp_path / "c.csv", every=100, probe=lambda m: probed.append(1) or {"leak_probe/x": 1.0},
+                           probe_every=2)
+    handle = model.register_forward_hook(hook)
+    for seed in range(5):
+        _run(model, seed=seed)
+    handle.remove()
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    assert len(probed) == 2 and [(r["step"], r["name"]) for r in rows] == [("2", "leak_probe/x"), ("4", "leak_probe/x")]
+
+
 TEXTS = ["नमस्ते", "म घर जान्छु", "पानी", "राम्रो छ", "आमा", "किताब", "हिमाल", "बाटो"]
 
 
@@ -355,3 +393,29 @@ def test_train_f5_twenty_steps_offline(tmp_path: Path, m2w: MelToWave) -> None:
     fresh = tiny_f5(len(vocab), seed=5, vocab_char_map=vocab)
     report = load_indicf5_checkpoint(fresh, run.checkpoint_dir / "model_last.pt")
     assert report.missing == report.unexpected == report.mismatched == []
+
+
+@pytest.mark.slow
+def test_penalty_lowers_the_leak_curve_of_a_tiny_f5_in_200_steps(tmp_path: Path) -> None:
+    """The issue's check: tiny F5 + the embedded tiny Vocos, 200 steps through F5's Trainer, with and without
+    the real penalty (recognizer A's raw-conv head), on Hindi-base readings: the penalised run ends lower."""
+    from integrations.f5_tts import final_leak, penalty_comparison
+    from leakloss.penalty import LeakPenalty, place_dataset_sites
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text
+
+    train, _ = split_sentences(builtin_sentences())
+    texts = sorted(train, key=len)[:12]  # short sentences: the CI version must stay under 3 minutes
+    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
+    items = [(speak_text(t, TRAIN_HINDI_VOICES[i % 5]).waveform, 16_000, t) for i, t in enumerate(texts)]
+    sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, tmp_path / "leak_sites.jsonl")
+    assert sum(map(len, sites)) >= 6
+    start = time.monotonic()
+    runs = penalty_comparison(items, sites, tmp_path, leak_penalty=penalty, mel_to_wave=penalty.mel_to_wave,
+                              steps=200, batch_size=2)
+    assert time.monotonic() - start < 180
+    without, with_penalty = (final_leak(runs[k].leak_csv) for k in ("without_penalty", "with_penalty"))
+    assert with_penalty < 0.8 * without, (with_penalty, without)
+    for run in runs.values():
+        records = list(run.wandb_run_dir.glob("run-*.wandb"))
+        assert records and b"leak/per_kind/deletion" in records[0].read_bytes()
