@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import lightning as L
@@ -11,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from leakloss.acoustic.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from leakloss.heads import HeadCard, save_head
-from leakloss.pairs.features import conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table
+from leakloss.pairs.features import ConvTable, conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table
 from train_heads.callbacks import RatesCallback
 from train_heads.data import ConvDataModule, FeatureDataModule, collate_crops
 from train_heads.evaluate import heldout_markdown, mlp_heldout_rows, rawconv_heldout_rows, write_heldout
@@ -37,6 +38,33 @@ def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
         confirmed, rejected = filter_natural_pairs(manifest, ctc_confirmer(recognizers["b"]), confirmed.name)
         print(f"natural pairs not confirmed by recognizer B: {rejected}")
     return confirmed
+
+
+def short_vowel_negatives(cfg: DictConfig, recognizer) -> ConvTable:
+    """Correct Nepali vowels read fast by every training teacher voice (its own share of the training
+    sentences): a deleted vowel and a 40-60 ms retained one are what the reference-free head must tell
+    apart. ``data.short_vowel_kinds`` adds quality sites' vowels; ``data.short_vowel_nasalised`` adds the
+    deletion sites read with a nasalised vowel (anusvara schwas such as स्वयंसेविका's are a contrast the
+    pairs almost never contain; without them the head flags short nasal vowels)."""
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+
+    train_sentences, _ = split_sentences(builtin_sentences())
+    kinds = tuple(cfg.data.get("short_vowel_kinds", ["deletion"]))
+    passes = [(False, kinds)] + ([(True, ("deletion",))] if cfg.data.get("short_vowel_nasalised", False) else [])
+    out = ConvTable([], [], torch.zeros(0), [])
+    for k, voice in enumerate(TRAIN_TEACHER_VOICES):
+        chunk = train_sentences[k::len(TRAIN_TEACHER_VOICES)][: cfg.data.get("short_vowel_train_sentences")]
+        for nasalise, pass_kinds in passes:
+            extra = short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
+                                           kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
+                                           progress=cfg.progress)
+            out = ConvTable(out.feats + extra.feats, out.masks + extra.masks, torch.cat([out.y, extra.y]),
+                            out.meta + extra.meta)
+    for m in out.meta:  # one sentence in seven (by a stable hash) is dev: model selection sees short vowels too
+        if int(hashlib.sha1(m["sentence_id"].encode()).hexdigest(), 16) % 7 == 0:
+            m["split"] = "dev"
+    return out
 
 
 def _logger(cfg: DictConfig, name: str):
@@ -66,23 +94,14 @@ def run(cfg: DictConfig) -> dict:
             conv, _ = conv_feature_table(manifest, rec, kinds=tuple(hcfg.get("kinds", ["deletion"])),
                                          cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
             if cfg.data.short_vowel_sentences:
-                # correct short retained vowels (fast voices) as training negatives: a deleted vowel and a
-                # 40-60 ms retained one are what the reference-free head must tell apart
-                from leakloss.speech.corpus import builtin_sentences, split_sentences
-                from leakloss.speech.synth import TRAIN_TEACHER_VOICES
-
-                train_sentences, _ = split_sentences(builtin_sentences())
-                added = 0
-                for k, voice in enumerate(TRAIN_TEACHER_VOICES):  # every training voice, its own sentences
-                    chunk = train_sentences[k::len(TRAIN_TEACHER_VOICES)][: cfg.data.short_vowel_sentences]
-                    extra = short_vowel_conv_table(rec, chunk, voice=voice, split="train", progress=cfg.progress)
-                    conv.feats += extra.feats
-                    conv.masks += extra.masks
-                    conv.y = torch.cat([conv.y, extra.y])
-                    conv.meta += extra.meta
-                    added += len(extra)
-                print(f"rawconv: {added} short retained vowels added as training negatives")
+                extra = short_vowel_negatives(cfg, rec)
+                conv.feats += extra.feats
+                conv.masks += extra.masks
+                conv.y = torch.cat([conv.y, extra.y])
+                conv.meta += extra.meta
+                print(f"rawconv: {len(extra)} short retained vowels added as training negatives")
             in_channels = conv.feats[0].shape[0] if len(conv) else 1
+            L.seed_everything(cfg.head_seed, workers=True)  # each head's init independent of the heads before it
             head = instantiate(hcfg.model, in_channels=in_channels)
             dm = ConvDataModule(conv, batch_size=hcfg.batch_size, seed=cfg.seed)
             if len(dm.train):
@@ -92,6 +111,7 @@ def run(cfg: DictConfig) -> dict:
             callbacks = []
         else:
             table = tables[hcfg.recognizer]
+            L.seed_everything(cfg.head_seed, workers=True)
             head = instantiate(hcfg.model)
             dm = FeatureDataModule(table, hcfg.kind, batch_size=hcfg.batch_size, seed=cfg.seed)
             if len(dm.train):
@@ -101,9 +121,20 @@ def run(cfg: DictConfig) -> dict:
         if not len(dm.train):
             print(f"head {name}: no training rows; skipped")
             continue
+        best = None
+        if hcfg.get("select_best", False) and len(dm.dev):  # keep the epoch with the lowest dev loss
+            from lightning.pytorch.callbacks import ModelCheckpoint
+
+            best = ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=1, filename="best-{epoch}")
+            callbacks = callbacks + [best]
         trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
                               default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
         trainer.fit(module, datamodule=dm)
+        if best is not None and best.best_model_path:
+            # our own checkpoint, written by this run a moment ago
+            state = torch.load(best.best_model_path, map_location="cpu", weights_only=False)["state_dict"]
+            module.load_state_dict(state)
+            print(f"head {name}: kept {Path(best.best_model_path).name} (dev loss {float(best.best_model_score):.4f})")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
             trainer.logger.experiment.finish()  # one W&B run per head
         head = module.head.eval()
@@ -114,7 +145,8 @@ def run(cfg: DictConfig) -> dict:
                 from leakloss.speech.corpus import builtin_sentences, split_sentences
 
                 _, held = split_sentences(builtin_sentences())
-                short = short_vowel_conv_table(rec, held[: cfg.data.short_vowel_sentences], progress=cfg.progress)
+                short = short_vowel_conv_table(rec, held[: cfg.data.short_vowel_sentences],
+                                               cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
             head_rows = rawconv_heldout_rows(head, conv, short)
         else:
             head_rows = mlp_heldout_rows(head, name, tables[hcfg.recognizer], tables["a"], tables["b"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,29 @@ def _key(manifest: Path, recognizer_name: str, what: str) -> str:
     h = hashlib.sha256(manifest.read_bytes())
     h.update(f"{recognizer_name}|{FEATURE_SCHEMA_VERSION}|{what}|v1".encode())
     return h.hexdigest()[:16]
+
+
+def _load_conv_table(cache: Path) -> tuple[ConvTable, dict]:
+    from safetensors.torch import load_file
+
+    flat = load_file(str(cache))
+    side = json.loads(cache.with_suffix(".json").read_text())
+    n = len(side["meta"])
+    return ConvTable([flat[f"f{i}"] for i in range(n)], [flat[f"m{i}"] for i in range(n)], flat["y"],
+                     side["meta"]), side["stats"]
+
+
+def _save_conv_table(cache: Path, table: ConvTable, stats: dict) -> None:
+    """Tensors as safetensors, meta as JSON; the tensor file lands last (atomically): it marks completeness."""
+    from safetensors.torch import save_file
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    flat = {f"f{i}": t.contiguous() for i, t in enumerate(table.feats)} | {f"m{i}": m for i, m in enumerate(table.masks)}
+    flat["y"] = table.y
+    tmp = cache.with_name(cache.name + ".tmp")
+    save_file(flat, str(tmp))
+    cache.with_suffix(".json").write_text(json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
+    os.replace(tmp, cache)
 
 
 def manifest_sha256(manifest: str | Path) -> str:
@@ -173,13 +197,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
     manifest = Path(manifest)
     cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, 'conv' + ','.join(kinds))}.pt" if cache_dir else None
     if cache is not None and cache.exists():
-        from safetensors.torch import load_file
-
-        flat = load_file(str(cache))
-        side = json.loads(cache.with_suffix(".json").read_text())
-        n = len(side["meta"])
-        return ConvTable([flat[f"f{i}"] for i in range(n)], [flat[f"m{i}"] for i in range(n)], flat["y"],
-                         side["meta"]), side["stats"]
+        return _load_conv_table(cache)
     records = [r for r in read_manifest(manifest) if r.kind in kinds]
     from leakloss.acoustic.extract import extract_evidence
 
@@ -220,34 +238,55 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
     table = ConvTable(feats, masks, torch.tensor(labels), meta)
     stats["rows"] = len(table)
     if cache is not None:
-        from safetensors.torch import save_file
-
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        flat = {f"f{i}": t for i, t in enumerate(feats)} | {f"m{i}": m for i, m in enumerate(masks)}
-        flat["y"] = table.y
-        tmp = cache.with_name(cache.name + ".tmp")
-        save_file(flat, str(tmp))
-        cache.with_suffix(".json").write_text(json.dumps({"meta": meta, "stats": stats}, ensure_ascii=False))
-        os.replace(tmp, cache)
+        _save_conv_table(cache, table, stats)
     return table, stats
+
+
+def _nasalised_sites(words) -> list:
+    """The words with every testable deletion site's vowel nasalised (ʌ -> ʌ̃): the same contrast class
+    as anusvara schwas, which the sentences alone almost never contain."""
+    from dataclasses import replace
+
+    from leakloss.text.phones import NASAL, is_nasal
+
+    out = []
+    for w in words:
+        phones = list(w.nepali)
+        for site in w.testable_sites:
+            if site.kind == "deletion" and not is_nasal(phones[site.position]):
+                phones[site.position] = unicodedata.normalize("NFC", phones[site.position] + NASAL)
+        out.append(replace(w, nepali=phones))
+    return out
 
 
 def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s: float = 0.06,
                            rates: tuple[int, ...] = (220, 240, 260, 280, 300, 320, 340), voice=None,
-                           split: str = "heldout", progress: bool = True) -> ConvTable:
+                           split: str = "heldout", nasalise: bool = False, kinds: tuple[str, ...] = ("deletion",),
+                           cache_dir: str | Path | None = None, progress: bool = True) -> ConvTable:
     """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
-    head must not flag. Durations come from espeak's phoneme events."""
+    head must not flag. Durations come from espeak's phoneme events. ``nasalise`` reads every deletion
+    site's vowel nasalised instead (training negatives for the rare anusvara sites). With ``"quality"`` in
+    ``kinds`` the Nepali vowels of quality sites read fast are kept too (any duration)."""
     from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, Voice, speak_phones
 
+    base = voice or HELDOUT_TEACHER_VOICE
+    cache = None
+    if cache_dir is not None:
+        h = hashlib.sha256("\n".join(sentences).encode())
+        h.update(f"{recognizer.name}|{FEATURE_SCHEMA_VERSION}|{base}|{rates}|{min_s}|{max_s}|{split}|{nasalise}|{sorted(kinds)}|v1".encode())
+        cache = Path(cache_dir) / f"short-{h.hexdigest()[:16]}.pt"
+        if cache.exists():
+            return _load_conv_table(cache)[0]
     finder = _Sentences()
     extractor = EvidenceExtractor(recognizer)
     hop_s = 0.005
     feats, masks, meta = [], [], []
     for text in tqdm(sentences, desc="short vowels", disable=not progress):
         words = finder(text)
+        if nasalise:
+            words = _nasalised_sites(words)
         for rate in rates:
-            v = voice or HELDOUT_TEACHER_VOICE
-            voice = Voice(f"{v.name}-r{rate}", v.language, v.variant, rate, v.pitch, v.pitch_range)
+            voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch, base.pitch_range)
             reading = speak_phones([w.nepali for w in words], voice)
             e = extractor.extract(reading.waveform, [w.nepali for w in words], words)
             if e.alignment is None or not e.alignment.ok:
@@ -260,11 +299,11 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                 if len(idx) != len(w.nepali):
                     continue
                 for site in w.testable_sites:
-                    if site.kind != "deletion":
+                    if site.kind not in kinds:
                         continue
                     i = idx[site.position]
                     end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
-                    if not min_s <= end - reading.phone_starts[i] <= max_s:
+                    if site.kind == "deletion" and not min_s <= end - reading.phone_starts[i] <= max_s:
                         continue
                     wa = e.alignment.word(k)
                     start = max(wa.start - CONV_PAD_S, 0.0)
@@ -272,7 +311,10 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     g1 = min(int(min(wa.end + CONV_PAD_S, reading.duration) / hop_s) + 1, f.shape[-1])
                     feats.append(f[:, g0:g1].contiguous())
                     masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
-                    meta.append({"pair_id": f"short-{rate}-{w.word}", "pair_kind": "short_vowel", "kind": "deletion",
-                                 "contrast": site.contrast, "split": split, "word": w.word, "role": "control",
+                    meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
+                                 "pair_kind": "short_vowel", "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word, "role": "control",
                                  "sentence_id": text[:20]})
-    return ConvTable(feats, masks, torch.zeros(len(feats)), meta)
+    table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
+    if cache is not None:
+        _save_conv_table(cache, table, {"rows": len(table)})
+    return table

@@ -72,3 +72,17 @@ def test_manifest_errors_name_line_and_field(small_manifest, tmp_path):
     (tmp_path / "j.jsonl").write_text("{not json", encoding="utf-8")
     with pytest.raises(ManifestError, match="j.jsonl:1: not valid JSON"):
         read_manifest(tmp_path / "j.jsonl")
+
+
+def test_nasalised_sites_nasalise_only_deletion_site_vowels():
+    from leakloss.pairs.features import _nasalised_sites
+    from leakloss.text.sites import SiteFinder
+
+    words = SiteFinder()("नेकपा हैन")
+    out = _nasalised_sites(words)
+    for before, after in zip(words, out):
+        changed = {i for i, (a, b) in enumerate(zip(before.nepali, after.nepali)) if a != b}
+        deletion = {s.position for s in before.testable_sites if s.kind == "deletion"}
+        assert changed == deletion
+        assert all(after.nepali[i] == before.nepali[i] + "\u0303" for i in changed)
+    assert words[0].nepali == ["n", "e", "k", "ʌ", "p", "aː"]  # the input is left alone
