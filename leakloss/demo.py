@@ -33,7 +33,7 @@ class DemoConfig:
     out: Path = Path("leakloss_out")
     retrain: bool = False
     sentences: int = 16
-    f5_steps: int = 60
+    f5_steps: int = 200
     f5_items: int = 24
     progress: bool = True
 

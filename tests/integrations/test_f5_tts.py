@@ -415,6 +415,7 @@ def test_penalty_lowers_the_leak_curve_of_a_tiny_f5_in_200_steps(tmp_path: Path)
                               steps=200, batch_size=2)
     assert time.monotonic() - start < 180
     without, with_penalty = (final_leak(runs[k].leak_csv) for k in ("without_penalty", "with_penalty"))
+    print(f"final leak penalty: without {without:.3f}, with {with_penalty:.3f}")
     assert with_penalty < 0.8 * without, (with_penalty, without)
     for run in runs.values():
         records = list(run.wandb_run_dir.glob("run-*.wandb"))
