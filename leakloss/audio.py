@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +28,8 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 from torch import Tensor
+
+from leakloss.atomic import write_bytes_atomic
 
 __all__ = [
     "SAMPLE_RATE",
@@ -247,18 +247,12 @@ def _to_pcm16(wave: Tensor, what: str) -> np.ndarray:
     return pcm.T if pcm.ndim == 2 else pcm
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_audio(path: str | Path, wave: Tensor, sample_rate: int = SAMPLE_RATE) -> None:
     """Write ``wave`` (``[t]`` or ``[c, t]``, float in [-1, 1]) as a 16-bit PCM WAV file, atomically.
 
-    The audio is written to a temporary file in the destination folder and moved into
-    place with ``os.replace``, so a reader never sees a partial file and a failure leaves
-    no file behind. Samples beyond [-1, 1) are clipped to the 16-bit range.
+    Encoded in memory and written with :func:`leakloss.atomic.write_bytes_atomic`, so a reader
+    never sees a partial file and a failure leaves no file behind. Samples beyond [-1, 1) are
+    clipped to the 16-bit range.
 
     Raises:
         AudioError: bad wave, non-``.wav`` name, missing destination folder or write failure.
@@ -272,21 +266,12 @@ def save_audio(path: str | Path, wave: Tensor, sample_rate: int = SAMPLE_RATE) -
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise AudioError(f"{what}: folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            sf.write(fh, pcm, sample_rate, format="WAV", subtype="PCM_16")
-        # mkstemp makes the file private (0600); give it the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, p)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, (OSError, RuntimeError, sf.SoundFileError)):
-            raise AudioError(f"{what}: {exc}") from exc
-        raise
+        buffer = io.BytesIO()
+        sf.write(buffer, pcm, sample_rate, format="WAV", subtype="PCM_16")
+        write_bytes_atomic(p, buffer.getvalue())
+    except (OSError, RuntimeError, sf.SoundFileError) as exc:
+        raise AudioError(f"{what}: {exc}") from exc
 
 
 def audio_to_wav_bytes(wave: Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -125,18 +124,19 @@ def _build(arch: dict) -> nn.Module:
 
 
 def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
-    """Write ``path.safetensors`` and ``path.json`` atomically (temp files, then rename)."""
-    from safetensors.torch import save_file
+    """Write ``path.safetensors`` and ``path.json``, each atomically (:mod:`leakloss.atomic`)."""
+    from safetensors.torch import save
+
+    from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
     path = Path(path).with_suffix("")
     path.parent.mkdir(parents=True, exist_ok=True)
     card.architecture = head.architecture()
     tensors = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    st_tmp, js_tmp = path.with_suffix(".safetensors.tmp"), path.with_suffix(".json.tmp")
-    save_file(tensors, str(st_tmp), metadata={"leakloss_head": card.head})
-    js_tmp.write_text(json.dumps(asdict(card), ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(st_tmp, path.with_suffix(".safetensors"))
-    os.replace(js_tmp, path.with_suffix(".json"))
+    data = save(tensors, metadata={"leakloss_head": card.head})  # both encoded before either file is touched
+    text = json.dumps(asdict(card), ensure_ascii=False, indent=1)
+    write_bytes_atomic(path.with_suffix(".safetensors"), data)
+    write_text_atomic(path.with_suffix(".json"), text)
     return path.with_suffix(".safetensors")
 
 

@@ -153,7 +153,6 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     """
     import hashlib
     import json
-    import os
 
     from leakloss.text.sites import SiteFinder
 
@@ -175,11 +174,11 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
             added += 1
         out.append([TimedSite(**d) for d in known[key]])
     if cache is not None and added:
+        from leakloss.atomic import write_text_atomic
+
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(cache.name + ".tmp")
-        tmp.write_text("".join(json.dumps({"version": SITE_CACHE_VERSION, "key": k, "sites": v}, ensure_ascii=False)
-                               + "\n" for k, v in known.items()), encoding="utf-8")
-        os.replace(tmp, cache)
+        write_text_atomic(cache, "".join(json.dumps({"version": SITE_CACHE_VERSION, "key": k, "sites": v},
+                                                    ensure_ascii=False) + "\n" for k, v in known.items()))
     return out
 
 

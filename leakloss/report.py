@@ -20,14 +20,14 @@ import base64
 import html
 import json
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from torch import Tensor
+
+from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
 from leakloss.audio import SAMPLE_RATE, AudioError, audio_to_wav_bytes
 
@@ -212,41 +212,6 @@ def load_result(path: str | Path) -> dict:
 
 
 # --- writing -----------------------------------------------------------------------------------
-
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    A reader never sees a half-written file and a failure leaves no file behind (an
-    existing file is kept as it was).
-
-    Raises:
-        OSError: the folder does not exist (named in the message) or the write fails.
-    """
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise FileNotFoundError(f"cannot write '{p}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        # mkstemp makes the file private; give it the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return p
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` as UTF-8 with :func:`write_bytes_atomic`."""
-    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_report(path: str | Path, html_text: str) -> Path:

@@ -144,15 +144,13 @@ class MelToWave(nn.Module):
 
 
 def save_vocoder(path: str | os.PathLike, vocoder: MelToWave, card: dict) -> None:
-    """``path.safetensors`` + ``path.json``, each written atomically (tmp file + rename)."""
-    from safetensors.torch import save_file
+    """``path.safetensors`` + ``path.json``, each written atomically."""
+    from safetensors.torch import save
+
+    from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    weights, card_path = path.with_suffix(".safetensors"), path.with_suffix(".json")
-    tmp = weights.with_name(weights.name + ".tmp")
-    save_file({k: v.detach().contiguous() for k, v in vocoder.state_dict().items()}, str(tmp))
-    os.replace(tmp, weights)
-    tmp = card_path.with_name(card_path.name + ".tmp")
-    tmp.write_text(json.dumps(card, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, card_path)
+    write_bytes_atomic(path.with_suffix(".safetensors"),
+                       save({k: v.detach().contiguous() for k, v in vocoder.state_dict().items()}))
+    write_text_atomic(path.with_suffix(".json"), json.dumps(card, indent=1, ensure_ascii=False))

@@ -77,16 +77,16 @@ def _load_conv_table(cache: Path) -> tuple[ConvTable, dict]:
 
 
 def _save_conv_table(cache: Path, table: ConvTable, stats: dict) -> None:
-    """Tensors as safetensors, meta as JSON; the tensor file lands last (atomically): it marks completeness."""
-    from safetensors.torch import save_file
+    """Tensors as safetensors, meta as JSON; the tensor file lands last: it marks completeness."""
+    from safetensors.torch import save
+
+    from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
     cache.parent.mkdir(parents=True, exist_ok=True)
     flat = {f"f{i}": t.contiguous() for i, t in enumerate(table.feats)} | {f"m{i}": m for i, m in enumerate(table.masks)}
     flat["y"] = table.y
-    tmp = cache.with_name(cache.name + ".tmp")
-    save_file(flat, str(tmp))
-    cache.with_suffix(".json").write_text(json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
-    os.replace(tmp, cache)
+    write_text_atomic(cache.with_suffix(".json"), json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
+    write_bytes_atomic(cache, save(flat))
 
 
 def manifest_sha256(manifest: str | Path) -> str:

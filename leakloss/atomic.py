@@ -1,0 +1,47 @@
+"""Atomic file writes: a temporary file in the destination folder, then ``os.replace``.
+
+A reader never sees a half-written file, and a failed write leaves no file behind (an existing file is
+kept as it was). Every artefact leakloss writes (audio, heads, caches, reports) goes through here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    A reader never sees a half-written file and a failure leaves no file behind (an
+    existing file is kept as it was).
+
+    Raises:
+        OSError: the folder does not exist (named in the message) or the write fails.
+    """
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot write '{p}': folder '{folder}' does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        # mkstemp makes the file private; give it the permissions a plain open() would.
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return p
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` as UTF-8 with :func:`write_bytes_atomic`."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
