@@ -10,20 +10,15 @@ from torch import Tensor
 from leakloss.heads import MLPHead, RawConvHead
 
 
-class MLPHeadModule(L.LightningModule):
-    def __init__(self, head: MLPHead, lr: float = 3e-3, weight_decay: float = 1e-3) -> None:
-        super().__init__()
-        self.head, self.lr, self.weight_decay = head, lr, weight_decay
-        self.save_hyperparameters(ignore=["head"])
+class _HeadModule(L.LightningModule):
+    """Shared steps: subclasses give ``scores(batch) -> logits [b]`` and ``_step(batch, stage) -> loss``."""
+
+    head: torch.nn.Module
+    lr: float
+    weight_decay: float
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(x)
-
-    def _step(self, batch, stage: str) -> Tensor:
-        x, y = batch["x"], batch["y"]
-        loss = F.binary_cross_entropy_with_logits(self.head(x), y)
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=x.shape[0], on_epoch=True, on_step=False)
-        return loss
 
     def training_step(self, batch, _):
         return self._step(batch, "train")
@@ -32,22 +27,35 @@ class MLPHeadModule(L.LightningModule):
         self._step(batch, "val")
 
     def predict_step(self, batch, _):
-        return torch.sigmoid(self.head(batch["x"]).float())
+        return torch.sigmoid(self.scores(batch).float())
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
 
-class RawConvHeadModule(L.LightningModule):
+class MLPHeadModule(_HeadModule):
+    def __init__(self, head: MLPHead, lr: float = 3e-3, weight_decay: float = 1e-3) -> None:
+        super().__init__()
+        self.head, self.lr, self.weight_decay = head, lr, weight_decay
+        self.save_hyperparameters(ignore=["head"])
+
+    def scores(self, batch) -> Tensor:
+        return self.head(batch["x"])
+
+    def _step(self, batch, stage: str) -> Tensor:
+        x, y = batch["x"], batch["y"]
+        loss = F.binary_cross_entropy_with_logits(self.head(x), y)
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=x.shape[0], on_epoch=True, on_step=False)
+        return loss
+
+
+class RawConvHeadModule(_HeadModule):
     """Trained on word crops; the loss is on the pooled site score (per-frame logits are the signal)."""
 
     def __init__(self, head: RawConvHead, lr: float = 2e-3, weight_decay: float = 1e-3, outside_weight: float = 0.1) -> None:
         super().__init__()
         self.head, self.lr, self.weight_decay, self.outside_weight = head, lr, weight_decay, outside_weight
         self.save_hyperparameters(ignore=["head"])
-
-    def forward(self, feats: Tensor) -> Tensor:
-        return self.head(feats)
 
     def scores(self, batch) -> Tensor:
         return RawConvHead.pool(self.head(batch["feats"]), batch["mask"])
@@ -63,15 +71,3 @@ class RawConvHeadModule(L.LightningModule):
                 frame_logits[outside], torch.zeros_like(frame_logits[outside]))
         self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=pooled.shape[0], on_epoch=True, on_step=False)
         return loss
-
-    def training_step(self, batch, _):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, _):
-        self._step(batch, "val")
-
-    def predict_step(self, batch, _):
-        return torch.sigmoid(self.scores(batch).float())
-
-    def configure_optimizers(self):
-        return torch.optim.AdamW(self.head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
