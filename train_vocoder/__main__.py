@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -21,6 +22,12 @@ import torch
 import torchaudio.functional as AF
 from torch import Tensor
 
+from leakloss.acoustic.recognizer import Recognizer
+from leakloss.speech.corpus import builtin_sentences, split_sentences
+from leakloss.speech.synth import (
+    HELDOUT_TEACHER_VOICE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, speak_phones, speak_text,
+)
+from leakloss.text.sites import SiteFinder
 from leakloss.vocoder import EMBEDDED_VOCODER, MEL_HOP, MEL_SAMPLE_RATE, MelToWave, log_mel, save_vocoder
 
 RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
@@ -39,9 +46,6 @@ def stft_loss(pred: Tensor, target: Tensor) -> Tensor:
 
 def readings(sentences: list[str], voices, limit_s: float) -> list[Tensor]:
     """24 kHz waves of espeak readings (teacher phones and Hindi-base text), up to ``limit_s`` seconds."""
-    from leakloss.speech.synth import speak_phones, speak_text
-    from leakloss.text.sites import SiteFinder
-
     finder = SiteFinder()
     out, total = [], 0.0
     for i, text in enumerate(sentences):
@@ -81,7 +85,21 @@ def corpus_per(recognizer, waves16: list[Tensor], phones: list[list[str]]) -> fl
     return errors / max(total, 1)
 
 
-def main() -> None:
+@torch.no_grad()
+def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float, int]:
+    """What the recognizers hear: recognizer A's PER on held-out teacher readings, original and vocoded."""
+    recognizer, finder = Recognizer.load("embedded:a"), SiteFinder()
+    originals, vocoded, phones = [], [], []
+    for text in sentences:
+        words = [w for w in finder(text) if w.skipped is None]
+        wave16 = speak_phones([w.nepali for w in words], HELDOUT_TEACHER_VOICE).waveform
+        originals.append(wave16)
+        vocoded.append(vocoder(log_mel(AF.resample(wave16, 16_000, MEL_SAMPLE_RATE)[None]))[0])
+        phones.append([p for w in words for p in w.nepali])
+    return corpus_per(recognizer, originals, phones), corpus_per(recognizer, vocoded, phones), len(sentences)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=6.0, help="wall-time budget for the updates")
     parser.add_argument("--audio-minutes", type=float, default=15.0, help="training audio to synthesise")
@@ -92,13 +110,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--out", type=Path, default=EMBEDDED_VOCODER)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--heldout-sentences", type=int, default=20, help="held-out readings for the PER check")
+    args = parser.parse_args(argv)
     torch.set_num_threads(2)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    from leakloss.speech.corpus import builtin_sentences, split_sentences
-    from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES
-
     start = time.time()
     train, held = split_sentences(builtin_sentences())
     waves = readings(train, list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES), args.audio_minutes * 60)
@@ -112,7 +128,7 @@ def main() -> None:
         if elapsed > budget:
             break
         for group in opt.param_groups:  # cosine over the wall-time budget
-            group["lr"] = args.lr * 0.5 * (1 + torch.cos(torch.tensor(elapsed / budget * torch.pi)).item())
+            group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
         mel = log_mel(wave)  # [b, n, 100]
         pred = vocoder.generate(mel)[:, : wave.shape[-1]]
         loss = stft_loss(pred, wave) + (log_mel(pred) - mel).abs().mean()
@@ -124,25 +140,7 @@ def main() -> None:
         if step % 200 == 0:
             print(f"step {step}  loss {loss.item():.3f}  {elapsed:.0f}s", flush=True)
 
-    # what the recognizers hear: PER of recognizer A on held-out readings, vocoded vs original
-    from leakloss.acoustic.recognizer import Recognizer
-    from leakloss.text.sites import SiteFinder
-
-    vocoder.eval()
-    recognizer = Recognizer.load("embedded:a")
-    finder = SiteFinder()
-    originals, vocoded, phones = [], [], []
-    with torch.no_grad():
-        for text in held[:20]:
-            words = [w for w in finder(text) if w.skipped is None]
-            from leakloss.speech.synth import speak_phones
-
-            wave16 = speak_phones([w.nepali for w in words], HELDOUT_TEACHER_VOICE).waveform
-            originals.append(wave16)
-            vocoded.append(vocoder(log_mel(AF.resample(wave16, 16_000, MEL_SAMPLE_RATE)[None]))[0])
-            phones.append([p for w in words for p in w.nepali])
-    per_original = corpus_per(recognizer, originals, phones)
-    per_vocoded = corpus_per(recognizer, vocoded, phones)
+    per_original, per_vocoded, n_heldout = heldout_per(vocoder.eval(), held[: args.heldout_sentences])
     card = {
         "class": "Vocos (VocosBackbone + ISTFTHead)", "dim": args.dim, "intermediate_dim": 3 * args.dim,
         "num_layers": args.layers, "n_fft": 1024, "hop_length": MEL_HOP, "n_mels": 100,
@@ -151,7 +149,7 @@ def main() -> None:
         round(sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60, 1),
         "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
         "heldout_per_recognizer_a": {"original": round(per_original, 4), "vocoded": round(per_vocoded, 4),
-                                     "sentences": len(originals), "voice": HELDOUT_TEACHER_VOICE.name},
+                                     "sentences": n_heldout, "voice": HELDOUT_TEACHER_VOICE.name},
     }
     save_vocoder(args.out, vocoder, card)
     print(json.dumps(card, indent=1))
