@@ -12,7 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from leakloss.acoustic.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from leakloss.heads import HeadCard, save_head
-from leakloss.pairs.features import ConvTable, conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table
+from leakloss.pairs.features import (
+    ConvTable, conv_feature_table, manifest_sha256, short_vowel_conv_table, site_feature_table,
+)
 from train_heads.callbacks import RatesCallback
 from train_heads.data import ConvDataModule, FeatureDataModule, collate_crops
 from train_heads.evaluate import heldout_markdown, mlp_heldout_rows, rawconv_heldout_rows, write_heldout
@@ -131,8 +133,7 @@ def run(cfg: DictConfig) -> dict:
                               default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
         trainer.fit(module, datamodule=dm)
         if best is not None and best.best_model_path:
-            # our own checkpoint, written by this run a moment ago
-            state = torch.load(best.best_model_path, map_location="cpu", weights_only=False)["state_dict"]
+            state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
             module.load_state_dict(state)
             print(f"head {name}: kept {Path(best.best_model_path).name} (dev loss {float(best.best_model_score):.4f})")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":

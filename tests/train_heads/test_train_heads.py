@@ -119,3 +119,26 @@ def test_heldout_table_written_in_both_forms(tmp_path):
     md = (tmp_path / "heldout.md").read_text()
     assert "| deletion | physical | 9 / 10 | 0 / 10 |" in md and "| rawconv | short_vowel | — | 1 / 50 |" in md
     assert heldout_markdown(rows) == md
+
+
+@pytest.mark.slow
+def test_smoke_experiment_end_to_end(tmp_path):
+    """`python -m train_heads experiment=smoke`: pairs synthesised, features extracted, the raw-conv head trained
+    with best-dev-epoch selection, exported with its card, and the held-out table written."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(CONF).parent
+    out = subprocess.run(
+        [sys.executable, "-m", "train_heads", "experiment=smoke", f"cache_dir={tmp_path / 'cache'}",
+         f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}", "progress=false"],
+        cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "head rawconv: kept best-epoch=" in out.stdout
+    head, card = load_head(tmp_path / "export" / "rawconv")
+    assert isinstance(head, RawConvHead) and card.recognizer.startswith("a@")
+    rows = json.loads((tmp_path / "export" / "heldout.json").read_text())
+    assert {r["pair_kind"] for r in rows} == {"physical", "natural", "model", "short_vowel"}
+    assert sum(r["total"] for r in rows) > 0
+    assert not list((tmp_path / "export").glob("*.tmp"))
