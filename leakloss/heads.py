@@ -3,7 +3,8 @@
 - :class:`MLPHead`: 57 site features -> 16 -> 1 change logit (945 parameters), as the seed's
   deletion (recognizer B) and quality (recognizer A) heads. Feature standardisation is a buffer.
 - :class:`RawConvHead`: reference-free, fully convolutional over conv-layer-4 features (5 ms frames):
-  a leak logit per frame, and a word/site score by soft-max pooling over the site's frames.
+  a leak logit per frame (the mean of a few independently initialised stacks), and a word/site score by
+  soft-max pooling over the site's frames.
 
 Checkpoints are ``NAME.safetensors`` (tensors only) + ``NAME.json`` (the card: dims, thresholds,
 feature schema version, recognizer id, training-data hash, held-out table). :func:`load_head` needs
@@ -70,25 +71,36 @@ class MLPHead(nn.Module):
 
 
 class RawConvHead(nn.Module):
-    """``[b, c, g]`` conv features -> ``[b, g]`` per-frame leak logits (5 ms frames)."""
+    """``[b, c, g]`` conv features -> ``[b, g]`` per-frame leak logits (5 ms frames).
 
-    def __init__(self, in_channels: int = 64, width: int = 48, kernel: int = 5, layers: int = 3) -> None:
+    ``members`` independent conv stacks (trained on the same batches from different initialisations)
+    whose frame logits are averaged: one stack's false flags on short retained vowels depend a lot on its
+    initialisation, the average much less. :meth:`member_logits` gives each stack's logits for training.
+    """
+
+    def __init__(self, in_channels: int = 64, width: int = 48, kernel: int = 5, layers: int = 3,
+                 members: int = 1) -> None:
         super().__init__()
         self.in_channels, self.width, self.kernel, self.layers = in_channels, width, kernel, layers
+        self.members = members
         self.register_buffer("mean", torch.zeros(in_channels))
         self.register_buffer("std", torch.ones(in_channels))
+        self.nets = nn.ModuleList(self._stack() for _ in range(members))
+
+    def _stack(self) -> nn.Sequential:
         blocks: list[nn.Module] = []
-        ch = in_channels
-        for i in range(layers):
+        ch = self.in_channels
+        for i in range(self.layers):
             dilation = 2**i
-            blocks += [nn.Conv1d(ch, width, kernel, padding=dilation * (kernel // 2), dilation=dilation), nn.GELU()]
-            ch = width
+            blocks += [nn.Conv1d(ch, self.width, self.kernel, padding=dilation * (self.kernel // 2), dilation=dilation),
+                       nn.GELU()]
+            ch = self.width
         blocks.append(nn.Conv1d(ch, 1, 1))
-        self.net = nn.Sequential(*blocks)
+        return nn.Sequential(*blocks)
 
     def architecture(self) -> dict:
         return {"class": "RawConvHead", "in_channels": self.in_channels, "width": self.width, "kernel": self.kernel,
-                "layers": self.layers}
+                "layers": self.layers, "members": self.members}
 
     def fit_normalisation(self, feats: Tensor, mask: Tensor) -> None:
         """Per-channel mean/std over valid frames (``mask [b, g]``)."""
@@ -96,9 +108,19 @@ class RawConvHead(nn.Module):
         self.mean.copy_(x.mean(0))
         self.std.copy_(x.std(0).clamp(min=1e-4))
 
-    def forward(self, feats: Tensor) -> Tensor:
+    def member_logits(self, feats: Tensor) -> Tensor:
+        """``[b, c, g]`` -> ``[m, b, g]``: each member's frame logits."""
         z = (feats - self.mean[:, None]) / self.std[:, None]
-        return self.net(z).squeeze(1)
+        return torch.stack([net(z).squeeze(1) for net in self.nets])
+
+    def forward(self, feats: Tensor) -> Tensor:
+        return self.member_logits(feats).mean(0)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # heads saved before ensembles had one stack under "net."; it is member 0 now
+        for key in [k for k in state_dict if k.startswith(prefix + "net.")]:
+            state_dict[prefix + "nets.0." + key[len(prefix + "net."):]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @staticmethod
     def pool(frame_logits: Tensor, mask: Tensor, temperature: float = 4.0) -> Tensor:

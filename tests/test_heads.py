@@ -63,3 +63,38 @@ def test_rawconv_is_fully_convolutional_and_pools_safely():
     pooled = RawConvHead.pool(logits, mask)
     assert torch.isfinite(pooled).all() and pooled[1] < -100
     assert logits[0, 10:20].min() - 1e-5 <= pooled[0] <= logits[0, 10:20].max() + 1e-5
+
+
+def test_rawconv_ensemble_averages_independent_members(tmp_path):
+    torch.manual_seed(0)
+    head = RawConvHead(in_channels=8, width=6, members=3)
+    feats = torch.randn(2, 8, 30)
+    members = head.member_logits(feats)
+    assert members.shape == (3, 2, 30)
+    assert not torch.allclose(members[0], members[1])  # different initialisations
+    torch.testing.assert_close(head(feats), members.mean(0))
+    single = RawConvHead(in_channels=8, width=6)
+    assert n_parameters(head) == 3 * n_parameters(single)
+    card = HeadCard(head="rawconv", architecture={}, recognizer="a", feature_schema_version="1")
+    save_head(tmp_path / "rawconv", head, card)
+    loaded, card = load_head(tmp_path / "rawconv")
+    assert card.architecture["members"] == 3
+    torch.testing.assert_close(loaded(feats), head(feats))
+
+
+def test_rawconv_heads_saved_before_ensembles_still_load(tmp_path):
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    head = RawConvHead(in_channels=8, width=6)
+    legacy = {k.replace("nets.0.", "net."): v for k, v in head.state_dict().items()}  # the old key names
+    save_file(legacy, str(tmp_path / "old.safetensors"))
+    arch = {"class": "RawConvHead", "in_channels": 8, "width": 6, "kernel": 5, "layers": 3}  # no "members"
+    card = HeadCard(head="rawconv", architecture=arch, recognizer="a", feature_schema_version="1")
+    import dataclasses
+    import json
+
+    (tmp_path / "old.json").write_text(json.dumps(dataclasses.asdict(card)))
+    loaded, _ = load_head(tmp_path / "old")
+    feats = torch.randn(1, 8, 20)
+    torch.testing.assert_close(loaded(feats), head(feats))

@@ -61,13 +61,17 @@ class RawConvHeadModule(_HeadModule):
         return RawConvHead.pool(self.head(batch["feats"]), batch["mask"])
 
     def _step(self, batch, stage: str) -> Tensor:
-        frame_logits = self.head(batch["feats"])
-        pooled = RawConvHead.pool(frame_logits, batch["mask"])
-        loss = F.binary_cross_entropy_with_logits(pooled, batch["y"])
-        # frames outside the site (valid, unmasked) are not leaks: keep the frame signal quiet there
-        outside = batch["valid"] & ~batch["mask"]
-        if outside.any():
-            loss = loss + self.outside_weight * F.binary_cross_entropy_with_logits(
-                frame_logits[outside], torch.zeros_like(frame_logits[outside]))
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=pooled.shape[0], on_epoch=True, on_step=False)
+        # each member learns on its own (the mean of their losses): an ensemble, not one wider model
+        members = self.head.member_logits(batch["feats"])  # [m, b, g]
+        outside = batch["valid"] & ~batch["mask"]  # frames outside the site are not leaks: keep them quiet
+        losses = []
+        for frame_logits in members:
+            pooled = RawConvHead.pool(frame_logits, batch["mask"])
+            loss = F.binary_cross_entropy_with_logits(pooled, batch["y"])
+            if outside.any():
+                loss = loss + self.outside_weight * F.binary_cross_entropy_with_logits(
+                    frame_logits[outside], torch.zeros_like(frame_logits[outside]))
+            losses.append(loss)
+        loss = torch.stack(losses).mean()
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=members.shape[1], on_epoch=True, on_step=False)
         return loss
