@@ -21,18 +21,8 @@ from leakloss.speech.augment import add_noise
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_phones, speak_text
 from leakloss.text.g2p import NepaliFrontend
-from leakloss.scorer import phone_error_rate
+from leakloss.scorer import corpus_phone_error_rate
 from leakloss.text.phones import canonical
-
-
-def corpus_phone_error_rate(model: Recognizer, readings) -> float:
-    """Edit distance summed over readings / reference phones (ʌ and ə one phone: canonical labels)."""
-    errors = total = 0
-    for reading in readings:
-        hyp = model.greedy(reading.waveform[None])[0]
-        errors += phone_error_rate(reading.phones, hyp) * len(reading.phones)
-        total += len(reading.phones)
-    return errors / max(total, 1)
 
 
 def build_edit_pairs(sentences: list[str], frontend: NepaliFrontend, rng: random.Random):
@@ -92,7 +82,7 @@ def main() -> None:
     results = {}
     for name in args.recognizers:
         model = Recognizer.load(name)
-        per = corpus_phone_error_rate(model, readings)
+        per = corpus_phone_error_rate(model, [r.waveform for r in readings], [r.phones for r in readings])
         pick = edit_pick_accuracy(model, pairs, None)
         pick_noisy = edit_pick_accuracy(model, pairs, 20.0)
         results[name] = (per, min(pick, pick_noisy))

@@ -49,6 +49,17 @@ def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str]) -> flo
     return prev[-1] / max(len(ref), 1)
 
 
+def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequence[Sequence[str]]) -> float:
+    """Greedy-CTC phone error rate over readings: edit distances summed / reference phones summed
+    (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; canonical labels, ʌ and ə one phone)."""
+    errors = total = 0.0
+    with torch.no_grad():
+        for wave, ref in zip(waves, phones):
+            errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0]) * len(ref)
+            total += len(ref)
+    return errors / max(total, 1)
+
+
 def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_max_wer: float = 0.5):
     """A word check by speech recognition with the seed's thresholds: pass if CER <= 8%, or CER <= 15%
     with WER <= 50%. Text is compared after the Hindi-safe normaliser (:mod:`leakloss.eval.normalize`).

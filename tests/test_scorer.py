@@ -120,3 +120,15 @@ def test_asr_word_check_missing_model_is_a_clear_error():
 
     with pytest.raises(RecognizerNotFoundError, match="local files"):
         asr_word_check("someone/not-a-cached-asr-model")
+
+
+def test_corpus_phone_error_rate_weights_readings_by_their_length():
+    import torch
+
+    from leakloss.scorer import corpus_phone_error_rate
+
+    hyps = iter([["n", "e", "k", "p", "aː"], ["ɡ", "ʌ", "r"]])  # one deletion in 6 phones, exact in 3
+    rec = type("Rec", (), {"greedy": lambda self, waves: [next(hyps)]})()
+    per = corpus_phone_error_rate(rec, [torch.zeros(10), torch.zeros(10)],
+                                  [["n", "e", "k", "ʌ", "p", "aː"], ["ɡ", "ə", "r"]])  # ʌ and ə are one phone
+    assert per == pytest.approx(1 / 9)

@@ -54,15 +54,14 @@ def short_vowel_negatives(cfg: DictConfig, recognizer) -> ConvTable:
     train_sentences, _ = split_sentences(builtin_sentences())
     kinds = tuple(cfg.data.get("short_vowel_kinds", ["deletion"]))
     passes = [(False, kinds)] + ([(True, ("deletion",))] if cfg.data.get("short_vowel_nasalised", False) else [])
-    out = ConvTable([], [], torch.zeros(0), [])
+    tables = []
     for k, voice in enumerate(TRAIN_TEACHER_VOICES):
         chunk = train_sentences[k::len(TRAIN_TEACHER_VOICES)][: cfg.data.get("short_vowel_train_sentences")]
         for nasalise, pass_kinds in passes:
-            extra = short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
-                                           kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
-                                           progress=cfg.progress)
-            out = ConvTable(out.feats + extra.feats, out.masks + extra.masks, torch.cat([out.y, extra.y]),
-                            out.meta + extra.meta)
+            tables.append(short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
+                                                 kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
+                                                 progress=cfg.progress))
+    out = ConvTable.concat(tables)
     for m in out.meta:  # one sentence in seven (by a stable hash) is dev: model selection sees short vowels too
         if int(hashlib.sha1(m["sentence_id"].encode()).hexdigest(), 16) % 7 == 0:
             m["split"] = "dev"
@@ -97,10 +96,7 @@ def run(cfg: DictConfig) -> dict:
                                          cache_dir=Path(cfg.cache_dir) / "features", progress=cfg.progress)
             if cfg.data.short_vowel_sentences:
                 extra = short_vowel_negatives(cfg, rec)
-                conv.feats += extra.feats
-                conv.masks += extra.masks
-                conv.y = torch.cat([conv.y, extra.y])
-                conv.meta += extra.meta
+                conv = ConvTable.concat([conv, extra])
                 print(f"rawconv: {len(extra)} short retained vowels added as training negatives")
             in_channels = conv.feats[0].shape[0] if len(conv) else 1
             L.seed_everything(cfg.head_seed, workers=True)  # each head's init independent of the heads before it

@@ -23,6 +23,7 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.acoustic.recognizer import Recognizer
+from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import (
     HELDOUT_TEACHER_VOICE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, speak_phones, speak_text,
@@ -74,18 +75,6 @@ def batches(waves: list[Tensor], batch: int, frames: int, rng: random.Random):
 
 
 @torch.no_grad()
-def corpus_per(recognizer, waves16: list[Tensor], phones: list[list[str]]) -> float:
-    """Phone error rate of greedy CTC transcripts over readings (canonical labels)."""
-    from leakloss.scorer import phone_error_rate
-
-    errors = total = 0.0
-    for wave, ref in zip(waves16, phones):
-        errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0]) * len(ref)
-        total += len(ref)
-    return errors / max(total, 1)
-
-
-@torch.no_grad()
 def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float, int]:
     """What the recognizers hear: recognizer A's PER on held-out teacher readings, original and vocoded."""
     recognizer, finder = Recognizer.load("embedded:a"), SiteFinder()
@@ -96,7 +85,7 @@ def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float,
         originals.append(wave16)
         vocoded.append(vocoder(log_mel(AF.resample(wave16, 16_000, MEL_SAMPLE_RATE)[None]))[0])
         phones.append([p for w in words for p in w.nepali])
-    return corpus_per(recognizer, originals, phones), corpus_per(recognizer, vocoded, phones), len(sentences)
+    return corpus_phone_error_rate(recognizer, originals, phones), corpus_phone_error_rate(recognizer, vocoded, phones), len(sentences)
 
 
 def main(argv: list[str] | None = None) -> None:

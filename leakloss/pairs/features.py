@@ -59,6 +59,12 @@ class ConvTable:
     def __len__(self) -> int:
         return len(self.meta)
 
+    @staticmethod
+    def concat(tables: "list[ConvTable]") -> "ConvTable":
+        return ConvTable([f for t in tables for f in t.feats], [m for t in tables for m in t.masks],
+                         torch.cat([t.y for t in tables]) if tables else torch.zeros(0),
+                         [m for t in tables for m in t.meta])
+
 
 def _key(manifest: Path, recognizer_name: str, what: str) -> str:
     h = hashlib.sha256(manifest.read_bytes())
@@ -312,8 +318,8 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     feats.append(f[:, g0:g1].contiguous())
                     masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
                     meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
-                                 "pair_kind": "short_vowel", "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word, "role": "control",
-                                 "sentence_id": text[:20]})
+                                 "pair_kind": "short_vowel", "kind": site.kind, "contrast": site.contrast,
+                                 "split": split, "word": w.word, "role": "control", "sentence_id": text[:20]})
     table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
     if cache is not None:
         _save_conv_table(cache, table, {"rows": len(table)})
