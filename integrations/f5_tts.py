@@ -453,14 +453,14 @@ def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wa
 
     def measure(model: nn.Module) -> dict[str, float]:
         was_training = model.training
-        ref_frames = int(model.mel_spec(cond.to(next(model.parameters()).device)).shape[-1])
+        prompt = cond.to(next(model.parameters()).device)
+        ref_frames = int(model.mel_spec(prompt).shape[-1])
         waves = []
         try:
             with torch.no_grad():
                 for text in probe.texts:
                     extra = max(8, round(ref_frames * len(text) / max(len(ref_text), 1)))
-                    mel, _ = model.sample(cond.to(next(model.parameters()).device), [ref_text + " " + text],
-                                          ref_frames + extra, steps=nfe, seed=seed)
+                    mel, _ = model.sample(prompt, [ref_text + " " + text], ref_frames + extra, steps=nfe, seed=seed)
                     waves.append(mel_to_wave(mel[:, ref_frames:].float())[0].cpu())  # the new sentence only
         finally:
             model.train(was_training)
@@ -594,7 +594,8 @@ def final_leak(path: str | os.PathLike, name: str = "leak/penalty", tail: float 
     values = [v for _, v in read_leak_curve(path, name) if math.isfinite(v)]
     if not values:
         raise ValueError(f"{path}: no finite points of {name!r}")
-    return sum(values[-max(1, int(len(values) * tail)):]) / max(1, int(len(values) * tail))
+    n = max(1, int(len(values) * tail))
+    return sum(values[-n:]) / n
 
 
 def penalty_comparison(
