@@ -28,6 +28,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from leakloss.atomic import write_text_atomic
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "RESULTS.md"
@@ -194,14 +196,7 @@ def previous_rows() -> dict[str, dict]:
         return {}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/run_all.py" + (f" --only {' '.join(names)}" if args.only else "")
         + (f" --threads {args.threads}" if args.threads is not None else ""),
     }
-    write_atomic(RESULTS, render(rows, this_run, {k: v.get("machine") or m for k, v in kept.items()}))
+    write_text_atomic(RESULTS, render(rows, this_run, {k: v.get("machine") or m for k, v in kept.items()}))
     failed = [r["script"] for r in fresh.values() if r["status"] != "ok"]
     print(f"wrote {RESULTS}: {len(fresh)} run, {len(failed)} failed"
           + (f" ({', '.join(failed)})" if failed else ""))

@@ -16,7 +16,7 @@ import time
 import torch
 
 from leakloss.acoustic.recognizer import Recognizer
-from leakloss.heads import FLAG_THRESHOLD, load_head
+from leakloss.heads import load_head
 from leakloss.pairs.features import short_vowel_conv_table
 from leakloss.scorer import SHIPPED_HEADS
 from leakloss.speech.corpus import builtin_sentences, split_sentences
@@ -36,7 +36,7 @@ def main() -> None:
     start = time.time()
     for i in range(args.syntheses):
         table = short_vowel_conv_table(recognizer, held, progress=False)
-        f = int((rawconv_scores(head, table) >= FLAG_THRESHOLD).sum())
+        f = int((rawconv_scores(head, table) >= card.thresholds["flag"]).sum())
         flagged, total = flagged + f, total + len(table)
         print(f"synthesis {i + 1}: {f} of {len(table)} short vowels flagged  [{time.time() - start:.0f}s]", flush=True)
     print(f"short_vowel_flag_rate={flagged / max(total, 1):.4f} flagged={flagged} short_vowels={total} "

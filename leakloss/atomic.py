@@ -1,13 +1,16 @@
 """Atomic file writes: a temporary file in the destination folder, then ``os.replace``.
 
 A reader never sees a half-written file, and a failed write leaves no file behind (an existing file is
-kept as it was). Every artefact leakloss writes (audio, heads, caches, reports) goes through here.
+kept as it was). Every artefact leakloss writes (audio, heads, recognizers, caches, manifests, reports) goes through here.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -45,3 +48,27 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` as UTF-8 with :func:`write_bytes_atomic`."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """``with atomic_directory(out) as tmp: <write files into tmp>``: ``out`` appears whole or not at all.
+
+    The files are written into a fresh temporary folder beside ``out``; on success it takes ``out``'s
+    place (an existing ``out`` is replaced), on any error it is removed and ``out`` is left as it was.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent))
+    try:
+        yield tmp
+        old = None
+        if p.exists():  # a folder cannot be replaced by rename while it has files: move it aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=p.parent))
+            os.replace(p, old / p.name)
+        os.replace(tmp, p)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

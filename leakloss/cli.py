@@ -188,7 +188,7 @@ def _scorer(heads, recognizer_a, recognizer_b):
 
 
 def _emit_result(result: dict, json_out: str | None, html_out: Path | None) -> None:
-    from leakloss.report import write_text_atomic
+    from leakloss.atomic import write_text_atomic
 
     text = json.dumps(result, ensure_ascii=False, indent=1)
     if json_out == "-":
@@ -246,7 +246,7 @@ def compare(
 ) -> None:
     """Per system: flagged key words with 95% intervals (Wilson, cluster bootstrap by sentence)."""
     from leakloss.compare import compare_results, write_comparison
-    from leakloss.report import ResultError
+    from leakloss.schema import ResultError
 
     dirs = {}
     for item in results:
@@ -271,7 +271,7 @@ def listeners(
 ) -> None:
     """Scorer vs blind listeners: precision, recall, false alarms (bootstrap over listeners), alpha, rho."""
     from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
-    from leakloss.report import ResultError
+    from leakloss.schema import ResultError
 
     try:
         result = listener_agreement(labels, results)

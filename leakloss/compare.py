@@ -20,8 +20,14 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from leakloss.eval.stats import Interval, format_count, rate_with_interval, wilson_interval
-from leakloss.report import SITE_KINDS, load_result, write_bytes_atomic, write_text_atomic
+from leakloss.atomic import write_bytes_atomic, write_text_atomic
+from leakloss.eval.stats import (
+    Interval,
+    format_count,
+    rate_with_interval,
+    wilson_interval,
+)
+from leakloss.schema import DECISIONS, KINDS, STATUSES, load_result
 
 __all__ = ["compare_results", "write_comparison", "format_rate", "key_units"]
 
@@ -82,7 +88,7 @@ def _system_summary(name: str, folder: Path) -> dict:
     flags: list[bool] = []
     clusters: list[str] = []
     decisions: Counter[str] = Counter()
-    by_kind: dict[str, tuple[list[bool], list[str]]] = {k: ([], []) for k in SITE_KINDS}
+    by_kind: dict[str, tuple[list[bool], list[str]]] = {k: ([], []) for k in KINDS}
     by_word: dict[str, list[bool]] = defaultdict(list)
     unmarked: list[str] = []
     for f, r in scored:
@@ -97,7 +103,7 @@ def _system_summary(name: str, folder: Path) -> dict:
             clusters.append(sentence)
             decisions[w["decision"]] += 1
             by_word[w["word"]].append(flagged)
-            for kind in SITE_KINDS:
+            for kind in KINDS:
                 sites = [s for s in w["sites"] if s["kind"] == kind]
                 if sites:
                     # A word counts once per kind, flagged if any site of that kind is.
@@ -110,12 +116,13 @@ def _system_summary(name: str, folder: Path) -> dict:
         "readings": len(loaded),
         "scored": len(scored),
         "quarantined": len(quarantined),
+        "statuses": {s: sum(r["status"] == s for _, r in loaded) for s in STATUSES},
         "quarantine_reasons": dict(reasons.most_common()),
         "readings_without_key_word": unmarked,
         "sentences": len(set(clusters)),
         "key_flagged": _rate(flags, clusters),
-        "decisions": {d: decisions[d] for d in ("flagged", "uncertain", "no_change", "unscored", "not_tested")},
-        "by_kind": {k: _rate(*by_kind[k]) for k in SITE_KINDS},
+        "decisions": {d: decisions[d] for d in DECISIONS},
+        "by_kind": {k: _rate(*by_kind[k]) for k in KINDS},
         "by_word": {
             word: {**_rate(v, None), "wilson": _interval_dict(wilson_interval(sum(v), len(v)))}
             for word, v in sorted(by_word.items())
@@ -197,7 +204,9 @@ def _md(text: str) -> str:
 def _plot_png(result: Mapping, path: Path) -> None:
     """Bar chart of key-word flag rates with Wilson whiskers, written atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+    from matplotlib.figure import (
+        Figure,  # no pyplot: no global state, no display needed
+    )
 
     names = list(result["systems"])
     rates = [result["systems"][n]["key_flagged"] for n in names]

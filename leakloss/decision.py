@@ -23,12 +23,12 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.features import FEATURE_NAMES
+from leakloss.schema import Decision, SiteDecision
 
 REFERENCE_VOWEL_LOG = -1.5
 HINDI_PRESENT_LOG = -2.3  # log(0.1)
 _I = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
-DECISIONS = ("flagged", "uncertain", "no_change", "unscored", "not_tested")
 
 
 def reference_qualifies(features: Tensor) -> Tensor:
@@ -56,7 +56,8 @@ def gates_pass(features: Tensor) -> Tensor:
         hindi_realised(features)
 
 
-def site_decision(score: float, gates: bool, flag: float = 0.5, no_change: float = 0.2) -> str:
+def site_decision(score: float, gates: bool, *, flag: float, no_change: float) -> SiteDecision:
+    """One reference's decision at one site; ``flag``/``no_change`` are the head card's thresholds."""
     if score >= flag:
         return "flagged" if gates else "uncertain"
     if score < no_change:
@@ -64,14 +65,14 @@ def site_decision(score: float, gates: bool, flag: float = 0.5, no_change: float
     return "uncertain"
 
 
-def combine_references(decisions: Sequence[str]) -> str:
+def combine_references(decisions: Sequence[SiteDecision]) -> SiteDecision:
     """One decision per qualified reference -> the site's decision (all must agree)."""
     if not decisions:
         return "unscored"
     return decisions[0] if all(d == decisions[0] for d in decisions) else "uncertain"
 
 
-def word_decision(site_decisions: Sequence[str]) -> str:
+def word_decision(site_decisions: Sequence[SiteDecision]) -> Decision:
     """A word is flagged if any site is; then uncertain; no_change only if every site says so."""
     if not site_decisions:
         return "not_tested"
@@ -83,13 +84,13 @@ def word_decision(site_decisions: Sequence[str]) -> str:
     return "no_change" if all(d in ("no_change", "unscored") for d in site_decisions) else "uncertain"
 
 
-def batch_decisions(scores: Tensor, feats_a: Tensor, feats_b: Tensor, flag: float = 0.5,
-                    no_change: float = 0.2) -> list[str]:
+def batch_decisions(scores: Tensor, feats_a: Tensor, feats_b: Tensor, *, flag: float,
+                    no_change: float) -> list[SiteDecision]:
     """Vectorised decision for rows with one reference each (held-out tables): ``unscored`` where
     the reference does not qualify on both recognizers."""
     qualified = reference_qualifies(feats_a) & reference_qualifies(feats_b)
     gates = gates_pass(feats_a) & gates_pass(feats_b)
     out = []
     for s, q, g in zip(scores.tolist(), qualified.tolist(), gates.tolist()):
-        out.append(site_decision(s, g, flag, no_change) if q else "unscored")
+        out.append(site_decision(s, g, flag=flag, no_change=no_change) if q else "unscored")
     return out

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import soundfile as sf
-import torch
 from rich.console import Console
 
 console = Console()
@@ -137,7 +136,8 @@ def _readings(cfg: DemoConfig) -> list[dict]:
 
 def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Path]:
     from leakloss.audio import load_audio
-    from leakloss.report import render_report, write_report, write_text_atomic
+    from leakloss.atomic import write_text_atomic
+    from leakloss.report import render_report, write_report
     from leakloss.scorer import Scorer
 
     dirs = {"teacher": cfg.out / "results" / "teacher", "hindi_base": cfg.out / "results" / "hindi_base"}

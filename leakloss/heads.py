@@ -16,7 +16,6 @@ Shapes: b batch, d features (57), c conv channels, g conv frames (5 ms).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

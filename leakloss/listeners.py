@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
+from leakloss.atomic import write_text_atomic
 from leakloss.eval.stats import (
     Interval,
     detection_rates,
@@ -39,7 +40,7 @@ from leakloss.eval.stats import (
     spearman_rho,
     wilson_interval,
 )
-from leakloss.report import load_result, write_text_atomic
+from leakloss.schema import TESTED, load_result
 
 __all__ = ["REQUIRED_COLUMNS", "LABELS", "ListenerDataError", "listener_agreement", "write_listener_report"]
 
@@ -48,7 +49,6 @@ LABELS = ("accepted", "rejected")
 MOS_RANGE = (1.0, 5.0)
 N_RESAMPLES = 2000
 SEED = 0
-JUDGED = ("flagged", "uncertain", "no_change")  # decisions that make a claim about the word
 
 
 class ListenerDataError(ValueError):
@@ -198,7 +198,7 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         alpha, alpha_note = None, str(exc)
 
     scored = [u for u in units if u["status"] == "scored"]
-    judged = [u for u in scored if u["decision"] in JUDGED]
+    judged = [u for u in scored if u["decision"] in TESTED]
     detection: dict = {"n": 0, "note": "no labelled word was judged by the scorer"}
     if judged:
         pred = [u["decision"] == "flagged" for u in judged]
@@ -211,7 +211,7 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         detection["note"] = None
 
     uncertain = [u for u in judged if u["decision"] == "uncertain"]
-    not_judged = [u for u in scored if u["decision"] not in JUDGED]
+    not_judged = [u for u in scored if u["decision"] not in TESTED]
     return {
         "labels_csv": str(path),
         "results_dir": str(folder),
@@ -251,7 +251,7 @@ def _mos_agreement(units: list[dict], results: Mapping[str, Mapping]) -> dict:
     shares, means, used = [], [], []
     for reading, scores in sorted(by_reading.items()):
         res = results[reading]
-        judged = [w for w in res["words"] if w["decision"] in JUDGED]
+        judged = [w for w in res["words"] if w["decision"] in TESTED]
         if res["status"] != "scored" or not judged:
             continue  # no claim from the scorer, nothing to correlate
         shares.append(sum(w["decision"] == "flagged" for w in judged) / len(judged))

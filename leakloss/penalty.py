@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from leakloss.functional.leak import HOP_S, leak_penalty_from_logits, site_masks
 from leakloss.heads import RawConvHead, load_head
+from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
@@ -101,7 +102,7 @@ class LeakPenalty(nn.Module):
             sel = torch.tensor(keep, dtype=torch.bool, device=probs.device) & active
             return probs[sel].mean().detach() if bool(sel.any()) else probs.new_zeros(())
 
-        per_kind = {k: mean_where([s.kind == k for _, s in index]) for k in ("deletion", "quality")}
+        per_kind = {k: mean_where([s.kind == k for _, s in index]) for k in KINDS}
         contrasts = sorted({s.contrast for _, s in index})
         per_contrast = {c: mean_where([s.contrast == c for _, s in index]) for c in contrasts}
         return LeakParts(loss.detach(), per_kind, per_contrast, active.sum().detach(), probs.detach(),

@@ -10,15 +10,14 @@ forbids any network load, so a stray external reference fails loudly, not silent
 
 Everything that came from a result (text, words, paths, reasons) is HTML-escaped.
 
-The result format (one JSON object per reading) is checked by :func:`validate_result`,
-which :mod:`leakloss.compare` and :mod:`leakloss.listeners` use too.
+The result format (one JSON object per reading) is :mod:`leakloss.schema`; every page
+checks its result with :func:`leakloss.schema.validate_result` first.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,33 +26,23 @@ from urllib.parse import quote, urlsplit
 
 from torch import Tensor
 
-from leakloss.atomic import write_bytes_atomic, write_text_atomic
-
-from leakloss.audio import SAMPLE_RATE, AudioError, audio_to_wav_bytes
+from leakloss.atomic import write_text_atomic
+from leakloss.audio import AudioError, audio_to_wav_bytes
+from leakloss.constants import SAMPLE_RATE
+from leakloss.schema import DECISIONS, TESTED, validate_result
 
 __all__ = [
     "CLIP_PAD_S",
     "BOUNDARY_TOLERANCE_S",
-    "DECISIONS",
-    "SITE_KINDS",
-    "STATUSES",
-    "ResultError",
-    "validate_result",
-    "load_result",
     "render_report",
     "render_index",
     "write_report",
-    "write_text_atomic",
-    "write_bytes_atomic",
 ]
 
 CLIP_PAD_S = 0.120  # context either side of a word clip, as in the seed's players
 # Aligner frames (20 ms) can put a word end just past the last sample; more than this means
 # the audio and the result do not belong together.
 BOUNDARY_TOLERANCE_S = 0.05
-DECISIONS = ("flagged", "uncertain", "no_change", "unscored", "not_tested")
-SITE_KINDS = ("deletion", "quality")
-STATUSES = ("scored", "quarantined", "failed")  # failed: unreadable audio or text, with a reason
 PLAYED = ("flagged", "uncertain")  # decisions that get a word player
 
 # Foreground / background per decision; text labels carry the meaning too.
@@ -96,119 +85,6 @@ ul.legend li {{ margin: .15rem 0; }}
 figure {{ margin: 1rem 0; }} figure img {{ max-width: 100%; border: 1px solid #eee; }}
 """
 _REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; media-src data:; img-src data:"
-
-
-class ResultError(ValueError):
-    """A scorer result that does not follow the result format; the message names the field."""
-
-
-# --- the result format -------------------------------------------------------------------------
-
-def _is_number(x: object) -> bool:
-    # bool is an int subclass; true/false is never a time or a score.
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _check_str(obj: Mapping, key: str, where: str, *, optional: bool = False) -> None:
-    if key not in obj:
-        if optional:
-            return
-        raise ResultError(f"{where}: missing required field '{key}'")
-    if not isinstance(obj[key], str):
-        raise ResultError(f"{where}: '{key}' must be a string, got {type(obj[key]).__name__}")
-
-
-def _check_site(site: object, where: str) -> None:
-    if not isinstance(site, Mapping):
-        raise ResultError(f"{where}: must be an object, got {type(site).__name__}")
-    if site.get("kind") not in SITE_KINDS:
-        raise ResultError(f"{where}.kind must be one of {', '.join(SITE_KINDS)}, got {site.get('kind')!r}")
-    _check_str(site, "nepali", where)
-    if site.get("hindi") is not None:
-        _check_str(site, "hindi", where)
-    score = site.get("score")
-    if score is not None and not (_is_number(score) and 0.0 <= score <= 1.0):
-        raise ResultError(f"{where}.score must be a number in [0, 1] or null, got {score!r}")
-    _check_str(site, "decision", where)
-    refs = site.get("references_used")
-    if not (isinstance(refs, int) and not isinstance(refs, bool) and refs >= 0):
-        raise ResultError(f"{where}.references_used must be a non-negative integer, got {refs!r}")
-
-
-def _check_word(word: object, where: str) -> None:
-    if not isinstance(word, Mapping):
-        raise ResultError(f"{where}: must be an object, got {type(word).__name__}")
-    index = word.get("index")
-    if not (isinstance(index, int) and not isinstance(index, bool) and index >= 0):
-        raise ResultError(f"{where}.index must be a non-negative integer, got {index!r}")
-    _check_str(word, "word", where)
-    start, end = word.get("start"), word.get("end")
-    if (start is None) != (end is None):
-        raise ResultError(f"{where}: start and end must both be numbers or both null, got {start!r}, {end!r}")
-    if start is not None:
-        if not (_is_number(start) and _is_number(end)):
-            raise ResultError(f"{where}: start and end must be finite numbers of seconds, got {start!r}, {end!r}")
-        if not 0.0 <= start <= end:
-            raise ResultError(f"{where}: need 0 <= start <= end, got start={start}, end={end}")
-    if word.get("decision") not in DECISIONS:
-        raise ResultError(f"{where}.decision must be one of {', '.join(DECISIONS)}, got {word.get('decision')!r}")
-    if "key" in word and not isinstance(word["key"], bool):
-        raise ResultError(f"{where}.key must be true or false, got {word['key']!r}")
-    sites = word.get("sites")
-    if not isinstance(sites, list):
-        raise ResultError(f"{where}.sites must be a list (empty when nothing was tested), got {sites!r}")
-    for j, site in enumerate(sites):
-        _check_site(site, f"{where}.sites[{j}]")
-
-
-def validate_result(result: object, where: str = "result") -> dict:
-    """Check one scorer result against the result format and return it unchanged.
-
-    ``where`` names the result in messages (a file path, usually).
-
-    Raises:
-        ResultError: not an object, a missing or mistyped field, an unknown status,
-            decision or site kind, bad word boundaries, or duplicate word indices.
-    """
-    if not isinstance(result, Mapping):
-        raise ResultError(f"{where}: a result must be a JSON object, got {type(result).__name__}")
-    _check_str(result, "query", where)
-    _check_str(result, "text", where)
-    for key in ("system", "sentence_id", "reason"):
-        _check_str(result, key, where, optional=True)
-    if result.get("status") not in STATUSES:
-        raise ResultError(f"{where}: status must be one of {', '.join(STATUSES)}, got {result.get('status')!r}")
-    words = result.get("words")
-    if not isinstance(words, list):
-        raise ResultError(f"{where}: 'words' must be a list, got {type(words).__name__}")
-    for i, word in enumerate(words):
-        _check_word(word, f"{where}: words[{i}]")
-    dup = [i for i, c in Counter(w["index"] for w in words).items() if c > 1]
-    if dup:
-        raise ResultError(f"{where}: word index {dup[0]} appears more than once")
-    refs = result.get("references")
-    if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
-        raise ResultError(f"{where}: 'references' must be a list of path strings, got {refs!r}")
-    return dict(result)
-
-
-def load_result(path: str | Path) -> dict:
-    """Read and validate one result JSON file.
-
-    Raises:
-        ResultError: missing or unreadable file, invalid JSON, or a result that does not
-            follow the format (see :func:`validate_result`).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultError(f"result file '{p}' cannot be read: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"result file '{p}' is not valid JSON: {exc}") from exc
-    return validate_result(data, f"result file '{p}'")
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -301,7 +177,7 @@ def _sites_cell(sites: Sequence[Mapping]) -> str:
 
 def _summary(words: Sequence[Mapping]) -> str:
     counts = Counter(w["decision"] for w in words)
-    tested = sum(counts[d] for d in ("flagged", "uncertain", "no_change"))
+    tested = sum(counts[d] for d in TESTED)
     parts = [f"{counts[d]} {d.replace('_', ' ')}" for d in DECISIONS if counts[d]]
     return f"{len(words)} words, {tested} judged: " + (", ".join(parts) if parts else "none")
 

@@ -28,6 +28,7 @@ from leakloss.acoustic.features import EvidenceExtractor, UtteranceEvidence, sit
 from leakloss.audio import AudioError, load_audio, prepare_waveform
 from leakloss.decision import combine_references, gates_pass, reference_qualifies, site_decision, word_decision
 from leakloss.heads import load_head
+from leakloss.schema import KINDS
 from leakloss.text.phones import canonical
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
@@ -133,7 +134,7 @@ class Scorer:
         self.heads, self.cards = {}, {}
         from leakloss.heads import check_recognizer
 
-        for kind in ("deletion", "quality"):
+        for kind in KINDS:
             self.heads[kind], self.cards[kind] = load_head(heads_dir / f"{kind}.safetensors")
             check_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
         self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
@@ -224,7 +225,7 @@ class Scorer:
                 continue
             score = float(head.score(feats[own][None])[0])
             gates = bool(gates_pass(feats["a"])) and bool(gates_pass(feats["b"]))
-            decisions.append(site_decision(score, gates, self.flag, self.no_change))
+            decisions.append(site_decision(score, gates, flag=self.flag, no_change=self.no_change))
             scores.append(score)
         out["references_used"] = len(decisions)
         if decisions:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from leakloss.schema import KINDS, Kind
+
 
 @dataclass(frozen=True)
 class TimedSite:
@@ -15,12 +17,12 @@ class TimedSite:
 
     start: float
     end: float
-    kind: str
+    kind: Kind
     contrast: str
     word: str = ""
 
     def __post_init__(self) -> None:
         if not self.end > self.start:
             raise ValueError(f"site must have end > start, got {self.start}..{self.end}")
-        if self.kind not in ("deletion", "quality"):
-            raise ValueError(f"site kind must be 'deletion' or 'quality', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"site kind must be one of {KINDS}, got {self.kind!r}")

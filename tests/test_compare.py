@@ -11,7 +11,7 @@ import pytest
 
 from leakloss.compare import compare_results, format_rate, key_units, write_comparison
 from leakloss.eval.stats import rate_with_interval, wilson_interval
-from leakloss.report import ResultError
+from leakloss.schema import ResultError
 
 
 def word(index: int, text: str, decision: str, *, key: bool | None = None, kinds: tuple[str, ...] = ("deletion",)) -> dict:

@@ -6,6 +6,7 @@ from leakloss.decision import (
 )
 
 I = {n: i for i, n in enumerate(FEATURE_NAMES)}
+T = dict(flag=0.5, no_change=0.2)  # the release thresholds of the shipped head cards
 
 
 def features(**values) -> torch.Tensor:
@@ -34,10 +35,10 @@ def test_quality_gate_needs_the_hindi_vowel():
 
 
 def test_decision_rule_thresholds_and_references():
-    assert site_decision(0.9, True) == "flagged"
-    assert site_decision(0.9, False) == "uncertain"
-    assert site_decision(0.3, True) == "uncertain"
-    assert site_decision(0.1, True) == "no_change"
+    assert site_decision(0.9, True, **T) == "flagged"
+    assert site_decision(0.9, False, **T) == "uncertain"
+    assert site_decision(0.3, True, **T) == "uncertain"
+    assert site_decision(0.1, True, **T) == "no_change"
     assert combine_references([]) == "unscored"
     assert combine_references(["flagged", "flagged"]) == "flagged"
     assert combine_references(["flagged", "no_change"]) == "uncertain"
@@ -51,5 +52,5 @@ def test_batch_decisions_mark_unqualified_references_unscored():
     good = features(**LEAK_DELETION)
     bad_ref = features(**(LEAK_DELETION | {"margin_reference_max": 0.5}))
     feats = torch.stack([good, bad_ref])
-    out = batch_decisions(torch.tensor([0.9, 0.9]), feats, feats)
+    out = batch_decisions(torch.tensor([0.9, 0.9]), feats, feats, **T)
     assert out == ["flagged", "unscored"]

@@ -9,7 +9,7 @@ import pytest
 
 from leakloss.eval.stats import krippendorff_alpha_nominal
 from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
-from leakloss.report import ResultError
+from leakloss.schema import ResultError
 
 
 def w(index: int, text: str, decision: str) -> dict:
@@ -21,7 +21,7 @@ def w(index: int, text: str, decision: str) -> dict:
 
 def result(words: list[dict], status: str = "scored") -> dict:
     return {"query": "q.wav", "text": " ".join(x["word"] for x in words), "status": status,
-            "words": words, "references": ["ref.wav"]}
+            "words": words, "references": ["ref.wav"]} | ({} if status == "scored" else {"reason": "word check"})
 
 
 RESULTS = {

@@ -19,17 +19,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from leakloss.report import (
-    CLIP_PAD_S,
-    DECISIONS,
-    ResultError,
-    load_result,
-    render_index,
-    render_report,
-    validate_result,
-    write_report,
-    write_text_atomic,
-)
+from leakloss.atomic import write_text_atomic
+from leakloss.report import CLIP_PAD_S, render_index, render_report, write_report
+from leakloss.schema import DECISIONS, ResultError, load_result, validate_result
 
 SR = 16_000
 EVIL = "<script>alert('x')</script>"
@@ -157,7 +149,7 @@ def test_all_user_text_is_escaped():
     r["sentence_id"] = EVIL
     r["words"][1]["word"] = EVIL
     r["words"][1]["sites"][0]["nepali"] = EVIL
-    r["words"][1]["sites"][0]["decision"] = EVIL
+    r["words"][1]["sites"][0]["hindi"] = EVIL  # (a decision outside the schema is rejected, not rendered)
     r["references"] = [f'refs/"{EVIL}.wav']
     r["status"], r["reason"] = "quarantined", EVIL
     page = render_report(r, sine(), title=EVIL)

@@ -123,8 +123,6 @@ def test_asr_word_check_missing_model_is_a_clear_error():
 
 
 def test_corpus_phone_error_rate_weights_readings_by_their_length():
-    import torch
-
     from leakloss.scorer import corpus_phone_error_rate
 
     hyps = iter([["n", "e", "k", "p", "aː"], ["ɡ", "ʌ", "r"]])  # one deletion in 6 phones, exact in 3

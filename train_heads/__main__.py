@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 

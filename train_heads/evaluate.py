@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 
+from leakloss.atomic import write_text_atomic
 from leakloss.decision import batch_decisions
 from leakloss.heads import MLPHead, RawConvHead
 from leakloss.pairs.features import ConvTable, FeatureTable
@@ -36,7 +36,7 @@ def mlp_heldout_rows(head: MLPHead, head_name: str, own: FeatureTable, table_a: 
     own_is_a = own is table_a
     x = (a.x if own_is_a else b.x)[ia if own_is_a else ib]
     scores = head.score(x) if len(ia) else torch.zeros(0)
-    decisions = batch_decisions(scores, a.x[ia], b.x[ib], flag, no_change)
+    decisions = batch_decisions(scores, a.x[ia], b.x[ib], flag=flag, no_change=no_change)
     rows = []
     for pair_kind in ("physical", "natural", "model"):
         sel = [k for k, i in enumerate(ia) if a.meta[i]["pair_kind"] == pair_kind]
@@ -83,6 +83,4 @@ def write_heldout(out_dir: str | Path, rows: list[dict]) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in (("heldout.md", heldout_markdown(rows)), ("heldout.json", json.dumps(rows, indent=1))):
-        tmp = out_dir / (name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out_dir / name)
+        write_text_atomic(out_dir / name, text)

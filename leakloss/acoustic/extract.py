@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from leakloss.atomic import write_text_atomic
 from leakloss.acoustic.align import AlignmentResult, WordAlignment
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, SiteEvidence, UtteranceEvidence
 
@@ -98,9 +98,7 @@ class EvidenceModule(L.LightningModule):
                 ev = self.extractor.extract(wave, [w.nepali for w in words], words)
             except AudioError as err:
                 ev = UtteranceEvidence("bad_input", str(err))
-            tmp = Path(out).with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(evidence_to_json(ev), ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, out)
+            write_text_atomic(out, json.dumps(evidence_to_json(ev), ensure_ascii=False))
         return len(batch)
 
 

@@ -61,6 +61,7 @@ from torch.nn.utils.rnn import pad_sequence
 from leakloss.acoustic.align import DEFAULT_MIN_FIT, AlignmentResult, align_words
 from leakloss.acoustic.crops import CROP_PADS_S, crop_frames, word_crops
 from leakloss.functional.ctc_paths import NEG_INF_FINITE, ctc_set_occupancy, paths_from_token_sets, set_emissions
+from leakloss.schema import KINDS, Kind
 from leakloss.text.phoneset import UnmappablePhoneError
 from leakloss.text.sites import WordSites
 
@@ -147,10 +148,10 @@ def _stats(x: Tensor) -> Tensor:
     return torch.stack([x.mean(), x.median(), lo, hi, hi - lo])
 
 
-def site_feature_vector(query: SiteEvidence, reference: SiteEvidence, kind: str) -> Tensor:
+def site_feature_vector(query: SiteEvidence, reference: SiteEvidence, kind: Kind) -> Tensor:
     """The 57 features (:data:`FEATURE_NAMES`) of one site from a query and a reference reading."""
-    if kind not in ("deletion", "quality"):
-        raise ValueError(f"kind must be 'deletion' or 'quality', got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     q, r = query.margin.float(), reference.margin.float().to(query.margin.device)
     kind_x = q.new_tensor([1.0 if kind == "deletion" else 0.0])
     path = torch.cat([_stats(q), _stats(r), _stats(q - r),

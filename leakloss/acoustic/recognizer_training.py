@@ -7,7 +7,6 @@ Shapes: b batch, t samples, f frames, v vocabulary, n label length.
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from leakloss.speech.augment import random_augment
 from leakloss.speech.corpus import Corpus, CorpusItem
@@ -191,18 +190,11 @@ class RecognizerModule(L.LightningModule):
 
 def save_recognizer(model, vocab: dict[str, int], out_dir: str | Path, card: dict) -> Path:
     """Write ``model.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json`` atomically (temp folder, rename)."""
+    from leakloss.atomic import atomic_directory
+
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
-    (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1), encoding="utf-8")
-    if out_dir.exists():
-        import shutil
-
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
+        (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1), encoding="utf-8")
     return out_dir

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from leakloss.pairs.schema import PairRecord, write_manifest
 from leakloss.pairs.splice import delete_span, replace_span, sham_span
+from leakloss.schema import PAIR_KINDS, PairKind
 from leakloss.speech.synth import SAMPLE_RATE, Reading, Voice, speak_phones, speak_text
 from leakloss.text.phones import equivalents
 from leakloss.text.sites import OPEN_CENTRAL, Site, WordSites, align_phones
@@ -108,7 +109,7 @@ class PairBuilder:
 
     def add_sentence(self, sentence_id: str, text: str, words: list[WordSites], voice: Voice, ref_voice: Voice,
                      hindi_voice: Voice, split: str, max_sites: int = 3,
-                     kinds: Sequence[str] = ("physical", "natural", "model")) -> None:
+                     kinds: Sequence[PairKind] = PAIR_KINDS) -> None:
         spoken = [w for w in words if w.skipped is None]
         phones = [w.nepali for w in spoken]
         index_of = {w.index: k for k, w in enumerate(spoken)}  # text word index -> spoken word index
@@ -187,7 +188,10 @@ class PairBuilder:
 
 def ctc_confirmer(recognizer) -> Callable[[torch.Tensor, list[str], list[str]], bool]:
     """A confirmer: does ``recognizer`` prefer phones ``a`` over ``b`` on ``wave`` (CTC likelihood)?"""
-    from leakloss.functional.ctc_paths import ctc_set_log_likelihood, paths_from_token_sets
+    from leakloss.functional.ctc_paths import (
+        ctc_set_log_likelihood,
+        paths_from_token_sets,
+    )
 
     def confirm(wave: torch.Tensor, a: list[str], b: list[str]) -> bool:
         sets = [[sorted(recognizer.phoneset.tokens(p)) for p in seq] for seq in (a, b)]
@@ -245,7 +249,10 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
     """
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import (
-        HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES,
+        HELDOUT_HINDI_VOICE,
+        HELDOUT_TEACHER_VOICE,
+        TRAIN_HINDI_VOICES,
+        TRAIN_TEACHER_VOICES,
     )
     from leakloss.text.sites import SiteFinder
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,15 +168,11 @@ def site_feature_table(manifest: str | Path, recognizer, *, cache_dir: str | Pat
 def _save_table(cache: Path, table: FeatureTable, stats: dict) -> None:
     from safetensors.torch import save_file
 
-    tmp = cache.with_name(cache.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_file({"x": table.x.contiguous(), "y": table.y.contiguous()}, str(tmp / "table.safetensors"))
-    (tmp / "table.json").write_text(json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
-    if cache.exists():
-        import shutil
+    from leakloss.atomic import atomic_directory
 
-        shutil.rmtree(cache)
-    os.replace(tmp, cache)
+    with atomic_directory(cache) as tmp:
+        save_file({"x": table.x.contiguous(), "y": table.y.contiguous()}, str(tmp / "table.safetensors"))
+        (tmp / "table.json").write_text(json.dumps({"meta": table.meta, "stats": stats}, ensure_ascii=False))
 
 
 def _load_table(cache: Path) -> tuple[FeatureTable, dict]:

@@ -9,12 +9,12 @@ physical pairs, the unedited teacher reading for natural and model pairs.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-PAIR_KINDS = ("physical", "natural", "model")
-CONTRAST_KINDS = ("deletion", "quality")
+from leakloss.atomic import write_text_atomic
+from leakloss.schema import KINDS, PAIR_KINDS, Kind, PairKind
+
 SPLITS = ("train", "dev", "heldout")
 
 
@@ -25,8 +25,8 @@ class ManifestError(ValueError):
 @dataclass(frozen=True)
 class PairRecord:
     id: str
-    pair_kind: str  # physical | natural | model
-    kind: str  # deletion | quality
+    pair_kind: PairKind
+    kind: Kind
     contrast: str  # e.g. "ʌ->∅", "ʌi̯->ɛː"
     text: str
     sentence_id: str
@@ -64,7 +64,7 @@ def _check(d: dict, where: str) -> PairRecord:
             raise ManifestError(f"{where}: field {name!r} must be a non-empty string, got {d[name]!r}")
     if d["hindi"] is not None and not isinstance(d["hindi"], str):
         raise ManifestError(f"{where}: field 'hindi' must be a string or null")
-    for name, allowed in (("pair_kind", PAIR_KINDS), ("kind", CONTRAST_KINDS), ("split", SPLITS)):
+    for name, allowed in (("pair_kind", PAIR_KINDS), ("kind", KINDS), ("split", SPLITS)):
         if d[name] not in allowed:
             raise ManifestError(f"{where}: field {name!r} must be one of {allowed}, got {d[name]!r}")
     if d["kind"] == "deletion" and d["hindi"] is not None:
@@ -105,11 +105,7 @@ def write_manifest(path: str | Path, records: list[PairRecord]) -> None:
         if r.id in seen:
             raise ManifestError(f"duplicate id {r.id!r}")
         seen.add(r.id)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in records))
 
 
 def resolve(manifest: str | Path, audio: str) -> Path:

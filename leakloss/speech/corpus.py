@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
 from tqdm.auto import tqdm
 
+from leakloss.atomic import write_text_atomic
 from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
@@ -185,11 +184,8 @@ def build_corpus(
         rel = f"audio/{item_id}.wav"
         sf.write(root / rel, reading.waveform.numpy(), SAMPLE_RATE, subtype="PCM_16")
         items.append(_item(item_id, i, sentence, role, voice, rel, words, reading))
-    tmp = root / "manifest.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for item in items:
-            f.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
-    os.replace(tmp, root / "manifest.jsonl")
+    write_text_atomic(root / "manifest.jsonl", "".join(json.dumps(asdict(item), ensure_ascii=False) + "\n"
+                                                        for item in items))
     return Corpus(root, items)
 
 

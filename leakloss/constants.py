@@ -1,0 +1,16 @@
+"""One home for each constant the pipeline shares.
+
+Thresholds of the heads are not here: they live in each head's card (:class:`leakloss.heads.HeadCard`), and
+the conv-frame hop is computed from the recognizer's strides (:meth:`leakloss.acoustic.recognizer.Recognizer.conv_hop_s`).
+"""
+
+from __future__ import annotations
+
+#: Every waveform the recognizers, the aligner, the scorer and the penalty see is 16 kHz mono.
+SAMPLE_RATE = 16_000
+
+#: F5-TTS / Vocos mel settings (24 kHz, hop 256, 1024-point FFT, 100 log-mel bins).
+MEL_SAMPLE_RATE = 24_000
+MEL_HOP = 256
+MEL_N_FFT = 1024
+MEL_BINS = 100

@@ -1,0 +1,202 @@
+"""The one result schema: the words every producer and consumer of scorer results shares.
+
+A *result* is one JSON object per reading (:class:`ReadingResult`), written by the scorer and
+``score-batch`` and read by the report, ``compare``, ``listeners`` and the demo. The vocabulary is
+fixed here as ``Literal`` types, with their values as tuples for checks (``KINDS``, ``DECISIONS``, ...),
+and :func:`validate_result` is the single check of the format.
+
+- ``Kind``: a contrast kind: ``deletion`` (a Nepali inherent vowel Hindi drops) or ``quality``
+  (a vowel Hindi moves, ʌi̯ -> ɛː);
+- ``Decision``: per word and per site; ``not_tested`` only for words (no modelled contrast);
+- ``Status``: per reading: ``scored``; ``quarantined`` (the query failed its word check: not counted in
+  any rate); ``unscored`` (readable, but nothing could be decided, e.g. every reference was rejected);
+  ``failed`` (unreadable audio or text). Every status but ``scored`` carries a ``reason``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal, NotRequired, TypedDict, get_args
+
+Kind = Literal["deletion", "quality"]
+Decision = Literal["flagged", "uncertain", "no_change", "unscored", "not_tested"]
+SiteDecision = Literal["flagged", "uncertain", "no_change", "unscored"]
+Status = Literal["scored", "quarantined", "unscored", "failed"]
+PairKind = Literal["physical", "natural", "model"]
+
+KINDS: tuple[Kind, ...] = get_args(Kind)
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
+SITE_DECISIONS: tuple[SiteDecision, ...] = get_args(SiteDecision)
+STATUSES: tuple[Status, ...] = get_args(Status)
+PAIR_KINDS: tuple[PairKind, ...] = get_args(PairKind)
+#: Decisions of a word that was actually tested (the denominator of every flag rate).
+TESTED: tuple[Decision, ...] = ("flagged", "uncertain", "no_change")
+
+
+class SiteResult(TypedDict):
+    kind: Kind
+    nepali: str
+    hindi: str | None
+    score: float | None  # in [0, 1]; None when no reference qualified
+    decision: SiteDecision
+    references_used: int
+    reason: NotRequired[str]
+
+
+class WordResult(TypedDict):
+    index: int  # position in the text's words
+    word: str
+    start: float | None  # seconds, the aligner's boundaries; None when not aligned
+    end: float | None
+    decision: Decision
+    sites: list[SiteResult]
+    key: NotRequired[bool]  # a key word of the sentence (compare counts these)
+
+
+class ReferenceCheck(TypedDict):
+    reference: str
+    used: bool
+    reason: str | None
+
+
+class ReadingResult(TypedDict):
+    query: str
+    text: str
+    status: Status
+    words: list[WordResult]
+    references: list[str]  # the references used
+    reference_checks: NotRequired[list[ReferenceCheck]]  # every reference given, used or not, and why
+    reason: NotRequired[str]
+    system: NotRequired[str]
+    sentence_id: NotRequired[str]
+    audio: NotRequired[dict]  # the audio checks of the query (leakloss.audio.AudioInfo.as_dict)
+
+
+class ResultError(ValueError):
+    """A scorer result that does not follow the result format; the message names the field."""
+
+
+def _is_number(x: object) -> bool:
+    # bool is an int subclass; true/false is never a time or a score.
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_str(obj: Mapping, key: str, where: str, *, optional: bool = False) -> None:
+    if key not in obj:
+        if optional:
+            return
+        raise ResultError(f"{where}: missing required field '{key}'")
+    if not isinstance(obj[key], str):
+        raise ResultError(f"{where}: '{key}' must be a string, got {type(obj[key]).__name__}")
+
+
+def _check_one_of(obj: Mapping, key: str, allowed: tuple[str, ...], where: str) -> None:
+    if obj.get(key) not in allowed:
+        raise ResultError(f"{where}.{key} must be one of {', '.join(allowed)}, got {obj.get(key)!r}")
+
+
+def _check_site(site: object, where: str) -> None:
+    if not isinstance(site, Mapping):
+        raise ResultError(f"{where}: must be an object, got {type(site).__name__}")
+    _check_one_of(site, "kind", KINDS, where)
+    _check_str(site, "nepali", where)
+    if site.get("hindi") is not None:
+        _check_str(site, "hindi", where)
+    score = site.get("score")
+    if score is not None and not (_is_number(score) and 0.0 <= score <= 1.0):
+        raise ResultError(f"{where}.score must be a number in [0, 1] or null, got {score!r}")
+    _check_one_of(site, "decision", SITE_DECISIONS, where)
+    if not _is_count(site.get("references_used")):
+        raise ResultError(f"{where}.references_used must be a non-negative integer, got {site.get('references_used')!r}")
+    _check_str(site, "reason", where, optional=True)
+
+
+def _check_word(word: object, where: str) -> None:
+    if not isinstance(word, Mapping):
+        raise ResultError(f"{where}: must be an object, got {type(word).__name__}")
+    if not _is_count(word.get("index")):
+        raise ResultError(f"{where}.index must be a non-negative integer, got {word.get('index')!r}")
+    _check_str(word, "word", where)
+    start, end = word.get("start"), word.get("end")
+    if (start is None) != (end is None):
+        raise ResultError(f"{where}: start and end must both be numbers or both null, got {start!r}, {end!r}")
+    if start is not None:
+        if not (_is_number(start) and _is_number(end)):
+            raise ResultError(f"{where}: start and end must be finite numbers of seconds, got {start!r}, {end!r}")
+        if not 0.0 <= start <= end:
+            raise ResultError(f"{where}: need 0 <= start <= end, got start={start}, end={end}")
+    _check_one_of(word, "decision", DECISIONS, where)
+    if "key" in word and not isinstance(word["key"], bool):
+        raise ResultError(f"{where}.key must be true or false, got {word['key']!r}")
+    sites = word.get("sites")
+    if not isinstance(sites, list):
+        raise ResultError(f"{where}.sites must be a list (empty when nothing was tested), got {sites!r}")
+    for j, site in enumerate(sites):
+        _check_site(site, f"{where}.sites[{j}]")
+
+
+def validate_result(result: object, where: str = "result") -> ReadingResult:
+    """Check one scorer result against the result format and return it (a shallow copy).
+
+    ``where`` names the result in messages (a file path, usually).
+
+    Raises:
+        ResultError: not an object, a missing or mistyped field, an unknown status,
+            decision or site kind, a status other than ``scored`` without a reason, bad word
+            boundaries, or duplicate word indices.
+    """
+    if not isinstance(result, Mapping):
+        raise ResultError(f"{where}: a result must be a JSON object, got {type(result).__name__}")
+    _check_str(result, "query", where)
+    _check_str(result, "text", where)
+    for key in ("system", "sentence_id", "reason"):
+        _check_str(result, key, where, optional=True)
+    if result.get("status") not in STATUSES:
+        raise ResultError(f"{where}: status must be one of {', '.join(STATUSES)}, got {result.get('status')!r}")
+    if result["status"] != "scored" and not result.get("reason"):
+        raise ResultError(f"{where}: a result with status {result['status']!r} must say why in 'reason'")
+    words = result.get("words")
+    if not isinstance(words, list):
+        raise ResultError(f"{where}: 'words' must be a list, got {type(words).__name__}")
+    for i, word in enumerate(words):
+        _check_word(word, f"{where}: words[{i}]")
+    dup = [i for i, c in Counter(w["index"] for w in words).items() if c > 1]
+    if dup:
+        raise ResultError(f"{where}: word index {dup[0]} appears more than once")
+    refs = result.get("references")
+    if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+        raise ResultError(f"{where}: 'references' must be a list of path strings, got {refs!r}")
+    checks = result.get("reference_checks", [])
+    if not (isinstance(checks, list) and all(isinstance(c, Mapping) and isinstance(c.get("reference"), str)
+                                             and isinstance(c.get("used"), bool) for c in checks)):
+        raise ResultError(f"{where}: 'reference_checks' must be a list of {{reference, used, reason}} objects")
+    if "audio" in result and not isinstance(result["audio"], Mapping):
+        raise ResultError(f"{where}: 'audio' must be an object, got {type(result['audio']).__name__}")
+    return dict(result)  # type: ignore[return-value]
+
+
+def load_result(path: str | Path) -> ReadingResult:
+    """Read and validate one result JSON file.
+
+    Raises:
+        ResultError: missing or unreadable file, invalid JSON, or a result that does not
+            follow the format (see :func:`validate_result`).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultError(f"result file '{p}' cannot be read: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"result file '{p}' is not valid JSON: {exc}") from exc
+    return validate_result(data, f"result file '{p}'")

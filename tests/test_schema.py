@@ -1,0 +1,81 @@
+"""The one result schema: its vocabulary, its validator, and that every module uses it."""
+
+import ast
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from leakloss import schema
+from leakloss.schema import (
+    DECISIONS,
+    KINDS,
+    PAIR_KINDS,
+    SITE_DECISIONS,
+    STATUSES,
+    TESTED,
+    ResultError,
+    validate_result,
+)
+
+PACKAGE = Path(schema.__file__).resolve().parent
+
+
+def result(**over) -> dict:
+    site = {"kind": "deletion", "nepali": "ʌ", "hindi": None, "score": 0.9, "decision": "flagged",
+            "references_used": 2}
+    r = {"query": "q.wav", "text": "नेकपा", "status": "scored", "references": ["r.wav"],
+         "reference_checks": [{"reference": "r.wav", "used": True, "reason": None}],
+         "words": [{"index": 0, "word": "नेकपा", "start": 0.1, "end": 0.5, "decision": "flagged", "sites": [site]}]}
+    r.update(over)
+    return r
+
+
+def test_tuples_are_the_literals():
+    assert KINDS == ("deletion", "quality")
+    assert set(TESTED) <= set(SITE_DECISIONS) <= set(DECISIONS)
+    assert "not_tested" in DECISIONS and "not_tested" not in SITE_DECISIONS
+    assert STATUSES == get_args(schema.Status) and "unscored" in STATUSES
+
+
+def test_a_full_result_validates():
+    assert validate_result(result())["status"] == "scored"
+
+
+@pytest.mark.parametrize("status", [s for s in STATUSES if s != "scored"])
+def test_every_status_but_scored_needs_a_reason(status):
+    with pytest.raises(ResultError, match="must say why"):
+        validate_result(result(status=status))
+    assert validate_result(result(status=status, reason="every reference rejected"))["status"] == status
+
+
+def test_a_site_cannot_be_not_tested():
+    r = result()
+    r["words"][0]["sites"][0]["decision"] = "not_tested"
+    with pytest.raises(ResultError, match=r"sites\[0\]\.decision must be one of"):
+        validate_result(r)
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"reference_checks": [{"reference": 1, "used": True}]}, "reference_checks"),
+    ({"reference_checks": "r.wav"}, "reference_checks"),
+    ({"audio": [1, 2]}, "'audio' must be an object"),
+])
+def test_optional_blocks_are_checked(over, message):
+    with pytest.raises(ResultError, match=message):
+        validate_result(result(**over))
+
+
+def _string_tuples(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            yield node.lineno, frozenset(e.value for e in node.elts)
+
+
+def test_no_module_spells_the_vocabulary_again():
+    """The kind/decision/status/pair-kind sets live in leakloss.schema only (subsets are policies, fine)."""
+    vocab = {frozenset(t) for t in (KINDS, DECISIONS, SITE_DECISIONS, STATUSES, PAIR_KINDS)}
+    offenders = [f"{p.relative_to(PACKAGE)}:{line}" for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "schema.py"
+                 for line, values in _string_tuples(p) if values in vocab]
+    assert offenders == []
