@@ -30,14 +30,14 @@ import torch
 import torchaudio
 from torch import Tensor, nn
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.penalty import LeakPenalty, place_sites
 from leakloss.scorer import Scorer
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text
 from leakloss.text.sites import SiteFinder
 
-SAMPLE_RATE = 16_000
-HOP = 80  # 5 ms
+HOP = 80  # STFT hop in samples (5 ms)
 WIN = 400
 N_FFT = 512
 
@@ -55,7 +55,7 @@ class BandGain(nn.Module):
         self.register_buffer("fb", fb / fb.sum(1, keepdim=True).clamp(min=1e-6))  # [f, j], rows sum to 1
         frames = torch.zeros(self.spec.shape[-1], dtype=torch.bool)
         for s in sites:
-            a, b = int((s.start - pad_s) / 0.005), int(math.ceil((s.end + pad_s) / 0.005))
+            a, b = int((s.start - pad_s) * SAMPLE_RATE / HOP), int(math.ceil((s.end + pad_s) * SAMPLE_RATE / HOP))
             frames[max(a, 0): b + 1] = True
         self.register_buffer("frames", frames.nonzero().flatten())
         self.log_gain = nn.Parameter(torch.zeros(bands, self.frames.numel(), dtype=wave.dtype))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.ctc_paths import ctc_set_log_likelihood, frame_fit, paths_from_token_sets
 
 
@@ -160,7 +161,7 @@ def measure_features_realtime(n_sentences: int = 20) -> float:
     audio = 0.0
     for wave, phones, words in jobs:
         extractor.extract(wave, phones, words)
-        audio += wave.numel() / 16_000
+        audio += wave.numel() / SAMPLE_RATE
     return audio / (time.perf_counter() - start)
 
 

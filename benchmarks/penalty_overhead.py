@@ -46,10 +46,11 @@ import torchaudio.functional as AF
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.heads import RawConvHead
 from leakloss.penalty import LeakPenalty
 from leakloss.timing import TimedSite
-from leakloss.vocoder import MEL_HOP, MEL_SAMPLE_RATE, N_MELS, OUT_SAMPLE_RATE, MelToWave
+from leakloss.vocoder import MelToWave
 
 F5_BATCH_FRAMES = 38_400  # F5TTS_v1_Base.yaml: batch_size_per_gpu (frame-wise), max_samples 64
 FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # 93.75 mel frames per second
@@ -152,13 +153,13 @@ class CountableISTFTHead(nn.Module):
 def check_istft_copy(vocoder: MelToWave) -> float:
     """Max abs difference between the real ISTFT head and :class:`CountableISTFTHead` (real tensors)."""
     with torch.no_grad():
-        hidden = vocoder.backbone(torch.randn(1, N_MELS, 40))
+        hidden = vocoder.backbone(torch.randn(1, MEL_BINS, 40))
         return float((vocoder.head(hidden) - CountableISTFTHead(vocoder.head)(hidden)).abs().max())
 
 
 class Resample(nn.Module):
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        return AF.resample(wave, MEL_SAMPLE_RATE, OUT_SAMPLE_RATE)
+        return AF.resample(wave, MEL_SAMPLE_RATE, SAMPLE_RATE)
 
 
 class ConvStack(nn.Module):
@@ -205,7 +206,7 @@ def released_vocos() -> MelToWave:
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        backbone = VocosBackbone(input_channels=N_MELS, dim=512, intermediate_dim=1536, num_layers=8)
+        backbone = VocosBackbone(input_channels=MEL_BINS, dim=512, intermediate_dim=1536, num_layers=8)
         head = ISTFTHead(dim=512, n_fft=VOCOS_N_FFT, hop_length=MEL_HOP, padding="same")
     return MelToWave(backbone, head)
 
@@ -217,8 +218,8 @@ def f5_step_flops(batch: int, frames: int) -> int:
 
     with FakeTensorMode():
         dit = DiT(dim=1024, depth=22, heads=16, ff_mult=2, text_dim=512, text_mask_padding=True, conv_layers=4,
-                  mel_dim=N_MELS, text_num_embeds=2545)  # pinyin vocab size: embeddings cost no FLOPs anyway
-        x1, x0 = torch.randn(batch, frames, N_MELS), torch.randn(batch, frames, N_MELS)
+                  mel_dim=MEL_BINS, text_num_embeds=2545)  # pinyin vocab size: embeddings cost no FLOPs anyway
+        x1, x0 = torch.randn(batch, frames, MEL_BINS), torch.randn(batch, frames, MEL_BINS)
         t = torch.rand(batch)
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * x1
         text = torch.randint(1, 2545, (batch, frames // 4))
@@ -240,7 +241,7 @@ def penalty_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[s
     vocoder = penalty.mel_to_wave
     out: dict[str, int] = {}
     with FakeTensorMode(allow_non_fake_inputs=True):  # real (frozen) weights, fake activations
-        mel = torch.randn(batch, frames, N_MELS)
+        mel = torch.randn(batch, frames, MEL_BINS)
         hidden = vocoder.backbone(mel.transpose(1, 2))
         out["vocoder backbone"] = count_flops(fwd_bwd(lambda m: vocoder.backbone(m.transpose(1, 2)), mel))[0]
         head = CountableISTFTHead(vocoder.head)
@@ -259,7 +260,7 @@ def penalty_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[s
 def check_against_full_penalty(penalty: LeakPenalty, frames: int = 188) -> tuple[int, int]:
     """Real CPU tensors, one ~2 s item: the whole ``LeakPenalty(mels=...)`` vs the sum of its stages."""
     torch.manual_seed(0)
-    mel = torch.randn(1, frames, N_MELS)
+    mel = torch.randn(1, frames, MEL_BINS)
     sites = [[TimedSite(0.5, 0.6, "deletion", "ʌ->∅"), TimedSite(1.2, 1.3, "quality", "ʌi̯->ɛː")]]
 
     def run() -> None:
@@ -303,9 +304,9 @@ def tiny_batch(n_items: int = 4, seed: int = 0):
     items = []
     for i in range(n_items):
         dur = 1.8 + 0.4 * i / max(n_items - 1, 1)  # 1.8 .. 2.2 s
-        t = torch.arange(int(dur * 24_000)) / 24_000
+        t = torch.arange(int(dur * MEL_SAMPLE_RATE)) / MEL_SAMPLE_RATE
         wave = 0.1 * torch.sin(2 * math.pi * (120 + 40 * i) * t) + 0.02 * torch.randn(t.numel(), generator=g)
-        items.append((wave, 24_000, texts[i % len(texts)]))
+        items.append((wave, MEL_SAMPLE_RATE, texts[i % len(texts)]))
     batch = collate_fn([WaveTextDataset(items)[i] for i in range(n_items)])
     return batch["mel"].permute(0, 2, 1).contiguous(), batch["mel_lengths"], batch["text"]
 

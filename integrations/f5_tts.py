@@ -30,8 +30,9 @@ from f5_tts.model.utils import lens_to_mask
 from torch import nn
 from torch.utils.data import Dataset
 
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.timing import TimedSite
-from leakloss.vocoder import MEL_HOP, MEL_SAMPLE_RATE, N_MELS, MelToWave, mel_lengths_to_samples
+from leakloss.vocoder import MelToWave, mel_lengths_to_samples
 
 if TYPE_CHECKING:
     from integrations.leak_curves import ProbeSet
@@ -45,7 +46,7 @@ MEL_SPEC_KWARGS: dict[str, Any] = dict(
     n_fft=1024,
     hop_length=MEL_HOP,
     win_length=1024,
-    n_mel_channels=N_MELS,
+    n_mel_channels=MEL_BINS,
     target_sample_rate=MEL_SAMPLE_RATE,
     mel_spec_type="vocos",
 )
@@ -238,7 +239,7 @@ def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM
         torch.manual_seed(seed)
         transformer = DiT(
             dim=64, depth=2, heads=2, dim_head=32, ff_mult=2, text_dim=64, conv_layers=1,
-            mel_dim=N_MELS, text_num_embeds=vocab_size,
+            mel_dim=MEL_BINS, text_num_embeds=vocab_size,
         )
         kwargs.setdefault("mel_spec_kwargs", MEL_SPEC_KWARGS)
         return LeakAwareCFM(transformer, **kwargs)
@@ -449,7 +450,7 @@ def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wa
     ``nfe`` steps, prompted with ``ref_wave`` 16 kHz / ``ref_text``), the vocoder makes it audible, and
     :meth:`integrations.leak_curves.ProbeSet.measure` aligns it and logs the leak per contrast kind and the
     share of flagged sites. The model goes back to training mode afterwards; no gradient is kept."""
-    cond = AF.resample(ref_wave.float(), 16_000, MEL_SAMPLE_RATE)[None]  # [1, nw] at 24 kHz
+    cond = AF.resample(ref_wave.float(), SAMPLE_RATE, MEL_SAMPLE_RATE)[None]  # [1, nw] at 24 kHz
 
     def measure(model: nn.Module) -> dict[str, float]:
         was_training = model.training

@@ -30,9 +30,9 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.atomic import write_bytes_atomic
+from leakloss.constants import SAMPLE_RATE
 
 __all__ = [
-    "SAMPLE_RATE",
     "MIN_DURATION_S",
     "SILENCE_DBFS",
     "CLIP_LEVEL",
@@ -45,7 +45,6 @@ __all__ = [
     "audio_to_wav_bytes",
 ]
 
-SAMPLE_RATE = 16_000
 MIN_DURATION_S = 0.05
 SILENCE_DBFS = -60.0
 CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample

@@ -24,6 +24,8 @@ from pathlib import Path
 import soundfile as sf
 from rich.console import Console
 
+from leakloss.constants import SAMPLE_RATE
+
 console = Console()
 
 
@@ -103,7 +105,11 @@ def _key_words() -> dict[str, str]:
 def _readings(cfg: DemoConfig) -> list[dict]:
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import (
-        HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text,
+        HELDOUT_HINDI_VOICE,
+        HELDOUT_TEACHER_VOICE,
+        TRAIN_TEACHER_VOICES,
+        speak_phones,
+        speak_text,
     )
     from leakloss.text.sites import SiteFinder
 
@@ -127,7 +133,7 @@ def _readings(cfg: DemoConfig) -> list[dict]:
                               ("ref2", speak_phones(words, TRAIN_TEACHER_VOICES[(i + 2) % 5]))):
             paths[name] = str(folder / f"{sid}-{name}.wav")
             folder.mkdir(parents=True, exist_ok=True)
-            sf.write(paths[name], reading.waveform.numpy(), 16000, subtype="PCM_16")
+            sf.write(paths[name], reading.waveform.numpy(), SAMPLE_RATE, subtype="PCM_16")
         items.append({"sentence_id": sid, "text": text, **paths})
     manifest.write_text(json.dumps(items, ensure_ascii=False, indent=1), encoding="utf-8")
     _set_stamp(folder, key)
@@ -135,8 +141,8 @@ def _readings(cfg: DemoConfig) -> list[dict]:
 
 
 def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Path]:
-    from leakloss.audio import load_audio
     from leakloss.atomic import write_text_atomic
+    from leakloss.audio import load_audio
     from leakloss.report import render_report, write_report
     from leakloss.scorer import Scorer
 
@@ -189,9 +195,9 @@ def _finetune(cfg: DemoConfig) -> Path | None:
     from integrations.f5_tts import f5_probe, final_leak, penalty_comparison, read_leak_curve
     from integrations.leak_curves import ProbeSet
     from leakloss.penalty import LeakPenalty, place_dataset_sites
+    from leakloss.scorer import SHIPPED_HEADS
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text
-    from leakloss.scorer import SHIPPED_HEADS
     from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave
 
     folder = cfg.out / "finetune"
@@ -203,7 +209,7 @@ def _finetune(cfg: DemoConfig) -> Path | None:
                   "with and without the penalty, through F5's own Trainer (W&B offline)")
     train, held = split_sentences(builtin_sentences())
     penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
-    items = [(speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform, 16000, text)  # the Hindi base: leaks to unlearn
+    items = [(speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform, SAMPLE_RATE, text)  # the Hindi base: leaks to unlearn
              for i, text in enumerate(train[: cfg.f5_items])]
     sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, folder / "leak_sites.jsonl")
     # the probe set: two held-out sentences synthesised by the model being trained, prompted by a training item

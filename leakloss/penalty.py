@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.functional.leak import HOP_S, leak_penalty_from_logits, site_masks
+from leakloss.functional.leak import leak_penalty_from_logits, site_masks
 from leakloss.heads import RawConvHead, load_head
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
@@ -89,7 +89,7 @@ class LeakPenalty(nn.Module):
         if len(sites) != waves.shape[0]:
             raise ValueError(f"sites must have one list per item: {len(sites)} lists for {waves.shape[0]} items")
         logits, frames = self.frame_logits(waves, wave_lengths)
-        masks, index = site_masks(sites, logits.shape[-1], hop_s=HOP_S, pad_s=self.pad_s, frame_lengths=frames,
+        masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer), pad_s=self.pad_s, frame_lengths=frames,
                                   device=logits.device)
         item = torch.tensor([b for b, _ in index], dtype=torch.long, device=logits.device)
         loss, probs = leak_penalty_from_logits(logits, masks, item)

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from leakloss.acoustic.features import EvidenceExtractor, UtteranceEvidence, site_feature_vector
 from leakloss.audio import AudioError, load_audio, prepare_waveform
+from leakloss.constants import SAMPLE_RATE
 from leakloss.decision import combine_references, gates_pass, reference_qualifies, site_decision, word_decision
 from leakloss.heads import load_head
 from leakloss.schema import KINDS
@@ -87,7 +88,7 @@ def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_ma
                                           f"downloads): {err}") from err
 
         def transcribe(wave: Tensor) -> str:
-            return pipe({"raw": wave.detach().cpu().numpy(), "sampling_rate": 16_000})["text"]
+            return pipe({"raw": wave.detach().cpu().numpy(), "sampling_rate": SAMPLE_RATE})["text"]
     else:
         transcribe = asr
 
@@ -109,7 +110,7 @@ class Reading:
 def _read(item: str | Path | Tensor, name: str | None = None) -> Reading:
     if isinstance(item, Tensor):
         try:
-            return Reading(name or "<tensor>", prepare_waveform(item, 16_000)[0])
+            return Reading(name or "<tensor>", prepare_waveform(item, SAMPLE_RATE)[0])
         except AudioError as err:
             return Reading(name or "<tensor>", None, str(err))
     try:

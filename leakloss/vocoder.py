@@ -15,11 +15,8 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-MEL_SAMPLE_RATE = 24_000
-MEL_HOP = 256
-MEL_N_FFT = 1024
-N_MELS = 100
-OUT_SAMPLE_RATE = 16_000
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
+
 EMBEDDED_VOCODER = Path(__file__).resolve().parent / "assets" / "vocoder" / "tiny"
 
 
@@ -31,7 +28,7 @@ def log_mel(wave: torch.Tensor) -> torch.Tensor:
     spec = torchaudio.functional.spectrogram(
         wave.float(), pad=0, window=torch.hann_window(MEL_N_FFT, device=wave.device), n_fft=MEL_N_FFT,
         hop_length=MEL_HOP, win_length=MEL_N_FFT, power=1.0, normalized=False, center=True, pad_mode="reflect")
-    fb = torchaudio.functional.melscale_fbanks(MEL_N_FFT // 2 + 1, 0.0, MEL_SAMPLE_RATE / 2, N_MELS, MEL_SAMPLE_RATE,
+    fb = torchaudio.functional.melscale_fbanks(MEL_N_FFT // 2 + 1, 0.0, MEL_SAMPLE_RATE / 2, MEL_BINS, MEL_SAMPLE_RATE,
                                                norm=None, mel_scale="htk").to(spec.device)
     mel = torch.matmul(spec.transpose(-1, -2), fb)  # [b, n, 100]
     return mel.clamp(min=1e-5).log()
@@ -41,7 +38,7 @@ def mel_lengths_to_samples(
     n_frames: torch.Tensor | int,
     hop_length: int = MEL_HOP,
     sample_rate_in: int = MEL_SAMPLE_RATE,
-    sample_rate_out: int = OUT_SAMPLE_RATE,
+    sample_rate_out: int = SAMPLE_RATE,
 ) -> torch.Tensor | int:
     """Valid output samples (16 kHz) for ``n_frames`` mel frames, int or ``[b]`` long tensor.
 
@@ -64,7 +61,7 @@ class MelToWave(nn.Module):
         backbone: nn.Module,
         head: nn.Module,
         sample_rate_in: int = MEL_SAMPLE_RATE,
-        sample_rate_out: int = OUT_SAMPLE_RATE,
+        sample_rate_out: int = SAMPLE_RATE,
     ) -> None:
         super().__init__()
         self.backbone = backbone
@@ -81,7 +78,7 @@ class MelToWave(nn.Module):
         return super().train(mode and not self.frozen)
 
     @classmethod
-    def from_vocos(cls, vocos: nn.Module, sample_rate_out: int = OUT_SAMPLE_RATE) -> "MelToWave":
+    def from_vocos(cls, vocos: nn.Module, sample_rate_out: int = SAMPLE_RATE) -> "MelToWave":
         """Wrap a loaded ``vocos.Vocos`` (its feature extractor is dropped: mels come from the TTS)."""
         return cls(vocos.backbone, vocos.head, MEL_SAMPLE_RATE, sample_rate_out)
 
@@ -98,7 +95,7 @@ class MelToWave(nn.Module):
 
         with torch.random.fork_rng():  # seed locally, leave the global RNG stream untouched
             torch.manual_seed(seed)
-            backbone = VocosBackbone(input_channels=N_MELS, dim=dim, intermediate_dim=intermediate_dim or 2 * dim,
+            backbone = VocosBackbone(input_channels=MEL_BINS, dim=dim, intermediate_dim=intermediate_dim or 2 * dim,
                                      num_layers=num_layers)
             head = ISTFTHead(dim=dim, n_fft=MEL_N_FFT, hop_length=MEL_HOP, padding="same")
         model = cls(backbone, head)

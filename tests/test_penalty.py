@@ -106,7 +106,7 @@ def test_penalty_is_bce_towards_no_leak_and_does_not_saturate():
 
 
 def test_site_masks_cover_the_site():
-    masks, index = site_masks([[TimedSite(0.1, 0.2, "deletion", "ʌ->∅")]], 100, pad_s=0.0)
+    masks, index = site_masks([[TimedSite(0.1, 0.2, "deletion", "ʌ->∅")]], 100, hop_s=0.005, pad_s=0.0)
     on = masks[0].nonzero().flatten()
     assert on.min() == 20 and on.max() == 39 and index[0][0] == 0
 

@@ -23,13 +23,18 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.acoustic.recognizer import Recognizer
+from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import (
-    HELDOUT_TEACHER_VOICE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, speak_phones, speak_text,
+    HELDOUT_TEACHER_VOICE,
+    TRAIN_HINDI_VOICES,
+    TRAIN_TEACHER_VOICES,
+    speak_phones,
+    speak_text,
 )
 from leakloss.text.sites import SiteFinder
-from leakloss.vocoder import EMBEDDED_VOCODER, MEL_HOP, MEL_SAMPLE_RATE, MelToWave, log_mel, save_vocoder
+from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave, log_mel, save_vocoder
 
 RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
 
@@ -55,8 +60,8 @@ def readings(sentences: list[str], voices, limit_s: float) -> list[Tensor]:
             wave = speak_text(text, voice).waveform
         else:
             wave = speak_phones([w.nepali for w in finder(text) if w.skipped is None], voice).waveform
-        out.append(AF.resample(wave, 16_000, MEL_SAMPLE_RATE))
-        total += wave.numel() / 16_000
+        out.append(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE))
+        total += wave.numel() / SAMPLE_RATE
         if total >= limit_s:
             break
     return out
@@ -83,7 +88,7 @@ def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float,
         words = [w for w in finder(text) if w.skipped is None]
         wave16 = speak_phones([w.nepali for w in words], HELDOUT_TEACHER_VOICE).waveform
         originals.append(wave16)
-        vocoded.append(vocoder(log_mel(AF.resample(wave16, 16_000, MEL_SAMPLE_RATE)[None]))[0])
+        vocoded.append(vocoder(log_mel(AF.resample(wave16, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0])
         phones.append([p for w in words for p in w.nepali])
     return corpus_phone_error_rate(recognizer, originals, phones), corpus_phone_error_rate(recognizer, vocoded, phones), len(sentences)
 

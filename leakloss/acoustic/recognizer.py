@@ -12,16 +12,17 @@ c conv channels, g frames of a conv layer (layer 4 of the standard stack: 5 ms).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
 EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
 EMBEDDED = ("a", "b")
-SAMPLE_RATE = 16_000
 
 
 class RecognizerNotFoundError(FileNotFoundError):
@@ -132,9 +133,16 @@ class Recognizer(nn.Module):
 
     log_probs = forward
 
+    def conv_hop_s(self, layer: int) -> float:
+        """Seconds between frames of conv layer ``layer`` (0-based): the product of its stride and those below
+        (5 ms for layer 4 of the standard wav2vec2 stack, 5*2*2*2*2 samples at 16 kHz)."""
+        if not 0 <= layer < len(self.conv_strides):
+            raise ValueError(f"conv layer {layer} out of range 0..{len(self.conv_strides) - 1}")
+        return math.prod(self.conv_strides[: layer + 1]) / SAMPLE_RATE
+
     def conv_features(self, waves: Tensor, layer: int = 4, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Output of conv layer ``layer`` (0-based): ``[b, c, g]`` and valid frame counts ``[b]``.
-        Layer 4 of the standard stack has a 5 ms hop."""
+        """Output of conv layer ``layer`` (0-based): ``[b, c, g]`` and valid frame counts ``[b]``; the frames are
+        :meth:`conv_hop_s` apart."""
         x, _, lengths = self._prepare(waves, lengths)
         hidden = x.to(self.device)[:, None]
         conv_layers = self.model.wav2vec2.feature_extractor.conv_layers

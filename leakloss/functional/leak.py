@@ -12,17 +12,17 @@ from torch import Tensor
 
 from leakloss.timing import TimedSite
 
-HOP_S = 0.005
-
-
 def _at_least_fp32(x: Tensor) -> Tensor:
     """fp32 for bf16/fp16/fp32 inputs; float64 stays float64 (gradcheck)."""
     return x if x.dtype == torch.float64 else x.float()
 
 
-def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: float = HOP_S, pad_s: float = 0.02,
+def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: float, pad_s: float = 0.02,
                frame_lengths: Tensor | None = None, device=None) -> tuple[Tensor, list[tuple[int, TimedSite]]]:
     """Boolean ``[n, g]`` masks of each site's frames (± ``pad_s``) and the (item, site) of each row.
+
+    ``hop_s``: seconds between frames, from the recognizer's strides
+    (:meth:`leakloss.acoustic.recognizer.Recognizer.conv_hop_s`), never assumed.
 
     A site entirely beyond the item's valid frames gets an empty mask (and contributes nothing).
     """

@@ -27,10 +27,11 @@ import soundfile as sf
 import torch
 from tqdm.auto import tqdm
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, write_manifest
 from leakloss.pairs.splice import delete_span, replace_span, sham_span
 from leakloss.schema import PAIR_KINDS, PairKind
-from leakloss.speech.synth import SAMPLE_RATE, Reading, Voice, speak_phones, speak_text
+from leakloss.speech.synth import Reading, Voice, speak_phones, speak_text
 from leakloss.text.phones import equivalents
 from leakloss.text.sites import OPEN_CENTRAL, Site, WordSites, align_phones
 

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
+from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
 
 CONV_LAYER = 4
@@ -115,7 +116,7 @@ class _Sentences:
 
 def _load(path: Path) -> torch.Tensor:
     wave, rate = sf.read(path, dtype="float32", always_2d=False)
-    if rate != 16_000:
+    if rate != SAMPLE_RATE:
         from leakloss.audio import prepare_waveform
 
         return prepare_waveform(torch.from_numpy(wave), rate)[0]
@@ -207,7 +208,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
                                 recognizer.name, Path(cache_dir or manifest.parent) / "evidence", recognizer=recognizer,
                                 progress=progress)
     clips: dict[tuple[str, str], tuple] = {}
-    hop_s = 0.005
+    hop_s = recognizer.conv_hop_s(CONV_LAYER)
 
     def clip(audio: str, text: str):
         k = (str(resolve(manifest, audio)), text)
@@ -215,7 +216,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
             wave = _load(resolve(manifest, audio))
             with torch.no_grad():  # the conv stack only: alignment comes from the cached evidence
                 feats, n = recognizer.conv_features(wave[None], CONV_LAYER)
-            clips[k] = (evidence[k], feats[0, :, : int(n[0])], sentences(text), wave.numel() / 16_000)
+            clips[k] = (evidence[k], feats[0, :, : int(n[0])], sentences(text), wave.numel() / SAMPLE_RATE)
         return clips[k]
 
     feats, masks, labels, meta = [], [], [], []
@@ -280,7 +281,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
             return _load_conv_table(cache)[0]
     finder = _Sentences()
     extractor = EvidenceExtractor(recognizer)
-    hop_s = 0.005
+    hop_s = recognizer.conv_hop_s(CONV_LAYER)
     feats, masks, meta = [], [], []
     for text in tqdm(sentences, desc="short vowels", disable=not progress):
         words = finder(text)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from leakloss.constants import SAMPLE_RATE
+
 FADE_S = 0.002
 
 
@@ -27,7 +29,7 @@ def _faded(piece: Tensor, fade: int, fade_in: bool, fade_out: bool) -> Tensor:
     return piece
 
 
-def replace_span(wave: Tensor, start: float, end: float, insert: Tensor, sample_rate: int = 16_000,
+def replace_span(wave: Tensor, start: float, end: float, insert: Tensor, sample_rate: int = SAMPLE_RATE,
                  fade_s: float = FADE_S) -> Tensor:
     """``wave`` with ``[start, end)`` replaced by ``insert`` (empty = deletion), joined with fades."""
     a, b = int(round(start * sample_rate)), int(round(end * sample_rate))
@@ -41,11 +43,11 @@ def replace_span(wave: Tensor, start: float, end: float, insert: Tensor, sample_
     return torch.cat(parts)
 
 
-def delete_span(wave: Tensor, start: float, end: float, sample_rate: int = 16_000) -> Tensor:
+def delete_span(wave: Tensor, start: float, end: float, sample_rate: int = SAMPLE_RATE) -> Tensor:
     return replace_span(wave, start, end, wave.new_zeros(0), sample_rate)
 
 
-def sham_span(wave: Tensor, start: float, end: float, sample_rate: int = 16_000) -> Tensor:
+def sham_span(wave: Tensor, start: float, end: float, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """The control: the same cut, original nucleus put back."""
     a, b = int(round(start * sample_rate)), int(round(end * sample_rate))
     return replace_span(wave, start, end, wave[a:b], sample_rate)

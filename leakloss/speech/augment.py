@@ -11,6 +11,8 @@ import torch
 import torchaudio.functional as AF
 from torch import Tensor
 
+from leakloss.constants import SAMPLE_RATE
+
 
 def add_noise(wave: Tensor, snr_db: float, generator: torch.Generator | None = None, *, color: str = "white") -> Tensor:
     """Add Gaussian noise (white or pink) at ``snr_db`` relative to the signal's power."""
@@ -25,7 +27,7 @@ def add_noise(wave: Tensor, snr_db: float, generator: torch.Generator | None = N
     return wave + noise * scale.to(wave.dtype)
 
 
-def reverberate(wave: Tensor, rt60: float, sample_rate: int = 16_000, generator: torch.Generator | None = None) -> Tensor:
+def reverberate(wave: Tensor, rt60: float, sample_rate: int = SAMPLE_RATE, generator: torch.Generator | None = None) -> Tensor:
     """Convolve with an exponentially decaying noise impulse response of reverberation time ``rt60`` s."""
     n = max(int(rt60 * sample_rate), 1)
     t = torch.arange(n, dtype=torch.float32) / sample_rate
@@ -36,17 +38,17 @@ def reverberate(wave: Tensor, rt60: float, sample_rate: int = 16_000, generator:
     return out * (wave.abs().max() / out.abs().max().clamp(min=1e-8))
 
 
-def change_speed(wave: Tensor, factor: float, sample_rate: int = 16_000) -> Tensor:
+def change_speed(wave: Tensor, factor: float, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """Play ``factor`` times faster (tempo and pitch together), by resampling."""
     if abs(factor - 1.0) < 1e-3:
         return wave
-    # rates on a 400 Hz grid keep the resampling ratio small (a 16000:14953 ratio costs seconds)
+    # rates on a 400 Hz grid keep the resampling ratio small (a 16 kHz:14953 Hz ratio costs seconds)
     new_rate = max(int(round(sample_rate / factor / 400)) * 400, 400)
     g = math.gcd(sample_rate, new_rate)
     return AF.resample(wave, sample_rate // g, new_rate // g)
 
 
-def random_augment(wave: Tensor, generator: torch.Generator, sample_rate: int = 16_000) -> Tensor:
+def random_augment(wave: Tensor, generator: torch.Generator, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """The recognizers' training augmentation: speed 0.85-1.15 (p=.4), reverb (p=.3), noise 5-40 dB (p=.6), gain."""
     def u(lo: float, hi: float) -> float:
         return lo + (hi - lo) * float(torch.rand((), generator=generator))

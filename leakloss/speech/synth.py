@@ -13,10 +13,9 @@ import numpy as np
 import torch
 import torchaudio.functional as AF
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.speech._espeak import library
 from leakloss.text.phones import clean_espeak_ipa, espeak_phoneme_input
-
-SAMPLE_RATE = 16_000
 
 
 @dataclass(frozen=True)

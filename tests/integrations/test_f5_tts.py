@@ -372,7 +372,8 @@ TEXTS = ["नमस्ते", "म घर जान्छु", "पानी", 
 
 @pytest.mark.slow
 def test_train_f5_twenty_steps_offline(tmp_path: Path, m2w: MelToWave) -> None:
-    from leakloss.speech.synth import HINDI_VOICES, SAMPLE_RATE, speak_text
+    from leakloss.constants import SAMPLE_RATE
+    from leakloss.speech.synth import HINDI_VOICES, speak_text
 
     readings = [speak_text(t, HINDI_VOICES[0]) for t in TEXTS]
     items = [(r.waveform, SAMPLE_RATE, t) for r, t in zip(readings, TEXTS)] * 2  # 16 utterances
