@@ -73,16 +73,13 @@ def _heads(cfg: DemoConfig) -> tuple[Path, list[dict]]:
     if not cfg.retrain:
         console.print(f"[bold]1. heads[/]: using the shipped heads in {SHIPPED_HEADS} (--retrain to train them here)")
         return SHIPPED_HEADS, load_head(SHIPPED_HEADS / "deletion.safetensors")[1].heldout
-    from hydra import compose, initialize_config_dir
-
+    from leakloss.config import compose_config
     from train_heads.pipeline import run
 
     export = cfg.out / "heads"
-    conf = str(Path(__file__).resolve().parent.parent / "conf")
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        hcfg = compose(config_name="train_heads", overrides=[
-            "experiment=default", f"export_dir={export}", f"out_dir={cfg.out / 'train_heads'}", "logger=csv",
-            f"progress={str(cfg.progress).lower()}"])
+    hcfg = compose_config("train_heads", [
+        "experiment=default", f"export_dir={export}", f"out_dir={cfg.out / 'train_heads'}", "logger=csv",
+        f"progress={str(cfg.progress).lower()}"])
     console.print("[bold]1. heads[/]: retraining on the embedded pairs (cached pairs and features are reused)")
     return export, run(hcfg)["heldout"]
 

@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from einops import rearrange
 from torch import Tensor, nn
+
+from leakloss.functional.leak import pooled_site_logits
 
 FLAG_THRESHOLD = 0.5
 NO_CHANGE_THRESHOLD = 0.2
-HEAD_KINDS = ("deletion", "quality", "rawconv")
 
 
 class HeadLoadError(ValueError):
@@ -103,13 +105,13 @@ class RawConvHead(nn.Module):
 
     def fit_normalisation(self, feats: Tensor, mask: Tensor) -> None:
         """Per-channel mean/std over valid frames (``mask [b, g]``)."""
-        x = feats.transpose(1, 2)[mask]  # [n, c]
+        x = rearrange(feats, "b c g -> b g c")[mask]  # [n, c]: the valid frames
         self.mean.copy_(x.mean(0))
         self.std.copy_(x.std(0).clamp(min=1e-4))
 
     def member_logits(self, feats: Tensor) -> Tensor:
         """``[b, c, g]`` -> ``[m, b, g]``: each member's frame logits."""
-        z = (feats - self.mean[:, None]) / self.std[:, None]
+        z = (feats - rearrange(self.mean, "c -> c 1")) / rearrange(self.std, "c -> c 1")
         return torch.stack([net(z).squeeze(1) for net in self.nets])
 
     def forward(self, feats: Tensor) -> Tensor:
@@ -123,15 +125,13 @@ class RawConvHead(nn.Module):
 
     @staticmethod
     def pool(frame_logits: Tensor, mask: Tensor, temperature: float = 4.0) -> Tensor:
-        """Site score logit: soft maximum (temperature-scaled log-mean-exp) over the masked frames.
-
-        An empty mask gives a very negative logit (no evidence), never NaN.
+        """``frame_logits [b, g]``, ``mask [b, g]`` -> ``[b]`` site score logits: the soft maximum
+        (temperature-scaled log-mean-exp) over each row's masked frames, as the penalty pools
+        (:func:`leakloss.functional.leak.pooled_site_logits`). An empty mask gives a very negative logit
+        (no evidence), never NaN.
         """
-        x = frame_logits.float() * temperature
-        x = x.masked_fill(~mask, -1e4)
-        count = mask.sum(-1).clamp(min=1).float()
-        pooled = (torch.logsumexp(x, dim=-1) - torch.log(count)) / temperature
-        return torch.where(mask.any(-1), pooled, torch.full_like(pooled, -1e4 / temperature))
+        rows = torch.arange(frame_logits.shape[0], device=frame_logits.device)
+        return pooled_site_logits(frame_logits, mask, rows, temperature)
 
 
 def _build(arch: dict) -> nn.Module:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
+from leakloss.config import config_dir
 
 
-@hydra.main(version_base="1.3", config_path=CONF, config_name="train_heads")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_heads")
 def main(cfg: DictConfig) -> None:
     from train_heads.pipeline import run
 

@@ -14,14 +14,19 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from leakloss.acoustic.recognizer_training import (
-    CorpusCTCDataset, PrintProgress, LengthBucketSampler, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
+    CorpusCTCDataset,
+    LengthBucketSampler,
+    PrintProgress,
+    RecognizerModule,
+    build_vocab,
+    collate_ctc,
+    save_recognizer,
 )
+from leakloss.config import config_dir
 from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences, split_sentences
 
-CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
-
-@hydra.main(version_base="1.3", config_path=CONF, config_name="train_recognizer")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_recognizer")
 def main(cfg: DictConfig) -> None:
     torch.set_num_threads(cfg.num_threads)
     start = time.time()
@@ -46,10 +51,7 @@ def main(cfg: DictConfig) -> None:
         vocab_saved = json.loads((Path(cfg.init_from) / "vocab.json").read_text(encoding="utf-8"))
         if vocab_saved != vocab:
             raise SystemExit(f"{cfg.init_from}: vocabulary differs from this corpus's; cannot continue from it")
-    trainer = L.Trainer(callbacks=[PrintProgress(every=50)], enable_progress_bar=False,
-                        max_steps=cfg.max_steps, max_time={"minutes": cfg.max_minutes}, accelerator="auto",
-                        devices=1, logger=False, enable_checkpointing=False, gradient_clip_val=5.0,
-                        log_every_n_steps=25)
+    trainer = instantiate(cfg.trainer, callbacks=[PrintProgress(every=cfg.progress_every)])
     trainer.fit(module, loader)
     minutes = (time.time() - start) / 60
     n_params = sum(p.numel() for p in module.model.parameters())

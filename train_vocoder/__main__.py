@@ -1,4 +1,4 @@
-"""Train the embedded tiny Vocos: ``python -m train_vocoder [--minutes 6] [--out DIR]``.
+"""Train the embedded tiny Vocos: ``python -m train_vocoder [minutes=6] [out=DIR]`` (Hydra, ``conf/train_vocoder.yaml``).
 
 A small Vocos generator (ConvNeXt backbone + ISTFT head, the released 24 kHz model's I/O: 100 log-mel
 bins, n_fft 1024, hop 256) fitted to espeak readings of the training sentences (teacher and Hindi-base
@@ -10,7 +10,6 @@ records as recognizer A's phone error rate on vocoded held-out readings next to 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -18,12 +17,16 @@ import random
 import time
 from pathlib import Path
 
+import hydra
 import torch
 import torchaudio.functional as AF
+from hydra.utils import instantiate
+from omegaconf import DictConfig
 from torch import Tensor
 
 from leakloss.acoustic.recognizer import Recognizer
-from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.config import config_dir
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import (
@@ -93,36 +96,25 @@ def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float,
     return corpus_phone_error_rate(recognizer, originals, phones), corpus_phone_error_rate(recognizer, vocoded, phones), len(sentences)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=6.0, help="wall-time budget for the updates")
-    parser.add_argument("--audio-minutes", type=float, default=15.0, help="training audio to synthesise")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--frames", type=int, default=48, help="mel frames per training segment")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--out", type=Path, default=EMBEDDED_VOCODER)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heldout-sentences", type=int, default=20, help="held-out readings for the PER check")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(2)
-    torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
+def run(cfg: DictConfig) -> dict:
+    """Fit the vocoder of ``cfg`` (a composed ``train_vocoder`` config) and save it with its card."""
+    torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
     start = time.time()
     train, held = split_sentences(builtin_sentences())
-    waves = readings(train, list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES), args.audio_minutes * 60)
+    waves = readings(train, list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES), cfg.audio_minutes * 60)
     print(f"{len(waves)} readings, {sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60:.1f} min, "
           f"{time.time() - start:.0f}s", flush=True)
-    vocoder = MelToWave.tiny(args.seed, dim=args.dim, num_layers=args.layers, intermediate_dim=3 * args.dim, frozen=False)
-    opt = torch.optim.AdamW(vocoder.parameters(), lr=args.lr, weight_decay=1e-4)
-    budget, fit_start, step = args.minutes * 60, time.time(), 0
-    for wave in batches(waves, args.batch, args.frames, rng):
+    vocoder = instantiate(cfg.vocoder)
+    opt = torch.optim.AdamW(vocoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    budget, fit_start, step = cfg.minutes * 60, time.time(), 0
+    for wave in batches(waves, cfg.batch, cfg.frames, rng):
         elapsed = time.time() - fit_start
         if elapsed > budget:
             break
         for group in opt.param_groups:  # cosine over the wall-time budget
-            group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
+            group["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
         mel = log_mel(wave)  # [b, n, 100]
         pred = vocoder.generate(mel)[:, : wave.shape[-1]]
         loss = stft_loss(pred, wave) + (log_mel(pred) - mel).abs().mean()
@@ -134,10 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         if step % 200 == 0:
             print(f"step {step}  loss {loss.item():.3f}  {elapsed:.0f}s", flush=True)
 
-    per_original, per_vocoded, n_heldout = heldout_per(vocoder.eval(), held[: args.heldout_sentences])
+    per_original, per_vocoded, n_heldout = heldout_per(vocoder.eval(), held[: cfg.heldout_sentences])
     card = {
-        "class": "Vocos (VocosBackbone + ISTFTHead)", "dim": args.dim, "intermediate_dim": 3 * args.dim,
-        "num_layers": args.layers, "n_fft": 1024, "hop_length": MEL_HOP, "n_mels": 100,
+        "class": "Vocos (VocosBackbone + ISTFTHead)", "dim": cfg.vocoder.dim,
+        "intermediate_dim": cfg.vocoder.intermediate_dim, "num_layers": cfg.vocoder.num_layers,
+        "n_fft": MEL_N_FFT, "hop_length": MEL_HOP, "n_mels": MEL_BINS,
         "sample_rate": MEL_SAMPLE_RATE, "parameters": sum(p.numel() for p in vocoder.parameters()),
         "steps": step, "training_minutes": round((time.time() - start) / 60, 1), "training_audio_minutes":
         round(sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60, 1),
@@ -145,8 +138,15 @@ def main(argv: list[str] | None = None) -> None:
         "heldout_per_recognizer_a": {"original": round(per_original, 4), "vocoded": round(per_vocoded, 4),
                                      "sentences": n_heldout, "voice": HELDOUT_TEACHER_VOICE.name},
     }
-    save_vocoder(args.out, vocoder, card)
+    out = Path(cfg.out) if cfg.out is not None else EMBEDDED_VOCODER
+    save_vocoder(out, vocoder, card)
     print(json.dumps(card, indent=1))
+    return card
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_vocoder")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
 
 
 if __name__ == "__main__":

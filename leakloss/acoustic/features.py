@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+from einops import rearrange, reduce
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
@@ -165,7 +166,7 @@ def _state_emissions(log_probs: Tensor, allowed: Tensor, blank: int) -> Tensor:
     em_pos = set_emissions(log_probs, allowed)  # [b, t, s] fp32
     b, t, s = em_pos.shape
     em_blank = log_probs[..., blank].to(em_pos.dtype)[..., None]  # [b, t, 1]
-    inter = torch.stack([em_blank.expand(b, t, s), em_pos], dim=-1).reshape(b, t, 2 * s)
+    inter = rearrange([em_blank.expand(b, t, s), em_pos], "two b t s -> b t (s two)")  # blank, p0, blank, p1, ...
     return torch.cat([inter, em_blank], dim=-1)
 
 
@@ -321,7 +322,7 @@ def frame_energies(wave: Tensor, samples_per_frame: int, n_frames: int) -> Tenso
     x = wave.float()
     need = n_frames * samples_per_frame
     x = torch.nn.functional.pad(x[:need], (0, max(need - x.numel(), 0)))
-    return x.reshape(n_frames, samples_per_frame).pow(2).mean(-1)
+    return reduce(x.pow(2), "(g k) -> g", "mean", k=samples_per_frame)
 
 
 class EvidenceExtractor:

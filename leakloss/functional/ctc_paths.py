@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor
 
 __all__ = [
@@ -164,11 +165,11 @@ def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_len
 
     valid_frame = torch.arange(t, device=device) < frame_lengths[:, None]  # [b, t]
     # padding garbage (even NaN) is replaced before any log op, so it cannot reach gradients
-    em_pos = _set_emissions(log_probs, allowed, valid_frame).permute(1, 2, 0)  # [t, s, b]
+    em_pos = rearrange(_set_emissions(log_probs, allowed, valid_frame), "b t s -> t s b")
     em_blank = torch.where(valid_frame, log_probs[..., blank].to(dtype), 0.0)
     em_blank = em_blank.clamp_min(NEG_INF_FINITE).T[:, None, :]  # [t, 1, b]
     em = torch.cat(
-        [torch.stack([em_blank.expand(t, s, b), em_pos], dim=2).reshape(t, 2 * s, b), em_blank],
+        [rearrange([em_blank.expand(t, s, b), em_pos], "two t s b -> t (s two) b"), em_blank],
         dim=1,
     )  # [t, n, b]: blank, p0, blank, p1, ..., blank
     em = torch.where(valid_frame.T[:, None, :], em, 0.0)
@@ -284,7 +285,7 @@ def ctc_set_occupancy(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor,
     """
     lat = _lattice(log_probs, allowed, frame_lengths, path_lengths, blank)
     ll, gamma = _occupancy(lat)
-    return ll, gamma.permute(2, 0, 1).contiguous()
+    return ll, rearrange(gamma, "t n b -> b t n").contiguous()
 
 
 def _occupancy(lat: _Lattice) -> tuple[Tensor, Tensor]:

@@ -407,3 +407,22 @@ def test_rate_with_interval_bad_input():
         rate_with_interval(["yes", "no"])
     with pytest.raises(ValueError, match="clusters has"):
         rate_with_interval([True, False], ["a"])
+
+
+# --- against scipy, where scipy has the statistic ----------------------------------------------------------------
+
+@pytest.mark.parametrize("k, n", [(0, 1), (0, 18), (17, 18), (5, 40), (40, 40), (123, 1000)])
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_wilson_matches_scipy(k, n, confidence):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    ci = scipy_stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    ours = wilson_interval(k, n, confidence)
+    assert ours.low == pytest.approx(ci.low, abs=1e-9) and ours.high == pytest.approx(ci.high, abs=1e-9)
+
+
+def test_spearman_matches_scipy_with_and_without_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(0, 6, 30).astype(float), rng.normal(size=30)
+        assert spearman_rho(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)

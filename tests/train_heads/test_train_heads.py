@@ -6,14 +6,17 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
+from leakloss.config import config_dir
 from leakloss.heads import HeadCard, MLPHead, RawConvHead, load_head, save_head
 from leakloss.pairs.features import ConvTable, FeatureTable
 from train_heads.data import ConvDataModule, FeatureDataModule
 from train_heads.evaluate import heldout_markdown, write_heldout
 from train_heads.modules import MLPHeadModule, RawConvHeadModule
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
+CONF = config_dir()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def random_table(n: int = 120, seed: int = 0) -> FeatureTable:
@@ -46,9 +49,12 @@ def test_every_config_group_composes_and_instantiates(overrides, tmp_path, monke
         cfg = compose(config_name="train_heads", overrides=overrides + [f"out_dir={tmp_path}"])
     assert set(cfg.heads) == {"deletion", "quality", "rawconv"}
     for name, hcfg in cfg.heads.items():
-        head = instantiate(hcfg.model, **({"in_channels": 8} if name == "rawconv" else {}))
+        head = instantiate(hcfg.model, **({"in_channels": 8} if OmegaConf.is_missing(hcfg.model, "in_channels") else {}))
         module = instantiate(hcfg.module)(head=head)
         assert isinstance(module, L.LightningModule)
+        recipe = instantiate(hcfg.recipe)
+        assert all(callable(getattr(recipe, m)) for m in ("datamodule", "build_head", "callbacks", "heldout_rows",
+                                                            "feature_names"))
     if cfg.logger and "_target_" in cfg.logger:
         assert instantiate(cfg.logger) is not None
     trainer_cfg = dict(cfg.trainer)
@@ -129,7 +135,7 @@ def test_smoke_experiment_end_to_end(tmp_path):
     import subprocess
     import sys
 
-    root = Path(CONF).parent
+    root = ROOT
     out = subprocess.run(
         [sys.executable, "-m", "train_heads", "experiment=smoke", f"cache_dir={tmp_path / 'cache'}",
          f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}", "progress=false"],

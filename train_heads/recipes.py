@@ -1,0 +1,134 @@
+"""What differs between the head types, as objects the config picks (``heads.NAME.recipe._target_``).
+
+The pipeline (:func:`train_heads.pipeline.run`) is the same for every head: build the training data,
+build the head and fit its input normalisation, train, evaluate on the held-out rows, describe the
+features in the card. A recipe supplies those steps for one kind of head:
+
+- :class:`SiteFeatureRecipe`: the MLP heads on the 57 reference-paired site features of one recognizer;
+- :class:`ConvFrameRecipe`: the reference-free raw-conv head on conv-layer frames, with short retained
+  vowels read fast as extra negatives and a short-vowel false-flag row in the held-out table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from leakloss.acoustic.features import FEATURE_NAMES
+from leakloss.pairs.features import CONV_LAYER, ConvTable, conv_feature_table, short_vowel_conv_table
+from train_heads.callbacks import RatesCallback
+from train_heads.data import ConvDataModule, FeatureDataModule, collate_crops
+from train_heads.evaluate import mlp_heldout_rows, rawconv_heldout_rows
+
+
+@dataclass
+class Context:
+    """What every recipe may read: the composed config, the pair manifest, the recognizers and their
+    site-feature tables (``tables["a"]``, ``tables["b"]``)."""
+
+    cfg: DictConfig
+    manifest: Path
+    recognizers: dict
+    tables: dict
+
+    @property
+    def feature_cache(self) -> Path:
+        return Path(self.cfg.cache_dir) / "features"
+
+
+def short_vowel_negatives(cfg: DictConfig, recognizer) -> ConvTable:
+    """Correct Nepali vowels read fast by every training teacher voice (its own share of the training
+    sentences): a deleted vowel and a 40-60 ms retained one are what the reference-free head must tell
+    apart. ``data.short_vowel_kinds`` adds quality sites' vowels; ``data.short_vowel_nasalised`` adds the
+    deletion sites read with a nasalised vowel (anusvara schwas such as स्वयंसेविका's are a contrast the
+    pairs almost never contain; without them the head flags short nasal vowels)."""
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+
+    train_sentences, _ = split_sentences(builtin_sentences())
+    kinds = tuple(cfg.data.get("short_vowel_kinds", ["deletion"]))
+    passes = [(False, kinds)] + ([(True, ("deletion",))] if cfg.data.get("short_vowel_nasalised", False) else [])
+    tables = []
+    for k, voice in enumerate(TRAIN_TEACHER_VOICES):
+        chunk = train_sentences[k::len(TRAIN_TEACHER_VOICES)][: cfg.data.get("short_vowel_train_sentences")]
+        for nasalise, pass_kinds in passes:
+            tables.append(short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
+                                                 kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
+                                                 progress=cfg.progress))
+    out = ConvTable.concat(tables)
+    for m in out.meta:  # one sentence in seven (by a stable hash) is dev: model selection sees short vowels too
+        if int(hashlib.sha1(m["sentence_id"].encode()).hexdigest(), 16) % 7 == 0:
+            m["split"] = "dev"
+    return out
+
+
+class SiteFeatureRecipe:
+    """An :class:`leakloss.heads.MLPHead` on the site features of ``hcfg.recognizer`` for ``hcfg.kind``."""
+
+    def datamodule(self, ctx: Context, hcfg: DictConfig) -> FeatureDataModule:
+        return FeatureDataModule(ctx.tables[hcfg.recognizer], hcfg.kind, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
+
+    def build_head(self, hcfg: DictConfig, dm: FeatureDataModule) -> torch.nn.Module:
+        head = instantiate(hcfg.model)
+        head.fit_normalisation(dm.train.x)
+        return head
+
+    def callbacks(self, dm: FeatureDataModule) -> list[L.Callback]:
+        return [RatesCallback(dm.dev)]
+
+    def heldout_rows(self, ctx: Context, hcfg: DictConfig, head, dm, name: str) -> list[dict]:
+        return mlp_heldout_rows(head, name, ctx.tables[hcfg.recognizer], ctx.tables["a"], ctx.tables["b"])
+
+    def feature_names(self, head) -> list[str]:
+        return list(FEATURE_NAMES)
+
+
+class ConvFrameRecipe:
+    """A :class:`leakloss.heads.RawConvHead` on conv-layer features of ``hcfg.recognizer``.
+
+    :func:`short_vowel_negatives` adds correct vowels read fast by the training teacher voices when
+    ``data.short_vowel_sentences`` is set.
+    """
+
+    def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
+        rec = ctx.recognizers[hcfg.recognizer]
+        conv, _ = conv_feature_table(ctx.manifest, rec, kinds=tuple(hcfg.get("kinds", ["deletion"])),
+                                     cache_dir=ctx.feature_cache, progress=ctx.cfg.progress)
+        if ctx.cfg.data.short_vowel_sentences:
+            extra = short_vowel_negatives(ctx.cfg, rec)
+            conv = ConvTable.concat([conv, extra])
+            print(f"{hcfg.name}: {len(extra)} short retained vowels added as training negatives")
+        return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
+
+    def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:
+        in_channels = dm.table.feats[0].shape[0]
+        head = instantiate(hcfg.model, in_channels=in_channels)
+        batch = collate_crops(list(zip(dm.train.feats, dm.train.masks, dm.train.y)))
+        head.fit_normalisation(batch["feats"], batch["valid"])
+        return head
+
+    def callbacks(self, dm: ConvDataModule) -> list[L.Callback]:
+        return []
+
+    def heldout_rows(self, ctx: Context, hcfg: DictConfig, head, dm: ConvDataModule, name: str) -> list[dict]:
+        short = None
+        if ctx.cfg.data.short_vowel_sentences:
+            from leakloss.speech.corpus import builtin_sentences, split_sentences
+
+            _, held = split_sentences(builtin_sentences())
+            short = short_vowel_conv_table(ctx.recognizers[hcfg.recognizer], held[: ctx.cfg.data.short_vowel_sentences],
+                                           cache_dir=ctx.feature_cache, progress=ctx.cfg.progress)
+        return rawconv_heldout_rows(head, dm.table, short)
+
+    def feature_names(self, head) -> list[str]:
+        return [f"conv_layer_{CONV_LAYER}_channel_{i}" for i in range(head.in_channels)]
+
+
+Recipe = Any  # SiteFeatureRecipe | ConvFrameRecipe | anything with the same five methods
