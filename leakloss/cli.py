@@ -245,7 +245,7 @@ def compare(
     out: Path = typer.Option(Path("comparison"), "--out"),
 ) -> None:
     """Per system: flagged key words with 95% intervals (Wilson, cluster bootstrap by sentence)."""
-    from leakloss.compare import compare_results, write_comparison
+    from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.schema import ResultError
 
     dirs = {}
@@ -270,7 +270,7 @@ def listeners(
     out: Path = typer.Option(Path("listeners"), "--out"),
 ) -> None:
     """Scorer vs blind listeners: precision, recall, false alarms (bootstrap over listeners), alpha, rho."""
-    from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
+    from leakloss.eval.listeners import ListenerDataError, listener_agreement, write_listener_report
     from leakloss.schema import ResultError
 
     try:

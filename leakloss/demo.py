@@ -174,7 +174,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
 
 
 def _compare(cfg: DemoConfig, dirs: dict[str, Path]) -> dict:
-    from leakloss.compare import compare_results, write_comparison
+    from leakloss.eval.compare import compare_results, write_comparison
 
     result = compare_results(dirs)
     write_comparison(result, cfg.out / "comparison")

@@ -4,6 +4,8 @@ real behaviour on the embedded default when it is built."""
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import soundfile as sf
 import torch
 
@@ -130,3 +132,15 @@ def test_corpus_phone_error_rate_weights_readings_by_their_length():
     per = corpus_phone_error_rate(rec, [torch.zeros(10), torch.zeros(10)],
                                   [["n", "e", "k", "ʌ", "p", "aː"], ["ɡ", "ə", "r"]])  # ʌ and ə are one phone
     assert per == pytest.approx(1 / 9)
+
+
+PHONES = ["n", "e", "k", "ʌ", "p", "aː", "ɾ", "ɛː", "m"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(PHONES), min_size=1, max_size=25), st.lists(st.sampled_from(PHONES), max_size=25))
+def test_phone_error_rate_matches_jiwer(ref, hyp):
+    import jiwer
+
+    expected = jiwer.wer(" ".join(ref), " ".join(hyp)) if hyp else 1.0
+    assert phone_error_rate(ref, hyp) == pytest.approx(expected)

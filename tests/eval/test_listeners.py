@@ -1,4 +1,4 @@
-"""Tests for leakloss.listeners: scorer vs listener labels, agreement, MOS correlation, errors."""
+"""Tests for leakloss.eval.listeners: scorer vs listener labels, agreement, MOS correlation, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from leakloss.eval.stats import krippendorff_alpha_nominal
-from leakloss.listeners import ListenerDataError, listener_agreement, write_listener_report
+from leakloss.eval.listeners import ListenerDataError, listener_agreement, write_listener_report
 from leakloss.schema import ResultError
 
 

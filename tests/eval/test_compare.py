@@ -1,4 +1,4 @@
-"""Tests for leakloss.compare: key-word flag rates per system, intervals and written files."""
+"""Tests for leakloss.eval.compare: key-word flag rates per system, intervals and written files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leakloss.compare import compare_results, format_rate, key_units, write_comparison
+from leakloss.eval.compare import compare_results, format_rate, key_units, write_comparison
 from leakloss.eval.stats import rate_with_interval, wilson_interval
 from leakloss.schema import ResultError
 
