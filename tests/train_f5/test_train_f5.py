@@ -1,0 +1,67 @@
+"""The Hindi-base F5 trainer on a tiny budget: corpus cache, batches, a resumable run, the shipped card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("f5_tts")
+
+
+def test_test_words_never_enter_the_phrases():
+    from train_f5.data import is_test_word, phrases
+
+    sentences = ["आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।", "तिमी यो दसैंमा घर कहिले आउँछौ?"] * 3
+    out = phrases(sentences, max_words=3, seed=1)
+    assert out and len(out) == len(set(out))
+    assert not any(is_test_word(w) for p in out for w in p.split())
+    assert all(1 <= len(p.split()) <= 3 for p in out)
+
+
+def test_pair_batches_respect_the_frame_budget_and_join_same_voice_readings():
+    from train_f5.data import MelCorpus, pair_batches
+
+    lengths = [30, 50, 40, 20]
+    mels = torch.cat([torch.full((n, 100), float(i)) for i, n in enumerate(lengths)]).half()
+    offsets = torch.tensor([0, 30, 80, 120, 140])
+    corpus = MelCorpus(mels, offsets, ["क", "ख", "ग", "घ"], ["v0", "v1", "v0", "v1"])
+    batches = pair_batches(corpus, max_frames=200, pair_prob=0.5, seed=0)
+    seen_pair = False
+    for _ in range(20):
+        mel, lens, texts = next(batches)
+        assert mel.shape[0] == len(texts) == lens.numel() and mel.shape[0] * mel.shape[1] <= max(200, int(lens.max()))
+        for k, text in enumerate(texts):
+            parts = text.split()
+            if len(parts) == 2:
+                seen_pair = True
+                a, b = ("कखगघ".index(p) for p in parts)
+                assert corpus.voices[a] == corpus.voices[b]
+                assert int(lens[k]) == lengths[a] + lengths[b]
+    assert seen_pair
+
+
+@pytest.mark.slow
+def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
+    from leakloss.config import compose_config
+    from train_f5.__main__ import run
+
+    overrides = ["model.dim=32", "model.depth=1", "model.heads=2", "model.dim_head=16", "model.text_dim=16",
+                 "model.conv_layers=1", "data.max_texts=12", "data.max_frames=400", "max_steps=3", "warmup_steps=2",
+                 f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}", "log_every=1"]
+    first = run(compose_config("train_f5", overrides))
+    assert first["step"] == 3 and first["runs"] == 1
+    second = run(compose_config("train_f5", overrides[:-5] + ["max_steps=5"] + overrides[-4:]))
+    assert second["step"] == 5 and second["runs"] == 2  # resumed, not restarted
+    (tmp_path / "out" / "optimizer.safetensors").unlink()  # a committed checkpoint: weights only
+    third = run(compose_config("train_f5", overrides[:-5] + ["max_steps=6"] + overrides[-4:]))
+    assert third["step"] == 6 and third["runs"] == 3
+    card = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert card["steps"] == 6 and card["parameters"] > 0 and 0 <= card["probe_per_recognizer_a"]
+    from safetensors.torch import load_file
+
+    from train_f5.model import hindi_base_f5
+
+    model = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
+    model.load_state_dict(load_file(str(tmp_path / "out" / "model.safetensors")))

@@ -1,0 +1,185 @@
+"""Pretrain the small Hindi-base F5: ``python -m train_f5 [max_minutes=120] [device=cuda bf16=true]``.
+
+Time-budgeted and resumable: every ``checkpoint_minutes`` (and at the end) the model and its EMA
+(``out_dir/checkpoint.safetensors``), the optimizer state (``optimizer.safetensors``) and the step
+(``checkpoint.json``) are written atomically; a new run with the same ``out_dir`` continues from there
+(with a fresh, re-warmed optimizer when only the weights are there, as in a committed checkpoint). ``out_dir/model.safetensors`` + ``model.json``
+is the EMA model with its card (dims, vocab, mel settings, data, steps, figures): what ships.
+Progress lines report the flow-matching loss and, at each checkpoint, recognizer A's phone error rate
+on a few syntheses of held-out phrases prompted by another utterance (the Hindi base should read them
+the Hindi way, so the reference phones are espeak ``hi``'s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from leakloss.config import config_dir
+
+CHECKPOINT = "checkpoint"
+OPTIMIZER = "optimizer"
+
+
+def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    state = opt.state_dict()
+    tensors = {f"optim.{idx}.{name}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+               for idx, per_param in state["state"].items() for name, v in per_param.items()}
+    return tensors, {"param_groups": state["param_groups"]}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(out_dir: Path, model, ema: dict, opt, meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    from leakloss.atomic import write_text_atomic
+
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors |= {f"ema.{k}": v.detach().cpu().contiguous() for k, v in ema.items()}
+    optim, optim_meta = _flatten_optimizer(opt)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # weights and optimizer apart: the weights (small) can be committed and resumed with a fresh optimizer
+    for name, part in ((CHECKPOINT, tensors), (OPTIMIZER, {k: v.cpu() for k, v in optim.items()})):
+        tmp = out_dir / f".{name}.safetensors.tmp"
+        save_file(part, str(tmp))
+        tmp.replace(out_dir / f"{name}.safetensors")
+    write_text_atomic(out_dir / f"{CHECKPOINT}.json", json.dumps(meta | {"optimizer": optim_meta}, indent=1))
+
+
+def load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict | None:
+    from safetensors.torch import load_file
+
+    path = out_dir / f"{CHECKPOINT}.safetensors"
+    if not path.is_file():
+        return None
+    tensors = load_file(str(path))
+    meta = json.loads((out_dir / f"{CHECKPOINT}.json").read_text(encoding="utf-8"))
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    for k, v in tensors.items():
+        if k.startswith("ema."):
+            ema[k[4:]].copy_(v)
+    optim_path = out_dir / f"{OPTIMIZER}.safetensors"
+    if optim_path.is_file():
+        opt.load_state_dict(_unflatten_optimizer(load_file(str(optim_path)), meta["optimizer"]))
+    else:  # weights only (e.g. a committed checkpoint): the optimizer starts afresh, warm-up included
+        meta["fresh_optimizer_at"] = meta["step"]
+    return meta
+
+
+def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
+    from safetensors.torch import save_file
+
+    from leakloss.atomic import write_text_atomic
+
+    state = {k: (ema[k] if k in ema else v).detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tmp = out_dir / ".model.safetensors.tmp"
+    save_file(state, str(tmp))
+    tmp.replace(out_dir / "model.safetensors")
+    write_text_atomic(out_dir / "model.json", json.dumps(card, ensure_ascii=False, indent=1))
+
+
+def run(cfg: DictConfig) -> dict:
+    from leakloss.speech.synth import TRAIN_HINDI_VOICES
+    from train_f5.data import DEFAULT_PROMPTS, build_corpus, default_sentences, pair_batches, phrases
+    from train_f5.evaluate import probe_phone_error_rate
+
+    torch.set_num_threads(cfg.num_threads)
+    device = torch.device(cfg.device)
+    out_dir = Path(cfg.out_dir)
+    start = time.time()
+    sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
+    texts = phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
+    corpus = build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir)
+    print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * 256 / 24000 / 3600:.2f} h, "
+          f"{time.time() - start:.0f}s", flush=True)
+
+    model = instantiate(cfg.model).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
+    step, done_minutes = meta["step"], meta["minutes"]
+    if step:
+        print(f"resumed at step {step} ({done_minutes:.0f} min of training so far)", flush=True)
+    n_params = sum(p.numel() for p in params)
+    batches = pair_batches(corpus, cfg.data.max_frames, cfg.data.pair_prob, seed=cfg.seed + step)
+
+    warm_from = meta.get("fresh_optimizer_at", 0)
+
+    def lr_at(s: int) -> float:
+        return cfg.lr * min(1.0, (s - warm_from + 1) / cfg.warmup_steps)
+
+    def checkpoint(final: bool) -> dict:
+        minutes = done_minutes + (time.time() - run_start) / 60
+        info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
+                "loss_recent": round(sum(recent) / max(len(recent), 1), 4)}
+        save_checkpoint(out_dir, model, ema, opt, info)
+        probe = probe_phone_error_rate(model, ema, corpus, device=device)
+        info["probe_per"] = round(probe, 4)
+        print(f"checkpoint step {step}: loss {info['loss_recent']:.4f} probe PER {probe:.3f} "
+              f"({minutes:.0f} min in all)", flush=True)
+        if final:
+            card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model), "parameters": n_params,
+                    "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": "vocos 24 kHz, n_fft 1024, hop 256, 100 bins",
+                    "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
+                                     "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "
+                                     "Apache 2.0); test words (train_f5.data.is_test_word) excluded",
+                    "steps": step, "training_minutes": info["minutes"], "probe_per_recognizer_a": info["probe_per"],
+                    "weights": "EMA"}
+            save_model(out_dir, model, ema, card)
+        return info
+
+    run_start, last_ckpt, recent = time.time(), time.time(), []
+    model.train()
+    info = {}
+    while step < cfg.max_steps and (time.time() - run_start) < cfg.max_minutes * 60:
+        mel, lens, text = next(batches)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg.bf16)):
+            loss, _, _ = model(mel.to(device), text, lens=lens.to(device))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        step += 1
+        with torch.no_grad():
+            decay = min(cfg.ema_decay, (1 + step) / (10 + step))
+            state = model.state_dict()
+            for k, v in ema.items():
+                v.lerp_(state[k].detach(), 1 - decay)
+        recent = (recent + [loss.item()])[-cfg.log_every:]
+        if step % cfg.log_every == 0:
+            print(f"step {step} loss {sum(recent) / len(recent):.4f} lr {lr_at(step):.2e} "
+                  f"{(time.time() - run_start) / 60:.1f} min", flush=True)
+        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
+            info = checkpoint(final=False)
+            last_ckpt = time.time()
+            model.train()
+    info = checkpoint(final=True)
+    return info
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_f5")
+def main(cfg: DictConfig) -> None:
+    print(json.dumps(run(cfg)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The Hindi-base corpus: espeak ``hi`` voices reading Devanagari phrases, as 24 kHz log mels.
+
+IndicF5's base learned Hindi from Hindi speech; here the Hindi base learns from espeak ``hi`` reading
+Devanagari (Nepali) text, so it carries exactly the leaks leakloss measures: Hindi schwa deletion and
+Hindi vowel qualities. Phrases of 1-4 words come from the built-in sentences and, when present, the
+Nepali prompts in ``../shared/data/nepali-prompts`` (read from there, never copied). Words chosen by
+:func:`is_test_word` never enter training: they are the fine-tune experiment's held-out test words.
+
+The corpus is synthesised once and cached as one safetensors file (all mels concatenated) plus a JSON
+index, keyed by a hash of its texts, voices and version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torchaudio.functional as AF
+from torch import Tensor
+
+from leakloss.atomic import atomic_directory
+from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words
+from leakloss.speech.synth import Voice, speak_text
+from leakloss.text.normalize import TextError
+from leakloss.vocoder import log_mel
+
+CORPUS_VERSION = 1
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nepali-prompts" / "prompts.tsv"
+
+
+def is_test_word(word: str, modulus: int = 10) -> bool:
+    """The fixed held-out word set of the F5 experiments: a stable hash of the word, one word in ``modulus``."""
+    return int(hashlib.sha1(word.encode("utf-8")).hexdigest(), 16) % modulus == 0
+
+
+def phrases(sentences: Sequence[str], *, max_words: int = 4, seed: int = 0) -> list[str]:
+    """Split sentences into phrases of 1..``max_words`` words (random lengths, fixed by ``seed``); phrases with
+    a test word are dropped; duplicates removed, order kept."""
+    rng = random.Random(seed)
+    out: dict[str, None] = {}
+    for sentence in sentences:
+        try:
+            words = split_text_words(sentence)
+        except TextError:  # not pronounceable Devanagari: nothing to read
+            continue
+        i = 0
+        while i < len(words):
+            n = rng.randint(1, max_words)
+            chunk = words[i: i + n]
+            i += n
+            if chunk and not any(is_test_word(w) for w in chunk):
+                out[" ".join(chunk)] = None
+    return list(out)
+
+
+def default_sentences(prompts: str | Path | None = DEFAULT_PROMPTS) -> list[str]:
+    """The built-in sentences, plus the shared Nepali prompts when that file exists."""
+    sentences = builtin_sentences()
+    if prompts is not None and Path(prompts).is_file():
+        sentences += read_sentences(prompts)
+    return sentences
+
+
+@dataclass
+class MelCorpus:
+    """``mels[offsets[i]:offsets[i + 1]]`` is item i's log mel ``[n_i, 100]``; ``texts[i]``, ``voices[i]``."""
+
+    mels: Tensor  # [N, 100] fp16, all items concatenated
+    offsets: Tensor  # [items + 1] long
+    texts: list[str]
+    voices: list[str]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def mel(self, i: int) -> Tensor:
+        return self.mels[self.offsets[i]: self.offsets[i + 1]].float()
+
+    def frames(self, i: int) -> int:
+        return int(self.offsets[i + 1] - self.offsets[i])
+
+
+def corpus_key(texts: Sequence[str], voices: Sequence[Voice]) -> str:
+    h = hashlib.sha256(f"v{CORPUS_VERSION}|".encode())
+    h.update(json.dumps([list(texts), [v.__dict__ for v in voices]], ensure_ascii=False).encode())
+    return h.hexdigest()[:16]
+
+
+def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str | Path, *,
+                 progress: bool = True) -> MelCorpus:
+    """Every text read by one voice (round robin), as log mels; cached under ``cache_dir/<key>``."""
+    from safetensors.torch import load_file, save_file
+    from tqdm.auto import tqdm
+
+    folder = Path(cache_dir) / corpus_key(texts, voices)
+    if not (folder / "index.json").is_file():
+        mels, offsets, kept, names = [], [0], [], []
+        for i, text in enumerate(tqdm(texts, desc="espeak hi corpus", disable=not progress)):
+            voice = voices[i % len(voices)]
+            wave = speak_text(text, voice).waveform
+            if wave.numel() < SAMPLE_RATE // 10:
+                continue
+            mel = log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0]  # [n, 100]
+            mels.append(mel.half())
+            offsets.append(offsets[-1] + mel.shape[0])
+            kept.append(text)
+            names.append(voice.name)
+        with atomic_directory(folder) as tmp:
+            save_file({"mels": torch.cat(mels), "offsets": torch.tensor(offsets)}, str(tmp / "mels.safetensors"))
+            (tmp / "index.json").write_text(json.dumps({"version": CORPUS_VERSION, "texts": kept, "voices": names},
+                                                       ensure_ascii=False), encoding="utf-8")
+    tensors = load_file(str(folder / "mels.safetensors"))
+    index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    return MelCorpus(tensors["mels"], tensors["offsets"], index["texts"], index["voices"])
+
+
+def pair_batches(corpus: MelCorpus, max_frames: int, pair_prob: float, seed: int):
+    """Endless batches ``(mel [b, n, 100], lens [b], texts)`` of about ``max_frames`` frames in all.
+
+    With probability ``pair_prob`` an item is two readings by the same voice joined (text "A B"): at
+    inference the prompt is another utterance, so training on joined readings puts that in distribution.
+    """
+    rng = random.Random(seed)
+    by_voice: dict[str, list[int]] = {}
+    for i, v in enumerate(corpus.voices):
+        by_voice.setdefault(v, []).append(i)
+    while True:
+        items: list[tuple[Tensor, str]] = []
+        longest = 0
+        while True:
+            i = rng.randrange(len(corpus))
+            mel, text = corpus.mel(i), corpus.texts[i]
+            if rng.random() < pair_prob:
+                j = rng.choice(by_voice[corpus.voices[i]])
+                mel, text = torch.cat([mel, corpus.mel(j)]), f"{text} {corpus.texts[j]}"
+            longest = max(longest, mel.shape[0])
+            if items and longest * (len(items) + 1) > max_frames:
+                break
+            items.append((mel, text))
+        n = max(m.shape[0] for m, _ in items)
+        batch = torch.full((len(items), n, items[0][0].shape[1]), float(torch.log(torch.tensor(1e-5))))
+        for k, (m, _) in enumerate(items):
+            batch[k, : m.shape[0]] = m
+        yield batch, torch.tensor([m.shape[0] for m, _ in items]), [t for _, t in items]

@@ -1,0 +1,79 @@
+"""Synthesis with the small F5 and the trainer's progress probe.
+
+:func:`synthesize` is F5's in-context inference: the prompt's mel and text come first, the model fills in
+the target text's frames (duration from the prompt's frames per character), the embedded Vocos vocodes the
+new part. :func:`probe_phone_error_rate` reads a few held-out-word phrases that way, prompted by a training
+reading of another voice-matched phrase, and returns recognizer A's phone error rate against the phones
+espeak ``hi`` itself says for the target (the Hindi base should read them the Hindi way).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+
+import torch
+import torchaudio.functional as AF
+from torch import Tensor
+
+from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
+
+PROBE_TEXTS = 4
+
+
+@torch.no_grad()
+def synthesize(model, prompt_mel: Tensor, prompt_text: str, text: str, vocoder, *, steps: int = 16,
+               cfg_strength: float = 2.0, seed: int = 0) -> Tensor:
+    """``prompt_mel [n, 100]`` + texts -> 16 kHz wave ``[t]`` of ``text`` alone."""
+    n_prompt = prompt_mel.shape[0]
+    frames = n_prompt + max(8, math.ceil(n_prompt * len(text) / max(len(prompt_text), 1)))
+    device = next(model.parameters()).device
+    out, _ = model.sample(prompt_mel[None].to(device), [f"{prompt_text} {text}"], frames, steps=steps,
+                          cfg_strength=cfg_strength, sway_sampling_coef=-1.0, seed=seed)
+    new = out[:, n_prompt:].float()  # [1, n, 100]
+    return AF.resample(vocoder(new.cpu())[0], MEL_SAMPLE_RATE, SAMPLE_RATE)
+
+
+def _with_weights(model, weights: Mapping[str, Tensor] | None):
+    """A context that swaps ``weights`` (e.g. the EMA) into ``model`` and restores the training weights."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def swap():
+        if weights is None:
+            yield model
+            return
+        saved = {k: v.detach().clone() for k, v in model.state_dict().items() if k in weights}
+        model.load_state_dict(weights, strict=False)
+        try:
+            yield model
+        finally:
+            model.load_state_dict(saved, strict=False)
+
+    return swap()
+
+
+def probe_phone_error_rate(model, weights: Mapping[str, Tensor] | None, corpus, *, device, n: int = PROBE_TEXTS,
+                           seed: int = 0) -> float:
+    """Recognizer A's phone error rate on ``n`` syntheses of test-word phrases (see the module docstring)."""
+    from leakloss.acoustic.recognizer import Recognizer
+    from leakloss.scorer import corpus_phone_error_rate
+    from leakloss.speech.corpus import builtin_sentences, split_text_words
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+    from leakloss.vocoder import MelToWave
+    from train_f5.data import is_test_word
+
+    rng = random.Random(seed)
+    targets = [w for s in builtin_sentences() for w in split_text_words(s) if is_test_word(w)]
+    targets = sorted(set(targets))[:: max(1, len(set(targets)) // n)][:n]
+    recognizer, vocoder = Recognizer.load("a"), MelToWave.embedded()
+    waves, phones = [], []
+    with _with_weights(model, weights):
+        model.eval()
+        for k, word in enumerate(targets):
+            i = rng.randrange(len(corpus))
+            wave = synthesize(model, corpus.mel(i), corpus.texts[i], word, vocoder, seed=seed + k)
+            waves.append(wave)
+            phones.append(speak_text(word, HELDOUT_HINDI_VOICE).phones)
+    return corpus_phone_error_rate(recognizer, waves, phones)
