@@ -53,7 +53,9 @@ CLIP_PAD_S = 0.120  # context either side of a word clip, as in the seed's playe
 BOUNDARY_TOLERANCE_S = 0.05
 DECISIONS = ("flagged", "uncertain", "no_change", "unscored", "not_tested")
 SITE_KINDS = ("deletion", "quality")
-STATUSES = ("scored", "quarantined", "failed")  # failed: unreadable audio or text, with a reason
+# unscored: readable, but no tested site could be decided (e.g. every reference rejected), with a reason;
+# failed: unreadable audio or text, with a reason
+STATUSES = ("scored", "quarantined", "unscored", "failed")
 PLAYED = ("flagged", "uncertain")  # decisions that get a word player
 
 # Foreground / background per decision; text labels carry the meaning too.
@@ -353,6 +355,10 @@ def render_report(
         )
     elif result.get("reason"):
         head.append(f'<p class="banner"><strong>Note:</strong> {_e(result["reason"])}</p>')
+    warnings = result.get("warnings")
+    if isinstance(warnings, list) and warnings:  # the audio checks (clipping, resampling...), in words
+        items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+        head.append(f'<div class="banner warnings"><strong>Warnings:</strong><ul>{items}</ul></div>')
 
     chips = "".join(
         '<span style="color:{0};background:{1};border-color:{0}" title="{2}">{3}</span>'.format(
