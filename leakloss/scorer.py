@@ -42,6 +42,7 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: reading differs in a few vowels (still passes); another sentence fails.
 QUERY_MAX_PER = 0.45
 REFERENCE_MAX_PER = 0.30
+QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 
 def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str]) -> float:
@@ -128,8 +129,9 @@ def _unscored_reason(refs: Sequence, ref_notes: list[dict], sites: list[dict]) -
         return "no reference given: every tested site needs a trusted Nepali reference reading"
     if not any(n["used"] for n in ref_notes):
         return "every reference rejected: " + "; ".join(f"{n['reference']}: {n['reason']}" for n in ref_notes)
-    if all(s.get("reason") == "query site could not be measured" for s in sites):
-        return "no tested site could be measured in the query"
+    if all(s.get("reason", "").startswith(QUERY_SITE_UNMEASURED) for s in sites):
+        details = dict.fromkeys(s["reason"][len(QUERY_SITE_UNMEASURED) + 2:-1] for s in sites)  # unique, in order
+        return f"no tested site could be measured in the query ({'; '.join(details)})"
     return "no reference qualified at any tested site (see reference_checks)"
 
 
@@ -240,7 +242,9 @@ class Scorer:
         out = {"kind": site.kind, "nepali": site.nepali, "hindi": site.hindi, "score": None,
                "decision": "unscored", "references_used": 0}
         if not all(q_ev[k].ok and key in q_ev[k].sites for k in ("a", "b")):
-            out["reason"] = "query site could not be measured"
+            why = [f"recognizer {k}: {q_ev[k].reason if not q_ev[k].ok else q_ev[k].skipped.get(key, 'not measured')}"
+                   for k in ("a", "b") if not (q_ev[k].ok and key in q_ev[k].sites)]
+            out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(why)})"
             return out
         decisions, scores = [], []
         for r in ref_evs:
