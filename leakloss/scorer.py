@@ -85,7 +85,10 @@ def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_ma
                 from huggingface_hub import snapshot_download
 
                 local = Path(snapshot_download(str(asr), local_files_only=True))
-            pipe = pipeline("automatic-speech-recognition", model=str(local))
+            from leakloss.acoustic.recognizer import quiet_loading
+
+            with quiet_loading():
+                pipe = pipeline("automatic-speech-recognition", model=str(local))
         except (OSError, ValueError) as err:
             from leakloss.acoustic.recognizer import RecognizerNotFoundError
 

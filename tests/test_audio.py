@@ -433,3 +433,14 @@ def test_clean_audio_has_no_warnings():
     x = tone()
     x[:7] = 1.0  # 7 of 8000 samples: below the reporting threshold
     assert prepare_waveform(x, SAMPLE_RATE)[1].warnings == []
+
+
+def test_wav_even_one_byte_short_is_truncated(tmp_path):
+    import struct
+
+    data = _wav_bytes(tone(0.5))
+    pos = data.index(b"data")
+    declared = struct.unpack("<I", data[pos + 4: pos + 8])[0]
+    (tmp_path / "a.wav").write_bytes(data[:-1])  # soundfile would quietly drop the last, partial sample
+    with pytest.raises(AudioError, match=f"declares {declared} bytes.*holds only {declared - 1}"):
+        load_audio(tmp_path / "a.wav")

@@ -240,7 +240,7 @@ def _check_weights(folder: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
+def quiet_loading() -> Iterator[None]:
     """No "Loading weights" progress bar from transformers; the caller's setting is restored after."""
     from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
@@ -260,10 +260,10 @@ def _load_model(folder: Path) -> nn.Module:
     from transformers import Wav2Vec2ForCTC
 
     try:
-        with _quiet_loading():
+        with quiet_loading():
             # use_safetensors: transformers must never fall back to a pickle beside the safetensors
             return Wav2Vec2ForCTC.from_pretrained(folder, local_files_only=True, use_safetensors=True)
-    except Exception as err:  # noqa: BLE001 - transformers raises many types (OSError, ValueError, RuntimeError...)
+    except Exception as err:  # transformers raises many types (OSError, ValueError, RuntimeError...)
         raise RecognizerLoadError(f"{folder}: the recognizer could not be loaded ({type(err).__name__}: {err})") from err
 
 
