@@ -18,6 +18,7 @@ spread the work over GPUs and nodes.
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -178,8 +179,6 @@ def parse_devices(value: str | int | list[int]) -> int | str | list[int]:
 
 
 def _check_out_dir(out_dir: Path) -> None:
-    import os
-
     if out_dir.exists() and not out_dir.is_dir():
         raise BatchConfigError(f"--out {out_dir} is a file, not a folder: give a folder for the <id>.json results")
     existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)
