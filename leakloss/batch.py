@@ -29,12 +29,9 @@ from torch.utils.data import Dataset
 from leakloss.atomic import write_text_atomic
 
 try:  # the one result schema (leakloss.schema) where it exists; leakloss.report before it
-    from leakloss.schema import ResultError, load_result
+    from leakloss.schema import STATUSES, ResultError, load_result
 except ImportError:  # pragma: no cover - depends on the branch
-    from leakloss.report import ResultError, load_result
-
-#: The statuses a reading can end in, counted in the summary in this order.
-SUMMARY_STATUSES = ("scored", "quarantined", "unscored", "failed")
+    from leakloss.report import STATUSES, ResultError, load_result
 #: Longest id in UTF-8 bytes: ``.<id>.json.<random>.tmp`` (the atomic write) must stay under the
 #: usual 255-byte file-name limit.
 MAX_ID_BYTES = 200
@@ -297,7 +294,7 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d)]
     summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "processed": len(todo),
-               **{s: 0 for s in SUMMARY_STATUSES}, "failures": []}
+               **{s: 0 for s in STATUSES}, "failures": []}
     if not todo:
         return summary
     from lightning.pytorch.strategies import SingleDeviceStrategy
