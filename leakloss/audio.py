@@ -12,6 +12,11 @@ Every clip that enters leakloss goes through :func:`prepare_waveform` (directly,
 * clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
   reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
 * missing, unreadable, corrupt or non-audio file -> :class:`AudioError` (cause chained)
+* truncated file (a WAV whose header declares more data than the file holds, or any file that
+  decodes to fewer frames than it declares) -> :class:`AudioError` ``"... is truncated"``
+
+What was found and done (clipping, resampling, downmixing) is kept in :class:`AudioInfo`;
+``info.warnings`` says it in words and ``info.as_dict()`` is the ``audio`` block of a scorer result.
 
 Files are read with ``soundfile`` (WAV int16/int24/int32/float, FLAC), never ``torchaudio.load``.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,11 +76,38 @@ class AudioInfo:
     clipped_fraction: float
     resampled: bool
     downmixed: bool
+    sample_rate: int = SAMPLE_RATE  # the rate the clip was brought to
 
     @property
     def is_clipped(self) -> bool:
         """True when clipping is large enough to report (>= 0.1 % of samples)."""
         return self.clipped_fraction >= CLIP_REPORT_FRACTION
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a listener of the scores should know about this clip, in words (empty when clean)."""
+        out = []
+        if self.is_clipped:
+            out.append(f"{100 * self.clipped_fraction:.1f}% of samples clipped (|x| >= {CLIP_LEVEL}): "
+                       "distortion can change how vowels score")
+        if self.resampled:
+            out.append(f"resampled from {self.original_rate} Hz to {self.sample_rate} Hz")
+        if self.downmixed:
+            out.append(f"downmixed {self.channels} channels to mono (mean)")
+        return out
+
+    def as_dict(self) -> dict:
+        """The ``audio`` block of a scorer result: plain JSON types only."""
+        return {
+            "original_rate": self.original_rate,
+            "sample_rate": self.sample_rate,
+            "channels": self.channels,
+            "duration_s": round(self.duration_s, 4),
+            "resampled": self.resampled,
+            "downmixed": self.downmixed,
+            "clipped_fraction": round(self.clipped_fraction, 4),
+            "warnings": self.warnings,
+        }
 
 
 def _name(path: str | Path | None) -> str:
@@ -187,6 +220,7 @@ def prepare_waveform(
         clipped_fraction=clipped_fraction,
         resampled=resampled,
         downmixed=channels > 1,
+        sample_rate=sample_rate,
     )
     return mono.contiguous(), info
 
@@ -199,7 +233,7 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         :func:`prepare_waveform` for the checks applied.
 
     Raises:
-        AudioError: missing file, folder, empty or unreadable file, or any check of
+        AudioError: missing file, folder, empty, unreadable or truncated file, or any check of
             :func:`prepare_waveform`; a soundfile error is chained as ``__cause__``.
     """
     name = _name(path)
@@ -214,15 +248,53 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         raise AudioError(f"{name} cannot be accessed: {exc.strerror or exc}") from exc
     if size == 0:
         raise AudioError(f"{name} is empty (0 bytes)")
+    # libsndfile quietly reads a WAV cut short as a shorter clip: half a sentence would be scored.
+    problem = _wav_truncation(p, size)
+    if problem:
+        raise AudioError(f"{name} is truncated: {problem} (the file was cut short, e.g. by an interrupted copy)")
     try:
-        data, rate = sf.read(str(p), dtype="float32", always_2d=True)
+        with sf.SoundFile(str(p)) as fh:
+            declared, rate = fh.frames, fh.samplerate
+            data = fh.read(dtype="float32", always_2d=True)
     except (sf.SoundFileError, RuntimeError, OSError, ValueError) as exc:
         reason = getattr(exc, "error_string", None) or str(exc)
         raise AudioError(
             f"{name} could not be read as WAV or FLAC audio (file damaged or not audio: {reason})"
         ) from exc
+    if data.shape[0] < declared:
+        raise AudioError(f"{name} is truncated: only {data.shape[0]} of {declared} frames could be decoded")
     # soundfile gives [frames, channels]; we work channels first.
     return prepare_waveform(data.T, rate, sample_rate, path=path)
+
+
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streamed WAVs (pipes) and RF64 leave the size to be found from the file
+
+
+def _wav_truncation(path: Path, size: int) -> str | None:
+    """For a RIFF/RIFX WAVE file: why it is truncated (its ``data`` chunk declares more bytes than the
+    file holds), or None. Other formats, streamed WAVs with an unknown size and files without a data
+    chunk (soundfile reports those) give None.
+
+    ``size``: the file's size in bytes.
+    """
+    with path.open("rb") as fh:
+        head = fh.read(12)
+        if len(head) < 12 or head[:4] not in (b"RIFF", b"RIFX") or head[8:12] != b"WAVE":
+            return None
+        endian = "<" if head[:4] == b"RIFF" else ">"
+        pos = 12
+        while pos + 8 <= size:
+            fh.seek(pos)
+            chunk_id, chunk_size = struct.unpack(endian + "4sI", fh.read(8))
+            if chunk_id == b"data":
+                if chunk_size in _UNKNOWN_SIZES:
+                    return None
+                held = size - (pos + 8)
+                if chunk_size > held:
+                    return f"its header declares {chunk_size} bytes of audio data but the file holds only {held}"
+                return None
+            pos += 8 + chunk_size + (chunk_size & 1)  # chunks are padded to an even size
+    return None
 
 
 def _to_pcm16(wave: Tensor, what: str) -> np.ndarray:

@@ -1,52 +1,229 @@
 """Many readings at once: ``score-batch`` as a Lightning predict loop.
 
 Each manifest line is ``{"id": str, "query": path, "text": str, "refs": [path, ...]}`` (paths relative
-to the manifest's folder). Results go to ``OUT/<id>.json`` in the ``score`` format, written
-atomically; a rerun skips ids already written, so an interrupted run resumes. Recognizers and heads
-are loaded once per process; ``devices``/``strategy`` spread the work over GPUs and nodes.
+to the manifest's folder; optional ``system`` and ``sentence_id`` strings are copied to the result).
+Results go to ``OUT/<id>.json`` in the ``score`` format, written atomically (:mod:`leakloss.atomic`).
+
+Before any work, the whole manifest is checked (every bad line is reported, with its number) and so
+are the output folder, the accelerator/devices/strategy and the recognizers and heads. After that,
+every item ends in a result: a problem with one item (a missing or truncated file, even an
+unexpected error) is a ``failed`` result with its reason, never a crash of the run.
+
+Resuming: an item counts as done only if its result file parses, follows the result format, belongs
+to the same id, query and text, and is not ``failed``; everything else (missing, empty, truncated,
+failed) is scored again. Recognizers and heads are loaded once per process; ``devices``/``strategy``
+spread the work over GPUs and nodes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import lightning as L
 from torch.utils.data import Dataset
 
+from leakloss.atomic import write_text_atomic
+from leakloss.schema import STATUSES, ResultError, load_result
 
-class BatchManifestError(ValueError):
-    pass
+#: Longest id in UTF-8 bytes: ``.<id>.json.<random>.tmp`` (the atomic write) must stay under the
+#: usual 255-byte file-name limit.
+MAX_ID_BYTES = 200
+_MAX_LISTED = 20  # manifest problems listed in one error message
+
+
+class BatchError(ValueError):
+    """A score-batch run that cannot start; the message says what to fix."""
+
+
+class BatchManifestError(BatchError):
+    """A manifest that cannot be read or has bad lines (all of them listed, with line numbers)."""
+
+
+class BatchConfigError(BatchError):
+    """A bad output folder, accelerator, devices or strategy."""
+
+
+# --- the manifest ------------------------------------------------------------------------------
+
+def _unicode_problem(value: str) -> str | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
+def _path_problem(value: object, what: str) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return f"{what} must be a non-empty path string, got {value!r}"
+    if "\x00" in value:
+        return f"{what} contains a NUL character"
+    bad = _unicode_problem(value)
+    return f"{what} {bad}" if bad else None
+
+
+def _id_problem(value: str) -> str | None:
+    bad = _unicode_problem(value)
+    if bad:
+        return f"id {value!r} {bad}"
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        return f"id {value!r} contains a control character; ids become file names"
+    if not value.strip() or "/" in value or "\\" in value or value.startswith("."):
+        return f"id {value!r} must be a plain file name (no '/', '\\', not starting with '.')"
+    n = len(value.encode("utf-8"))
+    if n > MAX_ID_BYTES:
+        return f"id is too long ({n} bytes in UTF-8, at most {MAX_ID_BYTES}): ids become file names"
+    return None
+
+
+def _line_problems(d: object) -> list[str]:
+    if not isinstance(d, dict):
+        return [f"must be a JSON object {{\"id\", \"query\", \"text\", \"refs\"}}, got a {type(d).__name__}"]
+    problems = []
+    for key, typ, name in (("id", str, "a string"), ("query", str, "a string"), ("text", str, "a string"),
+                           ("refs", list, "a list of paths")):
+        if key not in d:
+            problems.append(f"missing field {key!r}")
+        elif not isinstance(d[key], typ):
+            problems.append(f"field {key!r} must be {name}, got {d[key]!r:.60}")
+    for key in ("system", "sentence_id"):
+        if key in d and not isinstance(d[key], str):
+            problems.append(f"field {key!r} must be a string when given, got {d[key]!r:.60}")
+    if problems:
+        return problems
+    problems += [p for p in (_id_problem(d["id"]), _path_problem(d["query"], "query")) if p]
+    if not d["text"].strip():
+        problems.append("field 'text' is empty")
+    problems += [p for i, r in enumerate(d["refs"]) if (p := _path_problem(r, f"refs[{i}]"))]
+    return problems
 
 
 def read_batch_manifest(path: str | Path) -> list[dict]:
+    """Read and check a whole JSONL manifest; paths come back resolved against its folder.
+
+    Raises:
+        BatchManifestError: unreadable file, no items, or bad lines: every bad line is listed with its
+            number (not JSON, not an object, a missing or mistyped field, an id that is not a safe
+            file name, a duplicate id, a path with a NUL...).
+    """
     path = Path(path)
-    items, seen = [], set()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise BatchManifestError(f"cannot read {path}: {err}") from err
+        raise BatchManifestError(f"cannot read manifest {path}: {err}") from err
+    items, problems, first_line = [], [], {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
         except json.JSONDecodeError as err:
-            raise BatchManifestError(f"{path}:{n}: not valid JSON ({err.msg})") from err
-        for key, typ in (("id", str), ("query", str), ("text", str), ("refs", list)):
-            if not isinstance(d.get(key), typ):
-                raise BatchManifestError(f"{path}:{n}: field {key!r} must be a {typ.__name__}")
-        if not d["id"] or "/" in d["id"] or d["id"].startswith("."):
-            raise BatchManifestError(f"{path}:{n}: id {d['id']!r} must be a plain file name")
-        if d["id"] in seen:
-            raise BatchManifestError(f"{path}:{n}: duplicate id {d['id']!r}")
-        seen.add(d["id"])
+            problems.append((n, f"not valid JSON ({err.msg} at column {err.colno})"))
+            continue
+        bad = _line_problems(d)
+        if not bad and d["id"] in first_line:
+            bad = [f"duplicate id {d['id']!r} (first on line {first_line[d['id']]})"]
+        if bad:
+            problems += [(n, p) for p in bad]
+            continue
+        first_line[d["id"]] = n
         base = path.parent
-        d["query"] = str(base / d["query"])
-        d["refs"] = [str(base / r) for r in d["refs"]]
-        items.append(d)
+        items.append(d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d["refs"]]})
+    if problems:
+        lines_out = [f"  line {n}: {p}" for n, p in problems[:_MAX_LISTED]]
+        if len(problems) > _MAX_LISTED:
+            lines_out.append(f"  ... and {len(problems) - _MAX_LISTED} more")
+        raise BatchManifestError(f"manifest {path}: {len(problems)} problem{'s' if len(problems) > 1 else ''} "
+                                 "(nothing was scored):\n" + "\n".join(lines_out))
+    if not items:
+        raise BatchManifestError(f"manifest {path} has no items (one JSON object per line)")
     return items
+
+
+# --- the run configuration ------------------------------------------------------------------------
+
+def parse_devices(value: str | int | list[int]) -> int | str | list[int]:
+    """``--devices``: a positive count, ``-1`` (all), ``auto``, or a comma-separated list of indices.
+
+    Raises:
+        BatchConfigError: anything else.
+    """
+    if isinstance(value, (int, list)) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text == "auto":
+        return "auto"
+    try:
+        if "," in text:
+            ids = [int(x) for x in text.split(",")]
+            if all(i >= 0 for i in ids):
+                return ids
+        else:
+            n = int(text)
+            if n > 0 or n == -1:
+                return n
+    except ValueError:
+        pass
+    raise BatchConfigError(f"--devices must be a positive number, -1 (all), 'auto' or a comma-separated list of "
+                           f"device indices such as 0,1; got {value!r}")
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BatchConfigError(f"--out {out_dir} is a file, not a folder: give a folder for the <id>.json results")
+    existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise BatchConfigError(f"--out {out_dir}: {existing} is a file, not a folder")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise BatchConfigError(f"--out {out_dir}: folder {existing} is not writable")
+
+
+def _make_trainer(accelerator: str, devices, strategy: str, progress: bool) -> L.Trainer:
+    return L.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, logger=False,
+                     enable_progress_bar=progress, enable_checkpointing=False, enable_model_summary=False)
+
+
+def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> L.Trainer:
+    """The Lightning trainer for the run; a configuration it refuses is a :class:`BatchConfigError`
+    naming the option at fault (tried alone: the accelerator, then with the devices, then the strategy)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    refused = (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError)
+    try:
+        return _make_trainer(accelerator, devices, strategy, progress)
+    except refused as err:
+        error = err
+    for what, args in ((f"accelerator {accelerator!r} is not usable on this machine", (accelerator, "auto", "auto")),
+                       (f"devices {devices!r} are not usable with accelerator {accelerator!r}",
+                        (accelerator, devices, "auto"))):
+        try:
+            _make_trainer(*args, progress=False)
+        except refused as err:
+            raise BatchConfigError(f"{what}: {err}") from err
+    raise BatchConfigError(f"strategy {strategy!r} is not usable with accelerator {accelerator!r} and devices "
+                           f"{devices!r}: {error}") from error
+
+
+# --- results -------------------------------------------------------------------------------------
+
+def result_is_done(path: str | Path, item: dict) -> bool:
+    """True if ``path`` holds a finished result for ``item``: it parses, follows the result format,
+    has the item's id, query and text, and its status is not ``failed`` (failures are retried)."""
+    try:
+        result = load_result(path)
+    except ResultError:
+        return False
+    return (result.get("status") != "failed" and result.get("id") == item["id"]
+            and result.get("query") == item["query"] and result.get("text") == item["text"])
+
+
+def _failed_result(item: dict, reason: str) -> dict:
+    return {"query": item["query"], "text": item["text"], "status": "failed", "reason": reason, "words": [],
+            "references": [], "reference_checks": []}
 
 
 class _Items(Dataset):
@@ -61,46 +238,84 @@ class _Items(Dataset):
 
 
 class ScoringModule(L.LightningModule):
-    """Wraps a :class:`leakloss.scorer.Scorer`; ``predict_step`` scores one reading and writes it."""
+    """Wraps a :class:`leakloss.scorer.Scorer`; ``predict_step`` scores one reading and writes it.
 
-    def __init__(self, scorer_kwargs: dict, out_dir: str | Path) -> None:
+    ``scorer``: an already loaded scorer to use on the CPU (score_batch loads one to check the models
+    before the run); other devices load their own in :meth:`setup`.
+    """
+
+    def __init__(self, scorer_kwargs: dict, out_dir: str | Path, scorer=None) -> None:
         super().__init__()
-        self.scorer_kwargs, self.out_dir, self.scorer = scorer_kwargs, Path(out_dir), None
+        self.scorer_kwargs, self.out_dir, self.scorer = scorer_kwargs, Path(out_dir), scorer
 
     def setup(self, stage: str) -> None:
         from leakloss.scorer import Scorer
 
-        self.scorer = Scorer(**self.scorer_kwargs, device=str(self.device))
+        if self.scorer is None or self.device.type != "cpu":
+            self.scorer = Scorer(**self.scorer_kwargs, device=str(self.device))
 
-    def predict_step(self, batch: list[dict], batch_idx: int) -> list[str]:
+    def predict_step(self, batch: list[dict], batch_idx: int) -> list[tuple[str, str]]:
         done = []
         for item in batch:
-            result = self.scorer.score(item["query"], item["text"], item["refs"])
+            try:
+                result = self.scorer.score(item["query"], item["text"], item["refs"])
+            except Exception as err:  # noqa: BLE001 - one bad item must not end the run; it is recorded
+                result = _failed_result(item, f"unexpected error while scoring: {type(err).__name__}: {err}")
             result["id"] = item["id"]
             for key in ("system", "sentence_id"):
                 if key in item:
                     result[key] = item[key]
-            tmp = self.out_dir / f".{item['id']}.json.tmp"
-            tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
-            os.replace(tmp, self.out_dir / f"{item['id']}.json")
-            done.append(item["id"])
+            write_text_atomic(self.out_dir / f"{item['id']}.json", json.dumps(result, ensure_ascii=False, indent=1))
+            done.append((item["id"], result["status"]))
         return done
 
 
 def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str = "cpu", devices: int | str = 1,
                 strategy: str = "auto", progress: bool = True, **scorer_kwargs) -> dict:
+    """Score every item of ``manifest`` not already done into ``out_dir/<id>.json``.
+
+    Returns:
+        ``{"total", "skipped_existing", "processed", "scored", "quarantined", "unscored", "failed",
+        "failures": [{"id", "reason"}]}``: the status counts are over the items processed in this run.
+
+    Raises:
+        BatchManifestError: a bad manifest (nothing is written).
+        BatchConfigError: a bad output folder, accelerator, devices or strategy (nothing is written).
+        leakloss.acoustic.recognizer.RecognizerLoadError, leakloss.heads.HeadLoadError: unusable models.
+        OSError: a result cannot be written (disk full...); results already written are kept.
+    """
     items = read_batch_manifest(manifest)
     out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    trainer = _build_trainer(accelerator, parse_devices(devices), strategy, progress)
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [d for d in items if not (out_dir / f"{d['id']}.json").exists()]
-    summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "scored": 0}
+    todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d)]
+    summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "processed": len(todo),
+               **{s: 0 for s in STATUSES}, "failures": []}
     if not todo:
         return summary
+    from lightning.pytorch.strategies import SingleDeviceStrategy
     from torch.utils.data import DataLoader
 
+    from leakloss.scorer import Scorer
+
+    # load (and so check) the models once here, before any result is written; a single CPU process
+    # scores with this scorer, any other setup loads its own per process (nothing big is pickled)
+    scorer = Scorer(**scorer_kwargs, device="cpu")
+    single_cpu = isinstance(trainer.strategy, SingleDeviceStrategy) and trainer.strategy.root_device.type == "cpu"
+    module = ScoringModule(scorer_kwargs, out_dir, scorer=scorer if single_cpu else None)
     loader = DataLoader(_Items(todo), batch_size=1, collate_fn=list)
-    trainer = L.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, logger=False,
-                        enable_progress_bar=progress, enable_checkpointing=False)
-    outputs = trainer.predict(ScoringModule(scorer_kwargs, out_dir), loader)
-    summary["scored"] = sum(len(o) for o in outputs or [])
+    trainer.predict(module, loader, return_predictions=False)
+    # counted from the files, so items scored by other processes (devices, nodes) count too
+    counts: Counter[str] = Counter()
+    for d in todo:
+        path = out_dir / f"{d['id']}.json"
+        try:
+            result = load_result(path)
+        except ResultError as err:
+            result = {"status": "failed", "reason": f"no valid result was written: {err}"}
+        counts[result["status"]] += 1
+        if result["status"] == "failed":
+            summary["failures"].append({"id": d["id"], "reason": result.get("reason") or "no reason given"})
+    summary.update({s: counts[s] for s in counts})
     return summary

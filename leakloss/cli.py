@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find where Nepali TTS still sounds Hindi.")
@@ -19,7 +21,8 @@ EXAMPLE_SENTENCE = "आज नेकपा र अरू दलका प्र�
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}")
+    # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -129,14 +132,16 @@ def recognize(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Greedy phone string from a CTC phone recognizer."""
-    from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
     from leakloss.audio import AudioError, load_audio
 
     try:
-        wave, _ = load_audio(wav)
+        wave, info = load_audio(wav)
         model = Recognizer.load(recognizer)
-    except (AudioError, RecognizerNotFoundError) as err:
+    except (AudioError, RecognizerLoadError) as err:
         fail(str(err))
+    for w in info.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     log_probs, frames = model(wave[None])
     phones = model.greedy(wave[None])[0]
     if as_json:
@@ -159,58 +164,131 @@ def score(
                                       "with the seed's CER/WER thresholds, instead of the phone error rate"),
 ) -> None:
     """Score one reading word by word against trusted Nepali references."""
+    # everything that can be checked is checked before the models load and the scoring starts
+    outputs = _check_outputs(json_out, html_out)
+    _check_query(query)
+    _check_text(text)
     if not ref:
         err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
     scorer = _scorer(heads, recognizer_a, recognizer_b)
     if asr is not None:
-        from leakloss.acoustic.recognizer import RecognizerNotFoundError
+        from leakloss.acoustic.recognizer import RecognizerLoadError
         from leakloss.scorer import asr_word_check
 
         try:
             scorer.word_check = asr_word_check(asr)
-        except RecognizerNotFoundError as err:
+        except RecognizerLoadError as err:
             fail(str(err))
     result = scorer.score(query, text, [str(r) for r in ref])
-    _emit_result(result, json_out, html_out)
+    _emit_result(result, outputs)
     if result["status"] == "failed":
         raise typer.Exit(2)
 
 
+def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """A file ``path`` can be written: its folder exists and is writable, it is not a folder itself."""
+    if path.is_dir():
+        fail(f"{option} {path} is a folder: give a file name")
+    if suffixes and path.suffix.lower() not in suffixes:
+        fail(f"{option} {path} must end in {' or '.join(suffixes)}")
+    folder = path.parent
+    if not folder.exists():
+        # a file in the way counts as "not a folder", like a missing folder
+        blocker = next((p for p in folder.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            fail(f"cannot write {option} {path}: {blocker} is not a folder")
+        fail(f"cannot write {option} {path}: folder {folder} does not exist")
+    if not folder.is_dir():
+        fail(f"cannot write {option} {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"cannot write {option} {path}: {'the file' if path.exists() else f'folder {folder}'} is not writable")
+    return path
+
+
+def _check_outputs(json_out: str | None, html_out: Path | None) -> tuple[Path | str | None, Path | None]:
+    json_path = None if json_out in (None, "-") else _check_output_path(Path(json_out), "--json")
+    html_path = None if html_out is None else _check_output_path(html_out, "--html", (".html", ".htm"))
+    if json_path is not None and html_path is not None and json_path.resolve() == html_path.resolve():
+        fail(f"--json and --html are the same file ({json_path}): give two names")
+    return (json_out if json_out == "-" else json_path), html_path
+
+
+def _check_query(query: Path) -> None:
+    from leakloss.audio import AudioError, load_audio
+
+    try:
+        load_audio(query)
+    except AudioError as err:
+        fail(str(err))
+
+
+def _check_text(text: str) -> None:
+    from leakloss.text.normalize import TextError
+    from leakloss.text.sites import SiteFinder
+
+    if not text.strip():
+        fail("--text is empty")
+    try:
+        words = SiteFinder()(text)
+    except (TextError, ValueError) as err:
+        fail(f"--text: {err}")
+    if not any(w.skipped is None for w in words):
+        fail("--text has no Devanagari word to score")
+
+
 def _scorer(heads, recognizer_a, recognizer_b):
-    from leakloss.acoustic.recognizer import RecognizerNotFoundError
+    from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.heads import HeadLoadError
     from leakloss.scorer import Scorer
 
     try:
         return Scorer(recognizer_a, recognizer_b, heads_dir=heads)
-    except (RecognizerNotFoundError, HeadLoadError) as err:
+    except (RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
 
 
-def _emit_result(result: dict, json_out: str | None, html_out: Path | None) -> None:
+def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -> None:
+    """Write the checked outputs: everything is rendered first, so a problem leaves no half set of files."""
     from leakloss.atomic import write_text_atomic
 
+    json_out, html_out = outputs
     text = json.dumps(result, ensure_ascii=False, indent=1)
-    if json_out == "-":
-        sys.stdout.write(text + "\n")
-    elif json_out:
-        write_text_atomic(json_out, text)
+    page = None
     if html_out is not None:
         from leakloss.audio import AudioError, load_audio
-        from leakloss.report import render_report, write_report
+        from leakloss.report import render_report
 
         try:
             wave = load_audio(result["query"])[0]
         except AudioError:
             wave = None
-        write_report(html_out, render_report(result, wave))
+        try:
+            page = render_report(result, wave)
+        except ValueError as err:
+            fail(f"cannot render the --html report: {err}")
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+        for w in result.get("warnings", []):
+            err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    written = []
+    try:
+        if isinstance(json_out, Path):
+            written.append(write_text_atomic(json_out, text))
+        if page is not None:
+            written.append(write_text_atomic(html_out, page))
+    except OSError as err:
+        for path in written:  # all the outputs or none
+            path.unlink(missing_ok=True)
+        fail(f"cannot write the outputs: {err.strerror or err}")
     if json_out != "-":
         _print_result(result)
 
 
 def _print_result(result: dict) -> None:
     colors = {"flagged": "bold red", "uncertain": "yellow", "no_change": "green", "unscored": "dim", "not_tested": "dim"}
-    console.print(f"[bold]{result['status']}[/] {result.get('reason') or ''}")
+    console.print(f"[bold]{result['status']}[/] {escape(result.get('reason') or '')}", soft_wrap=True)
+    for w in result.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     table = Table("#", "word", "decision", "sites (score, refs)")
     for w in result["words"]:
         sites = ", ".join(f"{s['kind']} {s['nepali']}->{s['hindi'] or '∅'} "
@@ -228,15 +306,29 @@ def score_batch_cmd(
     heads: Optional[Path] = typer.Option(None, "--heads"),
     recognizer_a: str = typer.Option("a"), recognizer_b: str = typer.Option("b"),
 ) -> None:
-    """Score many readings (Lightning predict loop; resumable: finished ids are skipped)."""
-    from leakloss.batch import BatchManifestError, score_batch
+    """Score many readings (Lightning predict loop; resumable: finished ids are skipped, failed ones retried).
+
+    Exit code 0 when every item was scored, quarantined or unscored; 1 when any item failed (each
+    failure is listed, and is retried by the next run); 2 for a bad manifest, folder, option or model.
+    """
+    from leakloss.acoustic.recognizer import RecognizerLoadError
+    from leakloss.batch import BatchError, score_batch
+    from leakloss.heads import HeadLoadError
 
     try:
-        summary = score_batch(manifest, out, accelerator=accelerator, devices=int(devices) if devices.isdigit() else devices,
-                              strategy=strategy, recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads)
-    except BatchManifestError as err:
+        summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
+                              recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads)
+    except (BatchError, RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
+    except OSError as err:
+        fail(f"cannot write results to {out}: {err.strerror or err}")
+    failures = summary.pop("failures")
     console.print(summary)
+    for f in failures:
+        err_console.print(f"[red]failed[/] {escape(f['id'])}: {escape(f['reason'])}", soft_wrap=True)
+    if failures:
+        err_console.print(f"{len(failures)} item(s) failed; rerun the same command to retry them")
+        raise typer.Exit(1)
 
 
 @app.command()

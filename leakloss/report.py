@@ -229,6 +229,10 @@ def render_report(
         )
     elif result.get("reason"):
         head.append(f'<p class="banner"><strong>Note:</strong> {_e(result["reason"])}</p>')
+    warnings = result.get("warnings")
+    if isinstance(warnings, list) and warnings:  # the audio checks (clipping, resampling...), in words
+        items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+        head.append(f'<div class="banner warnings"><strong>Warnings:</strong><ul>{items}</ul></div>')
 
     chips = "".join(
         '<span style="color:{0};background:{1};border-color:{0}" title="{2}">{3}</span>'.format(

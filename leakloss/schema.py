@@ -57,10 +57,24 @@ class WordResult(TypedDict):
     key: NotRequired[bool]  # a key word of the sentence (compare counts these)
 
 
+class AudioCheck(TypedDict):
+    """What reading the audio found (:meth:`leakloss.audio.AudioInfo.as_dict`)."""
+
+    original_rate: int
+    sample_rate: int
+    channels: int
+    duration_s: float
+    resampled: bool
+    downmixed: bool
+    clipped_fraction: float
+    warnings: list[str]  # e.g. clipping, resampling, downmixing, in words
+
+
 class ReferenceCheck(TypedDict):
     reference: str
     used: bool
     reason: str | None
+    audio: NotRequired[AudioCheck]
 
 
 class ReadingResult(TypedDict):
@@ -73,7 +87,8 @@ class ReadingResult(TypedDict):
     reason: NotRequired[str]
     system: NotRequired[str]
     sentence_id: NotRequired[str]
-    audio: NotRequired[dict]  # the audio checks of the query (leakloss.audio.AudioInfo.as_dict)
+    audio: NotRequired[AudioCheck]  # the query's audio checks
+    warnings: NotRequired[list[str]]  # every audio warning of the query and the references, prefixed by whose
 
 
 class ResultError(ValueError):
@@ -143,6 +158,22 @@ def _check_word(word: object, where: str) -> None:
         _check_site(site, f"{where}.sites[{j}]")
 
 
+def _check_audio(audio: object, where: str) -> None:
+    if not isinstance(audio, Mapping):
+        raise ResultError(f"{where} must be an object, got {type(audio).__name__}")
+    for key in ("original_rate", "sample_rate", "channels"):
+        if not _is_count(audio.get(key)):
+            raise ResultError(f"{where}.{key} must be a non-negative integer, got {audio.get(key)!r}")
+    for key in ("duration_s", "clipped_fraction"):
+        if not (_is_number(audio.get(key)) and audio[key] >= 0):
+            raise ResultError(f"{where}.{key} must be a non-negative number, got {audio.get(key)!r}")
+    for key in ("resampled", "downmixed"):
+        if not isinstance(audio.get(key), bool):
+            raise ResultError(f"{where}.{key} must be true or false, got {audio.get(key)!r}")
+    if not (isinstance(audio.get("warnings"), list) and all(isinstance(w, str) for w in audio["warnings"])):
+        raise ResultError(f"{where}.warnings must be a list of strings, got {audio.get('warnings')!r}")
+
+
 def validate_result(result: object, where: str = "result") -> ReadingResult:
     """Check one scorer result against the result format and return it (a shallow copy).
 
@@ -178,8 +209,11 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     if not (isinstance(checks, list) and all(isinstance(c, Mapping) and isinstance(c.get("reference"), str)
                                              and isinstance(c.get("used"), bool) for c in checks)):
         raise ResultError(f"{where}: 'reference_checks' must be a list of {{reference, used, reason}} objects")
-    if "audio" in result and not isinstance(result["audio"], Mapping):
-        raise ResultError(f"{where}: 'audio' must be an object, got {type(result['audio']).__name__}")
+    if "audio" in result:
+        _check_audio(result["audio"], f"{where}: audio")
+    warnings = result.get("warnings", [])
+    if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
+        raise ResultError(f"{where}: 'warnings' must be a list of strings, got {warnings!r}")
     return dict(result)  # type: ignore[return-value]
 
 

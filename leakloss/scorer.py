@@ -12,7 +12,13 @@ Follows the seed ("What counts as a trusted Nepali reference?", "What decides a 
    qualified reference and decided by the gated rule (:mod:`leakloss.decision`).
 
 Every failure is a result, never a traceback: unreadable audio -> ``status: "failed"`` with a
-reason; no testable site -> words ``not_tested``; no qualified reference -> sites ``unscored``.
+reason; no testable site -> words ``not_tested``; no qualified reference -> sites ``unscored``, and
+when no tested site could be scored at all (no reference given, every reference rejected...) the
+reading is ``status: "unscored"`` with the reason.
+
+What the audio checks found is part of the result: ``audio`` (the query's
+:meth:`leakloss.audio.AudioInfo.as_dict`: rates, channels, clipping, warnings), the same per
+reference in ``reference_checks``, and ``warnings``: every audio warning of the reading in words.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.features import EvidenceExtractor, UtteranceEvidence, site_feature_vector
-from leakloss.audio import AudioError, load_audio, prepare_waveform
+from leakloss.audio import AudioError, AudioInfo, load_audio, prepare_waveform
 from leakloss.constants import SAMPLE_RATE
 from leakloss.decision import combine_references, gates_pass, reference_qualifies, site_decision, word_decision
 from leakloss.heads import load_head
@@ -38,6 +44,7 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: reading differs in a few vowels (still passes); another sentence fails.
 QUERY_MAX_PER = 0.45
 REFERENCE_MAX_PER = 0.30
+QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 
 def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str]) -> float:
@@ -77,7 +84,10 @@ def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_ma
                 from huggingface_hub import snapshot_download
 
                 local = Path(snapshot_download(str(asr), local_files_only=True))
-            pipe = pipeline("automatic-speech-recognition", model=str(local))
+            from leakloss.acoustic.recognizer import quiet_loading
+
+            with quiet_loading():
+                pipe = pipeline("automatic-speech-recognition", model=str(local))
         except (OSError, ValueError) as err:
             from leakloss.acoustic.recognizer import RecognizerNotFoundError
 
@@ -102,18 +112,29 @@ class Reading:
     name: str
     wave: Tensor | None
     error: str | None = None
+    info: AudioInfo | None = None
 
 
 def _read(item: str | Path | Tensor, name: str | None = None) -> Reading:
-    if isinstance(item, Tensor):
-        try:
-            return Reading(name or "<tensor>", prepare_waveform(item, SAMPLE_RATE)[0])
-        except AudioError as err:
-            return Reading(name or "<tensor>", None, str(err))
+    tensor = isinstance(item, Tensor)
+    label = (name or "<tensor>") if tensor else str(item)
     try:
-        return Reading(str(item), load_audio(item)[0])
+        wave, info = prepare_waveform(item, SAMPLE_RATE) if tensor else load_audio(item)
     except AudioError as err:
-        return Reading(str(item), None, str(err))
+        return Reading(label, None, str(err))
+    return Reading(label, wave, info=info)
+
+
+def _unscored_reason(refs: Sequence, ref_notes: list[dict], sites: list[dict]) -> str:
+    """Why no tested site of a readable query got a decision."""
+    if not refs:
+        return "no reference given: every tested site needs a trusted Nepali reference reading"
+    if not any(n["used"] for n in ref_notes):
+        return "every reference rejected: " + "; ".join(f"{n['reference']}: {n['reason']}" for n in ref_notes)
+    if all(s.get("reason", "").startswith(QUERY_SITE_UNMEASURED) for s in sites):
+        details = dict.fromkeys(s["reason"][len(QUERY_SITE_UNMEASURED) + 2:-1] for s in sites)  # unique, in order
+        return f"no tested site could be measured in the query ({'; '.join(details)})"
+    return "no reference qualified at any tested site (see reference_checks)"
 
 
 class Scorer:
@@ -162,6 +183,9 @@ class Scorer:
         q = _read(query, query_name)
         result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": [],
                   "reference_checks": []}
+        if q.info is not None:
+            result["audio"] = q.info.as_dict()
+            result["warnings"] = [f"query: {w}" for w in q.info.warnings]
         try:
             all_words = self.finder(text)
         except TextError as err:
@@ -182,12 +206,14 @@ class Scorer:
             if r.wave is None:
                 ref_notes.append({"reference": r.name, "used": False, "reason": r.error})
                 continue
+            audio = {"audio": r.info.as_dict()}
+            result["warnings"] += [f"reference {r.name}: {w}" for w in r.info.warnings]
             ok, detail = self.check_words(r.wave, text, expected, REFERENCE_MAX_PER)
             if not ok:
-                ref_notes.append({"reference": r.name, "used": False, "reason": f"word check: {detail}"})
+                ref_notes.append({"reference": r.name, "used": False, "reason": f"word check: {detail}"} | audio)
                 continue
             ref_evs.append(self._evidence(r.wave, words))
-            ref_notes.append({"reference": r.name, "used": True, "reason": None})
+            ref_notes.append({"reference": r.name, "used": True, "reason": None} | audio)
         result["references"] = [n["reference"] for n in ref_notes if n["used"]]  # the references used
         result["reference_checks"] = ref_notes  # every reference given, used or not, and why
         if not q_ev["a"].ok and q_ev["a"].status not in ("no_testable_site",):
@@ -203,6 +229,12 @@ class Scorer:
             sites_json = [self._site(w, s, q_ev, ref_evs) for s in w.testable_sites]
             out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]), k))
         result["words"] = out_words
+        tested = [s for w in out_words for s in w["sites"]]
+        if tested and all(s["decision"] == "unscored" for s in tested):
+            # nothing was decided: saying "scored" would hide why (e.g. every reference was rejected)
+            result["status"] = "unscored"
+            why = _unscored_reason(refs, ref_notes, tested)
+            result["reason"] = f"{why}; {result['reason']}" if result.get("reason") else why
         return result
 
     def _site(self, w, site, q_ev, ref_evs) -> dict:
@@ -212,7 +244,9 @@ class Scorer:
         out = {"kind": site.kind, "nepali": site.nepali, "hindi": site.hindi, "score": None,
                "decision": "unscored", "references_used": 0}
         if not all(q_ev[k].ok and key in q_ev[k].sites for k in ("a", "b")):
-            out["reason"] = "query site could not be measured"
+            why = [f"recognizer {k}: {q_ev[k].reason if not q_ev[k].ok else q_ev[k].skipped.get(key, 'not measured')}"
+                   for k in ("a", "b") if not (q_ev[k].ok and key in q_ev[k].sites)]
+            out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(why)})"
             return out
         decisions, scores = [], []
         for r in ref_evs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 import os
 import stat
@@ -332,3 +333,114 @@ def test_wav_bytes_decode_back():
     assert rate == SAMPLE_RATE
     assert np.abs(data - wave.numpy()).max() <= 2.0**-16 + 1e-7
     assert len(blob) == 44 + 2 * wave.shape[0]  # plain 16-bit PCM, no extra chunks
+
+
+# --- truncated WAV files (issue 14, defect 11) ---------------------------------------------------------
+
+def _wav_bytes(x: np.ndarray, subtype: str = "PCM_16") -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, x, SAMPLE_RATE, format="WAV", subtype=subtype)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24", "FLOAT"])
+def test_truncated_wav_is_detected(tmp_path, subtype):
+    data = _wav_bytes(tone(1.0), subtype)
+    (tmp_path / "x.wav").write_bytes(data[: 44 + (len(data) - 44) // 2])  # header still declares all the data
+    with pytest.raises(AudioError, match=r"x\.wav.* is truncated.*declares \d+ bytes.*holds only \d+"):
+        load_audio(tmp_path / "x.wav")
+
+
+def test_wav_cut_inside_the_header_is_an_error(tmp_path):
+    (tmp_path / "x.wav").write_bytes(_wav_bytes(tone())[:40])
+    with pytest.raises(AudioError, match=r"x\.wav"):
+        load_audio(tmp_path / "x.wav")
+
+
+def test_complete_wavs_with_extra_chunks_and_odd_sizes_still_load(tmp_path):
+    import struct
+
+    x = tone(0.5)
+    data = _wav_bytes(x)
+    # a LIST chunk after the data chunk (as many editors write) and a matching RIFF size
+    extra = b"LIST" + struct.pack("<I", 5) + b"INFOx" + b"\x00"  # odd size: one pad byte
+    body = data[8:] + extra
+    (tmp_path / "x.wav").write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    wave, _ = load_audio(tmp_path / "x.wav")
+    assert wave.shape[0] == x.shape[0]
+    # 8-bit mono with an odd number of data bytes and its pad byte
+    sf.write(tmp_path / "odd.wav", tone(0.0505), SAMPLE_RATE, subtype="PCM_U8")
+    assert (tmp_path / "odd.wav").stat().st_size % 2 == 0
+    assert load_audio(tmp_path / "odd.wav")[0].shape[0] == round(0.0505 * SAMPLE_RATE)
+
+
+def test_streamed_wav_with_unknown_data_size_loads(tmp_path):
+    import struct
+
+    data = bytearray(_wav_bytes(tone(0.5)))
+    pos = data.index(b"data")
+    data[pos + 4: pos + 8] = struct.pack("<I", 0xFFFFFFFF)  # a pipe writer could not seek back to fill it in
+    data[4:8] = struct.pack("<I", 0xFFFFFFFF)
+    (tmp_path / "x.wav").write_bytes(bytes(data))
+    assert load_audio(tmp_path / "x.wav")[0].shape[0] == 8000
+
+
+def test_flac_cut_in_the_middle_is_an_error(tmp_path):
+    buf = io.BytesIO()
+    sf.write(buf, tone(2.0), SAMPLE_RATE, format="FLAC")
+    data = buf.getvalue()
+    (tmp_path / "x.flac").write_bytes(data[: len(data) // 2])
+    with pytest.raises(AudioError, match=r"x\.flac"):
+        load_audio(tmp_path / "x.flac")
+
+
+def test_fewer_frames_than_declared_is_truncated(tmp_path, monkeypatch):
+    """Any format: if the decoder returns fewer frames than the file declares, the file is cut short."""
+    sf.write(tmp_path / "x.flac", tone(1.0), SAMPLE_RATE, format="FLAC")
+    real_read = sf.SoundFile.read
+
+    def short_read(self, *args, **kwargs):
+        return real_read(self, *args, **kwargs)[:8000]
+
+    monkeypatch.setattr(sf.SoundFile, "read", short_read)
+    with pytest.raises(AudioError, match=r"truncated.*8000 of 16000 frames"):
+        load_audio(tmp_path / "x.flac")
+
+
+# --- what was found and done, for the result (issue 14, defect 10) -----------------------------------
+
+def test_audio_info_warnings_and_json(tmp_path):
+    x = np.clip(tone(1.0, rate=22_050, amp=2.0), -1.0, 1.0)
+    stereo = np.stack([x, 0.5 * x], axis=1)
+    sf.write(tmp_path / "x.wav", stereo, 22_050, subtype="FLOAT")
+    _, info = load_audio(tmp_path / "x.wav")
+    frac = float((np.abs(stereo) >= CLIP_LEVEL).mean())
+    assert 0.2 < frac < 0.5 and info.clipped_fraction == pytest.approx(frac)
+    d = info.as_dict()
+    assert d == {"original_rate": 22_050, "sample_rate": SAMPLE_RATE, "channels": 2, "duration_s": 1.0,
+                 "resampled": True, "downmixed": True, "clipped_fraction": round(frac, 4),
+                 "warnings": info.warnings}
+    assert len(info.warnings) == 3
+    assert f"{100 * frac:.1f}% of samples clipped" in info.warnings[0]
+    assert "resampled from 22050 Hz to 16000 Hz" in info.warnings[1]
+    assert "downmixed 2 channels to mono" in info.warnings[2]
+    json.dumps(d)  # plain JSON types only
+
+
+def test_clean_audio_has_no_warnings():
+    _, info = prepare_waveform(tone(), SAMPLE_RATE)
+    assert info.warnings == [] and info.as_dict()["warnings"] == []
+    x = tone()
+    x[:7] = 1.0  # 7 of 8000 samples: below the reporting threshold
+    assert prepare_waveform(x, SAMPLE_RATE)[1].warnings == []
+
+
+def test_wav_even_one_byte_short_is_truncated(tmp_path):
+    import struct
+
+    data = _wav_bytes(tone(0.5))
+    pos = data.index(b"data")
+    declared = struct.unpack("<I", data[pos + 4: pos + 8])[0]
+    (tmp_path / "a.wav").write_bytes(data[:-1])  # soundfile would quietly drop the last, partial sample
+    with pytest.raises(AudioError, match=f"declares {declared} bytes.*holds only {declared - 1}"):
+        load_audio(tmp_path / "a.wav")

@@ -417,3 +417,19 @@ def test_report_opens_in_headless_chromium_and_players_load(tmp_path):
     assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page is ~5 kB
+
+
+def test_audio_warnings_are_shown_and_escaped():
+    r = make_result()
+    r["warnings"] = ["query: 42.0% of samples clipped (|x| >= 0.999)", f"reference {EVIL}.wav: resampled"]
+    page = render_report(r, sine())
+    assert "Warnings:" in page and "42.0% of samples clipped" in page
+    assert "<script" not in page and "reference &lt;script&gt;" in page
+    assert "Warnings:" not in render_report(make_result(), sine())  # a clean reading has no banner
+
+
+def test_unscored_reading_is_a_valid_result_and_says_why():
+    r = make_result()
+    r["status"], r["reason"] = "unscored", "every reference rejected: r1.wav: word check: CER 0.40"
+    assert validate_result(r)["status"] == "unscored"
+    assert "every reference rejected" in render_report(r, sine())

@@ -59,7 +59,10 @@ def test_a_site_cannot_be_not_tested():
 @pytest.mark.parametrize("over, message", [
     ({"reference_checks": [{"reference": 1, "used": True}]}, "reference_checks"),
     ({"reference_checks": "r.wav"}, "reference_checks"),
-    ({"audio": [1, 2]}, "'audio' must be an object"),
+    ({"audio": [1, 2]}, "audio must be an object"),
+    ({"audio": {"original_rate": 16000, "sample_rate": 16000, "channels": 1, "duration_s": 1.0, "resampled": "no",
+                "downmixed": False, "clipped_fraction": 0.0, "warnings": []}}, r"audio\.resampled"),
+    ({"warnings": "clipped"}, "'warnings' must be a list of strings"),
 ])
 def test_optional_blocks_are_checked(over, message):
     with pytest.raises(ResultError, match=message):
@@ -79,3 +82,16 @@ def test_no_module_spells_the_vocabulary_again():
     offenders = [f"{p.relative_to(PACKAGE)}:{line}" for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "schema.py"
                  for line, values in _string_tuples(p) if values in vocab]
     assert offenders == []
+
+
+def test_the_audio_block_of_a_real_reading_validates(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from leakloss.audio import load_audio
+
+    x = np.clip(np.sin(np.linspace(0, 800, 22_050)) * 3, -1, 1)
+    sf.write(tmp_path / "loud.wav", np.stack([x, x], 1), 22_050, subtype="FLOAT")
+    _, info = load_audio(tmp_path / "loud.wav")
+    r = validate_result(result(audio=info.as_dict(), warnings=[f"query: {w}" for w in info.warnings]))
+    assert r["audio"]["downmixed"] and r["audio"]["resampled"] and r["warnings"]

@@ -2,6 +2,7 @@
 real behaviour on the embedded default when it is built."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -59,7 +60,8 @@ def test_bad_text_is_a_failed_result(tiny_scorer, clips):
 
 def test_unreadable_reference_is_reported_and_not_used(tiny_scorer, clips):
     r = tiny_scorer.score(clips["teacher"], TEXT, [clips["corrupt"]])
-    assert r["status"] == "scored"
+    assert r["status"] == "unscored" and r["reason"].startswith("every reference rejected: ")
+    assert str(clips["corrupt"]) in r["reason"]
     assert r["references"] == []
     assert r["reference_checks"][0]["used"] is False and r["reference_checks"][0]["reason"]
     tested = [w for w in r["words"] if w["sites"]]
@@ -144,3 +146,45 @@ def test_phone_error_rate_matches_jiwer(ref, hyp):
 
     expected = jiwer.wer(" ".join(ref), " ".join(hyp)) if hyp else 1.0
     assert phone_error_rate(ref, hyp) == pytest.approx(expected)
+
+
+# --- issue 14: say what happened (unscored readings, audio checks) ------------------------------------------
+
+def test_no_reference_is_an_unscored_reading_with_a_reason(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["teacher"], TEXT, [])
+    assert r["status"] == "unscored" and r["reason"].startswith("no reference given")
+
+
+def test_every_reference_rejected_by_the_word_check_is_unscored(tiny_scorer, clips):
+    ref_frames = sf.info(str(clips["ref"])).frames  # the query passes its word check, the reference fails it
+    tiny_scorer.word_check, saved = (lambda w, t: (w.shape[0] != ref_frames, "CER 0.9")), tiny_scorer.word_check
+    try:
+        r = tiny_scorer.score(clips["teacher"], TEXT, [clips["ref"], clips["ref"]])
+    finally:
+        tiny_scorer.word_check = saved
+    assert r["status"] == "unscored"
+    assert r["reason"].startswith("every reference rejected: ") and r["reason"].count("word check: CER 0.9") == 2
+    assert all(s["decision"] == "unscored" for w in r["words"] for s in w["sites"])
+
+
+def test_audio_checks_are_in_the_result(tiny_scorer, clips, tmp_path):
+    import numpy as np
+
+    x = np.clip(sf.read(str(clips["teacher"]))[0] * 50.0, -1.0, 1.0)
+    sf.write(tmp_path / "loud.wav", np.stack([x, x], axis=1), 22_050, subtype="FLOAT")
+    r = tiny_scorer.score(tmp_path / "loud.wav", TEXT, [clips["ref"], clips["corrupt"]])
+    audio = r["audio"]
+    assert audio["original_rate"] == 22_050 and audio["channels"] == 2 and audio["resampled"] and audio["downmixed"]
+    assert audio["clipped_fraction"] > 0.1 and len(audio["warnings"]) == 3
+    assert r["warnings"] == [f"query: {w}" for w in audio["warnings"]]  # the reference is clean: nothing to add
+    checks = {Path(c["reference"]).name: c for c in r["reference_checks"]}
+    assert checks["ref.wav"]["audio"]["warnings"] == [] and checks["ref.wav"]["audio"]["original_rate"] == 16_000
+    assert "audio" not in checks["corrupt.wav"]  # unreadable: nothing measured
+    failed = tiny_scorer.score(clips["corrupt"], TEXT, [])
+    assert failed["status"] == "failed" and "audio" not in failed
+    json.dumps(r)
+
+
+def test_a_text_without_testable_sites_stays_scored_without_references(tiny_scorer, clips):
+    r = tiny_scorer.score(clips["teacher"], "आज", [])
+    assert r["status"] == "scored" and r["words"][0]["decision"] == "not_tested"

@@ -5,14 +5,22 @@ models trained on the synthetic corpus, shipped as safetensors), a local directo
 ``save_pretrained`` and a hub id such as ``facebook/wav2vec2-xlsr-53-espeak-cv-ft`` (read from the
 local Hugging Face cache only: this library never downloads).
 
+A recognizer folder holds ``config.json``, ``model.safetensors`` (or its sharded index) and
+``vocab.json``. Weights load from safetensors only: pickle files (``pytorch_model.bin``, ``*.pt``...)
+are refused, as for heads, and never opened. Every problem with a folder is a
+:class:`RecognizerLoadError` naming the file; a name that is nowhere to be found is a
+:class:`RecognizerNotFoundError` (a subclass).
+
 Shapes: b batch, t samples (16 kHz), f frames of the recognizer (20 ms), v vocabulary,
 c conv channels, g frames of a conv layer (layer 4 of the standard stack: 5 ms).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -25,7 +33,15 @@ EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
 EMBEDDED = ("a", "b")
 
 
-class RecognizerNotFoundError(FileNotFoundError):
+#: File endings of pickle-based checkpoints: loading one can run arbitrary code, so they are refused.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+class RecognizerLoadError(ValueError):
+    """A recognizer that cannot be loaded: pickle weights, missing or corrupt files, a bad vocabulary."""
+
+
+class RecognizerNotFoundError(RecognizerLoadError, FileNotFoundError):
     """A recognizer name that is neither embedded, a local directory, nor in the local hub cache."""
 
 
@@ -44,6 +60,14 @@ def resolve_recognizer_path(name: str) -> Path | str:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if path.is_file():
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            raise RecognizerLoadError(
+                f"{path}: refusing to load a pickle-based file ({path.suffix}); recognizers load from "
+                "model.safetensors only. Pass the recognizer's folder (config.json, model.safetensors, vocab.json)."
+            )
+        raise RecognizerLoadError(f"{path} is a file; pass the recognizer's folder "
+                                  "(config.json, model.safetensors, vocab.json)")
     return name
 
 
@@ -75,27 +99,29 @@ class Recognizer(nn.Module):
 
     @classmethod
     def load(cls, name: str = "a", *, device: str | torch.device = "cpu") -> "Recognizer":
-        """Load by embedded name, local directory or hub id (local cache only)."""
-        from transformers import Wav2Vec2ForCTC
+        """Load by embedded name, local directory or hub id (local cache only).
 
+        Raises:
+            RecognizerNotFoundError: the name is not embedded, not a folder and not in the local hub cache.
+            RecognizerLoadError: the folder holds pickle weights only, or a file is missing or corrupt.
+        """
         source = resolve_recognizer_path(name)
-        try:
-            model = Wav2Vec2ForCTC.from_pretrained(source, local_files_only=True)
-        except OSError as err:
-            raise RecognizerNotFoundError(
-                f"cannot load recognizer {name!r}: it is not an embedded name ({', '.join(EMBEDDED)}), "
-                "not a local directory, and not in the local Hugging Face cache (leakloss never downloads). "
-                f"Download it elsewhere (e.g. `huggingface-cli download {name}`) and pass the directory, "
-                "or copy it into the HF cache."
-            ) from err
-        vocab = _read_vocab(source)
-        if isinstance(source, Path) and (source / "model.safetensors").exists():
+        local = isinstance(source, Path)
+        folder = source if local else _hub_snapshot(str(source))
+        weights = _check_weights(folder)
+        vocab = _read_vocab(folder)
+        model = _load_model(folder)
+        _check_vocab_fits(vocab, model, folder)
+        if local and weights.name == "model.safetensors":
             # the id carries a hash of the weights, so caches keyed by it never mix two trainings of "a"
             import hashlib
 
-            digest = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()[:8]
+            digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
             name = f"{str(name).split('@', 1)[0]}@{digest}"
-        return cls(model, vocab, name=str(name)).to(device)
+        try:
+            return cls(model, vocab, name=str(name)).to(device)
+        except ValueError as err:  # e.g. no blank token in the vocabulary
+            raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
 
     @property
     def device(self) -> torch.device:
@@ -168,10 +194,112 @@ class Recognizer(nn.Module):
         return out
 
 
-def _read_vocab(source: Path | str) -> dict[str, int]:
-    if isinstance(source, Path):
-        return json.loads((source / "vocab.json").read_text(encoding="utf-8"))
-    from huggingface_hub import hf_hub_download
+def _hub_snapshot(name: str) -> Path:
+    """The local cache folder of hub id ``name`` (never downloads)."""
+    from huggingface_hub import snapshot_download
 
-    path = hf_hub_download(source, "vocab.json", local_files_only=True)
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except (OSError, ValueError) as err:  # not cached (LocalEntryNotFoundError), or not a valid hub id
+        raise RecognizerNotFoundError(
+            f"cannot load recognizer {name!r}: it is not an embedded name ({', '.join(EMBEDDED)}), "
+            "not a local directory, and not in the local Hugging Face cache (leakloss never downloads). "
+            f"Download it elsewhere (e.g. `huggingface-cli download {name}`) and pass the directory, "
+            "or copy it into the HF cache."
+        ) from err
+
+
+def _check_weights(folder: Path) -> Path:
+    """The safetensors weights of ``folder`` (``model.safetensors`` or the sharded index), checked readable.
+
+    Raises:
+        RecognizerLoadError: no config.json; pickle weights only; no weights; a corrupt safetensors file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    if not (folder / "config.json").is_file():
+        raise RecognizerLoadError(f"{folder}: no config.json; a recognizer folder holds config.json, "
+                                  "model.safetensors and vocab.json (as written by save_pretrained)")
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.is_file():
+        shards, weights = [single], single
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shards, weights = sorted({folder / f for f in weight_map.values()}), index
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise RecognizerLoadError(f"{index}: not a valid safetensors index ({err})") from err
+    else:
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+        if pickles:
+            raise RecognizerLoadError(
+                f"{folder}: refusing to load pickle-based weights ({', '.join(pickles)}); recognizers load from "
+                "model.safetensors only (a pickle can run code when loaded). Convert it where you trust the file: "
+                "`Wav2Vec2ForCTC.from_pretrained(folder).save_pretrained(folder)` writes model.safetensors."
+            )
+        raise RecognizerLoadError(f"{folder}: no model.safetensors (the recognizer's weights)")
+    for shard in shards:
+        try:
+            with safe_open(str(shard), framework="pt") as fh:  # reads and checks the header against the size
+                fh.keys()
+        except (SafetensorError, OSError) as err:
+            raise RecognizerLoadError(f"{shard}: not a readable safetensors file ({err})") from err
+    return weights
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar from transformers; the caller's setting is restored after."""
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    was_enabled, hub_was_disabled = hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # also silences huggingface_hub's bars
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+        if hub_was_disabled:
+            hub_utils.disable_progress_bars()
+
+
+def _load_model(folder: Path) -> nn.Module:
+    from transformers import Wav2Vec2ForCTC
+
+    try:
+        with quiet_loading():
+            # use_safetensors: transformers must never fall back to a pickle beside the safetensors
+            return Wav2Vec2ForCTC.from_pretrained(folder, local_files_only=True, use_safetensors=True)
+    except Exception as err:  # transformers raises many types (OSError, ValueError, RuntimeError...)
+        raise RecognizerLoadError(f"{folder}: the recognizer could not be loaded ({type(err).__name__}: {err})") from err
+
+
+def _read_vocab(folder: Path) -> dict[str, int]:
+    """``vocab.json``: token -> id.
+
+    Raises:
+        RecognizerLoadError: missing, not JSON, or not an object of token -> non-negative integer id.
+    """
+    path = folder / "vocab.json"
+    if not path.is_file():
+        raise RecognizerLoadError(f"{folder}: no vocab.json (the recognizer's token -> id vocabulary)")
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecognizerLoadError(f"{path}: cannot be read ({err})") from err
+    except json.JSONDecodeError as err:
+        raise RecognizerLoadError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from err
+    if not (isinstance(vocab, dict) and vocab and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vocab.values())):
+        raise RecognizerLoadError(f"{path}: must be a JSON object of token -> id (a non-negative integer)")
+    return vocab
+
+
+def _check_vocab_fits(vocab: dict[str, int], model: nn.Module, folder: Path) -> None:
+    outputs = int(model.config.vocab_size)
+    too_big = max(vocab.values())
+    if too_big >= outputs:
+        token = next(t for t, i in vocab.items() if i == too_big)
+        raise RecognizerLoadError(f"{folder / 'vocab.json'}: token {token!r} has id {too_big}, but the model has "
+                                  f"only {outputs} outputs: the vocabulary belongs to another model")

@@ -1,10 +1,11 @@
 import json
+import shutil
 
 import pytest
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
-from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError, RecognizerNotFoundError
 
 # multi-character IPA tokens, as in the espeak-cv-ft vocabularies
 VOCAB = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "|": 4, "n": 5, "eː": 6, "k": 7, "ə": 8, "p": 9, "aː": 10,
@@ -77,3 +78,95 @@ def test_greedy_decoding_collapses(saved_dir):
     out = rec.greedy(torch.randn(1, 8000))
     assert isinstance(out[0], list) and all(isinstance(p, str) for p in out[0])
     assert "<pad>" not in out[0]
+
+
+# --- refusing pickles and broken folders (issue 14, defect 8) -----------------------------------------
+
+
+def _copy(saved_dir, tmp_path):
+    d = tmp_path / "rec"
+    shutil.copytree(saved_dir, d)
+    return d
+
+
+def test_pickle_weights_are_refused_without_unpickling(saved_dir, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    d = _copy(saved_dir, tmp_path)
+    torch.save(load_file(d / "model.safetensors"), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+
+    def no_unpickling(*a, **k):
+        raise AssertionError("torch.load was called")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    with pytest.raises(RecognizerLoadError, match=r"refusing to load pickle.*pytorch_model\.bin.*safetensors"):
+        Recognizer.load(str(d))
+    with pytest.raises(RecognizerLoadError, match="pickle"):
+        Recognizer.load(str(d / "pytorch_model.bin"))  # the file itself
+
+
+def test_safetensors_is_used_even_beside_a_pickle(saved_dir, tmp_path, monkeypatch):
+    d = _copy(saved_dir, tmp_path)
+    (d / "pytorch_model.bin").write_bytes(b"not even a pickle")
+    monkeypatch.setattr(torch, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("torch.load")))
+    assert Recognizer.load(str(d)).phoneset.tokens("aː") == {10}
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("half", r"model\.safetensors.*not a readable safetensors file"),
+    ("garbage", r"model\.safetensors.*not a readable safetensors file"),
+    ("no_weights", r"no model\.safetensors"),
+    ("no_vocab", r"no vocab\.json"),
+    ("bad_vocab_json", r"vocab\.json.*not valid JSON"),
+    ("vocab_not_a_map", r"vocab\.json.*token -> id"),
+    ("vocab_too_big", r"vocab\.json.*id 99.*15 outputs"),
+    ("vocab_no_blank", r"blank token"),
+    ("no_config", r"no config\.json"),
+    ("bad_config", r"config\.json"),
+    ("wrong_shapes", r"could not be loaded"),
+])
+def test_broken_recognizer_folders_raise_typed_errors(saved_dir, tmp_path, damage, message):
+    d = _copy(saved_dir, tmp_path)
+    w = d / "model.safetensors"
+    if damage == "half":
+        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    elif damage == "garbage":
+        w.write_bytes(b"hello")
+    elif damage == "no_weights":
+        w.unlink()
+    elif damage == "no_vocab":
+        (d / "vocab.json").unlink()
+    elif damage == "bad_vocab_json":
+        (d / "vocab.json").write_text('{"<pad>": 0,', encoding="utf-8")
+    elif damage == "vocab_not_a_map":
+        (d / "vocab.json").write_text('["<pad>", "a"]', encoding="utf-8")
+    elif damage == "vocab_too_big":
+        (d / "vocab.json").write_text(json.dumps(VOCAB | {"x": 99}), encoding="utf-8")
+    elif damage == "vocab_no_blank":
+        (d / "vocab.json").write_text(json.dumps({k: v for k, v in VOCAB.items() if k != "<pad>"}), encoding="utf-8")
+    elif damage == "no_config":
+        (d / "config.json").unlink()
+    elif damage == "bad_config":
+        (d / "config.json").write_text("{", encoding="utf-8")
+    else:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        cfg["hidden_size"] = 48
+        (d / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match=message):
+        Recognizer.load(str(d))
+
+
+def test_not_found_is_a_load_error_too():
+    assert issubclass(RecognizerNotFoundError, RecognizerLoadError)
+    assert issubclass(RecognizerNotFoundError, FileNotFoundError)  # as before, for callers that catch it
+
+
+def test_loading_prints_no_progress_bar_and_restores_the_setting(saved_dir, capsys):
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    Recognizer.load(str(saved_dir))
+    captured = capsys.readouterr()
+    assert "Loading weights" not in captured.err + captured.out
+    assert hf_logging.is_progress_bar_enabled()  # the caller's setting is left as it was

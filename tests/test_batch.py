@@ -1,0 +1,294 @@
+"""score_batch: the manifest is checked as a whole before any work, every item ends in an explicit result,
+failures are retried on a rerun, and only a valid, non-failed result file counts as done."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leakloss.batch import (
+    BatchConfigError,
+    BatchManifestError,
+    parse_devices,
+    read_batch_manifest,
+    result_is_done,
+    score_batch,
+)
+from tests.tiny_models import TEXT, save_tiny_models, truncate_wav, write_clip
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return save_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+def _kwargs(models, **extra):
+    return dict(recognizer_a=str(models["a"]), recognizer_b=str(models["b"]), heads_dir=models["heads"],
+                progress=False, **extra)
+
+
+def write_manifest(path: Path, lines: list) -> Path:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False) for x in lines) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def item(id_: str, query: str = "q.wav", refs=("r.wav",), text: str = TEXT) -> dict:
+    return {"id": id_, "query": query, "text": text, "refs": list(refs)}
+
+
+# --- the manifest, checked up front -----------------------------------------------------------------
+
+@pytest.mark.parametrize("line, message", [
+    ('[1, 2]', "must be a JSON object"),
+    ('"just a string"', "must be a JSON object"),
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [1]}', r"refs\[0\] must be a non-empty path string"),
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": ["a\\u0000b"]}', r"refs\[0\].*NUL"),
+    ('{"id": "x", "query": "q\\u0000.wav", "text": "आज", "refs": []}', "query.*NUL"),
+    ('{"id": "x", "query": "", "text": "आज", "refs": []}', "query"),
+    ('{"id": "x", "query": "q.wav", "text": "  ", "refs": []}', "text"),
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [], "system": 3}', "system"),
+    ('{"id": "' + "x" * 300 + '", "query": "q.wav", "text": "आज", "refs": []}', "too long"),
+    ('{"id": "a\\u0000b", "query": "q.wav", "text": "आज", "refs": []}', "control character"),
+    ('{"id": "a/b", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": "a\\\\b", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": "..", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": ".hidden", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": "\\ud800", "query": "q.wav", "text": "आज", "refs": []}', "not valid Unicode"),
+    ('{"id": 7, "query": "q.wav", "text": "आज", "refs": []}', "'id' must be a string"),
+])
+def test_bad_manifest_lines_are_clear_errors_with_line_numbers(tmp_path, line, message):
+    path = write_manifest(tmp_path / "m.jsonl", [item("fine"), line])
+    with pytest.raises(BatchManifestError, match=message) as err:
+        read_batch_manifest(path)
+    assert "line 2" in str(err.value)
+
+
+def test_every_bad_line_is_reported_at_once(tmp_path):
+    path = write_manifest(tmp_path / "m.jsonl", ["[1]", item("ok"), '{"id": "x"', item("ok"), "[2]"])
+    with pytest.raises(BatchManifestError) as err:
+        read_batch_manifest(path)
+    msg = str(err.value)
+    assert "4 problems" in msg
+    assert all(f"line {n}" in msg for n in (1, 3, 4, 5)) and "line 2:" not in msg
+    assert "duplicate id 'ok'" in msg
+
+
+def test_empty_manifest_is_an_error(tmp_path):
+    with pytest.raises(BatchManifestError, match="no items"):
+        read_batch_manifest(write_manifest(tmp_path / "m.jsonl", ["", "  "]))
+
+
+def test_a_good_manifest_resolves_paths_against_its_folder(tmp_path):
+    path = write_manifest(tmp_path / "m.jsonl", ["\ufeff" + json.dumps(item("a b", refs=["r1.wav", "sub/r2.wav"]))])
+    (d,) = read_batch_manifest(path)
+    assert d["id"] == "a b" and d["query"] == str(tmp_path / "q.wav")
+    assert d["refs"] == [str(tmp_path / "r1.wav"), str(tmp_path / "sub" / "r2.wav")]
+
+
+# --- run configuration, checked before any work --------------------------------------------------------
+
+@pytest.mark.parametrize("value, expected", [("1", 1), ("4", 4), ("auto", "auto"), ("-1", -1), ("0,1", [0, 1]),
+                                             (" 2 ", 2)])
+def test_parse_devices(value, expected):
+    assert parse_devices(value) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "", "1.5", "0,,1", "-2", "1,x"])
+def test_parse_devices_rejects_nonsense(value):
+    with pytest.raises(BatchConfigError, match="--devices"):
+        parse_devices(value)
+
+
+def test_out_pointing_at_a_file_is_an_error(tmp_path, models):
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    (tmp_path / "out").write_text("not a folder")
+    with pytest.raises(BatchConfigError, match="not a folder"):
+        score_batch(manifest, tmp_path / "out", **_kwargs(models))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_gpu_without_gpu_is_an_error_before_any_work(tmp_path, models):
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    with pytest.raises(BatchConfigError, match="accelerator 'gpu'"):
+        score_batch(manifest, tmp_path / "out", accelerator="gpu", **_kwargs(models))
+    assert not (tmp_path / "out").exists()
+
+
+def test_unusable_devices_and_strategy_are_errors(tmp_path, models):
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    with pytest.raises(BatchConfigError, match="devices"):
+        score_batch(manifest, tmp_path / "out", devices="abc", **_kwargs(models))
+    with pytest.raises(BatchConfigError, match="strategy 'nope'"):
+        score_batch(manifest, tmp_path / "out", strategy="nope", **_kwargs(models))
+    assert not (tmp_path / "out").exists()
+
+
+# --- results, statuses and resuming ------------------------------------------------------------------
+
+def test_missing_file_is_failed_counted_and_retried_once_it_appears(tmp_path, models):
+    write_clip(tmp_path / "r.wav", seed=1)
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("present"), item("missing", query="later.wav")])
+    out = tmp_path / "out"
+    summary = score_batch(manifest, out, **_kwargs(models))
+    assert summary["total"] == 2 and summary["processed"] == 2 and summary["skipped_existing"] == 0
+    assert summary["failed"] == 1 and summary["quarantined"] == 1  # tiny models cannot read: word check fails
+    assert summary["scored"] == 0 and summary["unscored"] == 0
+    assert [f["id"] for f in summary["failures"]] == ["missing"]
+    assert "does not exist" in summary["failures"][0]["reason"]
+    failed = json.loads((out / "missing.json").read_text(encoding="utf-8"))
+    assert failed["status"] == "failed" and "later.wav" in failed["reason"]
+
+    write_clip(tmp_path / "later.wav", seed=2)
+    again = score_batch(manifest, out, **_kwargs(models))
+    assert again["skipped_existing"] == 1 and again["processed"] == 1  # the failed one is retried, the other kept
+    assert again["failed"] == 0 and again["quarantined"] == 1
+    assert json.loads((out / "missing.json").read_text(encoding="utf-8"))["status"] == "quarantined"
+
+
+def test_statuses_are_counted_with_a_passing_word_check(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    truncate_wav(write_clip(tmp_path / "cut.wav", seed=3))
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("with-ref"), item("no-ref", refs=[]),
+                                                     item("cut", query="cut.wav")])
+    summary = score_batch(manifest, tmp_path / "out", word_check=lambda w, t: (True, "test"), **_kwargs(models))
+    statuses = {p.stem: json.loads(p.read_text(encoding="utf-8"))["status"] for p in (tmp_path / "out").glob("*.json")}
+    assert statuses["no-ref"] == "unscored" and statuses["cut"] == "failed"
+    assert statuses["with-ref"] in ("scored", "unscored")
+    counts = {s: list(statuses.values()).count(s) for s in ("scored", "quarantined", "unscored", "failed")}
+    assert {k: summary[k] for k in counts} == counts
+    assert "truncated" in next(f["reason"] for f in summary["failures"] if f["id"] == "cut")
+
+
+@pytest.mark.parametrize("content", ["", '{"id": "x", "status": "scor', "[]", '{"status": "scored"}', "\xff"])
+def test_truncated_empty_or_invalid_result_files_are_not_done(tmp_path, models, content):
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "x.json").write_text(content, encoding="utf-8")
+    summary = score_batch(manifest, out, **_kwargs(models))
+    assert summary["skipped_existing"] == 0 and summary["processed"] == 1
+    assert json.loads((out / "x.json").read_text(encoding="utf-8"))["id"] == "x"
+
+
+def test_result_is_done_only_when_valid_matching_and_not_failed(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    out = tmp_path / "out"
+    score_batch(manifest, out, **_kwargs(models))
+    (entry,) = read_batch_manifest(manifest)
+    assert result_is_done(out / "x.json", entry)
+    assert not result_is_done(out / "x.json", entry | {"text": "मौसम आज राम्रो छ।"})  # the manifest changed
+    result = json.loads((out / "x.json").read_text(encoding="utf-8"))
+    (out / "x.json").write_text(json.dumps(result | {"status": "failed", "reason": "r"}), encoding="utf-8")
+    assert not result_is_done(out / "x.json", entry)
+    assert not result_is_done(out / "nothing.json", entry)
+
+
+def test_results_are_written_atomically(tmp_path, models, monkeypatch):
+    import leakloss.atomic
+
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x", refs=[])])
+    out = tmp_path / "out"
+
+    real_replace = leakloss.atomic.os.replace
+
+    def broken_replace(src, dst):
+        if str(dst).endswith("x.json"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(leakloss.atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space"):
+        score_batch(manifest, out, **_kwargs(models))
+    assert list(out.iterdir()) == []  # no half-written result and no temporary file left behind
+
+
+def test_an_unexpected_error_in_one_item_is_a_failed_result_not_a_crash(tmp_path, models, monkeypatch):
+    from leakloss.scorer import Scorer
+
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "q2.wav", seed=4)
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("boom", refs=[]), item("fine", query="q2.wav", refs=[])])
+    real = Scorer.score
+
+    def score(self, query, *args, **kw):
+        if str(query).endswith("q.wav"):
+            raise RuntimeError("kaboom")
+        return real(self, query, *args, **kw)
+
+    monkeypatch.setattr(Scorer, "score", score)
+    summary = score_batch(manifest, tmp_path / "out", **_kwargs(models))
+    assert summary["failed"] == 1 and summary["processed"] == 2
+    assert "RuntimeError: kaboom" in summary["failures"][0]["reason"]
+
+
+def test_recognizer_problems_are_raised_before_any_result(tmp_path, models):
+    from leakloss.acoustic.recognizer import RecognizerLoadError
+
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x", refs=[])])
+    broken = tmp_path / "broken"
+    shutil.copytree(models["a"], broken)
+    (broken / "vocab.json").unlink()
+    kwargs = _kwargs(models) | {"recognizer_a": str(broken)}
+    with pytest.raises(RecognizerLoadError, match="vocab.json"):
+        score_batch(manifest, tmp_path / "out", **kwargs)
+    assert not list((tmp_path / "out").glob("*.json"))
+
+
+# --- any user input: a clear error or a usable item, nothing else (hypothesis) -------------------------
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                            lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids,
+                                                                                      max_size=3), max_leaves=6)
+_lines = st.one_of(
+    st.text(max_size=40),  # anything at all, JSON or not
+    _json_values.map(json.dumps),
+    st.fixed_dictionaries({"id": st.text(max_size=260) | _json_values, "query": st.text(max_size=20) | _json_values,
+                           "text": st.text(max_size=20), "refs": st.lists(st.text(max_size=10) | _json_values,
+                                                                          max_size=3)}).map(json.dumps),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_lines, min_size=1, max_size=5))
+def test_any_manifest_is_items_or_a_manifest_error(tmp_path, lines):
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines), encoding="utf-8",
+                    errors="surrogatepass")
+    try:
+        items = read_batch_manifest(path)
+    except BatchManifestError as err:
+        assert "line" in str(err) or "no items" in str(err)
+        return
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    for d in items:  # every accepted id is a file name the results can be written under
+        target = out / f"{d['id']}.json"
+        assert target.parent == out
+        target.write_text("{}", encoding="utf-8")
+        target.unlink()
+        assert all(isinstance(r, str) for r in d["refs"]) and isinstance(d["query"], str)
+
+
+@given(st.text(max_size=12))
+def test_any_devices_text_parses_or_is_a_config_error(value):
+    try:
+        parsed = parse_devices(value)
+    except BatchConfigError:
+        return
+    assert parsed == "auto" or (isinstance(parsed, int) and (parsed > 0 or parsed == -1)) or (
+        isinstance(parsed, list) and all(isinstance(i, int) and i >= 0 for i in parsed))

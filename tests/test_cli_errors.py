@@ -1,0 +1,291 @@
+"""Bad input on the command line (issue 14, defects 6-11): a clear ``error:`` and exit 2 before any work,
+or an explicit result; never a traceback. Runs on tiny recognizers and heads written to a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from typer.testing import CliRunner
+
+from leakloss.cli import app
+from tests.tiny_models import (
+    TEXT,
+    save_tiny_models,
+    speechlike,
+    truncate_wav,
+    write_clip,
+)
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return save_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clips")
+    return {"q": write_clip(root / "q.wav"), "r": write_clip(root / "r.wav", seed=1)}
+
+
+def model_args(models) -> list[str]:
+    return ["--recognizer-a", str(models["a"]), "--recognizer-b", str(models["b"]), "--heads", str(models["heads"])]
+
+
+def assert_clean_error(r, *needles: str, code: int = 2) -> None:
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == code, r.output
+    assert "Traceback" not in r.output
+    assert "error:" in r.stderr, r.output
+    for n in needles:
+        assert n in r.stderr, r.stderr
+
+
+@pytest.fixture
+def no_scoring(monkeypatch):
+    """Fail loudly if models get loaded: the error must come before any work."""
+    from leakloss.scorer import Scorer
+
+    def refuse(*a, **k):
+        raise AssertionError("the scorer was built although the input is bad")
+
+    monkeypatch.setattr(Scorer, "__init__", refuse)
+
+
+# --- score-batch: defect 6 --------------------------------------------------------------------------
+
+def _batch(tmp_path, models, lines: list[str], *extra: str, out=None):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = out or tmp_path / "out"
+    return runner.invoke(app, ["score-batch", str(manifest), "--out", str(out), *model_args(models), *extra])
+
+
+GOOD = json.dumps({"id": "x", "query": "q.wav", "text": TEXT, "refs": []}, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("[1, 2, 3]", "line 2"),
+    ('{"id": "y", "query": "q.wav", "text": "आज", "refs": [1]}', "line 2"),
+    ('{"id": "' + "y" * 300 + '", "query": "q.wav", "text": "आज", "refs": []}', "too long"),
+    ('{"id": "a\\u0000b", "query": "q.wav", "text": "आज", "refs": []}', "line 2"),
+    ('{"id": "a/b", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": "..", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+])
+def test_score_batch_bad_manifest_line(tmp_path, models, no_scoring, line, needle):
+    r = _batch(tmp_path, models, [GOOD, line])
+    assert_clean_error(r, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_score_batch_out_is_a_file(tmp_path, models, no_scoring):
+    (tmp_path / "out").write_text("a file")
+    assert_clean_error(_batch(tmp_path, models, [GOOD]), "not a folder")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_score_batch_gpu_without_gpu(tmp_path, models, no_scoring):
+    assert_clean_error(_batch(tmp_path, models, [GOOD], "--accelerator", "gpu"), "accelerator 'gpu'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_score_batch_devices_abc(tmp_path, models, no_scoring):
+    assert_clean_error(_batch(tmp_path, models, [GOOD], "--devices", "abc"), "--devices")
+    assert not (tmp_path / "out").exists()
+
+
+def test_score_batch_broken_recognizer(tmp_path, models):
+    broken = tmp_path / "broken"
+    shutil.copytree(models["a"], broken)
+    (broken / "model.safetensors").write_bytes(b"garbage")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(GOOD + "\n", encoding="utf-8")
+    r = runner.invoke(app, ["score-batch", str(manifest), "--out", str(tmp_path / "out"), "--recognizer-a",
+                            str(broken), "--recognizer-b", str(models["b"]), "--heads", str(models["heads"])])
+    assert_clean_error(r, "safetensors")
+
+
+# --- score-batch: defect 7 --------------------------------------------------------------------------
+
+def test_score_batch_missing_file_is_failed_exit_1_and_retried(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    lines = [GOOD, json.dumps({"id": "late", "query": "late.wav", "text": TEXT, "refs": []}, ensure_ascii=False)]
+    r = _batch(tmp_path, models, lines)
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "'failed': 1" in r.stdout and "'quarantined': 1" in r.stdout
+    assert "late" in r.stderr and "does not exist" in r.stderr
+    write_clip(tmp_path / "late.wav", seed=5)
+    again = _batch(tmp_path, models, lines)
+    assert again.exit_code == 0, again.output
+    assert "'skipped_existing': 1" in again.stdout and "'failed': 0" in again.stdout
+    assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"
+
+
+def test_score_batch_truncated_result_is_redone(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x.json").write_text('{"query": "q.wav", "sta', encoding="utf-8")
+    r = _batch(tmp_path, models, [GOOD])
+    assert r.exit_code == 0 and "'skipped_existing': 0" in r.stdout, r.output
+    assert json.loads((tmp_path / "out" / "x.json").read_text(encoding="utf-8"))["id"] == "x"
+
+
+# --- recognizer folders: defect 8 ---------------------------------------------------------------------
+
+@pytest.fixture
+def pickle_dir(tmp_path, models):
+    d = tmp_path / "pickled"
+    d.mkdir()
+    shutil.copy(models["a"] / "config.json", d)
+    shutil.copy(models["a"] / "vocab.json", d)
+    from safetensors.torch import load_file
+
+    torch.save(load_file(models["a"] / "model.safetensors"), d / "pytorch_model.bin")
+    return d
+
+
+def test_recognize_refuses_a_pickle_folder(pickle_dir, clips, monkeypatch):
+    def no_unpickling(*a, **k):
+        raise AssertionError("torch.load was called on a pickle")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    r = runner.invoke(app, ["recognize", str(clips["q"]), "--recognizer", str(pickle_dir)])
+    assert_clean_error(r, "pickle")
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("truncate_weights", "safetensors"), ("garbage_weights", "safetensors"), ("no_vocab", "vocab.json"),
+    ("bad_vocab", "vocab.json"), ("no_config", "config.json"),
+])
+def test_recognize_broken_recognizer_folder(tmp_path, models, clips, damage, needle):
+    d = tmp_path / "rec"
+    shutil.copytree(models["a"], d)
+    weights = d / "model.safetensors"
+    if damage == "truncate_weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "garbage_weights":
+        weights.write_bytes(b"\x00" * 7)
+    elif damage == "no_vocab":
+        (d / "vocab.json").unlink()
+    elif damage == "bad_vocab":
+        (d / "vocab.json").write_text("{not json", encoding="utf-8")
+    else:
+        (d / "config.json").unlink()
+    r = runner.invoke(app, ["recognize", str(clips["q"]), "--recognizer", str(d)])
+    assert_clean_error(r, needle)
+
+
+def test_no_loading_weights_progress_bar(models, clips):
+    r = runner.invoke(app, ["recognize", str(clips["q"]), "--recognizer", str(models["a"])])
+    assert r.exit_code == 0, r.output
+    assert "Loading weights" not in r.output
+
+
+def test_score_with_a_broken_recognizer_is_an_error(tmp_path, models, clips):
+    d = tmp_path / "rec"
+    shutil.copytree(models["b"], d)
+    (d / "vocab.json").unlink()
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--recognizer-a", str(models["a"]),
+                            "--recognizer-b", str(d), "--heads", str(models["heads"])])
+    assert_clean_error(r, "vocab.json")
+
+
+# --- output paths checked before the work: defect 9 --------------------------------------------------------
+
+@pytest.mark.parametrize("opts, needle", [
+    (["--json", "{tmp}/missing/r.json"], "does not exist"),
+    (["--html", "{tmp}/missing/r.html"], "does not exist"),
+    (["--json", "{tmp}/ok.json", "--html", "{tmp}/missing/r.html"], "does not exist"),
+    (["--json", "{tmp}/ok.json", "--html", "{tmp}/r.txt"], ".html"),
+    (["--json", "{tmp}/ok.json", "--html", "{tmp}"], "is a folder"),
+    (["--json", "{tmp}", "--html", "{tmp}/ok.html"], "is a folder"),
+    (["--json", "{tmp}/file/r.json"], "not a folder"),
+    (["--json", "{tmp}/same.html", "--html", "{tmp}/same.html"], "same file"),
+])
+def test_score_output_paths_are_checked_before_scoring(tmp_path, models, clips, no_scoring, opts, needle):
+    (tmp_path / "file").write_text("x")
+    opts = [o.replace("{tmp}", str(tmp_path)) for o in opts]
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, *opts, *model_args(models)])
+    assert_clean_error(r, needle)
+    assert not (tmp_path / "ok.json").exists() and not (tmp_path / "ok.html").exists()
+
+
+def test_score_unwritable_output_folder(tmp_path, models, clips, no_scoring):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--json", str(ro / "r.json"),
+                                *model_args(models)])
+    finally:
+        ro.chmod(0o700)
+    assert_clean_error(r, "not writable")
+
+
+def test_score_truncated_query_is_an_error(tmp_path, models, no_scoring):
+    q = truncate_wav(write_clip(tmp_path / "q.wav"))
+    r = runner.invoke(app, ["score", str(q), "--text", TEXT, *model_args(models)])
+    assert_clean_error(r, "truncated")
+
+
+# --- what the scorer found is said: defect 10 and the all-references-rejected case -------------------------
+
+@pytest.fixture
+def passing_query_failing_refs(monkeypatch):
+    """The tiny models cannot read: the query passes the word check and every reference fails it."""
+    from leakloss.scorer import QUERY_MAX_PER, Scorer
+
+    monkeypatch.setattr(Scorer, "check_words", lambda self, wave, text, expected, max_per:
+                        (max_per == QUERY_MAX_PER, "phone error rate 0.90 (limit 0.30)"))
+
+
+def test_score_says_every_reference_was_rejected(models, clips, passing_query_failing_refs):
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["r"]), *model_args(models)])
+    assert r.exit_code == 0, r.output
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("unscored") and "every reference rejected" in first
+    assert "scored" not in r.stdout.replace("unscored", "")
+
+
+def test_score_reports_clipping_resampling_and_downmixing(tmp_path, models, clips, passing_query_failing_refs):
+    x = np.clip(speechlike(1.0, rate=22_050) * 14.0, -1.0, 1.0)  # about 42% of the samples clipped
+    stereo = np.stack([x, x], axis=1)
+    sf.write(tmp_path / "loud.wav", stereo, 22_050, subtype="FLOAT")
+    clipped = float((np.abs(stereo) >= 0.999).mean())
+    assert 0.35 < clipped < 0.5
+    r = runner.invoke(app, ["score", str(tmp_path / "loud.wav"), "--text", TEXT, "--json", str(tmp_path / "r.json"),
+                            "--html", str(tmp_path / "r.html"), *model_args(models)])
+    assert r.exit_code == 0, r.output
+    result = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    audio = result["audio"]
+    assert audio["original_rate"] == 22_050 and audio["channels"] == 2
+    assert audio["resampled"] and audio["downmixed"]
+    assert audio["clipped_fraction"] == pytest.approx(clipped, abs=1e-4)
+    assert audio["duration_s"] == pytest.approx(1.0, abs=1e-3)
+    pct = f"{100 * clipped:.1f}%"
+    assert any("clipped" in w and pct in w for w in audio["warnings"])
+    assert any("resampled" in w for w in audio["warnings"]) and any("downmixed" in w for w in audio["warnings"])
+    assert any(pct in w for w in result["warnings"])
+    assert "clipped" in r.stdout and pct in r.stdout  # said on the terminal too
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "clipped" in page and pct in page
+
+
+def test_score_json_stdout_sends_warnings_to_stderr(tmp_path, models, passing_query_failing_refs):
+    x = np.clip(speechlike(1.0) * 4.0, -1.0, 1.0)
+    sf.write(tmp_path / "loud.wav", x, 16_000, subtype="FLOAT")
+    r = runner.invoke(app, ["score", str(tmp_path / "loud.wav"), "--text", TEXT, "--json", "-", *model_args(models)])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["audio"]["warnings"] and "clipped" in r.stderr
