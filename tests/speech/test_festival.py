@@ -210,3 +210,22 @@ def test_voice_phone_input_rejects_foreign_phones():
         F.speak_phones([[]], F.get_voice("fest-kal"))
     with pytest.raises(ValueError):
         F.speak_voice_phones([["aa"]], F.get_voice("fest-ru-nsh"))
+
+
+def _zcr(r, a, b):
+    x = r.waveform[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)]
+    return float((x[1:] * x[:-1] < 0).float().mean())
+
+
+@pytest.mark.parametrize("name", ["fest-kal", "fest-slt", "fest-cs-dita", "flite-awb", "flite-kal16"])
+def test_segment_times_are_where_the_sounds_are(name):
+    voice = F.get_voice(name)
+    if not F.voice_available(voice):
+        pytest.skip(f"{name} not installed")
+    # hiss (high zero-crossing rate) inside each labelled "s", voicing inside each labelled vowel
+    r = F.speak_phones([["s", "aː", "s", "aː"], ["m", "aː", "s", "i"]], voice)
+    spans = list(zip(r.phones, r.phone_starts, r.phone_ends))
+    s = [_zcr(r, a, b) for p, a, b in spans if p == "s"]
+    v = [_zcr(r, a, b) for p, a, b in spans if p in ("aː", "i")]
+    assert len(s) == 3 and len(v) == 4
+    assert min(s) > 1.5 * max(v), (s, v)
