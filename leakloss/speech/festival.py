@@ -45,9 +45,24 @@ catalan    j w p t k b d f s m n l z -> same · g->ɡ · r ɾ->r · rr->r · S->
 =========  ==========================================================================================
 
 Nepali phone -> voice phone for phone input (aspiration and nasalisation are not phones of these
-voices: ``kʰ`` is said ``k``, ``ã`` is said ``a``, and labelled so; retroflex stops are said as the
-voice's alveolar/dental ones). Phones a voice lacks outright (``h`` in Italian and Catalan) are left
-unsaid and listed in ``Reading.unsaid``.
+voices: ``kʰ`` is said ``k``, ``ã`` is said ``a``, and labelled so; retroflex stops ʈ ɖ ɳ ɽ are said
+as the voice's t d n r). Phones a voice lacks outright (``h`` in Italian and Catalan) are left unsaid
+and listed in ``Reading.unsaid``. Where the set has no single phone, the nearest sequence is said:
+
+=========  ==========================================================================================
+phone set  Nepali -> voice (the consonants not listed are said as the same letter: k ɡ t d n p b m ...)
+=========  ==========================================================================================
+radio      ʌ->ah · aː->aa · i->iy · u->uw · e->ey · o->ow · ʌi̯->ay · ʌu̯->aw · c->ch · ɟ->jh · ɲ->n ·
+           ŋ->ng · j->y · r ɽ->r · ʃ ʂ->sh · h->hh
+italian    ʌ aː->a · ʌi̯->a j · ʌu̯->a w · c->tS · ɟ->dZ · ɲ->J · ŋ->ng · ʃ ʂ->S · h->(unsaid)
+czech      ʌ->a · aː->a: · ʌi̯->a j · ʌu̯->a u · c->c~ · ɟ->dz~ · ɲ->n~ · ŋ->n* · w->v · ʃ ʂ->s~
+finnish    ʌ->a · aː->a: · ʌi̯->a i · ʌu̯->a u · c->t S · ɟ->d j · ɲ->n · ŋ->N · w->v · ʃ ʂ->S · z->s
+catalan    ʌ->ax · aː->a · ʌi̯->a j · ʌu̯->a w · c->t S · ɟ->d Z · ɲ->J · ŋ->n · ʃ ʂ->S · h->(unsaid)
+=========  ==========================================================================================
+
+The Russian voice (``msu_ru_nsh_clunits``) ignores lexicon additions, so it only reads Russian text
+(:func:`speak_text`); flite's ``awb_time`` (a talking clock) and flite's Indic language support (no
+voice ships for it in Debian) are not used.
 """
 
 from __future__ import annotations
