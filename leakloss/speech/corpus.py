@@ -5,6 +5,10 @@ Roles:
 - ``hindi``: the Hindi base, espeak ``hi`` voices reading the Devanagari text.
 - ``variant``: espeak ``ne`` speaking its own pronunciation with random vowel edits (schwas dropped
   or inserted, ऐ/औ as monophthongs or diphthongs): phone variety for recognizer training.
+- ``recorded``: a Festival/flite voice built from recordings (:mod:`leakloss.speech.festival`) saying
+  the frontend's phones through its phone input; labels are the phones it said, mapped onto the
+  recognizers' inventory (those with no counterpart are dropped from the target).
+- ``piper``: the Piper neural voice (:mod:`leakloss.speech.piper_voice`), the same way.
 
 Deterministic from a seed, cached on disk (``manifest.jsonl`` + 16 kHz WAVs), keyed by a content hash.
 """
@@ -28,7 +32,7 @@ from leakloss.speech.synth import (
 )
 
 CORPUS_VERSION = 2  # 2: nasal vowels spoken with espeak one-letter mnemonics
-ROLES = ("teacher", "hindi", "variant")
+ROLES = ("teacher", "hindi", "variant", "recorded", "piper")
 
 
 @dataclass
@@ -45,6 +49,7 @@ class CorpusItem:
     phone_words: list[int]
     word_spans: list[tuple[float, float]]
     duration: float
+    phone_ends: list[float] | None = None  # where the synthesizer gives them (recorded, piper)
 
 
 def builtin_sentences() -> list[str]:
@@ -141,23 +146,30 @@ def build_corpus(
     seed: int = 0,
     frontend=None,
     progress: bool = True,
+    recorded_voices: Sequence = (),
 ) -> Corpus:
     """Synthesise every sentence in every role; reuse the cached corpus when the key matches.
 
     Each (sentence, role) gets ``readings_per_sentence`` readings by voices drawn with the seed.
+    ``recorded_voices`` (:class:`leakloss.speech.festival.RecordedVoice`, phone input) serve the
+    ``recorded`` role; they enter the cache key only when that role is asked for, so the keys of
+    espeak-only corpora do not change.
     The folder is ``out_dir/<key>``; the manifest is written last and atomically, so a corpus
     interrupted half-way is rebuilt, never half-used.
     """
     for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
-    key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices), seed,
-                     extra=f"n={readings_per_sentence}")
+    if "recorded" in roles and not recorded_voices:
+        raise ValueError("role 'recorded' needs recorded_voices (leakloss.speech.festival.VOICES with phone input)")
+    extra_voices = list(recorded_voices) if "recorded" in roles else []
+    key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices) + extra_voices, seed,
+                     extra=f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else ""))
     root = Path(out_dir) / key
     if (root / "manifest.jsonl").exists():
         return Corpus.load(root)
     (root / "audio").mkdir(parents=True, exist_ok=True)
-    if "teacher" in roles and frontend is None:
+    if frontend is None and any(r in roles for r in ("teacher", "recorded", "piper")):
         from leakloss.text.g2p import NepaliFrontend
 
         frontend = NepaliFrontend()
@@ -174,6 +186,18 @@ def build_corpus(
         elif role == "hindi":
             voice = rng.choice(list(hindi_voices))
             reading = speak_text(" ".join(words), voice)
+        elif role == "recorded":
+            from leakloss.speech import festival
+
+            voice = rng.choice(list(recorded_voices))
+            reading = festival.speak_phones([list(frontend.pronounce(w).phones) for w in words], voice)
+        elif role == "piper":
+            from leakloss.speech import piper_voice
+
+            voice = piper_voice.VOICE
+            # no sampling noise: VITS samples inside its graph, unseeded, and the corpus is deterministic
+            reading = piper_voice.speak_phones([list(frontend.pronounce(w).phones) for w in words],
+                                               noise_scale=0.0, noise_w=0.0)
         else:
             from leakloss.speech._espeak import library
 
@@ -189,9 +213,10 @@ def build_corpus(
     return Corpus(root, items)
 
 
-def _item(item_id: str, i: int, text: str, role: str, voice: Voice, rel: str, words: list[str], r: Reading) -> CorpusItem:
+def _item(item_id: str, i: int, text: str, role: str, voice, rel: str, words: list[str], r: Reading) -> CorpusItem:
     return CorpusItem(
         id=item_id, sentence_index=i, text=text, role=role, voice=voice.name, audio=rel, words=words,
         phones=r.phones, phone_starts=[round(x, 5) for x in r.phone_starts], phone_words=r.phone_words,
         word_spans=[(round(a, 5), round(b, 5)) for a, b in r.word_spans], duration=round(r.duration, 5),
+        phone_ends=[round(x, 5) for x in r.phone_ends] if r.phone_ends else None,
     )

