@@ -75,7 +75,7 @@ def mask_nonfinite_items(x: Tensor, lengths: Tensor | None = None) -> tuple[Tens
     the gradient reaching ``x`` is exactly 0 at every masked position (``NaN * 0`` would be NaN).
     """
     finite = torch.isfinite(x)
-    step_ok = finite.reshape(*finite.shape[:2], -1).all(-1)  # [b, t]
+    step_ok = finite.flatten(2).all(-1) if x.dim() > 2 else finite  # [b, t]
     if lengths is not None:
         valid = torch.arange(x.shape[1], device=x.device)[None, :] < lengths.to(x.device)[:, None]
         bad = (~step_ok & valid).any(-1)
