@@ -370,3 +370,83 @@ def test_hindi_reading_gets_a_lower_reward_than_the_nepali_one(embedded_penalty,
 
     nepali, hindi = leak_reward([readings["nepali"], readings["hindi"]], [TEXT, TEXT], embedded_penalty).tolist()
     assert nepali > hindi > 0.0
+
+
+# --- property: whatever the audio, the training signal is finite and bad items cost nothing ----------------------
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SR = 16000
+KINDS = [("deletion", "ʌ->∅"), ("quality", "ʌi̯->ɛː"), ("quality", "o->ʊ")]
+
+
+@st.composite
+def items(draw):
+    # mostly up to 2 s, one in five up to 30 s (keeps the test's run time sane)
+    long = draw(st.sampled_from([False, False, False, False, True]))
+    n = draw(st.integers(10 * SR, 30 * SR) if long else st.integers(0, 2 * SR))
+    amplitude = 10.0 ** draw(st.floats(-8, 1))
+    bad = draw(st.sampled_from(["none"] * 4 + ["nan", "inf", "-inf", "all_nan", "padding"]))
+    sites = draw(st.lists(st.tuples(st.floats(0, 31), st.floats(0.005, 0.4), st.sampled_from(KINDS)), max_size=4))
+    return n, amplitude, bad, [TimedSite(a, a + d, k, c) for a, d, (k, c) in sites], draw(st.integers(0, 2**31 - 1))
+
+
+@st.composite
+def good_items(draw):
+    # an ordinary item with a site in its audio, so that every batch has a gradient path to check
+    n = draw(st.integers(SR // 2, 3 * SR))
+    start = draw(st.floats(0, 0.4))
+    return n, 10.0 ** draw(st.floats(-8, 1)), "none", [TimedSite(start, start + 0.05, "deletion", "ʌ->∅")], draw(
+        st.integers(0, 2**31 - 1))
+
+
+def _batch(drawn, pad):
+    t = max(n for n, *_ in drawn) + pad
+    waves = torch.zeros(len(drawn), t, dtype=torch.float64)
+    lengths, no_finite_audio = [], []
+    for b, (n, amplitude, bad, _, seed) in enumerate(drawn):
+        g = torch.Generator().manual_seed(seed)
+        waves[b, :n] = torch.randn(n, generator=g, dtype=torch.float64) * amplitude
+        if bad in ("nan", "inf", "-inf") and n:
+            at = torch.randint(0, n, (int(torch.randint(1, 4, (1,), generator=g)),), generator=g)
+            waves[b, at] = float(bad)
+        elif bad == "all_nan":
+            waves[b, :] = float("nan")
+        elif bad == "padding" and n < t:
+            waves[b, n:] = float("nan")  # outside the item: zeroed, the item stays good
+        lengths.append(n)
+        no_finite_audio.append(bad in ("nan", "inf", "-inf", "all_nan") and n > 0 or n == 0)
+    return waves, torch.tensor(lengths), no_finite_audio
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(good=good_items(), drawn=st.lists(items(), max_size=2), pad=st.integers(0, 800),
+       mode=st.sampled_from(["fp32", "bf16-autocast", "fp64"]))
+def test_property_loss_and_gradients_are_always_finite(penalty, good, drawn, pad, mode):
+    drawn = [good, *drawn]
+    waves, lengths, no_finite_audio = _batch(drawn, pad)
+    event(f"longest item {'over' if waves.shape[1] > 10 * SR else 'under'} 10 s")
+    event(f"{sum(no_finite_audio)} of {len(drawn) - 1} drawn items without finite audio")
+    waves = (waves.float() if mode != "fp64" else waves).requires_grad_(True)
+    sites = [s for *_, s, _ in drawn]
+
+    def run(sites):
+        if mode == "bf16-autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return penalty(waves=waves, wave_lengths=lengths, sites=sites)
+        return penalty(waves=waves, wave_lengths=lengths, sites=sites)
+
+    loss, parts = run(sites)
+    (grad,) = torch.autograd.grad(loss, waves, allow_unused=False)
+    assert torch.isfinite(loss) and loss.dtype in (torch.float32, torch.float64) and float(loss.detach()) > 0
+    assert torch.isfinite(grad).all() and grad.dtype == waves.dtype
+    # counted: NaN/Inf among the valid samples (an item of 0 samples has NaN only in its padding)
+    assert int(parts.nonfinite_items) == sum(d[2] in ("nan", "inf", "-inf", "all_nan") and d[0] > 0 for d in drawn)
+    for b, dead in enumerate(no_finite_audio):
+        if dead or not sites[b]:  # no finite audio, or no site: exactly nothing
+            assert torch.equal(grad[b], torch.zeros_like(grad[b]))
+    # items with no finite audio contribute zero: dropping their sites changes nothing
+    kept = [[] if dead else s for s, dead in zip(sites, no_finite_audio, strict=True)]
+    assert torch.equal(run(kept)[0].detach(), loss.detach())
