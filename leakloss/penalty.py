@@ -5,10 +5,14 @@ reference-free raw-conv head on a batch of 16 kHz waveforms — or of F5 mels, v
 Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean over the given sites of
 ``-log(1 - p)`` (p the soft-max pooled leak probability; non-saturating), and detached parts for logging
 (per-site probabilities, their means per contrast kind and contrast). No parameter of recognizer, head
-or vocoder receives a gradient; the input does.
+or vocoder receives a gradient; the input does. The training signal is never NaN: items with NaN/Inf
+are masked out (zero contribution, zero gradient, counted in ``parts.nonfinite_items``), the gradient of
+near-silent items is bounded, input shorter than the conv stack contributes zero (:class:`LeakPenalty`).
 
 :func:`leak_reward` turns the same signal into a [0, 1] reward (1 = no leak) for GRPO/best-of-N;
 it is NOT differentiable (computed under ``no_grad``); ``leak_reward.higher_is_better = True``.
+A reading that fails the word check (silence, noise, another text) or cannot be judged gets the worst
+reward, 0.0; :func:`leak_reward_details` says why.
 
 Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv frames (5 ms), k sites.
 """
