@@ -135,7 +135,8 @@ class LeakPenalty(nn.Module):
         waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
         bad = bad_wave if bad is None else bad | bad_wave
         quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
-        waves = scale_gradient(waves, quiet)
+        if waves.requires_grad:
+            waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths)
         frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
         masks, index = site_masks(sites, logits.shape[-1], hop_s=HOP_S, pad_s=self.pad_s, frame_lengths=frames,
