@@ -68,8 +68,8 @@ class LeakPenalty(nn.Module):
       exactly 0, counted in ``parts.nonfinite_items``. NaN/Inf in the padding is zeroed and not counted.
     - **Near-silence**: the recognizer normalises each item to unit variance, so the true gradient grows as
       1/RMS (1e4-fold speech's at RMS 1e-7). Below ``QUIET_RMS`` (-40 dBFS) an item's gradient is multiplied
-      by ``rms / QUIET_RMS``: the same direction, the size it would have at -40 dBFS. The loss is unchanged.
-      Counted in ``parts.quiet_items``.
+      by ``rms / QUIET_RMS``: the same direction, the size it would have at -40 dBFS (exact digital silence,
+      rms 0, gets a zero gradient). The loss is unchanged. Counted in ``parts.quiet_items``.
     - **Very short input** (0 samples up to the 10 ms receptive field of the conv stack, or 0 mel frames) is
       zero-padded: such an item has no frames, so its sites are inactive and it contributes exactly zero.
     - Waves not ``[b, t]``, mels not ``[b, n, d]``, lengths outside ``[0, t]``: :class:`PenaltyInputError`.
