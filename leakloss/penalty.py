@@ -5,10 +5,14 @@ reference-free raw-conv head on a batch of 16 kHz waveforms — or of F5 mels, v
 Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean over the given sites of
 ``-log(1 - p)`` (p the soft-max pooled leak probability; non-saturating), and detached parts for logging
 (per-site probabilities, their means per contrast kind and contrast). No parameter of recognizer, head
-or vocoder receives a gradient; the input does.
+or vocoder receives a gradient; the input does. The training signal is never NaN: items with NaN/Inf
+are masked out (zero contribution, zero gradient, counted in ``parts.nonfinite_items``), the gradient of
+near-silent items is bounded, input shorter than the conv stack contributes zero (:class:`LeakPenalty`).
 
 :func:`leak_reward` turns the same signal into a [0, 1] reward (1 = no leak) for GRPO/best-of-N;
 it is NOT differentiable (computed under ``no_grad``); ``leak_reward.higher_is_better = True``.
+A reading that fails the word check (silence, noise, another text) or cannot be judged gets the worst
+reward, 0.0; :func:`leak_reward_details` says why.
 
 Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv frames (5 ms), k sites.
 """
@@ -16,18 +20,35 @@ Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv fram
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from leakloss.functional.leak import leak_penalty_from_logits, site_masks
+from leakloss.functional.leak import (
+    leak_penalty_from_logits,
+    mask_nonfinite_items,
+    min_conv_samples,
+    quiet_gradient_scale,
+    scale_gradient,
+    site_masks,
+)
 from leakloss.heads import RawConvHead, load_head
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
+
+
+#: RMS (of the mean-removed valid samples) below which an item's penalty gradient is scaled down by
+#: ``rms / QUIET_RMS``: -40 dBFS, quieter than usable speech (espeak reads at ~0.1, studio speech at 0.03-0.1).
+QUIET_RMS = 0.01
+
+
+class PenaltyInputError(ValueError):
+    """Penalty input of the wrong rank or with lengths outside the tensor (a caller bug, not bad audio)."""
 
 
 class LeakParts(NamedTuple):
@@ -39,16 +60,33 @@ class LeakParts(NamedTuple):
     active_sites: Tensor  # number of sites with frames in the input
     site_probs: Tensor  # [k]
     frame_probs: Tensor  # [b, g] per-frame leak probability (5 ms)
+    nonfinite_items: Tensor  # items masked out for NaN/Inf among their valid samples (or mel frames)
+    quiet_items: Tensor  # items quieter than QUIET_RMS, whose gradient was scaled down
+    site_active: Tensor  # [k] bool: the site has frames in its (finite) item
 
 
 class LeakPenalty(nn.Module):
-    """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``."""
+    """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``.
+
+    Bad items never poison the batch; each rule is tested:
+
+    - **Non-finite input**: an item with any NaN/Inf among its valid samples (or valid mel frames, or in its
+      vocoded wave) is masked out by ``torch.where`` before any arithmetic: zero contribution, a gradient of
+      exactly 0, counted in ``parts.nonfinite_items``. NaN/Inf in the padding is zeroed and not counted.
+    - **Near-silence**: the recognizer normalises each item to unit variance, so the true gradient grows as
+      1/RMS (1e4-fold speech's at RMS 1e-7). Below ``QUIET_RMS`` (-40 dBFS) an item's gradient is multiplied
+      by ``rms / QUIET_RMS``: the same direction, the size it would have at -40 dBFS (exact digital silence,
+      rms 0, gets a zero gradient). The loss is unchanged. Counted in ``parts.quiet_items``.
+    - **Very short input** (0 samples up to the 10 ms receptive field of the conv stack, or 0 mel frames) is
+      zero-padded: such an item has no frames, so its sites are inactive and it contributes exactly zero.
+    - Waves not ``[b, t]``, mels not ``[b, n, d]``, lengths outside ``[0, t]``: :class:`PenaltyInputError`.
+    """
 
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
-                 conv_layer: int = 4, pad_s: float = 0.02) -> None:
+                 conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS) -> None:
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
-        self.conv_layer, self.pad_s = conv_layer, pad_s
+        self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
         for module in (recognizer, head, mel_to_wave):
             if module is not None:
                 module.requires_grad_(False)
@@ -60,7 +98,6 @@ class LeakPenalty(nn.Module):
     def load(cls, recognizer: str = "a", head_path: str | Path | None = None, mel_to_wave: nn.Module | None = None,
              device: str | torch.device = "cpu") -> "LeakPenalty":
         from leakloss.acoustic.recognizer import Recognizer
-
         from leakloss.heads import check_recognizer
 
         head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
@@ -68,33 +105,81 @@ class LeakPenalty(nn.Module):
         check_recognizer(card, rec.name)
         return cls(rec, head, mel_to_wave).to(device)
 
+    @property
+    def min_samples(self) -> int:
+        """Fewest samples the conv stack up to ``conv_layer`` accepts (shorter input is zero-padded)."""
+        rec = self.recognizer
+        return min_conv_samples(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1])
+
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``."""
+        """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``.
+
+        Finite input only (:meth:`forward` masks); ``t`` below :attr:`min_samples` is zero-padded.
+        """
+        t = waves.shape[-1]
+        if t < self.min_samples:  # the conv stack cannot run on less than its receptive field
+            if wave_lengths is None:
+                wave_lengths = torch.full((waves.shape[0],), t, dtype=torch.long, device=waves.device)
+            waves = torch.nn.functional.pad(waves, (0, self.min_samples - t))
         feats, frames = self.recognizer.conv_features(waves, self.conv_layer, wave_lengths)
         return self.head(feats).float(), frames
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = ()) -> tuple[Tensor, LeakParts]:
+        bad = None
         if mels is not None:
-            if self.mel_to_wave is None:
-                raise ValueError("mel input needs a mel_to_wave vocoder (leakloss.vocoder.MelToWave)")
-            from leakloss.vocoder import mel_lengths_to_samples
-
-            waves = self.mel_to_wave(mels)
-            if mel_lengths is not None:
-                wave_lengths = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=waves.device).clamp(
-                    max=waves.shape[-1])
+            waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
         if waves is None:
             raise ValueError("give waves or mels")
-        if len(sites) != waves.shape[0]:
-            raise ValueError(f"sites must have one list per item: {len(sites)} lists for {waves.shape[0]} items")
+        if waves.dim() != 2:
+            raise PenaltyInputError(f"waves must be [batch, samples], got shape {tuple(waves.shape)}")
+        b, t = waves.shape
+        if len(sites) != b:
+            raise ValueError(f"sites must have one list per item: {len(sites)} lists for {b} items")
+        if wave_lengths is not None:
+            wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths")
+        waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
+        bad = bad_wave if bad is None else bad | bad_wave
+        quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
+        if waves.requires_grad:
+            waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths)
-        masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer), pad_s=self.pad_s, frame_lengths=frames,
+        frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
+        masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer),
+                                  pad_s=self.pad_s, frame_lengths=frames,
                                   device=logits.device)
-        item = torch.tensor([b for b, _ in index], dtype=torch.long, device=logits.device)
+        item = torch.tensor([i for i, _ in index], dtype=torch.long, device=logits.device)
         loss, probs = leak_penalty_from_logits(logits, masks, item)
         active = masks.any(-1)
-        return loss, self._parts(loss, probs, active, index, logits)
+        parts = self._parts(loss, probs, active, index, logits)
+        return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=((quiet < 1) & ~bad).sum().detach())
+
+    def _vocode(self, mels: Tensor, mel_lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Finite mels ``[b, n, d]`` -> (waves ``[b, t]``, wave lengths ``[b]``, non-finite items ``[b]``)."""
+        if self.mel_to_wave is None:
+            raise ValueError("mel input needs a mel_to_wave vocoder (leakloss.vocoder.MelToWave)")
+        from leakloss.vocoder import mel_lengths_to_samples
+
+        if mels.dim() != 3:
+            raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
+        b, n = mels.shape[:2]
+        if mel_lengths is not None:
+            mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths")
+        elif n == 0:
+            mel_lengths = torch.zeros(b, dtype=torch.long, device=mels.device)
+        mels, bad = mask_nonfinite_items(mels, mel_lengths)  # before the vocoder: its backward would see NaN
+        if n == 0:  # the vocoder needs one frame; zero valid frames -> zero valid samples
+            mels = torch.nn.functional.pad(mels, (0, 0, 0, 1))
+        waves = self.mel_to_wave(mels)
+        blown = ~torch.isfinite(waves).all(-1) & ~bad  # finite but huge mels can overflow inside the vocoder
+        if bool(blown.any()):  # vocode again without them, so that no graph we keep holds a non-finite value
+            mels = torch.where(blown[:, None, None], torch.zeros((), dtype=mels.dtype, device=mels.device), mels)
+            waves, bad = self.mel_to_wave(mels), bad | blown
+        wave_lengths = None
+        if mel_lengths is not None:
+            wave_lengths = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=waves.device).clamp(
+                max=waves.shape[-1])
+        return waves, wave_lengths, bad
 
     @staticmethod
     def _parts(loss, probs, active, index, logits) -> LeakParts:
@@ -105,29 +190,55 @@ class LeakPenalty(nn.Module):
         per_kind = {k: mean_where([s.kind == k for _, s in index]) for k in KINDS}
         contrasts = sorted({s.contrast for _, s in index})
         per_contrast = {c: mean_where([s.contrast == c for _, s in index]) for c in contrasts}
+        zero = active.sum().detach() * 0
         return LeakParts(loss.detach(), per_kind, per_contrast, active.sum().detach(), probs.detach(),
-                         torch.sigmoid(logits).detach())
+                         torch.sigmoid(logits).detach(), zero, zero, active.detach())
 
 
-def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:
-    """Testable sites of ``text`` placed in time on ``wave`` (forced alignment of the Nepali phones).
+def _check_lengths(lengths: Tensor, b: int, t: int, name: str) -> Tensor:
+    lengths = torch.as_tensor(lengths)
+    if lengths.shape != (b,):
+        raise PenaltyInputError(f"{name} must have one length per item: shape {tuple(lengths.shape)} for {b} items")
+    if bool((lengths < 0).any()) or bool((lengths > t).any()):
+        raise PenaltyInputError(f"{name} must lie in [0, {t}], got {lengths.tolist()}")
+    return lengths.long()
 
-    Returns ``[]`` when the alignment fails or there is no testable site (the item contributes zero).
+
+class SitePlacement(NamedTuple):
+    """Where :func:`place_sites` stands for one reading: the sites, or why there are none."""
+
+    sites: list[TimedSite]
+    #: "placed" | "no_testable_site" (the text has none) | "not_finite" | "too_short" (under the recognizer's
+    #: first frame) | "alignment_failed"
+    status: str
+
+
+def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
+    """:func:`place_sites` with the reason when there are none. ``wave [t]`` 16 kHz.
+
+    Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
+    an exception; a text the finder rejects raises its :class:`leakloss.text.normalize.TextError`.
     """
     from leakloss.acoustic.align import align_words
     from leakloss.text.sites import SiteFinder
 
-    finder = finder or SiteFinder()
-    words = [w for w in finder(text) if w.skipped is None]
+    if words is None:
+        words = [w for w in (finder or SiteFinder())(text) if w.skipped is None]
     if not any(w.testable_sites for w in words):
-        return []
+        return SitePlacement([], "no_testable_site")
+    if wave.dim() != 1:
+        raise PenaltyInputError(f"place_sites takes one wave [samples], got shape {tuple(wave.shape)}")
+    if not bool(torch.isfinite(wave).all()):
+        return SitePlacement([], "not_finite")
+    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
+        return SitePlacement([], "too_short")
     with torch.no_grad():
         log_probs, frames = recognizer(wave[None])
     n = int(frames[0])
     alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
                             recognizer.frame_rate, words=[w.word for w in words])
     if not alignment.ok:
-        return []
+        return SitePlacement([], "alignment_failed")
     out = []
     for k, w in enumerate(words):
         wa = alignment.word(k)
@@ -137,7 +248,17 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
-    return out
+    return SitePlacement(out, "placed" if out else "alignment_failed")
+
+
+def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:
+    """Testable sites of ``text`` placed in time on ``wave [t]`` (forced alignment of the Nepali phones).
+
+    Returns ``[]`` (the item then contributes zero) when there is no testable site, the alignment fails, or
+    the audio cannot be read: NaN/Inf samples, or shorter than one recognizer frame (:func:`locate_sites`
+    says which).
+    """
+    return locate_sites(wave, text, recognizer, finder).sites
 
 
 SITE_CACHE_VERSION = 1
@@ -183,24 +304,89 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     return out
 
 
+#: Worst reward: given to every reading that cannot be scored (an RL loop must never profit from one).
+WORST_REWARD = 0.0
+
+
+@dataclass
+class RewardResult:
+    """One reading's reward and why (:func:`leak_reward_details`)."""
+
+    reward: float  # in [0, 1], 1 = no leak; WORST_REWARD for a reading that cannot be scored
+    status: str  # "scored" | "no_testable_site" | "unintelligible" | "not_finite" | "too_short"
+                 # | "alignment_failed" | "no_word"
+    phone_error_rate: float | None = None  # recognizer's greedy phones vs the text's Nepali phones
+    sites: int = 0  # sites scored
+    reason: str = ""
+
+
 @torch.no_grad()
-def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
-                recognizer=None) -> Tensor:
-    """``[b]`` reward in [0, 1]: 1 - mean leak probability over the testable sites of each reading
-    (1.0 when a reading has no testable site or cannot be aligned). Not differentiable."""
+def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
+                        recognizer=None, max_per: float | None = None, finder=None) -> list[RewardResult]:
+    """The reward of each ``(wave [t] 16 kHz, text)`` pair, with its status; see :func:`leak_reward`."""
+    from leakloss.scorer import QUERY_MAX_PER
+    from leakloss.text.sites import SiteFinder
+
+    if len(waveforms) != len(texts):
+        raise ValueError(f"leak_reward needs one text per reading: {len(waveforms)} readings, {len(texts)} texts")
     penalty = penalty or LeakPenalty.load()
     recognizer = recognizer or penalty.recognizer
-    rewards = []
-    for wave, text in zip(waveforms, texts):
-        sites = place_sites(wave, text, recognizer)
-        if not sites:
-            rewards.append(1.0)
-            continue
-        _, parts = penalty(waves=wave[None], sites=[sites])
-        active = parts.site_probs[: len(sites)]
-        rewards.append(float(1.0 - active.mean()))
+    finder = finder or SiteFinder()
+    max_per = QUERY_MAX_PER if max_per is None else max_per
+    out = []
+    for wave, text in zip(waveforms, texts, strict=True):
+        out.append(_reward_one(wave, text, penalty, recognizer, finder, max_per))
+    return out
+
+
+def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finder, max_per: float) -> RewardResult:
+    from leakloss.scorer import phone_error_rate
+
+    words = [w for w in finder(text) if w.skipped is None]
+    if not words:
+        return RewardResult(WORST_REWARD, "no_word", reason="no Devanagari word in the text")
+    if wave.dim() != 1:
+        raise PenaltyInputError(f"leak_reward takes waves [samples], got shape {tuple(wave.shape)}")
+    if not bool(torch.isfinite(wave).all()):
+        return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
+    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
+        return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
+    hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
+    per = phone_error_rate([p for w in words for p in w.nepali], hyp)
+    if per > max_per:
+        return RewardResult(WORST_REWARD, "unintelligible", per, reason=f"phone error rate {per:.2f} > {max_per:.2f}")
+    placed = locate_sites(wave, text, recognizer, words=words)
+    if placed.status == "no_testable_site":
+        return RewardResult(1.0, "no_testable_site", per, reason="intelligible; the text has no testable site")
+    if placed.status != "placed":
+        return RewardResult(WORST_REWARD, placed.status, per, reason="the text's phones do not align to the audio")
+    _, parts = penalty(waves=wave[None], sites=[placed.sites])
+    probs = parts.site_probs[parts.site_active]  # an inactive site's p ~ 0 must not count as "no leak"
+    if probs.numel() == 0:
+        return RewardResult(WORST_REWARD, "alignment_failed", per, reason="no site inside the audio")
+    return RewardResult(float(1.0 - probs.mean()), "scored", per, int(probs.numel()))
+
+
+def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
+                recognizer=None, max_per: float | None = None) -> Tensor:
+    """``[b]`` reward in [0, 1] for GRPO/best-of-N: ``1 - mean leak probability`` over the testable sites of
+    each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else ``ValueError``).
+
+    The rule, so that an RL loop cannot profit from a reading it cannot be judged on:
+
+    - a reading that fails the word check (the recognizer's greedy phone error rate against the text's
+      Nepali phones above ``max_per``, the scorer's ``QUERY_MAX_PER`` = 0.45 by default): silence, noise,
+      another text, mumbling -> ``WORST_REWARD`` (0.0);
+    - audio that cannot be read (NaN/Inf, shorter than one recognizer frame), a text whose phones do not
+      align, a text with no Devanagari word -> ``WORST_REWARD``;
+    - an intelligible reading of a text with no testable site -> 1.0 (nothing to leak);
+    - otherwise ``1 - mean p`` over the sites.
+
+    :func:`leak_reward_details` gives each reading's status, phone error rate and reason.
+    """
+    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per)
     ref = waveforms[0] if len(waveforms) else torch.zeros(())
-    return torch.tensor(rewards, dtype=torch.float32, device=ref.device)
+    return torch.tensor([r.reward for r in results], dtype=torch.float32, device=ref.device)
 
 
 leak_reward.higher_is_better = True  # type: ignore[attr-defined]

@@ -138,3 +138,319 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
     other = type("Rec", (), {"name": "a@other"})()  # another recognizer: placed again
     place_dataset_sites([(a, "घर")], other, cache)
     assert calls == ["घर", "x", "घर"]
+
+
+# --- bad input never poisons the batch (issue 14.2-14.5) ----------------------------------------------------------
+
+def _grad_and_loss(penalty, waves, sites, **kw):
+    waves = waves.clone().requires_grad_(True)
+    loss, parts = penalty(waves=waves, sites=sites, **kw)
+    loss.backward()
+    return loss.detach(), waves.grad, parts
+
+
+def test_nonfinite_items_are_masked_counted_and_get_zero_gradient(penalty):
+    torch.manual_seed(1)
+    waves = torch.randn(4, 16000) * 0.1
+    waves[1, 100] = float("nan")  # a NaN in an item with sites
+    waves[2, 5000:5010] = float("inf")  # Inf in an item without sites
+    waves[3, 12000:] = float("nan")  # NaN only in the padding of item 3: not a bad item
+    lengths = torch.tensor([16000, 16000, 16000, 12000])
+    sites = [SITES, SITES, [], SITES]
+    loss, grad, parts = _grad_and_loss(penalty, waves, sites, wave_lengths=lengths)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    assert torch.equal(grad[1], torch.zeros(16000)) and torch.equal(grad[2], torch.zeros(16000))
+    assert grad[0].abs().sum() > 0 and grad[3, :12000].abs().sum() > 0
+    assert int(parts.nonfinite_items) == 2 and int(parts.active_sites) == 4
+    assert parts.site_active.tolist() == [True, True, False, False, True, True]
+    # the good items give the same loss as without the bad ones (same width, same lengths)
+    clean = waves.clone()
+    clean[3, 12000:] = 0.0
+    ref, _, _ = _grad_and_loss(penalty, clean[[0, 3]], [SITES, SITES], wave_lengths=lengths[[0, 3]])
+    assert torch.allclose(loss, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_all_items_nonfinite_gives_zero_loss_and_zero_gradient(penalty):
+    waves = torch.full((2, 8000), float("nan"))
+    waves[1] = float("-inf")
+    loss, grad, parts = _grad_and_loss(penalty, waves, [SITES, SITES])
+    assert float(loss) == 0.0 and torch.equal(grad, torch.zeros_like(grad)) and int(parts.nonfinite_items) == 2
+
+
+def test_nonfinite_mels_are_masked_before_the_vocoder(penalty):
+    torch.manual_seed(2)
+    mels = torch.randn(2, 80, 100)
+    mels[1, 10, 3] = float("nan")
+    mels[0, 70:] = float("inf")  # padding of item 0 (mel_lengths 60): zeroed, not counted
+    mels.requires_grad_(True)
+    loss, parts = penalty(mels=mels, mel_lengths=torch.tensor([60, 80]), sites=[SITES[:1], SITES])
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(mels.grad).all()
+    assert torch.equal(mels.grad[1], torch.zeros(80, 100)) and mels.grad[0].abs().sum() > 0
+    assert int(parts.nonfinite_items) == 1
+
+
+def test_mels_that_overflow_in_the_vocoder_are_masked(penalty, monkeypatch):
+    mels = torch.randn(2, 40, 100, requires_grad=True)
+    real = penalty.mel_to_wave.forward
+
+    def overflowing(m):  # overflows for item 0 while its mels are non-zero (huge but finite mels do this)
+        w = real(m)
+        if bool(m[0].abs().amax() > 0):
+            return torch.cat([w[:1] * float("inf"), w[1:]])
+        return w
+
+    monkeypatch.setattr(penalty.mel_to_wave, "forward", overflowing)
+    loss, parts = penalty(mels=mels, sites=[SITES, SITES])
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(mels.grad).all() and int(parts.nonfinite_items) == 1
+    assert torch.equal(mels.grad[0], torch.zeros(40, 100)) and mels.grad[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("n", [0, 1, 100, 159])
+def test_waves_shorter_than_the_conv_stack_contribute_zero(penalty, n):
+    loss, grad, parts = _grad_and_loss(penalty, torch.randn(2, n) * 0.1, [SITES, []])
+    assert float(loss) == 0.0 and grad.shape == (2, n) and torch.equal(grad, torch.zeros(2, n))
+    assert int(parts.active_sites) == 0
+    assert penalty.min_samples == 160  # layer 4 of the wav2vec 2.0 stack: 10 ms
+
+
+def test_a_short_item_in_a_batch_contributes_zero(penalty):
+    waves = torch.randn(2, 16000) * 0.1
+    loss, grad, _ = _grad_and_loss(penalty, waves, [SITES, SITES], wave_lengths=torch.tensor([16000, 1]))
+    ref, _, _ = _grad_and_loss(penalty, waves[:1], [SITES])
+    assert torch.allclose(loss, ref, rtol=1e-5) and torch.equal(grad[1], torch.zeros(16000))
+
+
+def test_zero_mel_frames_contribute_zero(penalty):
+    mels = torch.randn(2, 0, 100, requires_grad=True)
+    loss, parts = penalty(mels=mels, sites=[SITES, []])
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and mels.grad.shape == (2, 0, 100)
+    loss, _ = penalty(mels=torch.randn(1, 30, 100), mel_lengths=torch.tensor([0]), sites=[SITES])
+    assert float(loss) == 0.0
+
+
+def test_bad_shapes_and_lengths_are_typed_errors(penalty):
+    with pytest.raises(ValueError, match=r"\[batch, samples\]"):
+        penalty(waves=torch.randn(16000), sites=[SITES])
+    with pytest.raises(ValueError, match=r"\[batch, frames, bins\]"):
+        penalty(mels=torch.randn(30, 100), sites=[SITES])
+    with pytest.raises(ValueError, match="one length per item"):
+        penalty(waves=torch.randn(2, 800), wave_lengths=torch.tensor([800]), sites=[[], []])
+    with pytest.raises(ValueError, match=r"in \[0, 800\]") as err:
+        penalty(waves=torch.randn(1, 800), wave_lengths=torch.tensor([900]), sites=[[]])
+    from leakloss.penalty import PenaltyInputError
+
+    assert isinstance(err.value, PenaltyInputError)
+
+
+def _grad_norm(penalty, wave, sites):
+    _, grad, _ = _grad_and_loss(penalty, wave[None], [sites])
+    return float(grad.norm())
+
+
+def test_near_silence_gradient_is_bounded(penalty):
+    """The recognizer normalises to unit variance: without a bound, randn * 1e-7 had 1e4-1e6 times the
+    gradient of a normal level; now at most the gradient the same shape gets at -40 dBFS."""
+    torch.manual_seed(3)
+    shape = torch.randn(16000)
+    normal = _grad_norm(penalty, shape * 0.1, SITES)
+    for amplitude in (1e-3, 1e-5, 1e-7, 1e-8):
+        quiet = _grad_norm(penalty, shape * amplitude, SITES)
+        assert quiet <= 20 * normal, (amplitude, quiet, normal)
+    loss_quiet, _, parts = _grad_and_loss(penalty, (shape * 1e-7)[None], [SITES])
+    assert int(parts.quiet_items) == 1
+    # the loss itself is not changed by the bound
+    logits, frames = penalty.frame_logits((shape * 1e-7)[None])
+    masks, index = site_masks([SITES], logits.shape[-1], hop_s=penalty.recognizer.conv_hop_s(penalty.conv_layer),
+                              pad_s=penalty.pad_s, frame_lengths=frames)
+    assert torch.equal(loss_quiet, leak_penalty_from_logits(logits, masks, torch.zeros(len(index), dtype=torch.long))[0])
+
+
+def test_reward_needs_one_text_per_reading(penalty):
+    from leakloss.penalty import leak_reward
+
+    w = torch.randn(16000) * 0.1
+    with pytest.raises(ValueError, match="one text per reading: 2 readings, 1 texts"):
+        leak_reward([w, w], ["घर"], penalty)
+    with pytest.raises(ValueError, match="one text per reading"):
+        leak_reward([w], ["घर", "घर"], penalty)
+
+
+# --- with the embedded recognizer, head and espeak speech -----------------------------------------------------------
+
+TEXT = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"  # two testable sites
+OTHER_TEXT = "सरकारले नयाँ बजेट ल्यायो"
+
+
+@pytest.fixture(scope="module")
+def embedded_penalty():
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded recognizers/heads not built")
+    return LeakPenalty.load()
+
+
+@pytest.fixture(scope="module")
+def readings():
+    from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_text
+
+    return {"nepali": speak_text(TEXT, TEACHER_VOICES[0]).waveform, "hindi": speak_text(TEXT, HINDI_VOICES[0]).waveform,
+            "other": speak_text(OTHER_TEXT, TEACHER_VOICES[0]).waveform}
+
+
+def test_near_silence_gradient_is_bounded_on_the_embedded_penalty(embedded_penalty, readings):
+    """Before: randn * 1e-7 had a gradient norm 3e4 times speech's (2e7 vs 577); now below speech's."""
+    from leakloss.penalty import place_sites
+
+    speech = readings["hindi"]
+    sites = place_sites(speech, TEXT, embedded_penalty.recognizer)
+    assert len(sites) == 2
+    speech_norm = _grad_norm(embedded_penalty, speech, sites)
+    torch.manual_seed(0)
+    for amplitude in (1e-3, 1e-5, 1e-7, 1e-8):
+        quiet = _grad_norm(embedded_penalty, torch.randn_like(speech) * amplitude, sites)
+        assert quiet <= 2 * speech_norm, (amplitude, quiet, speech_norm)
+    # speech itself at -100 dBFS: bounded by the -40 dBFS level (10x a normal level of 0.1)
+    assert _grad_norm(embedded_penalty, speech * 1e-4, sites) <= 20 * speech_norm
+
+
+def test_place_sites_on_unreadable_audio_is_an_empty_placement_not_an_indexerror(embedded_penalty):
+    from leakloss.penalty import place_sites
+
+    rec = embedded_penalty.recognizer
+    assert place_sites(torch.full((16000,), float("nan")), TEXT, rec) == []
+    assert place_sites(torch.zeros(0), TEXT, rec) == [] and place_sites(torch.zeros(1), TEXT, rec) == []
+    from leakloss.penalty import locate_sites
+
+    assert locate_sites(torch.full((16000,), float("nan")), TEXT, rec).status == "not_finite"
+    assert locate_sites(torch.zeros(0), TEXT, rec).status == "too_short"
+    assert locate_sites(torch.zeros(100), TEXT, rec).status == "too_short"
+    assert locate_sites(torch.zeros(16000), "घर", rec).status == "no_testable_site"
+
+
+def test_reward_is_worst_for_what_cannot_be_judged(embedded_penalty, readings):
+    from leakloss.penalty import leak_reward
+
+    g = torch.Generator().manual_seed(0)
+    waves = [readings["nepali"], torch.zeros(32000), torch.randn(32000, generator=g) * 0.1,
+             torch.randn(32000, generator=g) * 1e-7,
+             readings["other"], torch.full((16000,), float("nan")), torch.zeros(0), torch.zeros(1)]
+    judged = leak_reward(waves[:5], [TEXT] * 5, embedded_penalty)  # silence, noise, near-silence, another text
+    assert judged[1:].tolist() == [0.0] * 4 and judged[0] > 0.2
+    from leakloss.penalty import WORST_REWARD, leak_reward_details
+
+    details = leak_reward_details(waves, [TEXT] * len(waves), embedded_penalty)
+    assert [d.status for d in details] == ["scored", "unintelligible", "unintelligible", "unintelligible",
+                                           "unintelligible", "not_finite", "too_short", "too_short"]
+    assert all(d.reward == WORST_REWARD == 0.0 for d in details[1:])
+    assert details[0].reward > 0.2 and details[0].sites == 2 and details[0].phone_error_rate <= 0.45
+    rewards = leak_reward(waves, [TEXT] * len(waves), embedded_penalty)
+    assert rewards.shape == (len(waves),) and rewards[0] > rewards[1:].max()
+    assert leak_reward.higher_is_better
+
+
+def test_reward_rule_for_texts_without_testable_sites(embedded_penalty):
+    from leakloss.penalty import leak_reward
+    from leakloss.speech.synth import TEACHER_VOICES, speak_text
+
+    plain = "किसानले धान रोपे"  # no testable site (a single word like घर is too short for a stable word check)
+    reading = speak_text(plain, TEACHER_VOICES[0]).waveform
+    noise = torch.randn(16000, generator=torch.Generator().manual_seed(0)) * 0.1
+    assert leak_reward([reading, noise], [plain, plain], embedded_penalty).tolist() == [1.0, 0.0]
+    from leakloss.penalty import leak_reward_details
+
+    intelligible, noise, no_word = leak_reward_details([reading, noise, reading], [plain, plain, "abc"],
+                                                       embedded_penalty)
+    assert (intelligible.status, intelligible.reward) == ("no_testable_site", 1.0)
+    assert (noise.status, noise.reward) == ("unintelligible", 0.0)
+    assert (no_word.status, no_word.reward) == ("no_word", 0.0)
+
+
+def test_hindi_reading_gets_a_lower_reward_than_the_nepali_one(embedded_penalty, readings):
+    from leakloss.penalty import leak_reward
+
+    nepali, hindi = leak_reward([readings["nepali"], readings["hindi"]], [TEXT, TEXT], embedded_penalty).tolist()
+    assert nepali > hindi > 0.0
+
+
+# --- property: whatever the audio, the training signal is finite and bad items cost nothing ----------------------
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SR = 16000
+KINDS = [("deletion", "ʌ->∅"), ("quality", "ʌi̯->ɛː"), ("quality", "o->ʊ")]
+
+
+@st.composite
+def items(draw):
+    # mostly up to 2 s, one in five up to 30 s (keeps the test's run time sane)
+    long = draw(st.sampled_from([False, False, False, False, True]))
+    n = draw(st.integers(10 * SR, 30 * SR) if long else st.integers(0, 2 * SR))
+    amplitude = 10.0 ** draw(st.floats(-8, 1))
+    bad = draw(st.sampled_from(["none"] * 4 + ["nan", "inf", "-inf", "all_nan", "padding"]))
+    sites = draw(st.lists(st.tuples(st.floats(0, 31), st.floats(0.005, 0.4), st.sampled_from(KINDS)), max_size=4))
+    return n, amplitude, bad, [TimedSite(a, a + d, k, c) for a, d, (k, c) in sites], draw(st.integers(0, 2**31 - 1))
+
+
+@st.composite
+def good_items(draw):
+    # an ordinary item with a site in its audio, so that every batch has a gradient path to check
+    n = draw(st.integers(SR // 2, 3 * SR))
+    start = draw(st.floats(0, 0.4))
+    return n, 10.0 ** draw(st.floats(-8, 1)), "none", [TimedSite(start, start + 0.05, "deletion", "ʌ->∅")], draw(
+        st.integers(0, 2**31 - 1))
+
+
+def _batch(drawn, pad):
+    t = max(n for n, *_ in drawn) + pad
+    waves = torch.zeros(len(drawn), t, dtype=torch.float64)
+    lengths, no_finite_audio = [], []
+    for b, (n, amplitude, bad, _, seed) in enumerate(drawn):
+        g = torch.Generator().manual_seed(seed)
+        waves[b, :n] = torch.randn(n, generator=g, dtype=torch.float64) * amplitude
+        if bad in ("nan", "inf", "-inf") and n:
+            at = torch.randint(0, n, (int(torch.randint(1, 4, (1,), generator=g)),), generator=g)
+            waves[b, at] = float(bad)
+        elif bad == "all_nan":
+            waves[b, :] = float("nan")
+        elif bad == "padding" and n < t:
+            waves[b, n:] = float("nan")  # outside the item: zeroed, the item stays good
+        lengths.append(n)
+        no_finite_audio.append(bad in ("nan", "inf", "-inf", "all_nan") and n > 0 or n == 0)
+    return waves, torch.tensor(lengths), no_finite_audio
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(good=good_items(), drawn=st.lists(items(), max_size=2), pad=st.integers(0, 800),
+       mode=st.sampled_from(["fp32", "bf16-autocast", "fp64"]))
+def test_property_loss_and_gradients_are_always_finite(penalty, good, drawn, pad, mode):
+    drawn = [good, *drawn]
+    waves, lengths, no_finite_audio = _batch(drawn, pad)
+    event(f"longest item {'over' if waves.shape[1] > 10 * SR else 'under'} 10 s")
+    event(f"{sum(no_finite_audio)} of {len(drawn) - 1} drawn items without finite audio")
+    waves = (waves.float() if mode != "fp64" else waves).requires_grad_(True)
+    sites = [s for *_, s, _ in drawn]
+
+    def run(sites):
+        if mode == "bf16-autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return penalty(waves=waves, wave_lengths=lengths, sites=sites)
+        return penalty(waves=waves, wave_lengths=lengths, sites=sites)
+
+    loss, parts = run(sites)
+    (grad,) = torch.autograd.grad(loss, waves, allow_unused=False)
+    assert torch.isfinite(loss) and loss.dtype in (torch.float32, torch.float64) and float(loss.detach()) > 0
+    assert torch.isfinite(grad).all() and grad.dtype == waves.dtype
+    # counted: NaN/Inf among the valid samples (an item of 0 samples has NaN only in its padding)
+    assert int(parts.nonfinite_items) == sum(d[2] in ("nan", "inf", "-inf", "all_nan") and d[0] > 0 for d in drawn)
+    for b, dead in enumerate(no_finite_audio):
+        if dead or not sites[b]:  # no finite audio, or no site: exactly nothing
+            assert torch.equal(grad[b], torch.zeros_like(grad[b]))
+    # items with no finite audio contribute zero: dropping their sites changes nothing
+    kept = [[] if dead else s for s, dead in zip(sites, no_finite_audio, strict=True)]
+    assert torch.equal(run(kept)[0].detach(), loss.detach())

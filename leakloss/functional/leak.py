@@ -64,3 +64,64 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
         return x.sum() * 0.0, x.new_zeros(masks.shape[0])
     logits = pooled_site_logits(frame_logits, masks, item_of_row)
     return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)
+
+
+def mask_nonfinite_items(x: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``x [b, t, ...]`` (``lengths [b]`` valid steps along dim 1) -> (``x`` with every non-finite item zeroed,
+    ``bad [b]`` bool: an item with any NaN/Inf among its valid steps).
+
+    Non-finite values in the padding (beyond ``lengths``) are zeroed too without making the item bad.
+    ``torch.where`` selects before any arithmetic, so the graph downstream never sees a non-finite value and
+    the gradient reaching ``x`` is exactly 0 at every masked position (``NaN * 0`` would be NaN).
+    """
+    finite = torch.isfinite(x)
+    step_ok = finite.flatten(2).all(-1) if x.dim() > 2 else finite  # [b, t]
+    if lengths is not None:
+        valid = torch.arange(x.shape[1], device=x.device)[None, :] < lengths.to(x.device)[:, None]
+        bad = (~step_ok & valid).any(-1)
+    else:
+        bad = (~step_ok).any(-1)
+    keep = finite & ~bad.reshape(-1, *([1] * (x.dim() - 1)))
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device)), bad
+
+
+def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
+    """``[b, t]`` -> ``[b]`` root mean square of the mean-removed valid samples (fp32/fp64, detached)."""
+    with torch.no_grad():
+        x = _at_least_fp32(waves)
+        t = x.shape[-1]
+        if lengths is None:
+            lengths = torch.full((x.shape[0],), t, device=x.device)
+        mask = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]
+        n = lengths.to(x.device).clamp(min=1).to(x.dtype)
+        mean = (x * mask).sum(-1) / n
+        return ((((x - mean[:, None]) * mask) ** 2).sum(-1) / n).clamp(min=0).sqrt()
+
+
+def quiet_gradient_scale(waves: Tensor, lengths: Tensor | None = None, rms_floor: float = 0.01) -> Tensor:
+    """``[b]`` factors ``min(1, rms / rms_floor)`` (detached) that bound the penalty's gradient on quiet input.
+
+    The recognizer normalises each item to unit variance and its conv stack LayerNorms each frame, so the
+    penalty is scale-invariant down to ~1e-4 of unit amplitude and its gradient grows as ``1 / rms``
+    (near-silence: 1e4-fold speech's). Multiplying an item's gradient by this factor keeps its direction
+    and caps its size at what the same waveform gets at ``rms_floor``. A floor on the std in the forward
+    normalisation alone does not do it: the conv LayerNorms re-normalise the quiet frames.
+    """
+    return (item_rms(waves, lengths) / rms_floor).clamp(max=1.0)
+
+
+def scale_gradient(x: Tensor, factor: Tensor) -> Tensor:
+    """Identity on ``x [b, ...]`` in the forward (bit-exact); the backward multiplies item b's gradient by
+    ``factor[b]``."""
+    f = factor.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
+    return x.detach() + (x - x.detach()) * f
+
+
+def min_conv_samples(kernels: Sequence[int], strides: Sequence[int]) -> int:
+    """Fewest input samples a conv stack (``kernels``, ``strides``, no padding) accepts: its receptive field
+    (160 samples = 10 ms for layer 4 of the wav2vec 2.0 stack)."""
+    field, jump = 1, 1
+    for k, s in zip(kernels, strides, strict=True):
+        field += (k - 1) * jump
+        jump *= s
+    return field

@@ -1,0 +1,204 @@
+"""The leak reward behind the reward-provider interface of F5-TTS's GRPO work, and best-of-N reranking.
+
+F5-TTS's upstream reward interface (``f5_tts/rewards/types.py`` in SWivid/F5-TTS) passes a list of
+``RewardInput(audio, text, speaker_ref, sample_rate, meta, lang)`` to ``RewardProvider.compute`` and gets
+one ``RewardOutput(total_reward, components, logs)`` per input; its registry builds a provider with no
+arguments and then calls ``setup(cfg)``. The classes here have the same fields and methods, so that:
+
+- this module imports without F5-TTS installed (the F5-TTS release on PyPI has no ``rewards`` package yet);
+- :class:`LeakRewardProvider` reads only those attributes, so F5's own ``RewardInput`` objects work too,
+  and F5's ``RewardCombiner`` takes its outputs (it reads ``total_reward``, ``components`` and ``logs``);
+- F5's registry can load it by path: ``{"name": "leakloss.rewards:LeakRewardProvider", "config": {...}}``.
+
+The reward is :func:`leakloss.penalty.leak_reward`: in [0, 1], 1 = no leak, 0.0 for every reading that
+cannot be judged (silence, noise, another text, NaN audio: see its docstring). :func:`rerank` keeps the
+best of N candidate readings of each text, with the reasons.
+
+Shapes: t samples; audio ``[t]`` or ``[channels, t]`` at ``sample_rate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from leakloss.penalty import WORST_REWARD, LeakPenalty, RewardResult, leak_reward_details
+
+SAMPLE_RATE = 16_000
+#: statuses whose reward is a judgement of the reading (the others are the worst reward by rule)
+JUDGED = ("scored", "no_testable_site")
+
+
+@dataclass
+class RewardInput:
+    """One generated reading (field names and defaults as in F5-TTS's ``RewardInput``)."""
+
+    audio: Tensor  # [t] or [channels, t]
+    text: str | None = None
+    speaker_ref: Tensor | None = None  # unused by the leak reward
+    sample_rate: int = 24_000  # F5's default: its vocoder's rate
+    meta: dict[str, Any] = field(default_factory=dict)
+    lang: str | None = None
+
+
+@dataclass
+class RewardOutput:
+    """``total_reward``: a 0-dim fp32 tensor; ``components``: 0-dim tensors; ``logs``: anything printable."""
+
+    total_reward: Tensor
+    components: dict[str, Tensor] = field(default_factory=dict)
+    logs: dict[str, Any] = field(default_factory=dict)
+
+
+class RewardProvider:
+    """The provider contract: no-argument construction, ``setup(cfg)``, ``compute(batch)``."""
+
+    name = "base"
+    required_extras: list[str] = []
+
+    def setup(self, cfg: dict[str, Any] | None = None) -> None:
+        return None
+
+    def supports_language(self, lang: str | None) -> bool:
+        return True
+
+    def compute(self, batch: list[RewardInput]) -> list[RewardOutput]:
+        raise NotImplementedError
+
+
+def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
+    """``[t]`` or ``[channels, t]`` at ``sample_rate`` -> ``[t]`` fp32 at 16 kHz (channels averaged)."""
+    import torchaudio.functional as AF
+
+    if not isinstance(audio, Tensor):
+        audio = torch.as_tensor(audio)
+    if audio.dim() == 2:
+        audio = audio.float().mean(0)
+    elif audio.dim() != 1:
+        raise ValueError(f"reward audio must be [samples] or [channels, samples], got shape {tuple(audio.shape)}")
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    audio = audio.detach().float()
+    if sample_rate != SAMPLE_RATE and audio.numel():
+        audio = AF.resample(audio, sample_rate, SAMPLE_RATE)
+    return audio
+
+
+class LeakRewardProvider(RewardProvider):
+    """:func:`leakloss.penalty.leak_reward` as a reward provider.
+
+    ``total_reward``: the leak reward in [0, 1] (0.0 for unintelligible or unreadable audio and missing
+    text). ``components``: ``leak_free`` (the same number), ``judged`` (1.0 when the reading was judged:
+    ``scored`` or ``no_testable_site``), ``sites`` (sites scored) and ``phone_error_rate`` when the word
+    check ran. ``logs``: ``status`` and ``reason``.
+
+    ``setup`` keys: ``recognizer`` (default: the head's), ``head_path``, ``device`` ("cpu"), ``max_per``
+    (word-check limit; default the scorer's ``QUERY_MAX_PER``). The penalty loads on first use.
+    """
+
+    name = "leakloss_leak"
+    required_extras: list[str] = []
+
+    def __init__(self, penalty: LeakPenalty | None = None, max_per: float | None = None) -> None:
+        self.penalty, self.max_per = penalty, max_per
+        self.cfg: dict[str, Any] = {}
+
+    def setup(self, cfg: dict[str, Any] | None = None) -> None:
+        self.cfg = dict(cfg or {})
+        unknown = set(self.cfg) - {"recognizer", "head_path", "device", "max_per"}
+        if unknown:
+            raise ValueError(f"unknown {self.name} setting(s): {', '.join(sorted(unknown))}")
+        if "max_per" in self.cfg:
+            self.max_per = float(self.cfg["max_per"])
+
+    def supports_language(self, lang: str | None) -> bool:
+        """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified."""
+        return lang is None or lang.lower().split("-")[0].split("_")[0] in ("ne", "npi", "nep", "nepali")
+
+    def _penalty(self) -> LeakPenalty:
+        if self.penalty is None:
+            kwargs = {"device": self.cfg.get("device", "cpu")}
+            if self.cfg.get("head_path"):
+                kwargs["head_path"] = self.cfg["head_path"]
+                kwargs["recognizer"] = self.cfg.get("recognizer", "a")
+            self.penalty = LeakPenalty.load(**kwargs)
+        return self.penalty
+
+    def score(self, batch: Sequence[RewardInput]) -> list[RewardResult]:
+        """Each input's :class:`leakloss.penalty.RewardResult` (status, phone error rate, reason)."""
+        results: list[RewardResult | None] = [None] * len(batch)
+        todo = []
+        for i, item in enumerate(batch):
+            if not item.text:
+                results[i] = RewardResult(WORST_REWARD, "no_word", reason="no text given")
+            else:
+                todo.append(i)
+        if todo:
+            penalty = self._penalty()
+            device = penalty.recognizer.device
+            waves = [to_16k_mono(batch[i].audio, batch[i].sample_rate).to(device) for i in todo]
+            for i, r in zip(todo, leak_reward_details(waves, [batch[i].text for i in todo], penalty,
+                                                      max_per=self.max_per), strict=True):
+                results[i] = r
+        return results  # type: ignore[return-value]
+
+    def compute(self, batch: list[RewardInput]) -> list[RewardOutput]:
+        return [_output(r) for r in self.score(batch)]
+
+
+def _output(r: RewardResult) -> RewardOutput:
+    reward = torch.tensor(r.reward, dtype=torch.float32)
+    components = {"leak_free": reward, "judged": torch.tensor(float(r.status in JUDGED)),
+                  "sites": torch.tensor(float(r.sites))}
+    if r.phone_error_rate is not None:
+        components["phone_error_rate"] = torch.tensor(r.phone_error_rate, dtype=torch.float32)
+    return RewardOutput(reward, components, {"status": r.status, "reason": r.reason})
+
+
+@dataclass
+class RerankChoice:
+    """The best candidate reading of one text, and why."""
+
+    text: str
+    best: int | None  # index into the text's candidates; None when no candidate could be judged
+    reward: float  # the best candidate's reward (WORST_REWARD when best is None)
+    candidates: list[RewardResult]  # every candidate's reward, status and reason, in the given order
+    reason: str
+
+
+def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[str, Sequence[Tensor]]],
+           penalty: LeakPenalty | None = None, *, sample_rate: int = SAMPLE_RATE,
+           max_per: float | None = None) -> list[RerankChoice]:
+    """Best-of-N: score the N candidate readings of each text with the leak reward and keep the best.
+
+    ``candidates_by_text``: ``{text: [wave [t] or [channels, t], ...]}`` (or ``(text, waves)`` pairs, which
+    may repeat a text) at ``sample_rate``. Only a judged candidate (status ``scored`` or
+    ``no_testable_site``: it passed the word check) can be kept; the highest reward wins, the first on a
+    tie. A text none of whose candidates could be judged gets ``best=None``: best-of-N distillation must
+    not train on an unintelligible reading. Returns one :class:`RerankChoice` per text, in the given order.
+    """
+    pairs = list(candidates_by_text.items()) if isinstance(candidates_by_text, Mapping) else list(candidates_by_text)
+    provider = LeakRewardProvider(penalty, max_per)
+    out = []
+    for text, waves in pairs:
+        if not len(waves):
+            out.append(RerankChoice(text, None, WORST_REWARD, [], "no candidate given"))
+            continue
+        results = provider.score([RewardInput(w, text, sample_rate=sample_rate) for w in waves])
+        judged = [i for i, r in enumerate(results) if r.status in JUDGED]
+        if not judged:
+            why = ", ".join(f"{i}: {r.status}" for i, r in enumerate(results))
+            out.append(RerankChoice(text, None, WORST_REWARD, results, f"no candidate could be judged ({why})"))
+            continue
+        best = max(judged, key=lambda i: (results[i].reward, -i))
+        r = results[best]
+        per = f", phone error rate {r.phone_error_rate:.2f}" if r.phone_error_rate is not None else ""
+        others = [f"{i}: {x.status} {x.reward:.3f}" for i, x in enumerate(results) if i != best]
+        reason = (f"candidate {best} of {len(waves)}: reward {r.reward:.3f} ({r.status}, {r.sites} sites{per})"
+                  + (f"; others {', '.join(others)}" if others else ""))
+        out.append(RerankChoice(text, best, r.reward, results, reason))
+    return out

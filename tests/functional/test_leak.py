@@ -1,0 +1,75 @@
+import math
+
+import pytest
+import torch
+
+from leakloss.functional.leak import (item_rms, mask_nonfinite_items, min_conv_samples, quiet_gradient_scale,
+                                      scale_gradient)
+
+
+def test_mask_nonfinite_items_zeroes_bad_items_and_padding_with_zero_gradient():
+    x = torch.tensor([[1.0, 2.0, 3.0, float("nan")], [1.0, float("inf"), 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]],
+                     requires_grad=True)
+    clean, bad = mask_nonfinite_items(x, torch.tensor([3, 4, 4]))
+    assert bad.tolist() == [False, True, False]  # item 0's NaN is padding
+    assert clean.tolist() == [[1.0, 2.0, 3.0, 0.0], [0.0] * 4, [1.0, 2.0, 3.0, 4.0]]
+    (clean.exp() * 2).sum().backward()  # math downstream sees only finite values
+    assert torch.isfinite(x.grad).all()
+    assert x.grad[1].eq(0).all() and x.grad[0, 3] == 0 and x.grad[2].gt(0).all()
+    _, bad = mask_nonfinite_items(x)  # without lengths every step counts
+    assert bad.tolist() == [True, True, False]
+
+
+def test_mask_nonfinite_items_on_mels_and_empty_input():
+    mels = torch.zeros(2, 5, 3)
+    mels[1, 2, 1] = float("-inf")
+    clean, bad = mask_nonfinite_items(mels, torch.tensor([5, 5]))
+    assert bad.tolist() == [False, True] and torch.isfinite(clean).all()
+    clean, bad = mask_nonfinite_items(torch.zeros(2, 0, 3))
+    assert bad.tolist() == [False, False] and clean.shape == (2, 0, 3)
+
+
+def test_item_rms_matches_naive_reference():
+    torch.manual_seed(0)
+    x = torch.randn(3, 50, dtype=torch.float64) * torch.tensor([[1.0], [1e-3], [5.0]], dtype=torch.float64) + 0.3
+    lengths = torch.tensor([50, 20, 1])
+    got = item_rms(x, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        v = x[b, :n].tolist()
+        mean = sum(v) / n
+        assert got[b].item() == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in v) / n), rel=1e-9, abs=1e-12)
+    assert item_rms(torch.zeros(1, 0)).tolist() == [0.0]
+
+
+def test_quiet_gradient_scale():
+    x = torch.randn(3, 16000)
+    x = x / item_rms(x)[:, None] * torch.tensor([[0.1], [0.001], [0.0]])
+    assert quiet_gradient_scale(x, rms_floor=0.01).tolist() == pytest.approx([1.0, 0.1, 0.0], rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_scale_gradient_is_an_exact_identity_forward(dtype):
+    x = (torch.randn(2, 7) * 1e3).to(dtype).requires_grad_(True)
+    y = scale_gradient(x, torch.tensor([1.0, 0.25]))
+    assert torch.equal(y, x) and y.dtype == dtype
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.tensor([[1.0] * 7, [0.25] * 7], dtype=dtype))
+
+
+def test_min_conv_samples_is_the_receptive_field():
+    kernels, strides = (10, 3, 3, 3, 3), (5, 2, 2, 2, 2)
+    n = min_conv_samples(kernels, strides)
+    assert n == 160
+    convs = [torch.nn.Conv1d(1, 1, k, s) for k, s in zip(kernels, strides)]
+
+    def run(t):
+        h = torch.zeros(1, 1, t)
+        for c in convs:
+            h = c(h)
+        return h.shape[-1]
+
+    assert run(n) == 1
+    with pytest.raises(RuntimeError):
+        run(n - 1)
+    with pytest.raises(ValueError):
+        min_conv_samples((10, 3), (5,))

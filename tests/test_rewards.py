@@ -1,0 +1,119 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakloss.rewards import (LeakRewardProvider, RerankChoice, RewardInput, RewardOutput, RewardProvider, rerank,
+                              to_16k_mono)
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"  # two testable sites
+PLAIN = "किसानले धान रोपे"  # no testable site
+
+
+def test_imports_without_f5_tts():
+    code = ("import sys; sys.modules['f5_tts'] = None\n"  # any `import f5_tts...` now fails
+            "from leakloss.rewards import LeakRewardProvider, RewardInput, RewardOutput, rerank\n"
+            "assert 'f5_tts' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_interface_mirrors_f5_tts_reward_types():
+    from dataclasses import fields
+
+    assert [f.name for f in fields(RewardInput)] == ["audio", "text", "speaker_ref", "sample_rate", "meta", "lang"]
+    assert RewardInput(torch.zeros(3)).sample_rate == 24_000
+    assert [f.name for f in fields(RewardOutput)] == ["total_reward", "components", "logs"]
+    assert issubclass(LeakRewardProvider, RewardProvider) and LeakRewardProvider.name == "leakloss_leak"
+    provider = LeakRewardProvider()  # F5's registry: no arguments, then setup(cfg)
+    provider.setup({"max_per": 0.3, "device": "cpu"})
+    assert provider.max_per == 0.3 and provider.penalty is None  # loads lazily
+    with pytest.raises(ValueError, match="unknown leakloss_leak setting"):
+        provider.setup({"max_pre": 0.3})
+    assert provider.supports_language(None) and provider.supports_language("ne") and provider.supports_language("ne-NP")
+    assert not provider.supports_language("hi") and not provider.supports_language("en")
+    assert provider.compute([]) == []
+
+
+def test_to_16k_mono():
+    t = torch.arange(24_000) / 24_000
+    stereo = torch.stack([torch.sin(2 * torch.pi * 440 * t), torch.sin(2 * torch.pi * 440 * t)])
+    mono = to_16k_mono(stereo, 24_000)
+    assert mono.shape == (16_000,) and mono.dtype == torch.float32
+    ref = torch.sin(2 * torch.pi * 440 * torch.arange(16_000) / 16_000)
+    assert torch.allclose(mono[100:-100], ref[100:-100], atol=2e-3)
+    assert torch.equal(to_16k_mono(ref, 16_000), ref) and to_16k_mono(torch.zeros(0), 24_000).shape == (0,)
+    with pytest.raises(ValueError, match="samples"):
+        to_16k_mono(torch.zeros(1, 1, 5), 16_000)
+
+
+@pytest.fixture(scope="module")
+def penalty():
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded recognizers/heads not built")
+    from leakloss.penalty import LeakPenalty
+
+    return LeakPenalty.load()
+
+
+@pytest.fixture(scope="module")
+def readings():
+    from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_text
+
+    return {"nepali": speak_text(TEXT, TEACHER_VOICES[0]).waveform, "hindi": speak_text(TEXT, HINDI_VOICES[0]).waveform,
+            "other": speak_text("सरकारले नयाँ बजेट ल्यायो", TEACHER_VOICES[0]).waveform,
+            "plain": speak_text(PLAIN, TEACHER_VOICES[0]).waveform}
+
+
+def test_provider_wraps_leak_reward(penalty, readings):
+    import torchaudio.functional as AF
+
+    from leakloss.penalty import leak_reward
+
+    provider = LeakRewardProvider(penalty)
+    nepali_24k = AF.resample(readings["nepali"], 16_000, 24_000)
+    noise = torch.randn(24_000, generator=torch.Generator().manual_seed(0)) * 0.1
+    batch = [RewardInput(nepali_24k, TEXT), RewardInput(readings["hindi"][None], TEXT, sample_rate=16_000),
+             RewardInput(noise, TEXT), RewardInput(nepali_24k, None), RewardInput(readings["plain"], PLAIN, sample_rate=16_000)]
+    out = provider.compute(batch)
+    assert len(out) == 5 and all(isinstance(o, RewardOutput) for o in out)
+    assert all(o.total_reward.shape == () and o.total_reward.dtype == torch.float32 for o in out)
+    expected = leak_reward([to_16k_mono(nepali_24k, 24_000), readings["hindi"]], [TEXT, TEXT], penalty)
+    assert torch.allclose(torch.stack([out[0].total_reward, out[1].total_reward]), expected)
+    assert out[0].logs["status"] == "scored" and out[0].components["sites"] == 2 and out[0].components["judged"] == 1
+    assert 0 <= float(out[0].components["phone_error_rate"]) <= 0.45
+    assert (float(out[2].total_reward), out[2].logs["status"], float(out[2].components["judged"])) == (
+        0.0, "unintelligible", 0.0)
+    assert (float(out[3].total_reward), out[3].logs["reason"]) == (0.0, "no text given")
+    assert (float(out[4].total_reward), out[4].logs["status"]) == (1.0, "no_testable_site")
+    # F5's combiner stacks total_reward over the batch
+    assert torch.stack([o.total_reward for o in out]).shape == (5,)
+
+
+def test_rerank_keeps_the_best_judged_candidate_with_reasons(penalty, readings):
+    noise = torch.randn(32_000, generator=torch.Generator().manual_seed(1)) * 0.1
+    choices = rerank({TEXT: [noise, readings["hindi"], readings["nepali"], torch.zeros(16_000)],
+                      "सरकारले नयाँ बजेट ल्यायो": [torch.zeros(16_000), noise],
+                      PLAIN: [readings["other"], readings["plain"]],
+                      "घर": []}, penalty)
+    assert [type(c) for c in choices] == [RerankChoice] * 4
+    first, none_judged, plain, empty = choices
+    assert [r.status for r in first.candidates] == ["unintelligible", "scored", "scored", "unintelligible"]
+    rewards = [r.reward for r in first.candidates]
+    assert first.best == 2 and first.reward == max(rewards) == rewards[2] > rewards[1]
+    assert first.reason.startswith("candidate 2 of 4: reward") and "0: unintelligible 0.000" in first.reason
+    assert none_judged.best is None and none_judged.reward == 0.0 and "no candidate could be judged" in none_judged.reason
+    assert plain.best == 1 and plain.reward == 1.0 and plain.candidates[0].status == "unintelligible"
+    assert empty.best is None and empty.reason == "no candidate given"
+
+
+def test_rerank_ties_keep_the_first_and_pairs_may_repeat_a_text(penalty, readings):
+    choices = rerank([(PLAIN, [readings["plain"], readings["plain"]]), (PLAIN, [readings["other"]])], penalty)
+    assert choices[0].best == 0 and choices[0].reward == 1.0
+    assert choices[1].best is None
