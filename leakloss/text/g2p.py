@@ -6,9 +6,16 @@ Order tried by :meth:`NepaliFrontend.pronounce`:
 1. **lexicon** -- an external lexicon file (Google TSV or our IPA TSV), then the project's own curated
    exceptions (``leakloss/data/nepali_exceptions.tsv``): confidence ``high``.
 2. **suffix** -- a known case marker / postposition / plural (-को -मा -ले -लाई -हरू ...) is stripped;
-   the stem is pronounced (lexicon, else rules with its final inherent vowel decided as if word-final)
-   and the suffix's fixed pronunciation appended. बजार+को -> b ʌ ɟ aː r k o.
-3. **rules** -- letter-to-sound rules with Nepali inherent-vowel (schwa) rules, see :func:`_decide_schwas`.
+   when the stem is in a lexicon it is pronounced from there and the suffix's fixed pronunciation
+   appended. बजार+को -> b ʌ ɟ aː r k o.
+3. **model** -- otherwise the learned retention model (:mod:`leakloss.text.retention`, trained on the
+   Google lexicon) decides every inherent vowel, from the spelling around it, the stem/suffix split and
+   the rules' own decisions (its features); its calibrated word probability gives the confidence.
+4. **rules** -- with ``retention=None`` (the fallback): letter-to-sound rules with Nepali inherent-vowel
+   (schwa) rules, see :func:`_decide_schwas`, on the stem (source ``suffix``) or the word (``rules``).
+
+Each :class:`Pronunciation` lists per inherent vowel the step that decided it (``lexicon`` / ``model`` /
+``rule``) and the model's ``P(keep)``.
 
 Conjunct decisions (documented here because they are choices): ज्ञ = ``ɡ j`` (Nepali "gya"), क्ष =
 ``k cʰ j`` (Nepali "kchhya"), श/ष/स = ``s``, व = ``b`` word-initially and ``w`` elsewhere, ऋ/ृ = ``r i``,
@@ -873,8 +880,20 @@ class NepaliFrontend:
             self.retention = load_retention_model(None if retention == "shipped" else retention)
         else:
             raise TypeError(f"retention must be 'shipped', a path, a RetentionModel or None, got {type(retention).__name__}")
+        self._cache: dict[str, Pronunciation] = {}
+
+    _CACHE_MAX = 200_000  # pronunciations kept per frontend (texts repeat words; entries are immutable)
 
     def pronounce(self, word: str) -> Pronunciation:
+        if isinstance(word, str) and word in self._cache:
+            return self._cache[word]
+        pron = self._pronounce(word)
+        if len(self._cache) >= self._CACHE_MAX:
+            self._cache.clear()
+        self._cache[word] = pron
+        return pron
+
+    def _pronounce(self, word: str) -> Pronunciation:
         from leakloss.text.retention import plan_phones, plan_word, slot_features, word_probability
 
         norm, units = _check_word(word)
