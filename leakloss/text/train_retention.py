@@ -185,6 +185,31 @@ def deletion_truth(word: str, phones: Sequence[str], hindi: Sequence[str], ref: 
     return out
 
 
+def card_markdown(card: dict) -> str:
+    """The card as a short markdown page (written next to the model as ``retention.md``)."""
+    td, cal, test = card["training_data"], card["calibration"], card["held_out_test"]
+    lines = [
+        f"# {card['name']}", "",
+        f"**Model.** {card['model']}.", "",
+        f"**Features.** {card['features']}.", "",
+        f"**Training data.** {td['source']}. Licence: {td['license']}", "",
+        f"**Labels.** {td['labels']}.", "",
+        f"**Split.** {td['split']}: {td['words']} words; {td['train_rows']} training rows (inherent vowels).", "",
+        f"**Calibration.** Word probability = {cal['word_probability']}. `high`: p >= {cal['high']['threshold']:.6f} "
+        f"(calibration agreement {cal['high']['agreement']}, coverage {cal['high']['coverage']}; target "
+        f"{cal['high']['target']}). `medium`: p >= {cal['medium']['threshold']:.6f} (testable deletions real "
+        f"contrasts {cal['medium']['deletion_precision']} of {cal['medium']['deletion_sites']} on calibration; "
+        f"high+medium coverage {cal['medium']['coverage_high_or_medium']}). `low` below.", "",
+        f"**Held-out test** ({test['words']} words, never used to fit or calibrate): agreement {test['agreement']}, "
+        f"`high` agreement {test['high_agreement']}, `high` coverage {test['high_coverage']}.", "",
+        "| group | words | agreement |", "|---|---|---|",
+    ]
+    lines += [f"| {g} | {v['n']} | {v['agreement']} |" for g, v in test["groups"].items()]
+    lines += ["", f"Reproduce: `{card['trained_with']['script']}` ({card['trained_with']['seconds']} s on 2 CPU cores); "
+              f"the JSON trees reproduce scikit-learn's probabilities to {card['export_check_max_abs_diff']:.1e}.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lexicon", type=Path, default=DEFAULT_LEXICON)
@@ -308,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "retention.json").write_text(json.dumps(spec, separators=(",", ":")), encoding="utf-8")
     (args.out / "retention.card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (args.out / "retention.md").write_text(card_markdown(card), encoding="utf-8")
     print(f"wrote {args.out / 'retention.json'} ({(args.out / 'retention.json').stat().st_size} bytes) "
           f"and the card ({time.time() - t0:.0f}s)")
     return 0
