@@ -217,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-iter", type=int, default=300)
     ap.add_argument("--max-leaf-nodes", type=int, default=31)
     ap.add_argument("--learning-rate", type=float, default=0.1)
+    ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--min-samples-leaf", type=int, default=20)
+    ap.add_argument("--max-features", type=float, default=1.0, help="share of features tried per split")
     args = ap.parse_args(argv)
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -234,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"train rows {x.shape}, keep rate {y.mean():.3f}, categories < {n_cat_values} ({time.time() - t0:.0f}s)")
     clf = HistGradientBoostingClassifier(
         max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
-        categorical_features=np.asarray(CATEGORICAL), l2_regularization=1.0, early_stopping=False, random_state=0,
+        categorical_features=np.asarray(CATEGORICAL), l2_regularization=args.l2, early_stopping=False, random_state=0,
+        min_samples_leaf=args.min_samples_leaf, max_features=args.max_features,
     )
     clf.fit(x, y)
     print(f"fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
@@ -299,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     card = {
         "name": "leakloss Nepali inherent-vowel retention model",
         "model": f"HistGradientBoostingClassifier (scikit-learn), {clf.n_iter_} trees, <= {args.max_leaf_nodes} "
-                 f"leaves each, learning rate {args.learning_rate}, l2 1.0; exported to JSON, evaluated in numpy",
+                 f"leaves each, learning rate {args.learning_rate}, l2 {args.l2}, min {args.min_samples_leaf} rows a leaf, "
+                 f"{args.max_features:.0%} of features tried a split; exported to JSON, evaluated in numpy",
         "features": "per written inherent vowel: letters (consonant, vowel sign/virama/inherent) of the 4 units "
                     "either side, nasal signs and visarga of 2 either side, position, unit/slot counts, the rules' "
                     "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
