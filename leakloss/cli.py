@@ -48,35 +48,59 @@ def g2p(
     lexicon: Optional[Path] = typer.Option(None, "--lexicon", help="external lexicon TSV (Google format or IPA)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
 ) -> None:
-    """Nepali pronunciation of words: phones (IPA), which step decided, and how sure it is."""
+    """Nepali pronunciation of words: phones (IPA), which step decided each inherent vowel (lexicon /
+    model / rule) with the model's P(keep), and how sure it is."""
     from leakloss.text.g2p import NepaliFrontend
-    from leakloss.text.normalize import TextError
+    from leakloss.text.normalize import TextError, split_words
 
-    items = list(words or [])
+    text = " ".join(words or [])
     if file is not None:
-        items += read_text_file(file).split()
-    if not items:
+        text += " " + read_text_file(file)
+    try:
+        # the same tokenizer as `sites`: a danda or quote attached to a word is split off, not an error
+        tokens = split_words(text)
+    except TextError as err:
+        fail(str(err))
+    if not tokens:
         fail("no words given: pass words or --file")
     try:
         frontend = NepaliFrontend(lexicon_path=lexicon)
     except (TextError, OSError) as err:
         fail(str(err))
-    table = Table("word", "phones", "source", "confidence")
+    table = Table("word", "phones", "source", "confidence", "vowels (step, P(keep))")
     status = 0
-    for word in items:
+    for tok in tokens:
+        if tok.skipped is not None:
+            # punctuation and symbols are shown and skipped; anything else is a word we cannot pronounce
+            if tok.skipped not in ("punctuation", "symbol"):
+                status = 2
+            if as_json:
+                _echo_json({"word": tok.text, "skipped": tok.skipped}
+                           | ({} if tok.skipped in ("punctuation", "symbol") else {"error": f"{tok.text!r}: {tok.skipped}"}))
+            else:
+                style = "dim" if tok.skipped in ("punctuation", "symbol") else "red"
+                table.add_row(tok.text, f"[{style}]skipped: {tok.skipped}[/]", "", "", "")
+            continue
         try:
-            p = frontend.pronounce(word)
+            p = frontend.pronounce(tok.text)
         except TextError as err:
             status = 2
             if as_json:
-                _echo_json({"word": word, "error": str(err)})
+                _echo_json({"word": tok.text, "error": str(err)})
             else:
-                table.add_row(word, f"[red]{err}[/]", "", "")
+                table.add_row(tok.text, f"[red]{err}[/]", "", "", "")
             continue
+        vowels = [{"unit": v.unit, "letter": v.letter, "kept": v.kept, "step": v.step, "p_keep": v.p_keep}
+                  for v in p.vowels]
         if as_json:
-            _echo_json({"word": p.word, "phones": list(p.phones), "source": p.source, "confidence": p.confidence})
+            _echo_json({"word": p.word, "phones": list(p.phones), "source": p.source, "confidence": p.confidence,
+                        "probability": p.probability, "vowels": vowels})
         else:
-            table.add_row(p.word, " ".join(p.phones), p.source, p.confidence)
+            desc = ", ".join(
+                f"{v['letter']}:{'keep' if v['kept'] else 'drop' if v['kept'] is not None else '?'} {v['step']}"
+                + (f" {v['p_keep']:.2f}" if v["p_keep"] is not None else "") for v in vowels) or "-"
+            conf = p.confidence + (f" ({p.probability:.3f})" if p.probability is not None else "")
+            table.add_row(p.word, " ".join(p.phones), p.source, conf, desc)
     if not as_json:
         console.print(table)
     raise typer.Exit(status)

@@ -30,9 +30,12 @@ def test_g2p_json_lines():
     r = runner.invoke(app, ["g2p", "नेकपा", "हैन", "--json"])
     assert r.exit_code == 0
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert rows[0] == {"word": "नेकपा", "phones": ["n", "e", "k", "ʌ", "p", "aː"], "source": rows[0]["source"],
-                       "confidence": rows[0]["confidence"]}
-    assert rows[0]["source"] in ("lexicon", "suffix", "rules") and rows[1]["phones"][1] == "ʌi̯"
+    # issue 15 added the per-vowel steps ("vowels") and the model's word "probability" to the contract
+    assert {k: v for k, v in rows[0].items() if k not in ("vowels", "probability")} == {
+        "word": "नेकपा", "phones": ["n", "e", "k", "ʌ", "p", "aː"], "source": rows[0]["source"],
+        "confidence": rows[0]["confidence"]}
+    assert set(rows[0]) == {"word", "phones", "source", "confidence", "vowels", "probability"}
+    assert rows[0]["source"] in ("lexicon", "suffix", "rules", "model") and rows[1]["phones"][1] == "ʌi̯"
 
 
 @pytest.mark.parametrize("text", ["", "   ", "...।", "Hello world", "123 456"])
@@ -82,3 +85,36 @@ def test_heads_cards_from_dir(tmp_path):
     assert card["head"] == "deletion" and card["heldout"] == rows and card["architecture"]["hidden"] == 16
     empty = runner.invoke(app, ["heads", "--dir", str(tmp_path / "nothing")])
     assert empty.exit_code == 2
+
+
+def test_g2p_file_with_dandas_attached(tmp_path):
+    # issue 14: `g2p --file` rejected every word with a danda attached (`sites` splits it off)
+    f = tmp_path / "words.txt"
+    f.write_text("नेपाल सुन्दर छ। \"हैन\" ॥\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--file", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["word"] for row in rows if "phones" in row] == ["नेपाल", "सुन्दर", "छ", "हैन"]
+    assert [row["skipped"] for row in rows if "skipped" in row] == ["punctuation"] * 4
+    assert not any("error" in row for row in rows)
+
+
+def test_g2p_shows_the_deciding_step_and_probability():
+    r = runner.invoke(app, ["g2p", "सडकमा", "नेकपा", "--json"])
+    assert r.exit_code == 0
+    model_row, lex_row = [json.loads(line) for line in r.stdout.splitlines()]
+    assert model_row["source"] == "model" and 0 < model_row["probability"] <= 1
+    assert model_row["vowels"] and all(v["step"] == "model" and 0 <= v["p_keep"] <= 1 for v in model_row["vowels"])
+    assert lex_row["vowels"] == [{"unit": 1, "letter": "क", "kept": True, "step": "lexicon", "p_keep": None}]
+    r = runner.invoke(app, ["g2p", "सडकमा"])
+    assert r.exit_code == 0 and "model" in r.stdout and "P(keep)" in r.stdout
+
+
+def test_sites_one_very_long_word_is_an_error(tmp_path):
+    # issue 14: one 20k-letter word took 19 GB and 300 s in the phone alignment
+    f = tmp_path / "w.txt"
+    f.write_text("क" * 20000 + "\n", encoding="utf-8")
+    r = runner.invoke(app, ["sites", "--file", str(f)])
+    assert r.exit_code == 2 and "error:" in r.output and "characters" in r.output
+    r = runner.invoke(app, ["g2p", "क" * 500, "--json"])
+    assert r.exit_code == 2 and "error" in json.loads(r.stdout.splitlines()[0])

@@ -6,9 +6,16 @@ Order tried by :meth:`NepaliFrontend.pronounce`:
 1. **lexicon** -- an external lexicon file (Google TSV or our IPA TSV), then the project's own curated
    exceptions (``leakloss/data/nepali_exceptions.tsv``): confidence ``high``.
 2. **suffix** -- a known case marker / postposition / plural (-को -मा -ले -लाई -हरू ...) is stripped;
-   the stem is pronounced (lexicon, else rules with its final inherent vowel decided as if word-final)
-   and the suffix's fixed pronunciation appended. बजार+को -> b ʌ ɟ aː r k o.
-3. **rules** -- letter-to-sound rules with Nepali inherent-vowel (schwa) rules, see :func:`_decide_schwas`.
+   when the stem is in a lexicon it is pronounced from there and the suffix's fixed pronunciation
+   appended. बजार+को -> b ʌ ɟ aː r k o.
+3. **model** -- otherwise the learned retention model (:mod:`leakloss.text.retention`, trained on the
+   Google lexicon) decides every inherent vowel, from the spelling around it, the stem/suffix split and
+   the rules' own decisions (its features); its calibrated word probability gives the confidence.
+4. **rules** -- with ``retention=None`` (the fallback): letter-to-sound rules with Nepali inherent-vowel
+   (schwa) rules, see :func:`_decide_schwas`, on the stem (source ``suffix``) or the word (``rules``).
+
+Each :class:`Pronunciation` lists per inherent vowel the step that decided it (``lexicon`` / ``model`` /
+``rule``) and the model's ``P(keep)``.
 
 Conjunct decisions (documented here because they are choices): ज्ञ = ``ɡ j`` (Nepali "gya"), क्ष =
 ``k cʰ j`` (Nepali "kchhya"), श/ष/स = ``s``, व = ``b`` word-initially and ``w`` elsewhere, ऋ/ृ = ``r i``,
@@ -25,16 +32,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
-from leakloss.text.normalize import NUKTA, TextError, normalize_devanagari
+from leakloss.text.normalize import MAX_WORD_CHARS, NUKTA, TextError, TextTooLongError, normalize_devanagari
 from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, strip_nasal
 
 __all__ = [
-    "Source", "Confidence", "Pronunciation", "NepaliFrontend", "LexiconError",
+    "Source", "Confidence", "Step", "VowelDecision", "Pronunciation", "NepaliFrontend", "LexiconError",
     "load_lexicon", "iter_lexicon", "inherent_vowel_pattern", "parse_word", "google_to_ipa",
 ]
 
-Source = Literal["lexicon", "suffix", "rules"]
+Source = Literal["lexicon", "suffix", "rules", "model"]
 Confidence = Literal["high", "medium", "low"]
+#: Which step decided one inherent vowel: a lexicon entry (of the word or of its stem), the learned
+#: retention model (:mod:`leakloss.text.retention`), or a letter-to-sound rule / a suffix's fixed form.
+Step = Literal["lexicon", "model", "rule"]
 
 BUILTIN_EXCEPTIONS = Path(__file__).resolve().parent.parent / "data" / "nepali_exceptions.tsv"
 
@@ -44,11 +54,30 @@ class LexiconError(TextError):
 
 
 @dataclass(frozen=True)
+class VowelDecision:
+    """One written inherent vowel of a word: unit index, its letter (the consonant, or अ), whether it is
+    pronounced (``None`` when a lexicon entry's phones cannot be aligned to the spelling), the step that
+    decided it and, for the model, ``P(keep)``."""
+
+    unit: int
+    letter: str
+    kept: bool | None
+    step: Step
+    p_keep: float | None = None
+
+
+@dataclass(frozen=True)
 class Pronunciation:
+    """``source``: ``lexicon`` (the word is in a lexicon), ``suffix`` (rules on the stem + a suffix),
+    ``rules``, or ``model`` (the retention model decided the inherent vowels). ``probability``: the
+    model's probability that every vowel decision is right (``None`` when the model was not used)."""
+
     word: str
     phones: tuple[str, ...]
     source: Source
     confidence: Confidence
+    vowels: tuple[VowelDecision, ...] = ()
+    probability: float | None = None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -160,6 +189,10 @@ def _check_word(word: str) -> tuple[str, tuple[Unit, ...]]:
     norm = normalize_devanagari(word)
     if not norm:
         raise TextError("empty word")
+    if len(norm) > MAX_WORD_CHARS:
+        # the spelling/phone alignments are quadratic in the word: bound them here
+        raise TextTooLongError(f"a word of {len(norm)} characters (longer than {MAX_WORD_CHARS}) is not a word: "
+                               f"{norm[:20]!r}...")
     if " " in norm:
         raise TextError(f"{word!r} is more than one word")
     return norm, parse_word(norm)
@@ -822,37 +855,95 @@ def _rule_confidence(why: Sequence[str]) -> Confidence:
 
 
 class NepaliFrontend:
-    """Devanagari word -> :class:`Pronunciation`. See the module docstring for the order tried."""
+    """Devanagari word -> :class:`Pronunciation`. See the module docstring for the order tried.
 
-    def __init__(self, lexicon_path: str | Path | None = None, use_builtin_exceptions: bool = True) -> None:
+    ``retention``: the learned inherent-vowel model that decides the vowels of words no lexicon knows
+    (``"shipped"``: ``leakloss/assets/frontend/retention.json``; a path to another model file; a loaded
+    :class:`leakloss.text.retention.RetentionModel`; ``None``: the letter-to-sound rules alone). The
+    rules' decisions and stem split are the model's features; a lexicon entry (``lexicon_path``, then the
+    built-in exceptions) always wins over the model.
+    """
+
+    def __init__(self, lexicon_path: str | Path | None = None, use_builtin_exceptions: bool = True,
+                 retention: object = "shipped") -> None:
+        from leakloss.text.retention import RetentionModel, load_retention_model
+
         self.lexicon: dict[str, tuple[str, ...]] = {}
         if lexicon_path is not None:
             self.lexicon.update(load_lexicon(lexicon_path, skip_empty=True))
         if use_builtin_exceptions:
             for w, p in load_lexicon(BUILTIN_EXCEPTIONS).items():
                 self.lexicon.setdefault(w, p)
+        if retention is None or isinstance(retention, RetentionModel):
+            self.retention = retention
+        elif isinstance(retention, (str, Path)):
+            self.retention = load_retention_model(None if retention == "shipped" else retention)
+        else:
+            raise TypeError(f"retention must be 'shipped', a path, a RetentionModel or None, got {type(retention).__name__}")
+        self._cache: dict[str, Pronunciation] = {}
+
+    _CACHE_MAX = 200_000  # pronunciations kept per frontend (texts repeat words; entries are immutable)
 
     def pronounce(self, word: str) -> Pronunciation:
-        norm, _ = _check_word(word)
+        if isinstance(word, str) and word in self._cache:
+            return self._cache[word]
+        pron = self._pronounce(word)
+        if len(self._cache) >= self._CACHE_MAX:
+            self._cache.clear()
+        self._cache[word] = pron
+        return pron
+
+    def _pronounce(self, word: str) -> Pronunciation:
+        from leakloss.text.retention import plan_phones, plan_word, slot_features, word_probability
+
+        norm, units = _check_word(word)
         if norm in self.lexicon:
-            return Pronunciation(norm, _nepali_only(self.lexicon[norm]), "lexicon", "high")
-        stem, suffixes = split_suffixes(norm)
-        if suffixes:
-            if stem in self.lexicon:
-                phones, conf = _nepali_only(self.lexicon[stem]), "high"
-            else:
-                phones, conf = rule_pronounce(stem)
-                if suffixes[0] in _UNSURE_STEM_SUFFIXES:
-                    conf = "low" if conf == "low" else "medium"
-                    su = parse_word(stem)
-                    if (len(su) == 2 and su[1].inherent and su[0].cons is not None and not su[0].inherent
-                            and su[0].vowel != VIRAMA and phones[-1] != "ʌ"):
-                        phones = phones + ("ʌ",)  # one heavy syllable + -ता keeps the schwa: हीनता hii-na-taa
+            phones = _nepali_only(self.lexicon[norm])
+            return Pronunciation(norm, phones, "lexicon", "high", _lexicon_vowels(norm, units, phones, 0))
+        plan = plan_word(norm)
+        stem, suffixes = plan.stem, plan.suffixes
+        if suffixes and stem in self.lexicon:
+            phones = _nepali_only(self.lexicon[stem])
+            vowels = _lexicon_vowels(stem, plan.units[: plan.parts[0][2]], phones, 0)
+            vowels += tuple(VowelDecision(k, _letter(plan.units[k]), kept, "rule")
+                            for k, kept in zip(plan.slots, plan.rule_kept) if k >= plan.parts[0][2])
             for suf in suffixes:
                 phones = phones + SUFFIXES[suf]
-            return Pronunciation(norm, phones, "suffix", conf)
+            return Pronunciation(norm, phones, "suffix", "high", vowels)
+        if self.retention is not None:
+            p_keep = self.retention.predict_proba(slot_features(plan)) if plan.slots else ()
+            kept = [bool(p >= 0.5) for p in p_keep]
+            prob = word_probability(p_keep)
+            vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))
+                           for k, kk, p in zip(plan.slots, kept, p_keep))
+            return Pronunciation(norm, plan_phones(plan, kept), "model", self.retention.confidence(prob),  # type: ignore[arg-type]
+                                 vowels, prob)
+        vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") for k, kk in zip(plan.slots, plan.rule_kept))
+        if suffixes:
+            phones, conf = rule_pronounce(stem)
+            if suffixes[0] in _UNSURE_STEM_SUFFIXES:
+                conf = "low" if conf == "low" else "medium"
+                su = parse_word(stem)
+                if (len(su) == 2 and su[1].inherent and su[0].cons is not None and not su[0].inherent
+                        and su[0].vowel != VIRAMA and phones[-1] != "ʌ"):
+                    phones = phones + ("ʌ",)  # one heavy syllable + -ता keeps the schwa: हीनता hii-na-taa
+            for suf in suffixes:
+                phones = phones + SUFFIXES[suf]
+            return Pronunciation(norm, phones, "suffix", conf, vowels)
         phones, conf = rule_pronounce(norm)
-        return Pronunciation(norm, phones, "rules", conf)
+        return Pronunciation(norm, phones, "rules", conf, vowels)
+
+
+def _letter(u: Unit) -> str:
+    return u.cons if u.cons is not None else u.vowel
+
+
+def _lexicon_vowels(word: str, units: Sequence[Unit], phones: Sequence[str], offset: int) -> tuple[VowelDecision, ...]:
+    """The lexicon's decision per inherent vowel, read back by aligning its phones to the spelling."""
+    pattern = _align_pattern(tuple(units), tuple(p for p in phones if p not in (".", "", "|")))
+    slots = [k for k, u in enumerate(units) if u.inherent]
+    return tuple(VowelDecision(offset + k, _letter(units[k]), None if pattern is None else pattern[i], "lexicon")
+                 for i, k in enumerate(slots))
 
 
 def _nepali_only(phones: tuple[str, ...]) -> tuple[str, ...]:

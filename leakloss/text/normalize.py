@@ -18,11 +18,33 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["TextError", "WordToken", "normalize_devanagari", "split_words", "is_devanagari_letter"]
+__all__ = [
+    "TextError", "TextTooLongError", "WordToken", "normalize_devanagari", "split_words", "is_devanagari_letter",
+    "MAX_WORD_CHARS", "MAX_TEXT_CHARS", "check_text_length",
+]
 
 
 class TextError(ValueError):
     """Text the frontend cannot pronounce (empty, not Devanagari, mixed script)."""
+
+
+class TextTooLongError(TextError):
+    """A word or a text beyond the frontend's length limits (:data:`MAX_WORD_CHARS`, :data:`MAX_TEXT_CHARS`)."""
+
+
+#: Longest word (characters, normalised) the frontend pronounces: the longest of the 34k lexicon words has
+#: 66; the spelling/phone alignments cost ``O(len(word)^2)`` time and memory, so a runaway token (a file
+#: with no spaces) must be refused, not aligned.
+MAX_WORD_CHARS = 100
+#: Longest text (characters) one call of the site finder takes: about 150k words.
+MAX_TEXT_CHARS = 1_000_000
+
+
+def check_text_length(text: str) -> None:
+    """Raise :class:`TextTooLongError` for a text over :data:`MAX_TEXT_CHARS` (words over
+    :data:`MAX_WORD_CHARS` are refused where they are pronounced)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise TextTooLongError(f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
 
 
 NUKTA = "\u093c"
@@ -73,16 +95,28 @@ class WordToken:
     skipped: str | None
 
 
+# Emoji presentation / variation selectors and skin-tone / keycap marks: part of the symbol before them.
+_SYMBOL_MARKS = frozenset("\ufe0e\ufe0f\u20e3") | frozenset(chr(c) for c in range(0x1F3FB, 0x1F400))
+
+
 def _char_class(ch: str) -> str:
+    """``dev`` / ``digit`` / ``other`` (letters and marks of other scripts) / ``symbol`` (emoji, math,
+    currency and other Unicode symbols, category S*) / ``punct`` (the rest: dandas, quotes, dashes...)."""
     if not ch:  # the neighbour of the first/last character
         return "none"
     if is_devanagari_letter(ch):
         return "dev"
     if _is_dev_digit(ch) or ch.isdigit():
         return "digit"
-    if ch.isalpha() or unicodedata.category(ch).startswith("M"):
+    cat = unicodedata.category(ch)
+    if ch in _SYMBOL_MARKS or cat.startswith("S") or cat == "Co" or 0x1F000 <= ord(ch) <= 0x1FAFF:
+        return "symbol"
+    if ch.isalpha() or cat.startswith("M"):
         return "other"
     return "punct"
+
+
+_SEPARABLE = frozenset({"punct", "symbol"})
 
 
 def _classify(chunk: str) -> str | None:
@@ -103,7 +137,8 @@ def split_words(text: str) -> list[WordToken]:
     """Split normalised text into word tokens.
 
     Every whitespace-separated item appears: leading/trailing/inner punctuation (dandas, quotes, commas,
-    hyphens, ...) is split off into its own ``"punctuation"`` entry; runs of digits (with the ``.``/``,``
+    hyphens, ...) is split off into its own ``"punctuation"`` entry, and symbols (emoji, ``+ % ₹ ©``...)
+    into their own ``"symbol"`` entry (a run mixing both is ``"symbol"``); runs of digits (with the ``.``/``,``
     inside a number) are ``"digits"`` entries; Latin and other scripts are ``"not Devanagari"``; a chunk
     mixing Devanagari letters with digits or other letters is ``"mixed script"``.
     """
@@ -112,7 +147,13 @@ def split_words(text: str) -> list[WordToken]:
         if not item:
             continue
         for chunk in _split_punct(item):
-            reason = "punctuation" if all(_char_class(c) == "punct" for c in chunk) else _classify(chunk)
+            classes = {_char_class(c) for c in chunk}
+            if classes == {"punct"}:
+                reason: str | None = "punctuation"
+            elif classes <= _SEPARABLE:
+                reason = "symbol"
+            else:
+                reason = _classify(chunk)
             out.append(WordToken(len(out), chunk, reason))
     return out
 
@@ -123,7 +164,7 @@ def _split_punct(item: str) -> list[str]:
     cur = ""
     cur_punct: bool | None = None
     for i, ch in enumerate(item):
-        punct = _char_class(ch) == "punct"
+        punct = _char_class(ch) in _SEPARABLE
         if punct and ch in ".,":
             # 1,000 / ३.५ : separator between digits belongs to the number.
             prev = item[i - 1] if i else ""

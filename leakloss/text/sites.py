@@ -70,43 +70,72 @@ def _same(a: str, b: str, phoneset: PhoneSet | None) -> bool:
     return bool(equivalents(a) & equivalents(b))
 
 
+#: Most alignment cells (Nepali phones x Hindi phones) :func:`align_phones` fills: words are bounded by
+#: :data:`leakloss.text.normalize.MAX_WORD_CHARS`, so this is only reached by direct calls.
+MAX_ALIGN_CELLS = 1_000_000
+_DIAG, _DEL, _INS = 0, 1, 2
+
+
 def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet | None = None) -> list[tuple[int | None, int | None]]:
     """Minimum-edit alignment: pairs (i, j) of Nepali/Hindi indices, ``None`` for a gap.
 
     Costs: match 0; vowel-vowel or consonant-consonant substitution 1; vowel-consonant 2.5 (so a
     vowel is never "replaced" by a consonant); insertion/deletion 1. Ties prefer a match, then a
     deletion of a Nepali open central vowel (the contrast we look for) over other edits.
+
+    Memory: two cost rows and one byte of back-pointer per cell, ``(n + 1) * (m + 1)`` bytes; more than
+    :data:`MAX_ALIGN_CELLS` cells raise :class:`leakloss.text.normalize.TextTooLongError`.
     """
+    from leakloss.text.normalize import TextTooLongError
+
     n, m = len(nepali), len(hindi)
+    if (n + 1) * (m + 1) > MAX_ALIGN_CELLS:
+        raise TextTooLongError(f"cannot align {n} Nepali with {m} Hindi phones (limit {MAX_ALIGN_CELLS} cells)")
     inf = float("inf")
-    cost = [[inf] * (m + 1) for _ in range(n + 1)]
-    back: list[list[tuple[int, int] | None]] = [[None] * (m + 1) for _ in range(n + 1)]
-    cost[0][0] = 0.0
+    back = bytearray((n + 1) * (m + 1))
+    w = m + 1
 
     def gap_cost(phone: str) -> float:
         # deleting a schwa is slightly cheaper so that ties align the schwa as deleted, not a neighbour
         return 0.99 if strip_nasal(phone) in OPEN_CENTRAL else 1.0
 
-    for i in range(n + 1):
-        for j in range(m + 1):
-            here = cost[i][j]
-            if here == inf:
-                continue
-            if i < n and j < m:
-                a, b = nepali[i], hindi[j]
-                c = 0.0 if _same(a, b, phoneset) else (1.0 if is_vowel(a) == is_vowel(b) else 2.5)
-                if here + c < cost[i + 1][j + 1]:
-                    cost[i + 1][j + 1], back[i + 1][j + 1] = here + c, (i, j)
-            if i < n and here + gap_cost(nepali[i]) < cost[i + 1][j]:
-                cost[i + 1][j], back[i + 1][j] = here + gap_cost(nepali[i]), (i, j)
-            if j < m and here + 1.0 < cost[i][j + 1]:
-                cost[i][j + 1], back[i][j + 1] = here + 1.0, (i, j)
+    nep_vowel = [is_vowel(a) for a in nepali]
+    hin_vowel = [is_vowel(b) for b in hindi]
+    gaps = [gap_cost(a) for a in nepali]
+    prev = [float(j) for j in range(m + 1)]  # row 0: insertions only
+    for j in range(1, m + 1):
+        back[j] = _INS
+    for i in range(1, n + 1):
+        cur = [inf] * (m + 1)
+        cur[0] = prev[0] + gaps[i - 1]
+        back[i * w] = _DEL
+        a = nepali[i - 1]
+        for j in range(1, m + 1):
+            # candidates in the order the forward (push) recursion offered them: the first best wins
+            c = 0.0 if _same(a, hindi[j - 1], phoneset) else (1.0 if nep_vowel[i - 1] == hin_vowel[j - 1] else 2.5)
+            best, move = prev[j - 1] + c, _DIAG
+            v = prev[j] + gaps[i - 1]
+            if v < best:
+                best, move = v, _DEL
+            v = cur[j - 1] + 1.0
+            if v < best:
+                best, move = v, _INS
+            cur[j] = best
+            back[i * w + j] = move
+        prev = cur
     pairs = []
     i, j = n, m
     while (i, j) != (0, 0):
-        pi, pj = back[i][j]  # type: ignore[misc]
-        pairs.append((pi if pi < i else None, pj if pj < j else None))
-        i, j = pi, pj
+        move = back[i * w + j]
+        if move == _DIAG:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif move == _DEL:
+            pairs.append((i - 1, None))
+            i -= 1
+        else:
+            pairs.append((None, j - 1))
+            j -= 1
     return pairs[::-1]
 
 
@@ -147,9 +176,16 @@ class SiteFinder:
 
     def __call__(self, text: str) -> list[WordSites]:
         from leakloss.text.hindi import espeak_phonemes
-        from leakloss.text.normalize import normalize_devanagari, split_words
+        from leakloss.text.normalize import (
+            MAX_WORD_CHARS, TextTooLongError, check_text_length, normalize_devanagari, split_words,
+        )
 
+        check_text_length(text)
         tokens = split_words(normalize_devanagari(text))
+        for t in tokens:
+            if t.skipped is None and len(t.text) > MAX_WORD_CHARS:
+                raise TextTooLongError(f"word {t.index} has {len(t.text)} characters (limit {MAX_WORD_CHARS}): "
+                                       f"{t.text[:20]!r}...")
         words = [WordSites(t.index, t.text, skipped=t.skipped) for t in tokens]
         todo = [w for w in words if w.skipped is None]
         hindi = espeak_phonemes([w.word for w in todo], "hi")

@@ -16,7 +16,8 @@ SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepa
 
 @pytest.fixture(scope="module")
 def rules():
-    return NepaliFrontend(use_builtin_exceptions=False)
+    # the letter-to-sound rules alone (the retention model is tested in test_retention.py)
+    return NepaliFrontend(use_builtin_exceptions=False, retention=None)
 
 
 @pytest.fixture(scope="module")

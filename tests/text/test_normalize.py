@@ -42,3 +42,15 @@ def test_split_words_numbers_and_lone_punctuation():
     toks = split_words("१,२००.५ — ?")
     assert [(t.text, t.skipped) for t in toks] == [("१,२००.५", "digits"), ("—", "punctuation"), ("?", "punctuation")]
     assert split_words("   ") == []
+
+
+@pytest.mark.parametrize("text, want", [
+    ("😀", [("😀", "symbol")]),
+    ("नेपाल😀", [("नेपाल", None), ("😀", "symbol")]),            # an emoji attached to a word is split off
+    ("❤️ 👍🏽", [("❤️", "symbol"), ("👍🏽", "symbol")]),            # variation selector / skin tone stay with it
+    ("खुसी।😀", [("खुसी", None), ("।😀", "symbol")]),
+    ("+ ₹ ©", [("+", "symbol"), ("₹", "symbol"), ("©", "symbol")]),
+])
+def test_emoji_and_symbols_are_symbols_not_punctuation(text, want):
+    # issue 14: emoji were called "punctuation"
+    assert [(t.text, t.skipped) for t in split_words(text)] == want

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leakloss.text.phoneset import PhoneSet
 from leakloss.text.sites import SiteFinder, align_phones, find_sites
@@ -76,3 +78,76 @@ def test_json_shape(finder):
     w = d["words"][0]
     assert set(w) >= {"index", "word", "nepali", "hindi", "confidence", "sites"}
     assert set(w["sites"][0]) == {"kind", "position", "nepali", "hindi", "testable"}
+
+
+def _naive_align(nepali, hindi):
+    """The original forward (push) recursion with a full matrix of tuples: the reference."""
+    from leakloss.text.phones import is_vowel, strip_nasal
+    from leakloss.text.sites import OPEN_CENTRAL, _same
+
+    n, m = len(nepali), len(hindi)
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back = [[None] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    gap = lambda p: 0.99 if strip_nasal(p) in OPEN_CENTRAL else 1.0  # noqa: E731
+    for i in range(n + 1):
+        for j in range(m + 1):
+            here = cost[i][j]
+            if i < n and j < m:
+                c = 0.0 if _same(nepali[i], hindi[j], None) else (1.0 if is_vowel(nepali[i]) == is_vowel(hindi[j]) else 2.5)
+                if here + c < cost[i + 1][j + 1]:
+                    cost[i + 1][j + 1], back[i + 1][j + 1] = here + c, (i, j)
+            if i < n and here + gap(nepali[i]) < cost[i + 1][j]:
+                cost[i + 1][j], back[i + 1][j] = here + gap(nepali[i]), (i, j)
+            if j < m and here + 1.0 < cost[i][j + 1]:
+                cost[i][j + 1], back[i][j + 1] = here + 1.0, (i, j)
+    pairs, i, j = [], n, m
+    while (i, j) != (0, 0):
+        pi, pj = back[i][j]
+        pairs.append((pi if pi < i else None, pj if pj < j else None))
+        i, j = pi, pj
+    return pairs[::-1]
+
+
+_PHONES = ["k", "ʌ", "ə", "aː", "a", "r", "ɾ", "i", "iː", "e", "eː", "n", "ʌi̯", "ɛː", "s", "t"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_PHONES), max_size=9), st.lists(st.sampled_from(_PHONES), max_size=9))
+def test_align_phones_matches_the_full_matrix_reference(a, b):
+    assert align_phones(a, b) == _naive_align(a, b)
+
+
+def test_align_phones_refuses_huge_tables():
+    from leakloss.text.normalize import TextTooLongError
+    from leakloss.text.sites import MAX_ALIGN_CELLS
+
+    side = int(MAX_ALIGN_CELLS ** 0.5) + 1
+    with pytest.raises(TextTooLongError):
+        align_phones(["k"] * side, ["k"] * side)
+
+
+@pytest.mark.parametrize("n", [500, 20_000])
+def test_one_very_long_word_is_a_typed_error_not_a_quadratic_table(finder, n):
+    # issue 14: 'क' * 20000 built a 19 GB alignment table; 500 letters used to be aligned too
+    import time
+
+    from leakloss.text.normalize import MAX_WORD_CHARS, TextTooLongError
+
+    t0 = time.time()
+    with pytest.raises(TextTooLongError, match=str(MAX_WORD_CHARS)):
+        finder("नेकपा " + "क" * n + " हैन")
+    assert time.time() - t0 < 5
+
+
+def test_text_length_limit(finder):
+    from leakloss.text.normalize import MAX_TEXT_CHARS, TextError
+
+    with pytest.raises(TextError, match="characters"):
+        finder("नेकपा " * (MAX_TEXT_CHARS // 6 + 1))
+
+
+def test_longest_lexicon_word_is_within_the_limit(finder):
+    words = finder("अन्तर्राष्ट्रियकरणसम्बन्धी")  # long real compounds still pass
+    assert words[0].skipped is None and words[0].nepali

@@ -1,0 +1,401 @@
+"""Learned inherent-vowel (schwa) retention: per inherent vowel of a word, keep or drop.
+
+The letter-to-sound rules of :mod:`leakloss.text.g2p` decide every inherent vowel with a named rule; this
+module turns each inherent-vowel slot into a feature row -- the letters around it (a window of units:
+consonant, vowel sign / virama / inherent, nasal sign, visarga), its position, the syllable count, the
+stem/suffix split the rules find, the compound boundaries they find, the word's ending and the rules' own
+decision and rule name -- and a small gradient-boosted tree ensemble gives ``P(keep)``. The trees were
+trained by :mod:`leakloss.text.train_retention` on the Google Nepali lexicon (CC BY 4.0, see the card
+``leakloss/assets/frontend/retention.card.json``) and are stored as plain JSON (no pickle); they are
+evaluated here with numpy only (scikit-learn is needed to train, never to run).
+
+A word's probability is the product over its slots of the probability of the decision taken
+(``max(p, 1 - p)``); the card's thresholds, chosen on a calibration part of the lexicon that neither the
+trees nor the rules were fitted on, turn it into ``high`` / ``medium`` / ``low``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from leakloss.text.normalize import TextError
+
+__all__ = [
+    "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
+    "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
+]
+
+SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
+FORMAT = "leakloss-retention-gbdt/1"
+#: Bumped whenever :func:`slot_features` changes meaning: a model trained on another schema is refused.
+FEATURE_SCHEMA = 1
+
+
+class RetentionModelError(TextError):
+    """A retention model file that cannot be read or does not fit this code's feature schema."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Slot plan: the word split as the rules split it, and the rules' decision for every inherent vowel
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """One normalised word as the frontend sees it.
+
+    ``units``: the stem's units followed by each suffix's units; ``parts``: ``(text, start, end)`` unit
+    ranges, the stem first; ``slots``: unit indices of the inherent vowels (the order of
+    :func:`leakloss.text.g2p.inherent_vowel_pattern`); ``rule_kept`` / ``rule_why``: the rules'
+    decision and rule name per slot (``suffix`` for a suffix's fixed pronunciation); ``bounds``:
+    compound boundaries (unit indices) inside the stem; ``rule_confidence``: the rules' word confidence.
+    """
+
+    word: str
+    units: tuple
+    parts: tuple[tuple[str, int, int], ...]
+    slots: tuple[int, ...]
+    rule_kept: tuple[bool, ...]
+    rule_why: tuple[str, ...]
+    bounds: tuple[int, ...]
+    rule_confidence: str
+
+    @property
+    def stem(self) -> str:
+        return self.parts[0][0]
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        return tuple(p[0] for p in self.parts[1:])
+
+
+@lru_cache(maxsize=64)
+def _suffix_pattern(suffix: str) -> tuple[bool, ...]:
+    from leakloss.text.g2p import SUFFIXES, inherent_vowel_pattern
+
+    pat = inherent_vowel_pattern(suffix, SUFFIXES[suffix])
+    assert pat is not None, suffix  # checked by tests/text/test_retention.py for every suffix
+    return pat
+
+
+def plan_word(norm: str) -> SlotPlan:
+    """The :class:`SlotPlan` of a normalised Devanagari word (raises TextError if it is not one)."""
+    from leakloss.text import g2p
+
+    stem, suffixes = g2p.split_suffixes(norm)
+    stem_units = g2p.parse_word(stem)
+    kept, why = g2p._decide_schwas(stem_units, stem)
+    conf = g2p._rule_confidence(why)
+    if suffixes and suffixes[0] in g2p._UNSURE_STEM_SUFFIXES:
+        conf = "low" if conf == "low" else "medium"
+        su = stem_units
+        if (len(su) == 2 and su[1].inherent and su[0].cons is not None and not su[0].inherent
+                and su[0].vowel != g2p.VIRAMA and not kept[1]):
+            kept, why = list(kept), list(why)
+            kept[1], why[1] = True, "ta-stem"  # the rules' हीनता hii-na-taa case
+    units = list(stem_units)
+    parts = [(stem, 0, len(stem_units))]
+    slots: list[int] = []
+    rk: list[bool] = []
+    rw: list[str] = []
+    for k, u in enumerate(stem_units):
+        if u.inherent:
+            slots.append(k)
+            rk.append(bool(kept[k]))
+            rw.append(why[k] or "fixed")
+    for suf in suffixes:
+        su = g2p.parse_word(suf)
+        start = len(units)
+        units += su
+        parts.append((suf, start, len(units)))
+        pat = iter(_suffix_pattern(suf))
+        for k, u in enumerate(su):
+            if u.inherent:
+                slots.append(start + k)
+                rk.append(next(pat))
+                rw.append("suffix")
+    return SlotPlan(norm, tuple(units), tuple(parts), tuple(slots), tuple(rk), tuple(rw),
+                    tuple(g2p.compound_boundaries(stem_units)), conf)
+
+
+def plan_phones(plan: SlotPlan, kept_slots: Sequence[bool]) -> tuple[str, ...]:
+    """Phones of a planned word with ``kept_slots[i]`` deciding slot i: the stem by the letter-to-sound
+    mapping, each suffix by its fixed pronunciation when its slots are decided as the rules decide them
+    (otherwise by the letters, keeping the suffix's own first consonant: -वाला is w, not word-initial b)."""
+    from leakloss.text import g2p
+
+    if len(kept_slots) != len(plan.slots):
+        raise ValueError(f"{len(kept_slots)} decisions for {len(plan.slots)} slots")
+    kept = [False] * len(plan.units)
+    for k, v in zip(plan.slots, kept_slots):
+        kept[k] = bool(v)
+    out: list[str] = []
+    for i, (text, a, b) in enumerate(plan.parts):
+        part = plan.units[a:b]
+        pk = kept[a:b]
+        if i == 0:
+            out += g2p.units_to_phones(part, pk)
+            continue
+        default = _suffix_pattern(text)
+        mine = tuple(pk[k] for k, u in enumerate(part) if u.inherent)
+        if mine == default:
+            out += g2p.SUFFIXES[text]
+        else:
+            ph = list(g2p.units_to_phones(part, pk))
+            ph[0] = g2p.SUFFIXES[text][0]
+            out += ph
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Features
+# ----------------------------------------------------------------------------------------------------
+
+WINDOW = 4  # units either side whose letters are features
+SIGN_WINDOW = 2  # units either side whose nasal sign / visarga are features
+
+
+def _vocab(items: Sequence[str]) -> dict[str, int]:
+    # 0: outside the word, 1: anything else; then the letters in a fixed order
+    return {s: i + 2 for i, s in enumerate(items)}
+
+
+@lru_cache(maxsize=1)
+def _vocabs() -> tuple[dict, dict, dict, dict, dict]:
+    from leakloss.text import g2p
+
+    cons = _vocab(sorted(g2p.CONSONANTS))
+    vowels = _vocab([g2p.INHERENT, g2p.VIRAMA] + sorted(g2p.MATRAS) + sorted(g2p.INDEPENDENT))
+    why = _vocab(sorted(g2p.RULE_CONFIDENCE) + ["suffix", "ta-stem"])
+    suffix = _vocab(sorted(g2p.SUFFIXES))
+    ending = _vocab(ENDINGS)
+    return cons, vowels, why, suffix, ending
+
+
+#: Word endings (spelling) the rules and Nepali morphology care about: verb endings, case markers,
+#: derivational suffixes. The longest one a word (or its stem) ends in is a categorical feature.
+ENDINGS: tuple[str, ...] = (
+    "छ", "न्छ", "न्छन्", "छन्", "ैन", "एन", "ेन", "ेर", "एर", "उन", "इन", "िन", "िकन", "ीकन", "िँन", "ैँन", "न",
+    "नु", "ने", "नू", "यो", "ियो", "एको", "ेको", "ेका", "ेकी", "दै", "दा", "दो", "दछ", "थ्यो", "थे", "थिन्",
+    "र", "ल", "त", "क", "स", "ट", "ड", "म", "प", "ब", "ग", "ज", "ख", "ध", "झ", "ढ", "य", "ह", "व",
+    "को", "का", "की", "मा", "ले", "लाई", "हरू", "हरु", "बाट", "देखि", "सम्म", "भन्दा", "सँग", "पनि", "नै",
+    "ता", "त्व", "पन", "वाद", "वादी", "कार", "इक", "ीय", "ित", "इत", "मान", "वान", "शील", "ई", "ी", "ा",
+    "िक", "ाइ", "ाउ", "ेल", "ोल", "ाल", "ार", "ान", "ाम", "ास", "ाय", "त्र", "न्त", "न्द", "स्त", "ष्ट",
+)
+
+
+def _feature_layout() -> tuple[list[str], list[bool]]:
+    names: list[str] = []
+    cats: list[bool] = []
+    for d in range(-WINDOW, WINDOW + 1):
+        names += [f"cons[{d:+d}]", f"vowel[{d:+d}]"]
+        cats += [True, True]
+    for d in range(-SIGN_WINDOW, SIGN_WINDOW + 1):
+        names += [f"nasal[{d:+d}]", f"visarga[{d:+d}]"]
+        cats += [False, False]
+    more = [
+        ("pos", False), ("pos_from_end", False), ("n_units", False), ("slot", False), ("n_slots", False),
+        ("slots_from_end", False), ("rule_kept", False), ("rule_why", True), ("rule_conf", False),
+        ("prev_slot_rule", False), ("next_slot_rule", False), ("prev_slot_dist", False),
+        ("next_slot_dist", False), ("part", False), ("to_stem_end", False), ("stem_units", False),
+        ("n_suffixes", False), ("first_suffix", True), ("to_next_bound", False), ("from_prev_bound", False),
+        ("n_bounds", False), ("stem_ending", True), ("word_ending", True), ("n_vowel_signs", False),
+        ("n_conjuncts", False), ("prev_open", False), ("next_open", False),
+        ("first_cons", True), ("first_vowel", True), ("second_cons", True), ("second_vowel", True),
+        ("last_cons", True), ("last_vowel", True), ("penult_cons", True), ("penult_vowel", True),
+        ("neg_prefix", False), ("n_chars", False), ("rule_kept_count", False),
+    ]
+    for n, c in more:
+        names.append(n)
+        cats.append(c)
+    return names, cats
+
+
+FEATURE_NAMES, CATEGORICAL = (tuple(x) for x in _feature_layout())
+_CONF_NUM = {"low": 0, "medium": 1, "high": 2}
+
+
+def _longest_ending(text: str, vocab: dict[str, int]) -> int:
+    best, cid = 0, 1
+    for e in ENDINGS:
+        if len(e) > best and text.endswith(e) and len(text) > len(e):
+            best, cid = len(e), vocab[e]
+    return cid
+
+
+def slot_features(plan: SlotPlan) -> np.ndarray:
+    """Feature rows of a planned word: ``[n_slots, len(FEATURE_NAMES)]`` float64 (categories as ids)."""
+    from leakloss.text import g2p
+
+    cons_v, vow_v, why_v, suf_v, end_v = _vocabs()
+    units = plan.units
+    n = len(units)
+    cons_id = [cons_v.get(u.cons, 1) if u.cons is not None else 1 for u in units]
+    vow_id = [vow_v.get(u.vowel, 1) for u in units]
+    nasal = [0 if not u.nasal else (1 if u.nasal == g2p.ANUSVARA else 2) for u in units]
+    visarga = [int(u.visarga) for u in units]
+    # "open": the unit carries a written vowel (a matra or an independent vowel), not inherent/virama
+    opened = [int(u.vowel not in (g2p.INHERENT, g2p.VIRAMA)) for u in units]
+    stem_end = plan.parts[0][2]
+    n_slots = len(plan.slots)
+    n_conj = sum(1 for u in units if u.vowel == g2p.VIRAMA)
+    first_suffix = suf_v.get(plan.parts[1][0], 1) if len(plan.parts) > 1 else 0
+    stem_ending = _longest_ending(plan.stem, end_v)
+    word_ending = _longest_ending(plan.word, end_v)
+    def edge(j: int) -> list[int]:
+        return [cons_id[j], vow_id[j]] if 0 <= j < n else [0, 0]
+
+    # word-level context: the first two and last two units, the negative prefix न- (नछोड na-chho-ḍa)
+    whole = (edge(0) + edge(1) + edge(n - 1) + edge(n - 2)
+             + [int(n >= 3 and units[0].cons == "न" and units[0].vowel == g2p.INHERENT and not units[0].nasal),
+                len(plan.word), sum(plan.rule_kept)])
+    rows = np.zeros((n_slots, len(FEATURE_NAMES)), dtype=np.float64)
+    for s, k in enumerate(plan.slots):
+        row: list[float] = []
+        for d in range(-WINDOW, WINDOW + 1):
+            j = k + d
+            row += [cons_id[j], vow_id[j]] if 0 <= j < n else [0, 0]
+        for d in range(-SIGN_WINDOW, SIGN_WINDOW + 1):
+            j = k + d
+            row += [nasal[j], visarga[j]] if 0 <= j < n else [-1, -1]
+        part = next(i for i, (_, a, b) in enumerate(plan.parts) if a <= k < b)
+        nxt_b = [b - k for b in plan.bounds if b > k]
+        prv_b = [k - b for b in plan.bounds if b <= k]
+        row += [
+            k, n - 1 - k, n, s, n_slots, n_slots - 1 - s,
+            float(plan.rule_kept[s]), why_v.get(plan.rule_why[s], 1), _CONF_NUM[plan.rule_confidence],
+            float(plan.rule_kept[s - 1]) if s > 0 else -1.0,
+            float(plan.rule_kept[s + 1]) if s + 1 < n_slots else -1.0,
+            k - plan.slots[s - 1] if s > 0 else -1, plan.slots[s + 1] - k if s + 1 < n_slots else -1,
+            part, stem_end - 1 - k, stem_end, len(plan.parts) - 1, first_suffix,
+            min(nxt_b) if nxt_b else -1, min(prv_b) if prv_b else -1, len(plan.bounds),
+            stem_ending, word_ending, sum(opened), n_conj,
+            opened[k - 1] if k > 0 else -1, opened[k + 1] if k + 1 < n else -1,
+        ] + whole
+        rows[s] = row
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tree ensemble (JSON) evaluated with numpy
+# ----------------------------------------------------------------------------------------------------
+
+
+class RetentionModel:
+    """A binary gradient-boosted tree ensemble: ``P(keep) = sigmoid(baseline + sum of leaf values)``.
+
+    Trees are padded to one node table ``[n_trees, max_nodes]``; a numpy loop over depth walks all trees
+    for all rows at once. Numeric nodes go left when ``x <= threshold``; categorical nodes go left when
+    ``cat_left[row_of_node, x]`` (category ids are small non-negative integers).
+    """
+
+    def __init__(self, spec: dict, source: str = "<dict>") -> None:
+        try:
+            if spec.get("format") != FORMAT:
+                raise RetentionModelError(f"{source}: not a {FORMAT} file (format={spec.get('format')!r})")
+            if spec.get("feature_schema") != FEATURE_SCHEMA or tuple(spec["feature_names"]) != FEATURE_NAMES:
+                raise RetentionModelError(
+                    f"{source}: trained for feature schema {spec.get('feature_schema')}, this code has "
+                    f"{FEATURE_SCHEMA}: retrain with python -m leakloss.text.train_retention")
+            trees = spec["trees"]
+            self.baseline = float(spec["baseline"])
+            self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
+            if not trees:
+                raise RetentionModelError(f"{source}: no trees")
+            width = max(len(t["feature"]) for t in trees)
+            t_n = len(trees)
+            self.feature = np.zeros((t_n, width), dtype=np.int64)
+            self.threshold = np.zeros((t_n, width), dtype=np.float64)
+            self.left = np.zeros((t_n, width), dtype=np.int64)
+            self.right = np.zeros((t_n, width), dtype=np.int64)
+            self.value = np.zeros((t_n, width), dtype=np.float64)
+            self.leaf = np.ones((t_n, width), dtype=bool)
+            self.cat = np.full((t_n, width), -1, dtype=np.int64)
+            for i, t in enumerate(trees):
+                m = len(t["feature"])
+                self.feature[i, :m] = t["feature"]
+                self.threshold[i, :m] = t["threshold"]
+                self.left[i, :m] = t["left"]
+                self.right[i, :m] = t["right"]
+                self.value[i, :m] = t["value"]
+                self.leaf[i, :m] = np.asarray(t["left"]) < 0
+                self.cat[i, :m] = t["cat"]
+            n_cat_values = int(spec["n_cat_values"])
+            self.cat_left = np.zeros((max(len(spec["cat_left"]), 1), n_cat_values), dtype=bool)
+            for r, cats in enumerate(spec["cat_left"]):
+                self.cat_left[r, cats] = True
+            self.depth = int(spec["max_depth"])
+        except RetentionModelError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise RetentionModelError(f"{source}: malformed retention model ({type(e).__name__}: {e})") from None
+        # leaves loop on themselves so that a fixed number of steps reaches every leaf
+        ids = np.broadcast_to(np.arange(width), (t_n, width))
+        self.left = np.where(self.leaf, ids, self.left)
+        self.right = np.where(self.leaf, ids, self.right)
+        self.card: dict = spec.get("card", {})
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        """Log-odds of keeping: ``x [rows, features] -> [rows]``."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(f"expected [rows, {len(FEATURE_NAMES)}] features, got {x.shape}")
+        rows = x.shape[0]
+        if rows == 0:
+            return np.zeros(0)
+        t_n = self.feature.shape[0]
+        tree = np.arange(t_n)[:, None]
+        node = np.zeros((t_n, rows), dtype=np.int64)
+        r_idx = np.arange(rows)[None, :]
+        n_cat_values = self.cat_left.shape[1]
+        for _ in range(self.depth + 1):
+            f = self.feature[tree, node]
+            v = x[r_idx, f]
+            c = self.cat[tree, node]
+            go_left = np.where(
+                c >= 0,
+                self.cat_left[np.maximum(c, 0), np.clip(v, 0, n_cat_values - 1).astype(np.int64)],
+                v <= self.threshold[tree, node],
+            )
+            node = np.where(go_left, self.left[tree, node], self.right[tree, node])
+        return self.baseline + self.value[tree, node].sum(axis=0)
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        """``P(keep)`` per row: ``[rows, features] -> [rows]``."""
+        return 1.0 / (1.0 + np.exp(-self.raw(x)))
+
+    def confidence(self, word_prob: float) -> str:
+        """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""
+        if word_prob >= self.thresholds["high"]:
+            return "high"
+        if word_prob >= self.thresholds["medium"]:
+            return "medium"
+        return "low"
+
+
+def word_probability(p_keep: np.ndarray) -> float:
+    """Probability that every slot decision (``p >= 0.5`` keeps) is right, slots taken as independent."""
+    p = np.asarray(p_keep, dtype=np.float64)
+    return float(np.prod(np.maximum(p, 1.0 - p))) if p.size else 1.0
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> RetentionModel:
+    try:
+        spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RetentionModelError(f"cannot read retention model {path}: {e}") from None
+    if not isinstance(spec, dict):
+        raise RetentionModelError(f"{path}: not a JSON object")
+    return RetentionModel(spec, str(path))
+
+
+def load_retention_model(path: str | Path | None = None) -> RetentionModel:
+    """The shipped model (``path=None``) or a JSON model file; cached per path."""
+    return _load(str(Path(path) if path is not None else SHIPPED_MODEL))

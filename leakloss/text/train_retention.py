@@ -1,0 +1,348 @@
+"""Train the inherent-vowel retention model (:mod:`leakloss.text.retention`) on the Google Nepali lexicon.
+
+    python -m leakloss.text.train_retention [--lexicon PATH] [--out leakloss/assets/frontend]
+
+Data: every entry of the shared dev lexicon (``../shared/data/nepali-lexicon/lexicon-dev.tsv``) whose
+phones align to its spelling (:func:`leakloss.text.g2p.inherent_vowel_pattern`); one row per written
+inherent vowel, label = the lexicon pronounces it. The lexicon itself never enters the repository; the
+trees and a card with the CC BY 4.0 attribution do.
+
+Split, fixed by a hash of the normalised spelling (:func:`split_of`): the last hex digit of
+``sha1(word.encode("utf-8"))`` -- ``0 1 2`` held-out test (~19%, the words the hand-written rules were
+never studied on either), ``3 4`` calibration (~12.5%: the confidence thresholds), the rest training.
+
+Training needs scikit-learn (``HistGradientBoostingClassifier``); inference does not: the trees are
+exported to JSON and the export is checked to reproduce scikit-learn's probabilities.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from leakloss.text.retention import (
+    CATEGORICAL, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, RetentionModel, plan_phones, plan_word, slot_features,
+    word_probability,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_LEXICON = REPO.parent / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
+DEFAULT_OUT = REPO / "leakloss" / "assets" / "frontend"
+TEST_DIGITS, CAL_DIGITS = frozenset("012"), frozenset("34")
+HIGH_TARGET = 0.996  # word agreement of `high` words on the calibration part (the goal is 0.995 on test)
+MEDIUM_TARGET = 0.985  # deletion precision of testable (high + medium) words on the calibration part
+
+#: Inflected / compound word groups measured apart (the suffix splits and verb endings the issue names).
+VERB_ENDINGS: tuple[str, ...] = ("एर", "ेर", "नु", "छ", "छन्", "न्छ", "यो", "ियो", "ने", "एको", "ेको", "दै", "दा", "थ्यो")
+NAMED_SUFFIXES: tuple[str, ...] = ("को", "मा", "लाई", "हरू")
+
+
+def split_of(word: str) -> str:
+    """``test`` / ``calibration`` / ``train`` by the last hex digit of sha1(normalised spelling)."""
+    d = hashlib.sha1(word.encode("utf-8")).hexdigest()[-1]
+    return "test" if d in TEST_DIGITS else "calibration" if d in CAL_DIGITS else "train"
+
+
+def word_groups(word: str) -> list[str]:
+    """The inflection/compound groups a normalised word belongs to (``plain`` when none)."""
+    from leakloss.text.g2p import compound_boundaries, parse_word
+
+    plan = plan_word(word)
+    groups = []
+    if plan.suffixes:
+        groups.append("suffix")
+        groups += [f"-{s}" for s in NAMED_SUFFIXES if s in plan.suffixes]
+    if word.endswith(VERB_ENDINGS):
+        groups.append("verb-ending")
+        groups += [f"-{e}" for e in ("एर", "नु", "छ") if word.endswith(e) or (e == "एर" and word.endswith("ेर"))]
+    if compound_boundaries(parse_word(plan.stem)):
+        groups.append("compound")
+    return groups or ["plain"]
+
+
+def load_rows(lexicon: Path) -> list[tuple[str, tuple[bool, ...] | None]]:
+    """Unique (word, lexicon inherent-vowel pattern or None) in file order, entries with phones only."""
+    from leakloss.text.g2p import inherent_vowel_pattern, iter_lexicon
+
+    rows, seen = [], set()
+    for _, word, phones in iter_lexicon(lexicon, strict=False):
+        if phones is None or word in seen:
+            continue
+        seen.add(word)
+        rows.append((word, inherent_vowel_pattern(word, phones)))
+    return rows
+
+
+def build_matrix(rows: Iterable[tuple[str, tuple[bool, ...] | None]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    xs, ys, words = [], [], []
+    for word, ref in rows:
+        if ref is None:
+            continue  # lexicon phones that do not align to the spelling: no labels
+        plan = plan_word(word)
+        if len(ref) != len(plan.slots) or not plan.slots:
+            continue
+        xs.append(slot_features(plan))
+        ys.append(np.asarray(ref, dtype=np.int64))
+        words += [word] * len(ref)
+    return np.concatenate(xs), np.concatenate(ys), words
+
+
+def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict) -> dict:
+    """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
+
+    # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
+    # missing) and puts them first: map its columns and category codes back to ours.
+    is_cat = np.asarray(CATEGORICAL)
+    column = np.concatenate([np.where(is_cat)[0], np.where(~is_cat)[0]])
+    categories = clf._preprocessor.named_transformers_["encoder"].categories_
+
+    def in_bits(bits: np.ndarray, v: int) -> bool:
+        return bool((int(bits[v // 32]) >> (v % 32)) & 1)
+
+    trees, cat_left = [], []
+    max_depth = 0
+    for (pred,) in clf._predictors:
+        nodes = pred.nodes
+        t = {"feature": [], "threshold": [], "left": [], "right": [], "value": [], "cat": []}
+        for nd in nodes:
+            leaf = bool(nd["is_leaf"])
+            max_depth = max(max_depth, int(nd["depth"]))
+            t["feature"].append(0 if leaf else int(column[nd["feature_idx"]]))
+            t["threshold"].append(0.0 if leaf or nd["is_categorical"] else float(nd["num_threshold"]))
+            t["left"].append(-1 if leaf else int(nd["left"]))
+            t["right"].append(-1 if leaf else int(nd["right"]))
+            t["value"].append(float(nd["value"]) if leaf else 0.0)
+            if not leaf and nd["is_categorical"]:
+                bits = pred.raw_left_cat_bitsets[nd["bitset_idx"]]
+                cats = [int(c) for c in categories[int(nd["feature_idx"])]]  # encoded code -> our id
+                miss_left = bool(nd["missing_go_to_left"])
+                # unknown categories follow the missing-value direction, as scikit-learn does
+                left = sorted({cats[e] for e in range(len(cats)) if in_bits(bits, e)}
+                              | ({v for v in range(n_cat_values) if v not in set(cats)} if miss_left else set()))
+                t["cat"].append(len(cat_left))
+                cat_left.append(left)
+            else:
+                t["cat"].append(-1)
+        trees.append(t)
+    return {
+        "format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
+        "categorical": list(CATEGORICAL), "baseline": float(clf._baseline_prediction.ravel()[0]),
+        "max_depth": max_depth, "n_cat_values": n_cat_values, "cat_left": cat_left, "trees": trees,
+        "thresholds": thresholds, "card": card,
+    }
+
+
+def pick_threshold(probs: Sequence[float], correct: Sequence[bool], target: float) -> tuple[float, float, float]:
+    """Lowest word-probability threshold whose words ({p >= t}) are right at least ``target`` of the time.
+    Returns (threshold, agreement above it, coverage)."""
+    order = np.argsort(-np.asarray(probs), kind="stable")
+    p = np.asarray(probs)[order]
+    ok = np.cumsum(np.asarray(correct, dtype=np.float64)[order])
+    n = np.arange(1, len(p) + 1)
+    acc = ok / n
+    good = [i for i in range(len(p)) if acc[i] >= target and (i + 1 == len(p) or p[i + 1] < p[i])]
+    if not good:
+        return 1.0 + 1e-9, float("nan"), 0.0
+    i = max(good)
+    return float(p[i]), float(acc[i]), float((i + 1) / len(p))
+
+
+def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tuple[str, ...], float, list[bool]]]:
+    out = []
+    for w in words:
+        plan = plan_word(w)
+        p = model.predict_proba(slot_features(plan)) if plan.slots else np.zeros(0)
+        kept = [bool(v >= 0.5) for v in p]
+        out.append((plan_phones(plan, kept), word_probability(p), kept))
+    return out
+
+
+def deletion_truth(word: str, phones: Sequence[str], hindi: Sequence[str], ref: tuple[bool, ...] | None) -> list[bool]:
+    """For every deletion site between our ``phones`` and espeak-hi's ``hindi``: is it a real contrast,
+    i.e. does the lexicon (``ref``) pronounce the inherent vowel that our ʌ stands for? The slot is the
+    one whose pattern flips when that ʌ is removed from our phones."""
+    from leakloss.text.g2p import inherent_vowel_pattern
+    from leakloss.text.sites import find_sites
+
+    out = []
+    ours = inherent_vowel_pattern(word, phones)
+    for s in find_sites(list(phones), list(hindi), min_confidence="low"):
+        if s.kind != "deletion":
+            continue
+        without = list(phones[: s.position]) + list(phones[s.position + 1:])
+        alt = inherent_vowel_pattern(word, without)
+        flip = ([i for i, (a, b) in enumerate(zip(ours, alt)) if a != b]
+                if ours is not None and alt is not None and len(ours) == len(alt) else [])
+        out.append(ref is not None and len(flip) == 1 and bool(ref[flip[0]]))
+    return out
+
+
+def card_markdown(card: dict) -> str:
+    """The card as a short markdown page (written next to the model as ``retention.md``)."""
+    td, cal, test = card["training_data"], card["calibration"], card["held_out_test"]
+    lines = [
+        f"# {card['name']}", "",
+        f"**Model.** {card['model']}.", "",
+        f"**Features.** {card['features']}.", "",
+        f"**Training data.** {td['source']}. Licence: {td['license']}", "",
+        f"**Labels.** {td['labels']}.", "",
+        f"**Split.** {td['split']}: {td['words']} words; {td['train_rows']} training rows (inherent vowels).", "",
+        f"**Calibration.** Word probability = {cal['word_probability']}. `high`: p >= {cal['high']['threshold']:.6f} "
+        f"(calibration agreement {cal['high']['agreement']}, coverage {cal['high']['coverage']}; target "
+        f"{cal['high']['target']}). `medium`: p >= {cal['medium']['threshold']:.6f} (testable deletions real "
+        f"contrasts {cal['medium']['deletion_precision']} of {cal['medium']['deletion_sites']} on calibration; "
+        f"high+medium coverage {cal['medium']['coverage_high_or_medium']}). `low` below.", "",
+        f"**Held-out test** ({test['words']} words, never used to fit or calibrate): agreement {test['agreement']}, "
+        f"`high` agreement {test['high_agreement']}, `high` coverage {test['high_coverage']}.", "",
+        "| group | words | agreement |", "|---|---|---|",
+    ]
+    lines += [f"| {g} | {v['n']} | {v['agreement']} |" for g, v in test["groups"].items()]
+    lines += ["", f"Reproduce: `{card['trained_with']['script']}` ({card['trained_with']['seconds']} s on 2 CPU cores); "
+              f"the JSON trees reproduce scikit-learn's probabilities to {card['export_check_max_abs_diff']:.1e}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lexicon", type=Path, default=DEFAULT_LEXICON)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--max-iter", type=int, default=300)
+    ap.add_argument("--max-leaf-nodes", type=int, default=31)
+    ap.add_argument("--learning-rate", type=float, default=0.1)
+    ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--min-samples-leaf", type=int, default=20)
+    ap.add_argument("--max-features", type=float, default=1.0, help="share of features tried per split")
+    args = ap.parse_args(argv)
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from leakloss.text.g2p import inherent_vowel_pattern
+    from leakloss.text.hindi import espeak_phonemes
+
+    t0 = time.time()
+    rows = load_rows(args.lexicon)
+    parts = {"train": [], "calibration": [], "test": []}
+    for w, ref in rows:
+        parts[split_of(w)].append((w, ref))
+    print({k: len(v) for k, v in parts.items()}, f"unaligned={sum(r is None for _, r in rows)}")
+    x, y, _ = build_matrix(parts["train"])
+    n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
+    print(f"train rows {x.shape}, keep rate {y.mean():.3f}, categories < {n_cat_values} ({time.time() - t0:.0f}s)")
+    clf = HistGradientBoostingClassifier(
+        max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
+        categorical_features=np.asarray(CATEGORICAL), l2_regularization=args.l2, early_stopping=False, random_state=0,
+        min_samples_leaf=args.min_samples_leaf, max_features=args.max_features,
+    )
+    clf.fit(x, y)
+    print(f"fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
+
+    spec = export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {})
+    model = RetentionModel(spec)
+    xc, yc, _ = build_matrix(parts["calibration"])
+    diff = float(np.abs(model.predict_proba(xc) - clf.predict_proba(xc)[:, 1]).max())
+    print(f"export check: max |p_json - p_sklearn| = {diff:.2e} on {len(xc)} calibration rows")
+    if diff > 1e-6:
+        print("error: the JSON trees do not reproduce scikit-learn", file=sys.stderr)
+        return 1
+
+    # Calibration: word probability -> high / medium thresholds
+    cal_words = [w for w, _ in parts["calibration"]]
+    preds = predict_words(model, cal_words)
+    correct = []
+    for (w, ref), (phones, _, _) in zip(parts["calibration"], preds):
+        ours = inherent_vowel_pattern(w, phones)
+        correct.append(ref is not None and ours == ref)
+    probs = [p for _, p, _ in preds]
+    t_high, acc_high, cov_high = pick_threshold(probs, correct, HIGH_TARGET)
+    print(f"calibration: agreement {np.mean(correct):.4f}; high >= {t_high:.4f}: agreement {acc_high:.4f}, coverage {cov_high:.3f}")
+    hindi = espeak_phonemes(cal_words, "hi")
+    dels = [deletion_truth(w, ph, h, ref) for (w, ref), (ph, _, _), h in zip(parts["calibration"], preds, hindi)]
+    # medium: the lowest threshold at which testable deletions (words >= t) are real contrasts MEDIUM_TARGET
+    order = np.argsort(-np.asarray(probs), kind="stable")
+    real = tot = 0
+    t_medium = t_high
+    for i in order:
+        real += sum(dels[i])
+        tot += len(dels[i])
+        if probs[i] <= t_high and tot and real / tot >= MEDIUM_TARGET:
+            t_medium = probs[i]
+    sel = [i for i in range(len(probs)) if probs[i] >= t_medium]
+    d_all = [d for i in sel for d in dels[i]]
+    med_cov = len(sel) / len(probs)
+    print(f"calibration: medium >= {t_medium:.4f}: high+medium coverage {med_cov:.3f}, "
+          f"deletion precision {np.mean(d_all):.4f} over {len(d_all)} sites")
+
+    # Held-out test figures for the card (the benchmark recomputes them through the frontend)
+    test_words = [w for w, _ in parts["test"]]
+    tp = predict_words(model, test_words)
+    ok_t, by_group = [], Counter()
+    high_ok = high_n = 0
+    for (w, ref), (phones, p, _) in zip(parts["test"], tp):
+        ok = ref is not None and inherent_vowel_pattern(w, phones) == ref
+        ok_t.append(ok)
+        if p >= t_high:
+            high_n += 1
+            high_ok += ok
+        for g in word_groups(w):
+            by_group[(g, "n")] += 1
+            by_group[(g, "ok")] += ok
+    groups = {g: {"n": by_group[(g, "n")], "agreement": round(by_group[(g, "ok")] / by_group[(g, "n")], 4)}
+              for g in sorted({g for g, _ in by_group})}
+    test = {"words": len(test_words), "agreement": round(float(np.mean(ok_t)), 4),
+            "high_agreement": round(high_ok / max(high_n, 1), 4), "high_coverage": round(high_n / len(test_words), 4),
+            "groups": groups}
+    print("test:", json.dumps(test, ensure_ascii=False))
+
+    card = {
+        "name": "leakloss Nepali inherent-vowel retention model",
+        "model": f"HistGradientBoostingClassifier (scikit-learn), {clf.n_iter_} trees, <= {args.max_leaf_nodes} "
+                 f"leaves each, learning rate {args.learning_rate}, l2 {args.l2}, min {args.min_samples_leaf} rows a leaf, "
+                 f"{args.max_features:.0%} of features tried a split; exported to JSON, evaluated in numpy",
+        "features": "per written inherent vowel: letters (consonant, vowel sign/virama/inherent) of the 4 units "
+                    "either side, nasal signs and visarga of 2 either side, position, unit/slot counts, the rules' "
+                    "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
+                    "compound boundaries, stem and word ending class, vowel-sign and conjunct counts",
+        "training_data": {
+            "source": "google/language-resources ne/data/lexicon.tsv (Copyright 2018 Google Inc.), the development "
+                      "part shared with this project (lexicon-dev.tsv, 34,054 entries); not in this repository",
+            "license": "CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); attribution: Google, "
+                       "Nepali pronunciation lexicon, google/language-resources. The model is trained on it.",
+            "labels": "an inherent vowel is kept when the lexicon's phones pronounce it (ax), aligned to the "
+                      "spelling by leakloss.text.g2p.inherent_vowel_pattern; words whose phones do not align "
+                      "are left out of training (counted as wrong in evaluation)",
+            "split": "last hex digit of sha1(normalised spelling, UTF-8): 0-2 held-out test, 3-4 calibration, "
+                     "5-f training",
+            "words": {k: len(v) for k, v in parts.items()}, "train_rows": int(len(x)),
+        },
+        "calibration": {
+            "word_probability": "product over the word's vowels of max(p, 1 - p)",
+            "high": {"threshold": t_high, "target": HIGH_TARGET, "agreement": round(acc_high, 4),
+                     "coverage": round(cov_high, 4)},
+            "medium": {"threshold": t_medium, "target_deletion_precision": MEDIUM_TARGET,
+                       "coverage_high_or_medium": round(med_cov, 4),
+                       "deletion_precision": round(float(np.mean(d_all)), 4), "deletion_sites": len(d_all)},
+            "agreement": round(float(np.mean(correct)), 4),
+        },
+        "held_out_test": test,
+        "export_check_max_abs_diff": diff,
+        "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0)},
+    }
+    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "retention.json").write_text(json.dumps(spec, separators=(",", ":")), encoding="utf-8")
+    (args.out / "retention.card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (args.out / "retention.md").write_text(card_markdown(card), encoding="utf-8")
+    print(f"wrote {args.out / 'retention.json'} ({(args.out / 'retention.json').stat().st_size} bytes) "
+          f"and the card ({time.time() - t0:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leakloss.text.g2p import SUFFIXES, NepaliFrontend, inherent_vowel_pattern, iter_lexicon
+from leakloss.text.retention import (
+    CATEGORICAL, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, RetentionModel, RetentionModelError,
+    _suffix_pattern, load_retention_model, plan_phones, plan_word, slot_features, word_probability,
+)
+
+SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
+WORDS = ["नेकपा", "बजारको", "घरहरूमा", "रामप्रसाद", "गर्छ", "कमल", "सडकमा", "हुनसक्छ", "उपचार", "सुन्दरता",
+         "अक्षरहरू", "अगाडिसम्म", "दुःख", "काठमाडौँमा", "पानीवाला", "सम्पादकहरूलाई"]
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return NepaliFrontend(use_builtin_exceptions=False, retention=None)
+
+
+@pytest.fixture(scope="module")
+def model_fe():
+    return NepaliFrontend(use_builtin_exceptions=False)
+
+
+def test_every_suffix_has_an_alignable_pattern():
+    for suf, phones in SUFFIXES.items():
+        assert _suffix_pattern(suf) == inherent_vowel_pattern(suf, phones), suf
+
+
+@pytest.mark.parametrize("word", WORDS)
+def test_plan_with_the_rules_decisions_gives_the_rules_phones(rules, word):
+    plan = plan_word(word)
+    assert plan_phones(plan, plan.rule_kept) == rules.pronounce(word).phones
+    x = slot_features(plan)
+    assert x.shape == (len(plan.slots), len(FEATURE_NAMES)) and np.isfinite(x).all()
+    assert all((x[:, i] >= 0).all() and (x[:, i] == np.round(x[:, i])).all() for i, c in enumerate(CATEGORICAL) if c)
+
+
+def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_values: int = 12) -> dict:
+    """Random complete binary trees over random features (categorical features get category splits)."""
+    trees, cat_left = [], []
+    for _ in range(n_trees):
+        t = {"feature": [], "threshold": [], "left": [], "right": [], "value": [], "cat": []}
+
+        def grow(d: int) -> int:
+            i = len(t["feature"])
+            for k in t:
+                t[k].append(None)
+            if d == depth or rng.random() < 0.2:
+                t["feature"][i], t["threshold"][i], t["left"][i], t["right"][i] = 0, 0.0, -1, -1
+                t["value"][i], t["cat"][i] = rng.uniform(-1, 1), -1
+                return i
+            f = rng.randrange(len(FEATURE_NAMES))
+            t["feature"][i], t["value"][i] = f, 0.0
+            if CATEGORICAL[f]:
+                t["threshold"][i], t["cat"][i] = 0.0, len(cat_left)
+                cat_left.append(sorted(rng.sample(range(n_cat_values), rng.randrange(1, n_cat_values))))
+            else:
+                t["threshold"][i], t["cat"][i] = rng.choice([-0.5, 0.5, 1.5, 3.5]), -1
+            t["left"][i] = grow(d + 1)
+            t["right"][i] = grow(d + 1)
+            return i
+
+        grow(0)
+        trees.append(t)
+    return {"format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
+            "baseline": rng.uniform(-1, 1), "max_depth": depth, "n_cat_values": n_cat_values,
+            "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5}}
+
+
+def _naive_raw(spec: dict, row: list[float]) -> float:
+    total = spec["baseline"]
+    for t in spec["trees"]:
+        i = 0
+        while t["left"][i] >= 0:
+            v = row[t["feature"][i]]
+            if t["cat"][i] >= 0:
+                go_left = int(v) in spec["cat_left"][t["cat"][i]]
+            else:
+                go_left = v <= t["threshold"][i]
+            i = t["left"][i] if go_left else t["right"][i]
+        total += t["value"][i]
+    return total
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 6))
+def test_numpy_trees_match_a_naive_walk(seed, rows):
+    rng = random.Random(seed)
+    spec = _random_spec(rng)
+    model = RetentionModel(spec)
+    x = [[float(rng.randrange(12)) if c else float(rng.randrange(-1, 5)) for c in CATEGORICAL] for _ in range(rows)]
+    got = model.raw(np.asarray(x))
+    want = [_naive_raw(spec, r) for r in x]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    p = model.predict_proba(np.asarray(x))
+    assert ((p > 0) & (p < 1)).all()
+
+
+def test_malformed_or_foreign_models_are_typed_errors(tmp_path):
+    spec = _random_spec(random.Random(0))
+    with pytest.raises(RetentionModelError, match="feature schema"):
+        RetentionModel({**spec, "feature_schema": FEATURE_SCHEMA + 1})
+    with pytest.raises(RetentionModelError, match="format"):
+        RetentionModel({**spec, "format": "pickle"})
+    with pytest.raises(RetentionModelError, match="malformed"):
+        RetentionModel({k: v for k, v in spec.items() if k != "trees"})
+    bad = tmp_path / "m.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(RetentionModelError, match="cannot read"):
+        load_retention_model(bad)
+    with pytest.raises(RetentionModelError, match="cannot read"):
+        NepaliFrontend(retention=tmp_path / "missing.json")
+
+
+def test_word_probability():
+    assert word_probability(np.array([0.9, 0.2])) == pytest.approx(0.9 * 0.8)
+    assert word_probability(np.zeros(0)) == 1.0
+
+
+def test_shipped_model_is_json_with_a_card():
+    spec = json.loads(SHIPPED_MODEL.read_text(encoding="utf-8"))  # JSON, not a pickle
+    assert SHIPPED_MODEL.stat().st_size < 2_000_000
+    model = load_retention_model()
+    assert 0 < model.thresholds["medium"] <= model.thresholds["high"] <= 1
+    card = json.loads((SHIPPED_MODEL.parent / "retention.card.json").read_text(encoding="utf-8"))
+    assert "CC BY 4.0" in card["training_data"]["license"] and "google/language-resources" in card["training_data"]["source"]
+    assert card["calibration"]["high"]["threshold"] == spec["thresholds"]["high"]
+    assert card["held_out_test"]["high_agreement"] >= 0.995
+
+
+def test_model_decides_and_reports_each_vowel(model_fe):
+    p = model_fe.pronounce("सडकमा")
+    assert p.source == "model" and p.probability is not None and 0 < p.probability <= 1
+    assert [v.step for v in p.vowels] == ["model"] * len(plan_word("सडकमा").slots)
+    assert all(0 <= v.p_keep <= 1 and v.kept == (v.p_keep >= 0.5) for v in p.vowels)
+    assert p.confidence == load_retention_model().confidence(p.probability)
+
+
+def test_user_lexicon_wins_over_the_model(tmp_path):
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("सडकमा\ts ʌ ɖ k m aː\n", encoding="utf-8")
+    p = NepaliFrontend(lex, use_builtin_exceptions=False).pronounce("सडकमा")
+    assert (p.phones, p.source, p.confidence) == (("s", "ʌ", "ɖ", "k", "m", "aː"), "lexicon", "high")
+    assert [(v.letter, v.kept, v.step) for v in p.vowels] == [("स", True, "lexicon"), ("ड", False, "lexicon"),
+                                                              ("क", False, "lexicon")]
+
+
+def test_rules_fallback_reports_rule_steps(rules):
+    p = rules.pronounce("सडकमा")
+    assert p.source == "suffix" and p.probability is None and {v.step for v in p.vowels} == {"rule"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_LEXICON.exists(), reason="shared lexicon not present")
+def test_model_beats_the_rules_on_held_out_words(model_fe, rules):
+    from leakloss.text.train_retention import split_of
+
+    held = [(w, p) for _, w, p in iter_lexicon(SHARED_LEXICON, strict=False) if p and split_of(w) == "test"]
+    sample = random.Random(0).sample(held, 1500)
+    ok = {"model": 0, "rules": 0}
+    high = high_ok = 0
+    for w, phones in sample:
+        ref = inherent_vowel_pattern(w, phones)
+        pm = model_fe.pronounce(w)
+        good = ref is not None and inherent_vowel_pattern(w, pm.phones) == ref
+        ok["model"] += good
+        ok["rules"] += ref is not None and inherent_vowel_pattern(w, rules.pronounce(w).phones) == ref
+        high += pm.confidence == "high"
+        high_ok += good and pm.confidence == "high"
+    assert ok["model"] / len(sample) >= 0.95 and ok["model"] > ok["rules"] + 30
+    assert high_ok / high >= 0.99
