@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.penalty import WORST_REWARD, LeakPenalty, RewardResult, leak_reward_details
 
-SAMPLE_RATE = 16_000
 #: statuses whose reward is a judgement of the reading (the others are the worst reward by rule)
 JUDGED = ("scored", "no_testable_site")
 
@@ -40,7 +40,7 @@ class RewardInput:
     audio: Tensor  # [t] or [channels, t]
     text: str | None = None
     speaker_ref: Tensor | None = None  # unused by the leak reward
-    sample_rate: int = 24_000  # F5's default: its vocoder's rate
+    sample_rate: int = MEL_SAMPLE_RATE  # F5's default: its vocoder's rate
     meta: dict[str, Any] = field(default_factory=dict)
     lang: str | None = None
 

@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from leakloss.config import config_dir
+from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
 
 CHECKPOINT = "checkpoint"
 OPTIMIZER = "optimizer"
@@ -104,7 +105,7 @@ def run(cfg: DictConfig) -> dict:
     sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
     texts = phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
     corpus = build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir)
-    print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * 256 / 24000 / 3600:.2f} h, "
+    print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * MEL_HOP / MEL_SAMPLE_RATE / 3600:.2f} h, "
           f"{time.time() - start:.0f}s", flush=True)
 
     model = instantiate(cfg.model).to(device)

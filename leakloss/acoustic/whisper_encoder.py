@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-SAMPLE_RATE = 16_000
+from leakloss.constants import SAMPLE_RATE
+
 N_FFT, HOP, N_MELS = 400, 160, 80
 CHUNK_SECONDS = 30
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000

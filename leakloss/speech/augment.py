@@ -73,7 +73,7 @@ def random_augment(wave: Tensor, generator: torch.Generator, sample_rate: int = 
 
 # --- library-backed augmentations ------------------------------------------------------------------
 
-def time_stretch(wave: Tensor, rate: float, sample_rate: int = 16_000) -> Tensor:
+def time_stretch(wave: Tensor, rate: float, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """Tempo change without pitch change (``rate`` > 1 faster): ``[t]`` -> ``[~t / rate]``.
     audiomentations' Signalsmith stretch, whose latency it compensates: an event at ``s`` seconds
     lands at ``s / rate``."""
@@ -86,7 +86,7 @@ def time_stretch(wave: Tensor, rate: float, sample_rate: int = 16_000) -> Tensor
     return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).to(wave.device)
 
 
-def pitch_shift(wave: Tensor, semitones: float, sample_rate: int = 16_000) -> Tensor:
+def pitch_shift(wave: Tensor, semitones: float, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """Pitch (and formants with it) moved by ``semitones``, tempo and length unchanged."""
     if abs(semitones) < 1e-3:
         return wave
@@ -134,7 +134,7 @@ def formant_warp(wave: Tensor, alpha: float, n_fft: int = 512, hop: int = 128, l
 
 
 def room_impulse_response(rt60: float, room_dim: tuple[float, float, float], source: tuple[float, float, float],
-                          mic: tuple[float, float, float], sample_rate: int = 16_000) -> Tensor:
+                          mic: tuple[float, float, float], sample_rate: int = SAMPLE_RATE) -> Tensor:
     """A shoebox room's impulse response (pyroomacoustics image-source method, absorption from
     Sabine's formula for ``rt60`` s), cut to start at its direct path (so times do not move), peak 1."""
     import pyroomacoustics as pra
@@ -157,7 +157,7 @@ def convolve_rir(wave: Tensor, rir: Tensor) -> Tensor:
     return out * (wave.abs().max() / out.abs().max().clamp(min=1e-8))
 
 
-def band_limit(wave: Tensor, narrow_rate: int = 8_000, sample_rate: int = 16_000) -> Tensor:
+def band_limit(wave: Tensor, narrow_rate: int = 8_000, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """Telephone bandwidth: down to ``narrow_rate`` (8 kHz: nothing above 4 kHz survives) and back up."""
     g = math.gcd(sample_rate, narrow_rate)
     low = AF.resample(wave, sample_rate // g, narrow_rate // g)
@@ -171,10 +171,11 @@ def mu_law_quantize(wave: Tensor, bits: int = 8) -> Tensor:
     return AF.mu_law_decoding(q, 2 ** bits).to(wave.dtype) * peak
 
 
-def vocoder_resynthesis(wave: Tensor, vocoder=None, sample_rate: int = 16_000) -> Tensor:
+def vocoder_resynthesis(wave: Tensor, vocoder=None, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """``wave`` through mel analysis and the embedded vocoder (``MelToWave.embedded()``) and back to
     16 kHz, trimmed or padded to the input length: the vocoder's own colouring of any voice."""
-    from leakloss.vocoder import MEL_SAMPLE_RATE, MelToWave, log_mel
+    from leakloss.constants import MEL_SAMPLE_RATE
+    from leakloss.vocoder import log_mel
 
     if vocoder is None:
         vocoder = _embedded_vocoder()
@@ -225,7 +226,7 @@ def _uniform(g: torch.Generator, lo: float, hi: float) -> float:
 
 
 def augment_chain(wave: Tensor, generator: torch.Generator, config: AugmentConfig = AugmentConfig(),
-                  sample_rate: int = 16_000, vocoder=None) -> tuple[Tensor, float, list[str]]:
+                  sample_rate: int = SAMPLE_RATE, vocoder=None) -> tuple[Tensor, float, list[str]]:
     """One random chain: (augmented wave, tempo rate applied, names of the steps applied).
     Every draw is made (in a fixed order) whether or not its step runs, so one step's probability does
     not shift the others' parameters."""
@@ -279,7 +280,7 @@ def scale_times(reading, rate: float):
 
 
 def augment_reading(reading, generator: torch.Generator, config: AugmentConfig = AugmentConfig(),
-                    sample_rate: int = 16_000, vocoder=None):
+                    sample_rate: int = SAMPLE_RATE, vocoder=None):
     """A reading through :func:`augment_chain`: (new reading with the augmented waveform and its phone
     times moved by the tempo change, names of the steps applied)."""
     wave, rate, applied = augment_chain(reading.waveform, generator, config, sample_rate, vocoder)

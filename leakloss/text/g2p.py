@@ -26,7 +26,6 @@ chandrabindu = a nasalised vowel. Nukta letters: क़ ख़ ग़ fold to k 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path

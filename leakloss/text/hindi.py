@@ -31,7 +31,3 @@ def espeak_phonemes(words: Sequence[str], language: str = "hi") -> list[list[str
     out = _backend(language).phonemize(list(words), separator=Separator(phone=" ", word=" | "), strip=True)
     return [[clean_espeak_ipa(p) for p in o.replace("|", " ").split() if clean_espeak_ipa(p)] for o in out]
 
-
-@functools.lru_cache(maxsize=65536)
-def hindi_pronunciation(word: str) -> tuple[str, ...]:
-    return tuple(espeak_phonemes([word], "hi")[0])

@@ -56,7 +56,6 @@ _COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):(?![0-9\u0966-\u
 _DOUBLED_SIGN = re.compile(r"([\u0900-\u0903\u093c\u093e-\u094d])\1+")
 _VIRAMA_MATRA = re.compile(r"\u094d([\u093e-\u094c])")
 
-DANDAS = "\u0964\u0965"
 
 
 def is_devanagari_letter(ch: str) -> bool:

@@ -29,7 +29,6 @@ class _Toy(L.LightningModule):
 
 
 def test_callback_logs_probe_curves_to_logger_and_csv(tmp_path, tiny_rec, monkeypatch):
-    import leakloss.penalty as penalty_mod
     from leakloss.timing import TimedSite
 
     # a tiny random recognizer cannot align: place the sites by hand
