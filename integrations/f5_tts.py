@@ -352,7 +352,8 @@ def penalty_crop_context(penalty: nn.Module, vocoder: nn.Module) -> "CropContext
     conv_s = conv_receptive_field(rec.conv_kernels[: layer + 1], rec.conv_strides[: layer + 1]) / SAMPLE_RATE
     wave_s = penalty.pad_s + _conv1d_context(head) * hop_s + conv_s + hop_s  # + one hop: frame-centre rounding
     istft = vocoder.head.istft
-    overlap = math.ceil(istft.win_length / istft.hop_length / 2) + 1
+    # ISTFT ("same" padding): an output sample overlaps the windows of ceil(win / hop / 2) frames each side
+    overlap = math.ceil(istft.win_length / istft.hop_length / 2)
     frames = _conv1d_context(vocoder.backbone) + overlap + 1  # + 1: the resampler's sinc reaches < 1 frame
     grid = grid_frames(MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE, round(hop_s * SAMPLE_RATE))
     phase = MEL_SAMPLE_RATE // math.gcd(MEL_SAMPLE_RATE, SAMPLE_RATE)
@@ -366,16 +367,38 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     vocode only the crops, score only their site regions. ``(loss, parts)``; ``parts`` None when no site lies
     inside its item (the full computation gives those no frames either). ``out_sites`` (a list) receives the
     sites per crop, in the order of ``parts.site_probs``."""
-    from leakloss.functional.crop import gather_mel_crops, plan_crops, trim_waves
+    from leakloss.functional.crop import gather_mel_crops, length_groups, plan_crops, trim_waves
 
     crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=mels.shape[1])
     if out_sites is not None:
         out_sites[:] = shifted
     if not crops:
         return mels.new_zeros(()), None
-    batch, pads = gather_mel_crops(mels, crops, ctx.phase)
-    regions, lengths = trim_waves(vocoder(batch), crops, lambda k: int(mel_lengths_to_samples(k)), pads)
-    return penalty(waves=regions, wave_lengths=lengths, sites=shifted)
+    # crops differ a lot in length (merged windows): vocode them in groups of similar length, not all padded
+    # to the longest one (that would cost more than the whole batch)
+    pieces: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)
+    for group in length_groups([c.mel_frames for c in crops]):
+        sub = [crops[i] for i in group]
+        batch, pads = gather_mel_crops(mels, sub, ctx.phase)
+        waves, lengths = trim_waves(vocoder(batch), sub, lambda k: int(mel_lengths_to_samples(k)), pads)
+        for row, i in enumerate(group):
+            pieces[i] = waves[row, : int(lengths[row])]
+    lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
+    regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
+    rec = penalty.recognizer
+    if not getattr(rec, "normalize_input", False):
+        return penalty(waves=regions, wave_lengths=lengths, sites=shifted)
+    # The recognizer normalises each input to zero mean / unit variance. One crop alone is mostly speech
+    # (louder than its utterance with the pauses): pool the statistics over all crops of the same item,
+    # normalise here (with gradient, as the full computation) and let the recognizer skip its own step.
+    from leakloss.functional.crop import pooled_normalize
+
+    normalized = pooled_normalize(regions, lengths, torch.tensor([c.item for c in crops], device=regions.device))
+    rec.normalize_input = False
+    try:
+        return penalty(waves=normalized, wave_lengths=lengths, sites=shifted)
+    finally:
+        rec.normalize_input = True
 
 
 def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM:

@@ -158,6 +158,34 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
     return out, torch.tensor([b - a for a, b in bounds], dtype=torch.long, device=waves.device)
 
 
+def pooled_normalize(waves: Tensor, lengths: Tensor, item: Tensor, eps: float = 1e-7) -> Tensor:
+    """Zero mean / unit variance per item over the valid samples of all its crops: ``waves [c, t]``,
+    ``lengths [c]``, ``item [c]`` (the item of each crop) -> ``[c, t]``, zero beyond each length (as the
+    recognizer's own per-utterance normalisation, with the statistics pooled over an item's crops)."""
+    x = waves.float()
+    mask = (torch.arange(x.shape[-1], device=x.device)[None] < lengths[:, None]).to(x.dtype)
+    items = int(item.max()) + 1
+    count = x.new_zeros(items).index_add(0, item, lengths.to(x.dtype))
+    total = x.new_zeros(items).index_add(0, item, (x * mask).sum(-1))
+    mean = (total / count.clamp(min=1))[item][:, None]  # [c, 1]
+    square = x.new_zeros(items).index_add(0, item, (((x - mean) * mask) ** 2).sum(-1))
+    var = (square / count.clamp(min=1))[item][:, None]
+    return (x - mean) / torch.sqrt(var + eps) * mask
+
+
+def length_groups(lengths: Sequence[int], ratio: float = 1.25) -> list[list[int]]:
+    """Indices grouped by similar length (sorted; a group's longest is at most ``ratio`` x its shortest), so
+    that padding each group to its longest wastes at most ``ratio - 1`` of the work. Every index once."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] <= ratio * max(lengths[groups[-1][0]], 1):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
     """Share of the batch's valid mel frames that the crops vocode (overlap between items never happens)."""
     total = sum(int(n) for n in n_frames)
@@ -165,4 +193,4 @@ def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
 
 
 __all__ = ["Crop", "CropContext", "conv_receptive_field", "cropped_share", "gather_mel_crops", "grid_frames",
-           "plan_crops", "same_padded_context", "trim_waves"]
+           "length_groups", "plan_crops", "pooled_normalize", "same_padded_context", "trim_waves"]
