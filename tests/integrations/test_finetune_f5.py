@@ -79,6 +79,7 @@ def _prepare_folder(root: Path, rows: list[tuple[torch.Tensor, str]]) -> Path:
 
     from tests.integrations.conftest import prepare
 
+    root.mkdir(parents=True, exist_ok=True)
     lines = ["audio_file|text"]
     for i, (wave, text) in enumerate(rows):
         path = root / f"c{i}.wav"
