@@ -173,7 +173,7 @@ def pooled_normalize(waves: Tensor, lengths: Tensor, item: Tensor, eps: float = 
     return (x - mean) / torch.sqrt(var + eps) * mask
 
 
-def length_groups(lengths: Sequence[int], ratio: float = 1.25) -> list[list[int]]:
+def length_groups(lengths: Sequence[int], ratio: float = 1.1) -> list[list[int]]:
     """Indices grouped by similar length (sorted; a group's longest is at most ``ratio`` x its shortest), so
     that padding each group to its longest wastes at most ``ratio - 1`` of the work. Every index once."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])

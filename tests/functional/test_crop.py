@@ -121,3 +121,15 @@ def test_pooled_normalize_matches_numpy(spec, seed):
         for r in rows:
             np.testing.assert_allclose(got[r, : lengths[r]], (waves[r, : lengths[r]] - mean) / std, rtol=1e-4, atol=1e-4)
             assert not got[r, lengths[r]:].any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 500), max_size=40), st.floats(1.0, 2.0))
+def test_length_groups_bound_the_padding(lengths, ratio):
+    from leakloss.functional.crop import length_groups
+
+    groups = length_groups(lengths, ratio)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        sizes = [lengths[i] for i in g]
+        assert max(sizes) <= ratio * min(sizes)
