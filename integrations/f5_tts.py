@@ -377,23 +377,33 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     # crops differ a lot in length (merged windows): vocode them in groups of similar length, not all padded
     # to the longest one (that would cost more than the whole batch)
     pieces: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)
+    context: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)  # each crop's valid vocoded samples
     for group in length_groups([c.mel_frames for c in crops]):
         sub = [crops[i] for i in group]
         batch, pads = gather_mel_crops(mels, sub, ctx.phase)
-        waves, lengths = trim_waves(vocoder(batch), sub, lambda k: int(mel_lengths_to_samples(k)), pads)
+        vocoded = vocoder(batch)
+        waves, lengths = trim_waves(vocoded, sub, lambda k: int(mel_lengths_to_samples(k)), pads)
         for row, i in enumerate(group):
             pieces[i] = waves[row, : int(lengths[row])]
+            c, p = crops[i], pads[row]
+            valid = min(c.mel_end, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
+            a = int(mel_lengths_to_samples(p))
+            context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
     lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
     regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
     rec = penalty.recognizer
     if not getattr(rec, "normalize_input", False):
         return penalty(waves=regions, wave_lengths=lengths, sites=shifted)
-    # The recognizer normalises each input to zero mean / unit variance. One crop alone is mostly speech
-    # (louder than its utterance with the pauses): pool the statistics over all crops of the same item,
-    # normalise here (with gradient, as the full computation) and let the recognizer skip its own step.
+    # The recognizer normalises each input to zero mean / unit variance over the whole utterance, which is not
+    # vocoded here: estimate the utterance's statistics from everything that was (all crops of the item, their
+    # vocoder context included), normalise here with gradient as the full computation does, and let the
+    # recognizer skip its own step.
     from leakloss.functional.crop import pooled_normalize
 
-    normalized = pooled_normalize(regions, lengths, torch.tensor([c.item for c in crops], device=regions.device))
+    item = torch.tensor([c.item for c in crops], device=regions.device)
+    normalized = pooled_normalize(regions, lengths, item,
+                                  stats_from=(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
+                                              torch.tensor([w.numel() for w in context], device=regions.device)))
     rec.normalize_input = False
     try:
         return penalty(waves=normalized, wave_lengths=lengths, sites=shifted)

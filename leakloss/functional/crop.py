@@ -158,18 +158,23 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
     return out, torch.tensor([b - a for a, b in bounds], dtype=torch.long, device=waves.device)
 
 
-def pooled_normalize(waves: Tensor, lengths: Tensor, item: Tensor, eps: float = 1e-7) -> Tensor:
+def pooled_normalize(waves: Tensor, lengths: Tensor, item: Tensor, eps: float = 1e-7,
+                     stats_from: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Zero mean / unit variance per item over the valid samples of all its crops: ``waves [c, t]``,
     ``lengths [c]``, ``item [c]`` (the item of each crop) -> ``[c, t]``, zero beyond each length (as the
-    recognizer's own per-utterance normalisation, with the statistics pooled over an item's crops)."""
+    recognizer's own per-utterance normalisation, with the statistics pooled over an item's crops).
+    ``stats_from=(waves2 [c, t2], lengths2 [c])``: take the statistics from these instead (e.g. the crops with
+    their vocoder context: more of the utterance)."""
     x = waves.float()
     mask = (torch.arange(x.shape[-1], device=x.device)[None] < lengths[:, None]).to(x.dtype)
+    sx, slen = (x, lengths) if stats_from is None else (stats_from[0].float(), stats_from[1])
+    smask = (torch.arange(sx.shape[-1], device=x.device)[None] < slen[:, None]).to(x.dtype)
     items = int(item.max()) + 1
-    count = x.new_zeros(items).index_add(0, item, lengths.to(x.dtype))
-    total = x.new_zeros(items).index_add(0, item, (x * mask).sum(-1))
-    mean = (total / count.clamp(min=1))[item][:, None]  # [c, 1]
-    square = x.new_zeros(items).index_add(0, item, (((x - mean) * mask) ** 2).sum(-1))
-    var = (square / count.clamp(min=1))[item][:, None]
+    count = x.new_zeros(items).index_add(0, item, slen.to(x.dtype))
+    total = x.new_zeros(items).index_add(0, item, (sx * smask).sum(-1))
+    mean_i = total / count.clamp(min=1)  # [items]
+    square = x.new_zeros(items).index_add(0, item, (((sx - mean_i[item][:, None]) * smask) ** 2).sum(-1))
+    mean, var = mean_i[item][:, None], (square / count.clamp(min=1))[item][:, None]  # [c, 1]
     return (x - mean) / torch.sqrt(var + eps) * mask
 
 

@@ -21,14 +21,15 @@ FR = 24_000 / 256
 
 @pytest.fixture(scope="module")
 def batch():
-    """Six espeak teacher readings of built-in sentences as F5 mels, their sites placed by recognizer A."""
+    """Twelve espeak teacher readings of built-in sentences as F5 mels, their sites placed by recognizer A
+    (espeak readings differ slightly from run to run: the measured gap varies, 0.13-0.36% over runs here)."""
     from leakloss.penalty import LeakPenalty, place_sites
     from leakloss.speech.corpus import builtin_sentences
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
 
     penalty, vocoder = LeakPenalty.load(), MelToWave.embedded()
     mels, sites = [], []
-    for i, text in enumerate(builtin_sentences()[:6]):
+    for i, text in enumerate(builtin_sentences()[:12]):
         reading = speak_text(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)])
         sites.append(place_sites(reading.waveform, text, penalty.recognizer))
         mels.append(log_mel(AF.resample(reading.waveform, 16_000, 24_000)[None])[0])
@@ -59,7 +60,7 @@ def test_cropped_loss_and_gradient_track_the_full_computation(batch):
     crop.backward()
     rel = abs(float(crop) / float(full) - 1)
     print(f"full {float(full):.4f} cropped {float(crop):.4f} rel diff {rel:.4f}")
-    assert rel < 0.01  # measured 0.4%
+    assert rel < 0.01  # measured 0.13-0.36% (statistics from the crops with their vocoder context)
     assert int(crop_parts.active_sites) == int(full_parts.active_sites)
     cosine = torch.nn.functional.cosine_similarity(full_in.grad.flatten(), crop_in.grad.flatten(), dim=0)
     assert cosine > 0.95  # the gradient points the same way (measured ~0.995)
