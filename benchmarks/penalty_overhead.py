@@ -26,11 +26,22 @@ Two figures, measured in one run:
     Base: it is the end-to-end check that the penalty runs in a real training step, and what it
     costs next to a very small model.
 
-Also printed before the last line: ``site_window_flops_share=...``, the FLOP share when only crops
-around the sites are vocoded and scored (``--site-density`` sites/s, ``--window-margin`` each side).
+``penalty_flops_share_cropped``
+    The same F5 v1 Base step with the penalty as ``LeakAwareCFM(leak_crop=True)`` runs it
+    (:mod:`leakloss.functional.crop` via ``integrations.f5_tts.cropped_penalty``): only crops around the
+    sites inside F5's infilled span are vocoded (site window + the receptive-field context computed from the
+    released Vocos / recognizer / head modules), padded to the longest crop as the code batches them, and only
+    the scored regions go through the recognizer convs and head. Sites are drawn per utterance as a Poisson
+    process at ``--crop-site-density`` sites/s (default 0.6: the built-in sentences' 0.24 testable sites/word
+    at 2.5 words/s), ``--site-duration`` long; the infilled span is F5's (70-100% of each utterance, random
+    start); ``--crop-draws`` seeded batches, the mean share is reported.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/penalty_overhead.py`` (~30 s on one core). The last line is
-``penalty_flops_share=X.XXXX wall_ratio=Y.YY``.
+Also printed before the last line: ``site_window_flops_share=...``, the earlier rough estimate with fixed
+crops (``--site-density`` sites/s, ``--window-margin`` each side).
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/penalty_overhead.py`` (~1 min on one core). The last line is
+``penalty_flops_share=X.XXXX penalty_flops_share_cropped=Z.ZZZZ wall_ratio=Y.YY`` (uncropped share first, as
+before; the cropped one is what ``finetune-f5`` runs by default).
 """
 
 from __future__ import annotations
@@ -290,6 +301,53 @@ def site_density_hint() -> str:
         return f"site density of built-in sentences unavailable ({type(err).__name__})"
 
 
+def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]], n_crops: int,
+                        wave_samples: int) -> dict[str, int]:
+    """Forward + backward FLOPs of the cropped penalty: the vocoder on each length group ``(crops, frames)``
+    (padded to the group's longest, as ``cropped_penalty`` batches them), the recognizer convs + head on all
+    scored regions ``[n_crops, wave_samples]`` (one call, padded to the longest region)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    vocoder = penalty.mel_to_wave
+    out: dict[str, int] = {"vocoder backbone": 0, "vocoder ISTFT head": 0, "resampler": 0}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for count, mel_frames in groups:
+            mel = torch.randn(count, mel_frames, MEL_BINS)
+            hidden = vocoder.backbone(mel.transpose(1, 2))
+            out["vocoder backbone"] += count_flops(fwd_bwd(lambda m: vocoder.backbone(m.transpose(1, 2)), mel))[0]
+            head = CountableISTFTHead(vocoder.head)
+            wave24 = head(hidden)
+            out["vocoder ISTFT head"] += count_flops(fwd_bwd(head, hidden))[0] + irfft_flops(count * mel_frames)
+            out["resampler"] += count_flops(fwd_bwd(Resample(), wave24))[0]
+        wave16 = torch.randn(n_crops, wave_samples)
+        convs = ConvStack(penalty.recognizer, penalty.conv_layer)
+        feats = convs(wave16)
+        out["recognizer convs"] = count_flops(fwd_bwd(convs, wave16))[0]
+        out["raw-conv head"] = count_flops(fwd_bwd(penalty.head, feats))[0]
+    return out
+
+
+def draw_crops(penalty: LeakPenalty, batch: int, utt_frames: int, density: float, site_s: float, seed: int):
+    """One F5 batch's crops: Poisson sites (``density``/s) kept inside F5's infilled span, planned by crop.py."""
+    from integrations.f5_tts import penalty_crop_context
+    from leakloss.functional.crop import plan_crops
+
+    g = torch.Generator().manual_seed(seed)
+    ctx = penalty_crop_context(penalty, penalty.mel_to_wave)
+    sites = []
+    for _ in range(batch):
+        frac = 0.7 + 0.3 * float(torch.rand((), generator=g))  # F5 frac_lengths_mask_ratio (0.7, 1.0)
+        span = int(frac * utt_frames)
+        start = int(float(torch.rand((), generator=g)) * (utt_frames - span + 1))
+        dur = utt_frames / FRAME_RATE
+        n = int(torch.poisson(torch.tensor(density * dur), generator=g))
+        times = (torch.rand(n, generator=g) * (dur - site_s)).tolist()
+        keep = [t for t in times if start <= (t + site_s / 2) * FRAME_RATE < start + span]
+        sites.append([TimedSite(t, t + site_s, "deletion", "ʌ->∅") for t in sorted(keep)])
+    crops, shifted = plan_crops(sites, [utt_frames] * batch, FRAME_RATE, ctx, padded_frames=utt_frames)
+    return crops, sum(map(len, shifted)), ctx
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # wall clock on a tiny F5
 
@@ -375,6 +433,9 @@ def main() -> None:
     parser.add_argument("--site-density", type=float, default=1.0, help="sites per second of speech (site windows)")
     parser.add_argument("--site-duration", type=float, default=0.08, help="seconds per site (site windows)")
     parser.add_argument("--window-margin", type=float, default=0.15, help="seconds each side of a site (site windows)")
+    parser.add_argument("--crop-site-density", type=float, default=0.6,
+                        help="sites per second of speech for the cropped path (built-in sentences: ~0.6)")
+    parser.add_argument("--crop-draws", type=int, default=5, help="seeded batches for the cropped share (mean)")
     parser.add_argument("--steps", type=int, default=12, help="timed steps per model (median), after warm-up")
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
@@ -427,6 +488,34 @@ def main() -> None:
           " field is +/-27 frames (288 ms), so crop edges vocode with less context than the full utterance")
     print(f"site_window_flops_share={window_share:.4f}")
 
+    # cropped path, as LeakAwareCFM(leak_crop=True) runs it
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    shares, covered = [], []
+    for draw in range(args.crop_draws):
+        crops, n_sites, ctx = draw_crops(penalty, batch, args.utt_frames, args.crop_site_density,
+                                         args.site_duration, seed=draw)
+        if not crops:
+            shares.append(0.0)
+            continue
+        from leakloss.functional.crop import length_groups
+
+        sizes = [c.mel_frames for c in crops]
+        groups = [(len(g), max(sizes[i] for i in g)) for g in length_groups(sizes)]
+        wave_len = max(int(mel_lengths_to_samples(c.end - c.start)) for c in crops)
+        parts_c = cropped_parts_flops(penalty, groups, len(crops), wave_len)
+        shares.append(sum(parts_c.values()) / f5)
+        covered.append(sum(sizes) / frames)
+        padded = sum(n * m for n, m in groups)
+        print(f"  cropped draw {draw}: {n_sites} sites in span -> {len(crops)} crops in {len(groups)} length groups,"
+              f" {padded / frames:.0%} of the batch's frames vocoded ({covered[-1]:.0%} before group padding);"
+              f" recognizer on {len(crops)} x {wave_len} samples: share {shares[-1]:.4f} ("
+              + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_c.items()) + ")")
+    cropped_share = statistics.mean(shares)
+    print(f"cropped context: {ctx.wave_s * 1000:.0f} ms each side at the recognizer, {ctx.vocoder_frames} mel frames"
+          f" each side for the vocoder (released Vocos shapes), grid {ctx.grid} frames; mean share over"
+          f" {args.crop_draws} draws {cropped_share:.4f} (target 0.015); x0.8 with CFG text drops")
+
     # ---- wall clock ----------------------------------------------------------------------------------------------
     wall = wall_ratio(recognizer, head, args.steps, args.warmup)
     print(f"tiny F5 step (batch {wall['shape'][0]}, {wall['frames']} valid mel frames, padded {wall['shape'][1]}):"
@@ -438,7 +527,8 @@ def main() -> None:
     print("  penalty alone, fwd+bwd on the batch: " + ", ".join(
         f"{k} {v * 1000:.1f} ms" for k, v in wall["split"].items()) + " (MelToWave.tiny(0): dim 32, 1 layer)")
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
-    print(f"penalty_flops_share={share:.4f} wall_ratio={wall['ratio']:.2f}")
+    print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
+          f" wall_ratio={wall['ratio']:.2f}")
 
 
 if __name__ == "__main__":

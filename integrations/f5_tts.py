@@ -36,6 +36,7 @@ from leakloss.vocoder import MelToWave, mel_lengths_to_samples
 
 if TYPE_CHECKING:
     from integrations.leak_curves import ProbeSet
+    from leakloss.functional.crop import CropContext
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,20 @@ def _text_key(item: str | Sequence[str]) -> str:
     return item if isinstance(item, str) else "".join(item)
 
 
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _site_count(parts: NamedTuple, sites: Sequence[Sequence[TimedSite]] | None) -> int:
+    """Sites the penalty averaged over: ``parts.active_sites`` when the penalty reports it, else all given."""
+    active = getattr(parts, "active_sites", None)
+    if active is not None:
+        return int(active)
+    return sum(len(s) for s in sites or [])
+
+
 def sites_in_span(sites: Sequence[TimedSite], span: torch.Tensor, frame_rate: float) -> list[TimedSite]:
     """Sites whose midpoint frame lies inside ``span`` (``[n]`` bool over mel frames)."""
     kept = []
@@ -114,6 +129,16 @@ class LeakAwareCFM(CFM):
       ``x1_hat`` to 16 kHz and passes ``waves``/``wave_lengths``; without it, it passes ``mels``/``mel_lengths``
       and the penalty vocodes itself.
 
+    - Schedule: in training mode the penalty runs only on updates ``u >= leak_start_step`` with
+      ``(u - leak_start_step) % leak_every == 0`` (``u`` counts updates: forwards // ``grad_accumulation_steps``);
+      other steps do not call it at all (no cost). Eval-mode forwards always run it.
+    - Many processes (``torch.distributed`` initialised, training mode): the penalty is normalised over the global
+      batch: each rank's mean over its sites is rescaled by ``world * n_local / n_global`` and the ``t**2`` weight
+      is the global mean, so DDP's gradient average equals the gradient of the global-batch penalty. Every rank
+      joins one all-reduce per penalty step, also with no sites or a dropped text (no deadlock).
+    - ``leak_crop``: vocode and score only crops around the sites (:mod:`leakloss.functional.crop`; needs a
+      vocoder) instead of the whole batch; ``leak_bf16``: the penalty under bf16 autocast (loss in fp32).
+
     ``leak_penalty`` and ``mel_to_wave`` are frozen helpers: not in ``state_dict``/``parameters()``, moved with
     the model by ``.to()``, shared by copies (F5's EMA), and untouched by ``.train()``/``.eval()``.
     After each training forward: ``last_leak_parts`` (parts or None when skipped), ``last_leak_weight``
@@ -129,6 +154,11 @@ class LeakAwareCFM(CFM):
         site_lookup: SiteLookup | None = None,
         mel_to_wave: MelToWave | None = None,
         sites_in_span_only: bool = True,
+        leak_start_step: int = 0,
+        leak_every: int = 1,
+        grad_accumulation_steps: int = 1,
+        leak_crop: bool = False,
+        leak_bf16: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(transformer, *args, **kwargs)
@@ -136,6 +166,15 @@ class LeakAwareCFM(CFM):
         self.leak_weight = float(leak_weight)
         self.site_lookup: SiteLookup = site_lookup if site_lookup is not None else _no_sites
         self.sites_in_span_only = sites_in_span_only
+        if leak_every < 1 or leak_start_step < 0 or grad_accumulation_steps < 1:
+            raise ValueError(f"need leak_every >= 1, leak_start_step >= 0, grad_accumulation_steps >= 1; got "
+                             f"{leak_every}, {leak_start_step}, {grad_accumulation_steps}")
+        self.leak_start_step, self.leak_every = int(leak_start_step), int(leak_every)
+        self.grad_accumulation_steps = int(grad_accumulation_steps)
+        self.leak_crop, self.leak_bf16 = bool(leak_crop), bool(leak_bf16)
+        self._crop_context = None  # computed from the penalty's modules on first use
+        self.train_forwards = 0  # training-mode forwards so far: the update index is this // grad_accumulation_steps
+        self.last_leak_sites: list[list[TimedSite]] | None = None
         self.last_leak_parts: NamedTuple | None = None
         self.last_leak_weight: float = 0.0
         self.last_leak_penalty: torch.Tensor | None = None
@@ -178,9 +217,16 @@ class LeakAwareCFM(CFM):
 
         self.last_flow_loss = flow_loss.detach()
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = None, 0.0, None
-        if self.leak_penalty is None or seen.get("drop_text", False):
+        self.last_leak_sites = None
+        due = self._leak_due()
+        if self.leak_penalty is None or not due:
             return flow_loss, cond, pred
         monitor_only = self.leak_weight == 0.0  # baseline runs still log the leak curve, without gradient
+        distributed = self.training and _world_size() > 1
+        if seen.get("drop_text", False):  # no text, no pronunciation to judge; other ranks may still have one
+            if distributed:
+                self._global_stats(pred, 0.0, 0.0, 0, 0.0)
+            return flow_loss, cond, pred
 
         x_t, time = seen["x"], seen["time"]  # [b, n, d], [b]
         batch, seq_len = x_t.shape[:2]
@@ -194,14 +240,49 @@ class LeakAwareCFM(CFM):
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
             penalty, parts = self._leak_penalty(x1_hat.detach() if monitor_only else x1_hat, lens, span, text)
+        t2_sum, n_items = float((time.detach().float() ** 2).sum()), batch
+        n_sites = 0 if parts is None else _site_count(parts, self.last_leak_sites)
+        if distributed:
+            n_global, t2_global, items_global, penalty_global = self._global_stats(
+                pred, float(penalty.detach()) * n_sites if parts is not None else 0.0, t2_sum, n_items, n_sites)
+            if parts is None:
+                return flow_loss, cond, pred
+            scale = _world_size() * n_sites / n_global if n_global else 0.0
+            weight = self.leak_weight * t2_global / max(items_global, 1)
+            self.last_leak_parts, self.last_leak_penalty = parts, penalty.new_tensor(penalty_global)
+            if monitor_only:
+                return flow_loss, cond, pred
+            self.last_leak_weight = weight
+            return flow_loss + weight * scale * penalty, cond, pred
         if parts is None:
             return flow_loss, cond, pred
         if monitor_only:
             self.last_leak_parts, self.last_leak_penalty = parts, penalty.detach()
             return flow_loss, cond, pred
-        weight = self.leak_weight * float((time.detach().float() ** 2).mean())
+        weight = self.leak_weight * t2_sum / n_items
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = parts, weight, penalty.detach()
         return flow_loss + weight * penalty, cond, pred
+
+    def _leak_due(self) -> bool:
+        """Whether this forward runs the penalty (and, in training mode, count the forward)."""
+        if not self.training:
+            return True
+        update = self.train_forwards // self.grad_accumulation_steps
+        self.train_forwards += 1
+        return update >= self.leak_start_step and (update - self.leak_start_step) % self.leak_every == 0
+
+    @staticmethod
+    def _global_stats(ref: torch.Tensor, penalty_sum: float, t2_sum: float, n_items: int,
+                      n_sites: float) -> tuple[float, float, float, float]:
+        """All-reduce (sum) of ``[sites, t**2 sum, items, penalty * sites]`` -> global sites, t2, items, mean penalty."""
+        import torch.distributed as dist
+
+        device = ref.device if dist.get_backend() != "gloo" else torch.device("cpu")
+        stats = torch.tensor([float(n_sites), t2_sum, float(n_items), penalty_sum], dtype=torch.float64,
+                             device=device)
+        dist.all_reduce(stats)
+        n, t2, items, total = stats.tolist()
+        return n, t2, items, (total / n if n else 0.0)
 
     def _leak_penalty(
         self, x1_hat: torch.Tensor, lens: torch.Tensor, span: torch.Tensor, text: torch.Tensor | list
@@ -220,13 +301,114 @@ class LeakAwareCFM(CFM):
                 sites.append(item_sites)
         if not keep:
             return x1_hat.new_zeros(()), None
+        self.last_leak_sites = sites
         index = torch.tensor(keep, device=x1_hat.device)
         mels, mel_lengths = x1_hat.index_select(0, index), lens.index_select(0, index)
-        if self.mel_to_wave is not None:
-            waves = self.mel_to_wave(mels)
-            wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
-            return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
-        return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
+        autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
+        with autocast:
+            if self.leak_crop:
+                return self._cropped_penalty(mels, mel_lengths, sites, frame_rate)
+            if self.mel_to_wave is not None:
+                waves = self.mel_to_wave(mels)
+                wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
+                return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
+            return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
+
+    def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
+                         frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:
+        """The penalty on crops around the sites: ``mels`` ``[b, n, d]`` -> the same ``(loss, parts)`` contract."""
+        vocoder = self.mel_to_wave or getattr(self.leak_penalty, "mel_to_wave", None)
+        if vocoder is None:
+            raise ValueError("leak_crop needs a vocoder (mel_to_wave here or on the penalty)")
+        if self._crop_context is None:
+            self._crop_context = penalty_crop_context(self.leak_penalty, vocoder)
+        crop_sites: list = []
+        result = cropped_penalty(self.leak_penalty, vocoder, mels, mel_lengths, sites, frame_rate,
+                                 self._crop_context, out_sites=crop_sites)
+        self.last_leak_sites = crop_sites  # the order of parts.site_probs
+        return result
+
+
+def _conv1d_context(module: nn.Module) -> int:
+    """Frames each side reached by the stride-1 'same'-padded ``Conv1d`` chain of ``module`` (for a Vocos
+    backbone or a raw-conv head stack: their convs are sequential, residuals only shorten paths)."""
+    from leakloss.functional.crop import same_padded_context
+
+    convs = [m for m in module.modules() if isinstance(m, nn.Conv1d)]
+    return same_padded_context([c.kernel_size[0] for c in convs], [c.dilation[0] for c in convs])
+
+
+def penalty_crop_context(penalty: nn.Module, vocoder: nn.Module) -> "CropContext":
+    """:class:`leakloss.functional.crop.CropContext` of a :class:`leakloss.penalty.LeakPenalty` and a Vocos
+    :class:`MelToWave`, from the modules themselves (not assumed): site pad + head + conv stack on the wave side;
+    backbone convs + ISTFT overlap + resampler on the mel side."""
+    from leakloss.functional.crop import CropContext, conv_receptive_field, grid_frames
+
+    rec = getattr(penalty, "recognizer", None)
+    if rec is None or not hasattr(penalty, "head"):
+        raise ValueError("leak_crop needs a LeakPenalty-like penalty (recognizer, head, conv_layer, pad_s)")
+    layer, hop_s = penalty.conv_layer, rec.conv_hop_s(penalty.conv_layer)
+    head = penalty.head.nets[0] if hasattr(penalty.head, "nets") else penalty.head  # members run in parallel
+    conv_s = conv_receptive_field(rec.conv_kernels[: layer + 1], rec.conv_strides[: layer + 1]) / SAMPLE_RATE
+    wave_s = penalty.pad_s + _conv1d_context(head) * hop_s + conv_s + hop_s  # + one hop: frame-centre rounding
+    istft = vocoder.head.istft
+    # ISTFT ("same" padding): an output sample overlaps the windows of ceil(win / hop / 2) frames each side
+    overlap = math.ceil(istft.win_length / istft.hop_length / 2)
+    frames = _conv1d_context(vocoder.backbone) + overlap + 1  # + 1: the resampler's sinc reaches < 1 frame
+    grid = grid_frames(MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE, round(hop_s * SAMPLE_RATE))
+    phase = MEL_SAMPLE_RATE // math.gcd(MEL_SAMPLE_RATE, SAMPLE_RATE)
+    return CropContext(wave_s=wave_s, vocoder_frames=frames + (-frames) % phase, grid=grid, phase=phase)
+
+
+def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, mel_lengths: torch.Tensor,
+                    sites: Sequence[Sequence[TimedSite]], frame_rate: float, ctx: "CropContext",
+                    out_sites: list | None = None) -> tuple[torch.Tensor, NamedTuple | None]:
+    """``penalty`` on the crops of ``mels [b, n, d]`` around ``sites`` (see :mod:`leakloss.functional.crop`):
+    vocode only the crops, score only their site regions. ``(loss, parts)``; ``parts`` None when no site lies
+    inside its item (the full computation gives those no frames either). ``out_sites`` (a list) receives the
+    sites per crop, in the order of ``parts.site_probs``."""
+    from leakloss.functional.crop import gather_mel_crops, length_groups, plan_crops, trim_waves
+
+    crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=mels.shape[1])
+    if out_sites is not None:
+        out_sites[:] = shifted
+    if not crops:
+        return mels.new_zeros(()), None
+    # crops differ a lot in length (merged windows): vocode them in groups of similar length, not all padded
+    # to the longest one (that would cost more than the whole batch)
+    pieces: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)
+    context: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)  # each crop's valid vocoded samples
+    for group in length_groups([c.mel_frames for c in crops]):
+        sub = [crops[i] for i in group]
+        batch, pads = gather_mel_crops(mels, sub, ctx.phase)
+        vocoded = vocoder(batch)
+        waves, lengths = trim_waves(vocoded, sub, lambda k: int(mel_lengths_to_samples(k)), pads)
+        for row, i in enumerate(group):
+            pieces[i] = waves[row, : int(lengths[row])]
+            c, p = crops[i], pads[row]
+            valid = min(c.mel_end, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
+            a = int(mel_lengths_to_samples(p))
+            context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
+    lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
+    regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
+    rec = penalty.recognizer
+    if not getattr(rec, "normalize_input", False):
+        return penalty(waves=regions, wave_lengths=lengths, sites=shifted)
+    # The recognizer normalises each input to zero mean / unit variance over the whole utterance, which is not
+    # vocoded here: estimate the utterance's statistics from everything that was (all crops of the item, their
+    # vocoder context included), normalise here with gradient as the full computation does, and let the
+    # recognizer skip its own step.
+    from leakloss.functional.crop import pooled_normalize
+
+    item = torch.tensor([c.item for c in crops], device=regions.device)
+    normalized = pooled_normalize(regions, lengths, item,
+                                  stats_from=(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
+                                              torch.tensor([w.numel() for w in context], device=regions.device)))
+    rec.normalize_input = False
+    try:
+        return penalty(waves=normalized, wave_lengths=lengths, sites=shifted)
+    finally:
+        rec.normalize_input = True
 
 
 def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM:
@@ -399,6 +581,47 @@ def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, flo
     return row
 
 
+def _site_records(model: LeakAwareCFM) -> list[tuple[str, str, float]]:
+    """``(kind, contrast, probability)`` of each site of the last penalty call (parts with ``site_probs`` only)."""
+    parts, sites = model.last_leak_parts, model.last_leak_sites
+    probs = getattr(parts, "site_probs", None) if parts is not None else None
+    if probs is None or not sites:
+        return []
+    flat = [s for item in sites for s in item]
+    return [(s.kind, s.contrast, float(p)) for s, p in zip(flat, probs.detach().float().cpu().tolist())]
+
+
+def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, float]:
+    """:func:`leak_log_row` over all ranks (a collective: every rank calls it at the same step).
+
+    Site statistics (``leak/per_kind/*``, ``leak/per_contrast/*``, ``leak/site_probs``) are recomputed over the
+    sites of all ranks; every other number is averaged over the ranks that have it.
+    """
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (row, _site_records(model)))
+    rows = [r for r, _ in gathered]
+    records = [rec for _, recs in gathered for rec in recs]
+    out: dict[str, float] = {}
+    for key in sorted({k for r in rows for k in r}):
+        values = [r[key] for r in rows if key in r and math.isfinite(r[key])]
+        out[key] = sum(values) / len(values) if values else float("nan")
+    if records:
+        # a kind with no site anywhere keeps the penalty's own convention (0.0)
+        out |= {k: 0.0 for k in out if k.startswith(("leak/per_kind/", "leak/per_contrast/"))}
+        for field, pick in (("per_kind", 0), ("per_contrast", 1)):
+            groups: dict[str, list[float]] = {}
+            for rec in records:
+                groups.setdefault(rec[pick], []).append(rec[2])
+            out |= {f"leak/{field}/{k}": sum(v) / len(v) for k, v in groups.items()}
+        if "leak/site_probs" in out:
+            out["leak/site_probs"] = sum(r[2] for r in records) / len(records)
+        if "leak/active_sites" in out:
+            out["leak/active_sites"] = float(sum(r.get("leak/active_sites", 0.0) for r in rows))
+    return out
+
+
 class LeakCurveLogger:
     """Forward hook for a training ``LeakAwareCFM``: every ``every`` updates, log :func:`leak_log_row`;
     every ``probe_every`` updates also ``probe(model)`` (e.g. :func:`f5_probe`: the probe set synthesised
@@ -406,6 +629,10 @@ class LeakCurveLogger:
 
     Rows go to ``csv_path`` in long form (``step,name,value``: parts may differ from step to step) and to
     ``log_fn(row, step)`` (e.g. ``accelerator.log`` -> W&B) when given. Only training-mode calls count.
+
+    Many processes: register it on every rank (the log steps are the same on all, by call count); each row is
+    then the global batch's: per-kind / per-contrast / per-site means over the sites of all ranks, losses
+    averaged over ranks (what DDP optimises); only ``is_main`` writes and probes.
     """
 
     def __init__(
@@ -416,14 +643,17 @@ class LeakCurveLogger:
         grad_accumulation_steps: int = 1,
         probe: Callable[[nn.Module], dict[str, float]] | None = None,
         probe_every: int = 100,
+        is_main: bool = True,
     ) -> None:
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
+        self.is_main = is_main
         self.grad_accumulation_steps = grad_accumulation_steps
         self.probe, self.probe_every = probe, probe_every
         self.calls = 0
-        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.csv_path.open("w", newline="") as f:
-            csv.writer(f).writerow(["step", "name", "value"])
+        if is_main:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.csv_path.open("w", newline="") as f:
+                csv.writer(f).writerow(["step", "name", "value"])
 
     def __call__(self, model: nn.Module, _args: tuple, output: tuple) -> None:
         if not model.training:
@@ -432,10 +662,14 @@ class LeakCurveLogger:
         step = math.ceil(self.calls / self.grad_accumulation_steps)  # the update this forward feeds (F5 logs at it)
         at_update = self.calls % self.grad_accumulation_steps == 0
         log_now = self.calls % (self.every * self.grad_accumulation_steps) == 0
-        probe_now = self.probe is not None and at_update and step % self.probe_every == 0
+        probe_now = self.probe is not None and at_update and step % self.probe_every == 0 and self.is_main
         if not (log_now or probe_now):
             return
         row = leak_log_row(model, output[0]) if log_now else {}
+        if log_now and _world_size() > 1:
+            row = global_log_row(model, row)
+        if not self.is_main:
+            return
         if probe_now:
             row |= self.probe(model)
         with self.csv_path.open("a", newline="") as f:
@@ -477,6 +711,7 @@ class F5Run(NamedTuple):
     wandb_run_dir: Path | None
     leak_csv: Path
     checkpoint_dir: Path
+    updates: int = 0  # optimizer updates the run was set up for
 
 
 @contextlib.contextmanager
@@ -504,6 +739,20 @@ class _KeyCheckShim:
         api_key = "offline"
 
 
+def _epoch_updates(dataset: Dataset, batch_size: int, batch_size_type: str, max_samples: int, seed: int,
+                   processes: int, grad_accumulation_steps: int) -> int:
+    """Updates per epoch of F5's dataloader on each of ``processes`` ranks (F5 counts its LR schedule the same way)."""
+    if batch_size_type == "sample":
+        batches = math.ceil(len(dataset) / batch_size)
+    else:
+        from f5_tts.model.dataset import DynamicBatchSampler
+        from torch.utils.data import SequentialSampler
+
+        batches = len(DynamicBatchSampler(SequentialSampler(dataset), batch_size, max_samples=max_samples,
+                                          random_seed=seed, drop_residual=False))
+    return max(1, math.ceil(math.ceil(batches / processes) / grad_accumulation_steps))
+
+
 def train_f5(
     model: LeakAwareCFM,
     dataset: Dataset,
@@ -511,6 +760,8 @@ def train_f5(
     *,
     steps: int,
     batch_size: int = 4,
+    batch_size_type: str = "sample",
+    max_samples: int = 32,
     learning_rate: float = 1e-4,
     num_warmup_updates: int | None = None,
     log_every: int = 5,
@@ -522,40 +773,51 @@ def train_f5(
     trainer_kwargs: Mapping[str, Any] | None = None,
     probe: Callable[[nn.Module], dict[str, float]] | None = None,
     probe_every: int = 100,
+    wandb_online: bool | None = None,
 ) -> F5Run:
-    """Run F5's own ``Trainer`` for exactly ``steps`` updates of ``batch_size`` items, W&B offline.
+    """Run F5's own ``Trainer``: ``steps`` updates of ``batch_size`` items (``batch_size_type="sample"``) or of
+    ``batch_size`` mel frames per GPU (``"frame"``, at most ``max_samples`` items), as F5's ``finetune_cli`` does.
 
-    ``dataset`` yields F5 items (``{"mel_spec": [d, n], "text": str}``, e.g. :class:`WaveTextDataset`); it is
-    cycled to one epoch of ``steps * batch_size * grad_accumulation_steps`` items. ``out_dir`` should be fresh:
-    F5 resumes from any checkpoint already in ``out_dir/ckpts``. Leak curves every ``log_every`` updates go to
-    W&B (offline run under ``out_dir/wandb``) and ``out_dir/leak_curves.csv``; with ``probe`` (see
-    :func:`f5_probe`) the probe-set curves every ``probe_every`` updates too.
+    ``dataset`` yields F5 items (``{"mel_spec": [d, n], "text": str}``, e.g. :class:`WaveTextDataset`). Sample
+    batches: it is cycled to one epoch of exactly ``steps`` updates on every process. Frame batches: F5's
+    ``DynamicBatchSampler`` packs whole epochs, so the run takes the fewest epochs with at least ``steps``
+    updates (``F5Run.updates`` says how many). ``out_dir`` should be fresh: F5 resumes from any checkpoint
+    already in ``out_dir/ckpts``. Leak curves every ``log_every`` updates go to W&B (online when
+    ``WANDB_API_KEY`` is set or ``wandb_online=True``, else an offline run under ``out_dir/wandb``) and
+    ``out_dir/leak_curves.csv``; with ``probe`` (see :func:`f5_probe`) the probe-set curves every
+    ``probe_every`` updates too. Under ``accelerate launch`` every process runs this; only the main one
+    writes curves and probes, and ``model.grad_accumulation_steps`` is set for the leak schedule.
     """
     import wandb  # noqa: F401  - fail early if the extra is missing
     from f5_tts.model import trainer as f5_trainer
 
+    if batch_size_type not in ("sample", "frame"):
+        raise ValueError(f"batch_size_type must be 'sample' or 'frame', got {batch_size_type!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    warmup = num_warmup_updates if num_warmup_updates is not None else max(1, steps // 10)
-    warmup = min(warmup, steps - 1) if steps > 1 else 0  # F5's LR schedule needs decay updates > 0
     random.seed(seed)  # CFM draws its CFG drops from python's random
     torch.manual_seed(seed)
+    online = bool(os.environ.get("WANDB_API_KEY")) if wandb_online is None else wandb_online
+    env = dict(WANDB_DIR=str(out_dir), WANDB_SILENT="true") | ({} if online else dict(WANDB_MODE="offline"))
+    model.grad_accumulation_steps = grad_accumulation_steps
 
-    with _env(WANDB_MODE="offline", WANDB_DIR=str(out_dir), WANDB_SILENT="true"):
+    with _env(**env):
         real_wandb = f5_trainer.wandb
-        f5_trainer.wandb = _KeyCheckShim
+        if not online:
+            f5_trainer.wandb = _KeyCheckShim
         try:
             trainer = f5_trainer.Trainer(
                 model,
                 epochs=1,
                 learning_rate=learning_rate,
-                num_warmup_updates=warmup,
+                num_warmup_updates=0,  # set below, once the epoch length is known
                 save_per_updates=steps,
                 keep_last_n_checkpoints=0,  # only model_last.pt
                 last_per_updates=steps,
                 checkpoint_path=str(out_dir / "ckpts"),
                 batch_size_per_gpu=batch_size,
-                batch_size_type="sample",
+                batch_size_type=batch_size_type,
+                max_samples=max_samples,
                 grad_accumulation_steps=grad_accumulation_steps,
                 logger="wandb",
                 wandb_project=wandb_project,
@@ -564,6 +826,21 @@ def train_f5(
             )
         finally:
             f5_trainer.wandb = real_wandb
+        processes = trainer.accelerator.num_processes
+        if batch_size_type == "sample":
+            data = _Cycle(dataset, steps * batch_size * grad_accumulation_steps * processes)
+            trainer.epochs, updates = 1, steps
+        else:
+            data = dataset
+            per_epoch = _epoch_updates(dataset, batch_size, batch_size_type, max_samples, seed, processes,
+                                       grad_accumulation_steps)
+            trainer.epochs = math.ceil(steps / per_epoch)
+            updates = trainer.epochs * per_epoch
+        warmup = num_warmup_updates if num_warmup_updates is not None else max(1, updates // 10)
+        # F5's LR schedule needs decay updates > 0 (it scales the warm-up by the process count itself: the
+        # warm-up is in updates of each process, as ``updates`` is)
+        trainer.num_warmup_updates = min(warmup, updates - 1) if updates > 1 else 0
+        trainer.save_per_updates = trainer.last_per_updates = updates
 
         run = trainer.accelerator.get_tracker("wandb", unwrap=True) if trainer.logger == "wandb" else None
         run_dir = Path(run.dir).parent if run is not None and getattr(run, "dir", None) else None
@@ -571,17 +848,14 @@ def train_f5(
             out_dir / "leak_curves.csv", every=log_every,
             log_fn=lambda row, step: trainer.accelerator.log(row, step=step),
             grad_accumulation_steps=grad_accumulation_steps, probe=probe, probe_every=probe_every,
+            is_main=trainer.accelerator.is_main_process,
         )
         handle = model.register_forward_hook(curve_log)
         try:
-            trainer.train(
-                _Cycle(dataset, steps * batch_size * grad_accumulation_steps),
-                num_workers=num_workers,
-                resumable_with_seed=seed,
-            )
+            trainer.train(data, num_workers=num_workers, resumable_with_seed=seed)
         finally:
             handle.remove()
-    return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts")
+    return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates)
 
 
 def read_leak_curve(path: str | os.PathLike, name: str = "leak/penalty") -> list[tuple[int, float]]:

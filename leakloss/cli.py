@@ -451,5 +451,15 @@ def demo(
     run_demo(DemoConfig(out=out, retrain=retrain, sentences=sentences, f5_steps=f5_steps))
 
 
+@app.command("finetune-f5", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def finetune_f5_cmd(ctx: typer.Context) -> None:
+    """Fine-tune F5 / IndicF5 on an F5-prepared folder with the leak penalty (Hydra overrides pass through, e.g.
+    `f5=embedded data.dir=DATA leak.weight=0.1 steps=50`; several GPUs: `accelerate launch -m
+    integrations.finetune_f5 ...`)."""
+    import subprocess
+
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "integrations.finetune_f5", *ctx.args]))
+
+
 if __name__ == "__main__":
     app()

@@ -13,7 +13,8 @@ from leakloss.config import ENTRY_CONFIGS, compose_config, config_dir
 CONF = Path(config_dir())
 # Which entry config uses each group (the head group is mounted as head@heads.NAME).
 GROUPS = {"train_heads": ["data", "recognizer", "trainer", "logger", "experiment"],
-          "train_recognizer": ["recognizer_arch", "trainer"]}
+          "train_recognizer": ["recognizer_arch", "trainer"],
+          "finetune_f5": ["f5", "trainer"]}
 REQUIRED = {"data/manifest": ["data.manifest=x.jsonl"]}
 
 

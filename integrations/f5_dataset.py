@@ -1,0 +1,481 @@
+"""F5-prepared dataset folders (``raw.arrow`` + ``duration.json`` from F5's ``prepare_csv_wavs``) for the leak
+penalty: site placement over the whole folder as a Lightning ``predict`` loop, a lazy site cache, and an F5
+training dataset whose texts carry their site key.
+
+Cache format: the one of :func:`leakloss.penalty.place_dataset_sites` (``SITE_CACHE_VERSION``; one JSON line
+per item, ``key`` = sha256 of the 16 kHz float32 wave bytes + ``|text|recognizer id``), extended with
+``audio_path``, ``text`` and ``recognizer`` fields. A file written here is read by ``place_dataset_sites`` as is
+(same keys, same ``sites``), and this module reads that function's files too (rows without ``audio_path``).
+
+Shapes: t samples (16 kHz unless said), d mel bins, n mel frames.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torchaudio.functional as AF
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, Dataset
+
+from leakloss.constants import SAMPLE_RATE
+from leakloss.penalty import SITE_CACHE_VERSION
+from leakloss.timing import TimedSite
+
+SITES_FILE = "leak_sites.jsonl"
+#: F5's ``CustomDataset`` trains only on clips of 0.3 .. 30 s (it skips to the next index otherwise)
+F5_MIN_S, F5_MAX_S = 0.3, 30.0
+
+
+class PreparedDatasetError(ValueError):
+    """An F5-prepared dataset folder is missing files or holds data the fine-tune cannot use."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the prepared folder
+
+
+@dataclass
+class Prepared:
+    """An opened F5-prepared folder: ``rows`` (memory-mapped ``datasets.Dataset``: audio_path, text, duration)."""
+
+    dir: Path
+    rows: Any
+    durations: list[float]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def text(self, index: int) -> str:
+        return row_text(self.rows[index]["text"])
+
+    def audio_path(self, index: int) -> str:
+        return self.rows[index]["audio_path"]
+
+
+def row_text(text: str | Sequence[str]) -> str:
+    """F5 stores each text as the list of tokens ``convert_char_to_pinyin`` made (chars for Devanagari)."""
+    return text if isinstance(text, str) else "".join(text)
+
+
+def open_prepared(data_dir: str | os.PathLike) -> Prepared:
+    """Open ``data_dir/raw.arrow`` + ``duration.json`` as F5's ``load_dataset("CustomDatasetPath")`` does."""
+    from datasets import Dataset as HFDataset
+
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise PreparedDatasetError(f"{data_dir} is not a folder (expected F5's prepare_csv_wavs output)")
+    missing = [name for name in ("raw.arrow", "duration.json") if not (data_dir / name).is_file()]
+    if missing:
+        raise PreparedDatasetError(
+            f"{data_dir} lacks {' and '.join(missing)}: prepare it with "
+            "`python -m f5_tts.train.datasets.prepare_csv_wavs metadata.csv OUT_DIR`")
+    rows = HFDataset.from_file(str(data_dir / "raw.arrow"))
+    for column in ("audio_path", "text", "duration"):
+        if column not in rows.column_names:
+            raise PreparedDatasetError(f"{data_dir / 'raw.arrow'} has no {column!r} column (columns: {rows.column_names})")
+    try:
+        durations = json.loads((data_dir / "duration.json").read_text(encoding="utf-8"))["duration"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise PreparedDatasetError(f"{data_dir / 'duration.json'} is not F5's {{'duration': [...]}}: {err}") from err
+    if len(durations) != len(rows):
+        raise PreparedDatasetError(f"{data_dir}: duration.json has {len(durations)} entries for {len(rows)} rows")
+    if not len(rows):
+        raise PreparedDatasetError(f"{data_dir}: raw.arrow has no rows")
+    return Prepared(data_dir, rows, [float(d) for d in durations])
+
+
+def _is_devanagari(ch: str) -> bool:
+    return 0x0900 <= ord(ch) <= 0x097F and unicodedata.category(ch) != "Cn"
+
+
+def check_texts(prepared: Prepared, vocab: Mapping[str, int], max_listed: int = 5) -> None:
+    """Every text has Devanagari letters and only vocab characters (F5 maps unknown ones to id 0: silently wrong).
+
+    Raises :class:`PreparedDatasetError` naming the first rows that fail.
+    """
+    no_devanagari, unknown = [], {}
+    for i in range(len(prepared)):
+        text = prepared.text(i)
+        if not any(_is_devanagari(c) for c in text):
+            no_devanagari.append(i)
+        for c in set(text) - set(vocab):
+            unknown.setdefault(c, i)
+    if no_devanagari:
+        shown = ", ".join(f"row {i} ({prepared.text(i)[:30]!r})" for i in no_devanagari[:max_listed])
+        raise PreparedDatasetError(f"{len(no_devanagari)} of {len(prepared)} texts have no Devanagari: {shown}")
+    if unknown:
+        shown = ", ".join(f"{c!r} (U+{ord(c):04X}, row {i})" for c, i in list(unknown.items())[:max_listed])
+        raise PreparedDatasetError(f"{len(unknown)} characters of the texts are not in the vocab: {shown}")
+
+
+def read_vocab(path: str | os.PathLike) -> dict[str, int]:
+    """``vocab.txt`` as F5's ``get_tokenizer(path, "custom")`` reads it (one token a line, line number = id)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PreparedDatasetError(f"no vocab file at {path} (the vocab.txt the dataset and checkpoint use)")
+    with path.open(encoding="utf-8") as f:
+        return {line[:-1] if line.endswith("\n") else line: i for i, line in enumerate(f)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# audio and keys
+
+
+def load_audio(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
+    """``(wave [t] float32 mono, sample rate)``: soundfile, channels averaged (as F5's ``CustomDataset``)."""
+    import soundfile as sf
+
+    data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # [t, c]
+    return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1))), int(rate)
+
+
+def to_16k(wave: torch.Tensor, rate: int) -> torch.Tensor:
+    return wave if rate == SAMPLE_RATE else AF.resample(wave, rate, SAMPLE_RATE)
+
+
+def site_key(wave16: torch.Tensor, text: str, recognizer_id: str) -> str:
+    """The cache key of :func:`leakloss.penalty.place_dataset_sites`: sha256(wave bytes + ``|text|recognizer``)."""
+    h = hashlib.sha256(wave16.detach().float().cpu().numpy().tobytes())
+    h.update(f"|{text}|{recognizer_id}".encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the cache, read lazily
+
+
+class SiteCache:
+    """Byte offsets of each JSONL row by key: :meth:`sites` reads one line from disk per lookup.
+
+    Only ``{key: offset}`` stays in memory (no site lists, no waves). Rows of other cache versions are ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.offsets: dict[str, int] = {}
+        if not self.path.is_file():
+            return
+        with self.path.open("rb") as f:
+            offset = 0
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    if row.get("version") == SITE_CACHE_VERSION:
+                        self.offsets[row["key"]] = offset
+                offset += len(line)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def row(self, key: str) -> dict | None:
+        offset = self.offsets.get(key)
+        if offset is None:
+            return None
+        with self.path.open("rb") as f:  # opened per lookup: safe across forks and threads
+            f.seek(offset)
+            return json.loads(f.readline())
+
+    def sites(self, key: str | None) -> list[TimedSite]:
+        """The sites of ``key`` (``[]`` for unknown keys and for items placed without sites)."""
+        row = self.row(key) if key is not None else None
+        return [TimedSite(**d) for d in row["sites"]] if row else []
+
+    def rows(self) -> Iterator[dict]:
+        for key in self.offsets:
+            yield self.row(key)
+
+
+class SiteText(str):
+    """A text that carries its site key through F5's ``collate_fn`` and ``CFM`` (they only iterate its chars)."""
+
+    site_key: str | None
+
+    def __new__(cls, text: str, site_key: str | None) -> "SiteText":
+        obj = super().__new__(cls, text)
+        obj.site_key = site_key
+        return obj
+
+    def __reduce__(self):  # DataLoader workers pickle items
+        return (SiteText, (str(self), self.site_key))
+
+
+def cache_lookup(cache: SiteCache):
+    """A ``LeakAwareCFM.site_lookup``: texts from :class:`PreparedF5Dataset` carry their key; others have none."""
+
+    def lookup(text: str) -> list[TimedSite]:
+        return cache.sites(getattr(text, "site_key", None))
+
+    return lookup
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# placement: a Lightning predict loop
+
+
+def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> list[TimedSite]:
+    """:func:`leakloss.penalty.place_sites` after the recognizer: ``log_probs [f, v]`` of one utterance -> sites."""
+    from leakloss.acoustic.align import align_words
+
+    words = [w for w in finder(text) if w.skipped is None]
+    if not any(w.testable_sites for w in words):
+        return []
+    alignment = align_words(log_probs[:n_frames], n_frames, [w.nepali for w in words], recognizer.phoneset,
+                            recognizer.frame_rate, words=[w.word for w in words])
+    if not alignment.ok:
+        return []
+    out = []
+    for k, w in enumerate(words):
+        wa = alignment.word(k)
+        if wa is None:
+            continue
+        for s in w.testable_sites:
+            a, b = wa.phone_spans[s.position]
+            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
+    return out
+
+
+class _PlacementItems(Dataset):
+    """Items of a prepared folder in duration order (little padding per batch); known keys skip the wave."""
+
+    def __init__(self, prepared: Prepared, recognizer_id: str, known: set[str]) -> None:
+        self.prepared, self.recognizer_id, self.known = prepared, recognizer_id, known
+        self.order = sorted(range(len(prepared)), key=lambda i: prepared.durations[i])
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, position: int) -> dict:
+        index = self.order[position]
+        path, text = self.prepared.audio_path(index), self.prepared.text(index)
+        wave, rate = load_audio(path)
+        wave16 = to_16k(wave, rate)
+        key = site_key(wave16, text, self.recognizer_id)
+        todo = key not in self.known
+        return {"index": index, "audio_path": path, "text": text, "key": key, "wave": wave16 if todo else None}
+
+
+def _collate_placement(items: list[dict]) -> dict:
+    todo = [it for it in items if it["wave"] is not None]
+    length = max((it["wave"].numel() for it in todo), default=0)
+    waves = torch.zeros(len(todo), length)
+    for row, it in enumerate(todo):
+        waves[row, : it["wave"].numel()] = it["wave"]
+    return {"items": [{k: v for k, v in it.items() if k != "wave"} for it in items], "todo": [it["key"] for it in todo],
+            "waves": waves, "lengths": torch.tensor([it["wave"].numel() for it in todo], dtype=torch.long)}
+
+
+class SitePlacer(L.LightningModule):
+    """``predict_step(batch) -> [row]``: one batched recognizer pass, then a forced alignment per item.
+
+    The recognizer is frozen (eval, no grad); items already in the cache are passed through as ``None``.
+    """
+
+    def __init__(self, recognizer, finder=None) -> None:
+        super().__init__()
+        from leakloss.text.sites import SiteFinder
+
+        self.recognizer = recognizer
+        self.finder = finder or SiteFinder()
+
+    def predict_step(self, batch: dict, batch_idx: int = 0) -> list[dict]:
+        rows, by_key = [], {}
+        if batch["todo"]:
+            with torch.no_grad():
+                log_probs, frames = self.recognizer(batch["waves"].to(self.device), batch["lengths"].to(self.device))
+            by_key = {key: (log_probs[row].cpu(), int(frames[row])) for row, key in enumerate(batch["todo"])}
+        for item in batch["items"]:
+            if item["key"] not in by_key:
+                continue
+            lp, n = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
+            sites = sites_from_log_probs(lp, n, item["text"], self.recognizer, self.finder)
+            rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in sites],
+                         "audio_path": item["audio_path"], "text": item["text"], "recognizer": self.recognizer.name})
+        return rows
+
+
+class _JsonlPartWriter(BasePredictionWriter):
+    """Appends each batch's rows to ``<cache>.part<rank>.<pid>`` and flushes: a killed run keeps what it placed.
+
+    A fresh file per run and rank: an earlier run's part may end in a torn line, which must not swallow a new row.
+    """
+
+    def __init__(self, cache_path: Path) -> None:
+        super().__init__(write_interval="batch")
+        self.cache_path = cache_path
+        self.written = 0
+
+    def part(self, rank: int) -> Path:
+        return self.cache_path.with_name(f"{self.cache_path.name}.part{rank}.{os.getpid()}")
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        if not prediction:
+            return
+        with self.part(trainer.global_rank).open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in prediction)
+            f.flush()
+        self.written += len(prediction)
+
+
+def _parts(cache_path: Path) -> list[Path]:
+    return sorted(cache_path.parent.glob(f"{cache_path.name}.part*"))
+
+
+def _known_keys(cache_path: Path) -> set[str]:
+    known: set[str] = set()
+    for path in [cache_path, *_parts(cache_path)]:
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:  # a torn last line of a killed run: placed again
+                        continue
+                    if row.get("version") == SITE_CACHE_VERSION:
+                        known.add(row["key"])
+    return known
+
+
+def merge_parts(cache_path: str | os.PathLike) -> int:
+    """Fold ``<cache>.part*`` into ``<cache>`` (one row per key, first wins), atomically; returns the row count."""
+    from leakloss.atomic import write_text_atomic
+
+    cache_path = Path(cache_path)
+    rows: dict[str, str] = {}
+    for path in [cache_path, *_parts(cache_path)]:
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows.setdefault(row.get("key", ""), line)
+    rows.pop("", None)
+    write_text_atomic(cache_path, "".join(line + "\n" for line in rows.values()))
+    for path in _parts(cache_path):
+        path.unlink()
+    return len(rows)
+
+
+@dataclass
+class PlacementSummary:
+    """What :func:`place_prepared_sites` did and what the cache now says about the folder."""
+
+    cache: Path
+    items: int  # rows of the folder
+    placed: int  # aligned in this run
+    reused: int  # found in the cache
+    with_sites: int  # items of the folder with at least one site
+    sites: int  # sites over the folder
+    per_kind: dict[str, int]
+
+
+def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size: int = 8,
+                         trainer: L.Trainer | None = None, num_workers: int = 0, finder=None,
+                         cache_path: str | os.PathLike | None = None) -> PlacementSummary:
+    """Place the contrast sites of every item of an F5-prepared folder on its audio, into ``data_dir/leak_sites.jsonl``.
+
+    Resumable: items whose key (audio + text + recognizer id) is already in the cache or in a ``.part`` file
+    of an interrupted run are not aligned again. ``trainer`` sets devices/strategy (e.g.
+    ``L.Trainer(accelerator="gpu", devices=8, strategy="ddp")``: each rank writes its part, rank 0 merges);
+    default: one CPU process.
+    """
+    prepared = open_prepared(data_dir)
+    cache_path = Path(cache_path) if cache_path is not None else prepared.dir / SITES_FILE
+    known = _known_keys(cache_path)
+    items = _PlacementItems(prepared, recognizer.name, known)
+    loader = DataLoader(items, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        collate_fn=_collate_placement)
+    writer = _JsonlPartWriter(cache_path)
+    trainer = trainer or L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                                   enable_model_summary=False)
+    trainer.callbacks.append(writer)
+    trainer.predict(SitePlacer(recognizer, finder), dataloaders=loader, return_predictions=False)
+    trainer.strategy.barrier()
+    if trainer.is_global_zero:
+        merge_parts(cache_path)
+    trainer.strategy.barrier()
+    return summarize(prepared, cache_path, recognizer.name, placed=writer.written)
+
+
+def summarize(prepared: Prepared, cache_path: Path, recognizer_id: str, placed: int = 0) -> PlacementSummary:
+    """Count what the cache holds for the folder's items (keys recomputed from the audio: stale rows do not count)."""
+    cache = SiteCache(cache_path)
+    with_sites = sites = found = 0
+    per_kind: dict[str, int] = {}
+    for i in range(len(prepared)):
+        wave, rate = load_audio(prepared.audio_path(i))
+        key = site_key(to_16k(wave, rate), prepared.text(i), recognizer_id)
+        if key not in cache:
+            continue
+        found += 1
+        item_sites = cache.sites(key)
+        with_sites += bool(item_sites)
+        sites += len(item_sites)
+        for s in item_sites:
+            per_kind[s.kind] = per_kind.get(s.kind, 0) + 1
+    return PlacementSummary(cache_path, len(prepared), placed, found - placed, with_sites, sites, per_kind)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training items
+
+
+class PreparedF5Dataset(Dataset):
+    """F5's ``CustomDataset`` over a prepared folder, whose texts are :class:`SiteText` (they carry the site key).
+
+    ``__getitem__`` -> ``{"mel_spec": [d, n], "text": SiteText}``; clips outside 0.3-30 s are skipped to the next
+    index as F5 does. ``get_frame_len`` reads ``duration.json`` (F5's ``DynamicBatchSampler``). Keys are
+    recomputed from the audio, so an edited clip simply has no sites (never someone else's).
+    """
+
+    def __init__(self, prepared: Prepared, recognizer_id: str, mel_spec_kwargs: Mapping[str, Any]) -> None:
+        from f5_tts.model.modules import MelSpec
+
+        self.prepared, self.recognizer_id = prepared, recognizer_id
+        self.mel_spec = MelSpec(**mel_spec_kwargs)
+        self.rate, self.hop = self.mel_spec.target_sample_rate, self.mel_spec.hop_length
+
+    def __len__(self) -> int:
+        return len(self.prepared)
+
+    def get_frame_len(self, index: int) -> float:
+        return self.prepared.durations[index] * self.rate / self.hop
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        for _ in range(len(self.prepared)):
+            if F5_MIN_S <= self.prepared.durations[index] <= F5_MAX_S:
+                break
+            index = (index + 1) % len(self.prepared)
+        wave, rate = load_audio(self.prepared.audio_path(index))
+        text = self.prepared.text(index)
+        key = site_key(to_16k(wave, rate), text, self.recognizer_id)
+        wave24 = wave if rate == self.rate else AF.resample(wave, rate, self.rate)
+        with torch.no_grad():
+            mel = self.mel_spec(wave24[None])[0]  # [d, n]
+        return {"mel_spec": mel, "text": SiteText(text, key)}
+
+
+def trainable_count(prepared: Prepared) -> int:
+    return sum(F5_MIN_S <= d <= F5_MAX_S for d in prepared.durations)
+
+
+__all__ = [
+    "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE", "SiteCache",
+    "SitePlacer", "SiteText", "cache_lookup", "check_texts", "load_audio", "merge_parts", "open_prepared",
+    "place_prepared_sites", "read_vocab", "row_text", "site_key", "sites_from_log_probs", "summarize", "to_16k",
+]

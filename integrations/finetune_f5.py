@@ -1,0 +1,303 @@
+"""``leakloss finetune-f5``: an F5 fine-tune on an F5-prepared folder with the leak penalty, F5's own ``Trainer``.
+
+Run: ``leakloss finetune-f5 f5=embedded data.dir=DATA leak.weight=0.1 steps=50`` (Hydra overrides; config
+``leakloss/conf/finetune_f5.yaml``, presets in ``leakloss/conf/f5/``), or on several GPUs
+``accelerate launch -m integrations.finetune_f5 f5=indicf5 f5.checkpoint=... f5.vocoder=... data.dir=...``.
+
+Order: open the folder (``raw.arrow`` + ``duration.json``), read the vocab, check it against the checkpoint's
+text embedding, check the texts (Devanagari, vocab), place the sites (cached next to the data, resumable;
+rank 0 only under ``accelerate``, the others wait), refuse a dataset with no testable site, then train. Every
+refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step.
+
+Output in ``out_dir``: F5's ``ckpts/model_last.pt`` (its Trainer's own file; F5 resumes from it), and what
+ships: ``model_last.safetensors`` (EMA weights, F5 key names: F5's ``load_model`` / ``load_checkpoint`` /
+``f5-tts_infer-cli --ckpt_file`` read it unchanged) with ``vocab.txt`` and a JSON card ``model_last.json``;
+``leak_curves.csv`` and the W&B run (offline unless ``WANDB_API_KEY`` is set).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from leakloss.config import config_dir
+
+TEXT_EMBED_KEY = "transformer.text_embed.text_embed.weight"
+
+
+class FinetuneError(ValueError):
+    """A bad input of the fine-tune, found before training."""
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+
+
+def resolve_vocab(cfg: DictConfig) -> tuple[dict[str, int], str]:
+    """``(vocab, where it came from)``: ``f5.vocab`` = ``devanagari`` | a path | null (``data.dir/vocab.txt``)."""
+    from integrations.f5_dataset import PreparedDatasetError, read_vocab
+    from integrations.f5_tts import devanagari_chars
+
+    spec = cfg.f5.vocab
+    if spec == "devanagari":
+        return {c: i for i, c in enumerate(devanagari_chars())}, "devanagari"
+    path = Path(spec) if spec else Path(cfg.data.dir) / "vocab.txt"
+    try:
+        return read_vocab(path), str(path)
+    except PreparedDatasetError as err:
+        raise FinetuneError(str(err)) from err
+
+
+def check_checkpoint(path: str | os.PathLike, vocab: dict[str, int], source: str) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights; refuses a missing file and a vocab whose size differs from its text embedding."""
+    from integrations.f5_tts import load_state
+
+    path = Path(path)
+    if not path.is_file():
+        hint = " (train the embedded Hindi base: python -m train_f5)" if "f5_hindi_base" in str(path) else ""
+        raise FinetuneError(f"no checkpoint at {path}{hint}")
+    state = load_state(path)
+    embed = state.get(TEXT_EMBED_KEY)
+    if embed is None:
+        raise FinetuneError(f"{path} has no {TEXT_EMBED_KEY}: not an F5 (CFM + DiT) checkpoint")
+    if embed.shape[0] != len(vocab) + 1:  # F5's DiT keeps one extra row (the filler token)
+        raise FinetuneError(
+            f"the vocab ({source}, {len(vocab)} tokens) does not match the checkpoint's text embedding "
+            f"({embed.shape[0] - 1} tokens + filler): use the vocab.txt the checkpoint was trained with (f5.vocab=...)")
+    return state
+
+
+def load_vocoder(spec: str):
+    """``embedded`` (leakloss' tiny Vocos) or a local Vocos folder (``config.yaml`` + ``pytorch_model.bin`` /
+    ``model.safetensors``, e.g. charactr/vocos-mel-24khz) -> a frozen :class:`leakloss.vocoder.MelToWave`."""
+    from leakloss.vocoder import MelToWave
+
+    if spec == "embedded":
+        return MelToWave.embedded()
+    folder = Path(spec)
+    if not (folder / "config.yaml").is_file():
+        raise FinetuneError(f"f5.vocoder={spec!r}: not 'embedded' and no Vocos folder with config.yaml")
+    from vocos import Vocos
+
+    vocos = Vocos.from_hparams(str(folder / "config.yaml"))
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        state = load_file(str(folder / "model.safetensors"))
+    elif (folder / "pytorch_model.bin").is_file():
+        state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise FinetuneError(f"{folder} has no model.safetensors or pytorch_model.bin")
+    vocos.load_state_dict(state)
+    return MelToWave.from_vocos(vocos.eval())
+
+
+def build_model(cfg: DictConfig, vocab: dict[str, int], **leak: Any):
+    """A ``LeakAwareCFM`` with the preset's ``DiT`` and F5's mel settings (``leak``: LeakAwareCFM's leak kwargs)."""
+    from f5_tts.model import DiT
+
+    from integrations.f5_tts import MEL_SPEC_KWARGS, LeakAwareCFM
+    from leakloss.constants import MEL_BINS
+
+    arch = OmegaConf.to_container(cfg.f5.arch, resolve=True)
+    transformer = DiT(**arch, mel_dim=MEL_BINS, text_num_embeds=len(vocab))
+    return LeakAwareCFM(transformer, mel_spec_kwargs=MEL_SPEC_KWARGS, vocab_char_map=vocab, **leak)
+
+
+def _probe_texts(cfg: DictConfig, prepared) -> list[str]:
+    if cfg.probe.texts is not None:
+        return list(cfg.probe.texts)
+    from leakloss.speech.corpus import builtin_sentences
+
+    seen = {prepared.text(i) for i in range(len(prepared))}
+    return [s for s in builtin_sentences() if s not in seen][:3]
+
+
+def _placement_trainer(cfg: DictConfig):
+    from hydra.utils import instantiate
+
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg.update(logger=False, enable_checkpointing=False, enable_model_summary=False)
+    trainer_cfg.pop("log_every_n_steps", None)
+    return instantiate(trainer_cfg)
+
+
+def prepare(cfg: DictConfig) -> dict[str, Any]:
+    """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
+    from integrations.f5_dataset import (
+        SITES_FILE, PreparedDatasetError, check_texts, open_prepared, place_prepared_sites, summarize)
+    from leakloss.penalty import LeakPenalty
+
+    if cfg.steps < 1:
+        raise FinetuneError(f"steps must be >= 1, got {cfg.steps}")
+    if cfg.data.num_workers < 1:
+        raise FinetuneError(f"data.num_workers must be >= 1 (F5's Trainer keeps persistent workers), got "
+                            f"{cfg.data.num_workers}")
+    if cfg.leak.weight < 0 or cfg.leak.every < 1 or cfg.leak.start_step < 0:
+        raise FinetuneError(f"need leak.weight >= 0, leak.every >= 1, leak.start_step >= 0 (got {cfg.leak.weight}, "
+                            f"{cfg.leak.every}, {cfg.leak.start_step})")
+    try:
+        prepared = open_prepared(cfg.data.dir)
+    except PreparedDatasetError as err:
+        raise FinetuneError(str(err)) from err
+    vocab, vocab_source = resolve_vocab(cfg)
+    check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source)
+    try:
+        check_texts(prepared, vocab)
+    except PreparedDatasetError as err:
+        raise FinetuneError(f"{cfg.data.dir}: {err}") from err
+    try:
+        penalty = LeakPenalty.load(head_path=cfg.leak.head)
+    except (FileNotFoundError, OSError, ValueError) as err:
+        raise FinetuneError(f"cannot load the leak penalty: {err}") from err
+    cache_path = prepared.dir / SITES_FILE
+    if _is_main_process():  # one rank places (its own Lightning trainer may use several devices)
+        with _single_process_env():
+            summary = place_prepared_sites(prepared.dir, penalty.recognizer,
+                                           batch_size=cfg.leak.placement_batch_size, trainer=_placement_trainer(cfg),
+                                           num_workers=cfg.leak.placement_workers)
+    else:
+        summary = None
+    _barrier()
+    if summary is None:
+        summary = summarize(prepared, cache_path, penalty.recognizer.name)
+    if summary.sites == 0:
+        raise FinetuneError(
+            f"{cfg.data.dir}: no testable contrast site in any of its {summary.items} texts (or none could be "
+            "aligned on its audio): the leak penalty would never act. Check the texts are Nepali and the audio "
+            "matches them")
+    return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty,
+                summary=summary, cache_path=cache_path)
+
+
+_LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
+                "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def _single_process_env() -> Iterator[None]:
+    """Hide ``accelerate launch``'s variables from Lightning while rank 0 places sites with its own trainer
+    (Lightning would otherwise join the launch's process group with devices=1 and wait for the others)."""
+    saved = {k: os.environ.pop(k) for k in _LAUNCH_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _barrier() -> None:
+    """Wait for the other ``accelerate launch`` processes (file-system rendezvous: no process group exists yet)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
+
+
+def export(out_dir: Path, vocab: dict[str, int], card: dict) -> Path:
+    """F5's ``ckpts/model_last.pt`` -> ``model_last.safetensors`` (EMA, F5 key names) + ``vocab.txt`` + card."""
+    from safetensors.torch import save_file
+
+    from leakloss.atomic import write_text_atomic
+
+    ckpt = torch.load(out_dir / "ckpts" / "model_last.pt", map_location="cpu", weights_only=True)
+    ema = {k: v.contiguous() for k, v in ckpt["ema_model_state_dict"].items() if k not in ("initted", "step")}
+    path = out_dir / "model_last.safetensors"
+    tmp = out_dir / ".model_last.safetensors.tmp"
+    save_file(ema, str(tmp))
+    tmp.replace(path)
+    inverse = sorted(vocab.items(), key=lambda kv: kv[1])
+    write_text_atomic(out_dir / "vocab.txt", "".join(f"{c}\n" for c, _ in inverse))
+    write_text_atomic(out_dir / "model_last.json", json.dumps(card | {"update": int(ckpt.get("update", 0))},
+                                                              ensure_ascii=False, indent=1))
+    return path
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
+    from integrations.f5_dataset import PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k
+    from integrations.f5_tts import MEL_SPEC_KWARGS, f5_probe, final_leak, load_indicf5_checkpoint, train_f5
+    from integrations.leak_curves import ProbeSet
+
+    if cfg.num_threads:
+        torch.set_num_threads(int(cfg.num_threads))
+    plan = prepare(cfg)
+    prepared, vocab, penalty = plan["prepared"], plan["vocab"], plan["penalty"]
+    vocoder = load_vocoder(cfg.f5.vocoder)
+    model = build_model(cfg, vocab, leak_penalty=penalty, leak_weight=float(cfg.leak.weight),
+                        site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=vocoder,
+                        sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
+                        leak_every=int(cfg.leak.every), leak_crop=bool(cfg.leak.crop), leak_bf16=bool(cfg.leak.bf16))
+    report = load_indicf5_checkpoint(model, cfg.f5.checkpoint)
+    if report.missing or report.mismatched:
+        raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: "
+                            f"{len(report.missing)} missing, {len(report.mismatched)} shape-mismatched weights "
+                            f"(e.g. {(report.missing + report.mismatched)[:3]})")
+    dataset = PreparedF5Dataset(prepared, penalty.recognizer.name, MEL_SPEC_KWARGS)
+    probe = None
+    texts = _probe_texts(cfg, prepared)
+    if texts and cfg.probe.every > 0:
+        wave, rate = load_audio(prepared.audio_path(0))
+        probe = f5_probe(ProbeSet(texts, penalty), to_16k(wave, rate), prepared.text(0), vocoder, nfe=cfg.probe.nfe,
+                         seed=int(cfg.seed))
+    out_dir = Path(cfg.out_dir)
+    trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm), ema_kwargs=dict(beta=float(cfg.ema_decay)),
+                          accelerate_kwargs=dict(mixed_precision=str(cfg.mixed_precision)))
+    f5_run = train_f5(model, dataset, out_dir, steps=int(cfg.steps), batch_size=int(cfg.batch_size_per_gpu),
+                      batch_size_type=str(cfg.batch_size_type), max_samples=int(cfg.max_samples),
+                      learning_rate=float(cfg.learning_rate), num_warmup_updates=cfg.num_warmup_updates,
+                      log_every=int(cfg.log_every), grad_accumulation_steps=int(cfg.grad_accumulation_steps),
+                      wandb_project=str(cfg.wandb_project), run_name=str(cfg.exp_name),
+                      num_workers=int(cfg.data.num_workers), seed=int(cfg.seed), trainer_kwargs=trainer_kwargs,
+                      probe=probe, probe_every=int(cfg.probe.every))
+    summary = plan["summary"]
+    result: dict[str, Any] = dict(out_dir=str(out_dir), updates=f5_run.updates, items=summary.items,
+                                  items_with_sites=summary.with_sites, sites=summary.sites,
+                                  sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
+                                  wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)
+    if _is_main_process():
+        card = dict(base=cfg.f5.name, arch=OmegaConf.to_container(cfg.f5.arch, resolve=True),
+                    base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
+                    leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
+                    recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
+                    mel="vocos 24 kHz, n_fft 1024, hop 256, 100 bins")
+        try:
+            card["final_leak_penalty"] = final_leak(f5_run.leak_csv)
+        except ValueError:  # no penalty step logged (e.g. leak.start_step beyond the run)
+            card["final_leak_penalty"] = None
+        result["safetensors"] = str(export(out_dir, vocab, card))
+        result["final_leak_penalty"] = card["final_leak_penalty"]
+        result["checkpoint"] = str(f5_run.checkpoint_dir / "model_last.pt")
+    return result
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=config_dir(), config_name="finetune_f5")
+    def _main(cfg: DictConfig) -> None:
+        from integrations.f5_dataset import PreparedDatasetError
+        from omegaconf.errors import MissingMandatoryValue
+
+        try:
+            result = run(cfg)
+        except (FinetuneError, PreparedDatasetError, MissingMandatoryValue) as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        if _is_main_process():
+            print(json.dumps(result, ensure_ascii=False))
+
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Site placement over an F5-prepared folder (Lightning predict loop), the lazy cache and the training items."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("f5_tts")
+pytest.importorskip("datasets")
+
+import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from integrations.f5_dataset import (  # noqa: E402
+    SITES_FILE,
+    Prepared,
+    PreparedDatasetError,
+    PreparedF5Dataset,
+    SiteCache,
+    SiteText,
+    cache_lookup,
+    check_texts,
+    load_audio,
+    open_prepared,
+    place_prepared_sites,
+    site_key,
+    to_16k,
+)
+from integrations.f5_tts import MEL_SPEC_KWARGS  # noqa: E402
+from leakloss.penalty import SITE_CACHE_VERSION, place_dataset_sites  # noqa: E402
+from tests.conftest import needs_embedded  # noqa: E402
+
+pytestmark = needs_embedded
+
+
+@pytest.fixture(scope="module")
+def rec_a():
+    from leakloss.acoustic.recognizer import Recognizer
+
+    return Recognizer.load("a")
+
+
+@pytest.fixture()
+def data(prepared_dir, tmp_path) -> Path:
+    """A private copy of the prepared folder (the cache is written next to it)."""
+    out = tmp_path / "data"
+    shutil.copytree(prepared_dir, out)
+    return out
+
+
+def _items(data: Path):
+    p = open_prepared(data)
+    out = []
+    for i in range(len(p)):
+        wave, rate = load_audio(p.audio_path(i))
+        out.append((to_16k(wave, rate), p.text(i)))
+    return p, out
+
+
+def test_batched_predict_loop_matches_place_dataset_sites_and_shares_its_format(data, rec_a):
+    summary = place_prepared_sites(data, rec_a, batch_size=6)
+    assert summary.items == 20 and summary.placed == 20 and summary.reused == 0
+    assert summary.sites > 0 and summary.with_sites > 0
+    rows = [json.loads(line) for line in (data / SITES_FILE).read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 20 and all(r["version"] == SITE_CACHE_VERSION for r in rows)
+    assert {"audio_path", "text", "recognizer", "key", "sites"} <= set(rows[0])
+
+    p, items = _items(data)
+    reference = place_dataset_sites(items, rec_a)  # one utterance at a time, no cache
+    cache = SiteCache(data / SITES_FILE)
+    for (wave, text), ref in zip(items, reference):
+        got = cache.sites(site_key(wave, text, rec_a.name))
+        assert [(s.kind, s.contrast, s.word) for s in got] == [(s.kind, s.contrast, s.word) for s in ref]
+        for a, b in zip(got, ref):  # batched (padded) recognizer pass vs one item: same alignment
+            assert abs(a.start - b.start) < 1e-3 and abs(a.end - b.end) < 1e-3
+    # place_dataset_sites reads this file as its own cache: nothing new to place, file untouched
+    before = (data / SITES_FILE).read_bytes()
+    assert place_dataset_sites(items, rec_a, cache=data / SITES_FILE) == [
+        cache.sites(site_key(w, t, rec_a.name)) for w, t in items]
+    assert (data / SITES_FILE).read_bytes() == before
+
+
+def test_resume_places_only_what_is_missing(data, rec_a):
+    place_prepared_sites(data, rec_a, batch_size=8)
+    path = data / SITES_FILE
+    lines = path.read_text(encoding="utf-8").splitlines()
+    # an interrupted run: 12 rows merged, 3 in a rank's part file (one more torn mid-line), 5 never placed
+    path.write_text("\n".join(lines[:12]) + "\n", encoding="utf-8")
+    path.with_name(SITES_FILE + ".part0").write_text("\n".join(lines[12:15]) + "\n" + lines[15][:40],
+                                                     encoding="utf-8")
+    summary = place_prepared_sites(data, rec_a, batch_size=8)
+    assert summary.placed == 5 and summary.reused == 15
+    assert sorted(path.read_text(encoding="utf-8").splitlines()) == sorted(lines)
+    assert not list(data.glob(SITES_FILE + ".part*"))
+
+
+def test_cache_is_read_lazily_and_unknown_keys_cost_nothing(data, rec_a):
+    place_prepared_sites(data, rec_a)
+    cache = SiteCache(data / SITES_FILE)
+    assert all(isinstance(v, int) for v in cache.offsets.values())  # only offsets in memory
+    assert cache.sites("0" * 64) == [] and cache.sites(None) == []
+    lookup = cache_lookup(cache)
+    assert lookup("plain text, no key") == []
+
+
+def test_training_items_carry_their_key_through_pickle_and_f5_collate(data, rec_a):
+    from f5_tts.model.dataset import collate_fn
+
+    place_prepared_sites(data, rec_a)
+    p = open_prepared(data)
+    ds = PreparedF5Dataset(p, rec_a.name, MEL_SPEC_KWARGS)
+    cache = SiteCache(data / SITES_FILE)
+    keyed = [i for i in range(len(p)) if cache.sites(ds[i]["text"].site_key)]
+    assert keyed, "some items have sites"
+    item = ds[keyed[0]]
+    assert isinstance(item["text"], SiteText) and item["mel_spec"].shape[0] == 100
+    frames = item["mel_spec"].shape[-1]
+    assert abs(frames - ds.get_frame_len(keyed[0])) <= 2  # duration.json agrees with the mel
+    clone = pickle.loads(pickle.dumps(item["text"]))  # DataLoader workers
+    assert clone == item["text"] and clone.site_key == item["text"].site_key
+    batch = collate_fn([ds[i] for i in keyed[:3]])
+    assert [t.site_key for t in batch["text"]] == [ds[i]["text"].site_key for i in keyed[:3]]
+    assert cache_lookup(cache)(batch["text"][0]) == cache.sites(item["text"].site_key)
+
+
+def test_missing_arrow_files_are_named(tmp_path):
+    (tmp_path / "duration.json").write_text('{"duration": []}')
+    with pytest.raises(PreparedDatasetError, match="raw.arrow"):
+        open_prepared(tmp_path)
+    with pytest.raises(PreparedDatasetError, match="not a folder"):
+        open_prepared(tmp_path / "nope")
+
+
+def _fake(texts: list[str]) -> Prepared:
+    return Prepared(Path("."), [{"audio_path": "", "text": list(t), "duration": 1.0} for t in texts],
+                    [1.0] * len(texts))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), max_codepoint=0x08FF), max_size=12),
+                min_size=1, max_size=4))
+def test_texts_without_devanagari_are_refused(texts):
+    vocab = {c: i for i, c in enumerate(sorted({c for t in texts for c in t} | {" "}))}
+    with pytest.raises(PreparedDatasetError, match="no Devanagari"):
+        check_texts(_fake(["घर", *texts]), vocab)
+
+
+def test_characters_outside_the_vocab_are_refused():
+    check_texts(_fake(["घर"]), {"घ": 0, "र": 1})
+    with pytest.raises(PreparedDatasetError, match="not in the vocab"):
+        check_texts(_fake(["घर जा"]), {"घ": 0, "र": 1, " ": 2})

@@ -1,0 +1,40 @@
+"""Two processes (gloo, DDP as accelerate wraps the model) equal one process on the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("f5_tts")
+pytest.importorskip("vocos")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_the_single_process_global_batch(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), str(ROOT / "tests" / "integrations" / "ddp_worker.py"), str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    print(result)
+    assert result["frozen"] and result["replicated"] and result["same_keys"]
+    assert abs(result["loss_ddp"] - result["loss_ref"]) < 1e-5
+    assert result["grad_max_abs_diff"] < 1e-5 * max(1.0, result["grad_max_abs"])
+    assert result["curve"].keys() == result["reference_curve"].keys()
+    for name, value in result["reference_curve"].items():
+        assert abs(result["curve"][name] - value) < 1e-5, name

@@ -1,0 +1,158 @@
+"""`leakloss finetune-f5`: checks before training, and the new user's path end to end on the embedded preset."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("f5_tts")
+pytest.importorskip("datasets")
+
+import torch  # noqa: E402
+
+from integrations.finetune_f5 import FinetuneError, build_model, prepare  # noqa: E402
+from leakloss.config import compose_config  # noqa: E402
+from tests.conftest import needs_embedded  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted(p.stem for p in (ROOT / "leakloss" / "conf" / "f5").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory) -> Path:
+    """A randomly initialised Hindi-base F5 of the embedded preset's class and dims (the real weights come
+    from `python -m train_f5`; tests never need them)."""
+    from safetensors.torch import save_file
+
+    from train_f5.model import hindi_base_f5
+
+    path = tmp_path_factory.mktemp("base") / "model.safetensors"
+    model = hindi_base_f5(seed=0)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def _cfg(data: Path, ckpt: Path, *extra: str):
+    return compose_config("finetune_f5", [f"data.dir={data}", f"f5.checkpoint={ckpt}", *extra])
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_builds_f5s_dit(preset):
+    assert {"embedded", "indicf5", "f5_v1_base", "f5_v1_small"} <= set(PRESETS)
+    cfg = compose_config("finetune_f5", [f"f5={preset}"])
+    with torch.device("meta"):  # shapes only: Base is 336 M parameters
+        model = build_model(cfg, {c: i for i, c in enumerate(" abc")})
+    dim = model.transformer.dim
+    assert dim == cfg.f5.arch.dim and len(model.transformer.transformer_blocks) == cfg.f5.arch.depth
+
+
+def test_embedded_preset_is_the_hindi_base_class(base_ckpt):
+    from train_f5.model import hindi_base_f5
+
+    cfg = compose_config("finetune_f5", ["f5=embedded"])
+    from integrations.finetune_f5 import resolve_vocab
+
+    vocab, _ = resolve_vocab(cfg)
+    ours, theirs = build_model(cfg, vocab).state_dict(), hindi_base_f5().state_dict()
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
+
+
+@needs_embedded
+def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_path):
+    with pytest.raises(FinetuneError, match="raw.arrow"):
+        prepare(_cfg(tmp_path, base_ckpt))
+    with pytest.raises(FinetuneError, match="does not match the checkpoint"):  # F5's own sorted vocab of the data
+        prepare(_cfg(prepared_dir, base_ckpt, f"f5.vocab={prepared_dir / 'vocab.txt'}"))
+    with pytest.raises(FinetuneError, match="no checkpoint"):
+        prepare(_cfg(prepared_dir, tmp_path / "none.safetensors"))
+
+
+def _prepare_folder(root: Path, rows: list[tuple[torch.Tensor, str]]) -> Path:
+    import soundfile as sf
+
+    from tests.integrations.conftest import prepare
+
+    root.mkdir(parents=True, exist_ok=True)
+    lines = ["audio_file|text"]
+    for i, (wave, text) in enumerate(rows):
+        path = root / f"c{i}.wav"
+        sf.write(str(path), wave.numpy(), 16_000)
+        lines.append(f"{path}|{text}")
+    (root / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return prepare(root / "metadata.csv", root / "data")
+
+
+@needs_embedded
+def test_texts_without_devanagari_and_datasets_without_sites_are_refused(base_ckpt, tmp_path):
+    g = torch.Generator().manual_seed(0)
+    latin = _prepare_folder(tmp_path / "latin", [(0.01 * torch.randn(16_000, generator=g), "hello there")] * 2)
+    with pytest.raises(FinetuneError, match="no Devanagari"):
+        prepare(_cfg(latin, base_ckpt))
+    # Nepali texts over noise: nothing aligns, so no site could ever be scored
+    noise = _prepare_folder(tmp_path / "noise", [(0.01 * torch.randn(24_000, generator=g), "घर जानु पर्छ"),
+                                                 (0.01 * torch.randn(24_000, generator=g), "दिदीले नयाँ कलम")])
+    with pytest.raises(FinetuneError, match="no testable contrast site"):
+        prepare(_cfg(noise, base_ckpt))
+
+
+def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline")
+    env.pop("WANDB_API_KEY", None)
+    return subprocess.run([sys.executable, "-m", "leakloss.cli", "finetune-f5", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_error_and_exit_code_2_on_a_missing_dataset(tmp_path, base_ckpt):
+    result = _cli(f"data.dir={tmp_path}", f"f5.checkpoint={base_ckpt}", timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error:" in result.stderr and "raw.arrow" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@needs_embedded
+def test_new_users_path_prepare_place_finetune_and_f5_inference_loads_it(prepared_dir, base_ckpt, tmp_path):
+    from f5_tts.infer.utils_infer import load_checkpoint, load_model
+    from f5_tts.model import CFM, DiT
+
+    from integrations.f5_dataset import place_prepared_sites
+    from leakloss.penalty import LeakPenalty
+
+    data = tmp_path / "data"
+    shutil.copytree(prepared_dir, data)
+    placed = place_prepared_sites(data, LeakPenalty.load().recognizer)  # "place sites"
+    assert placed.sites > 0
+    out = tmp_path / "run"
+    steps = 4
+    result = _cli("f5=embedded", f"data.dir={data}", f"f5.checkpoint={base_ckpt}", "leak.weight=0.1", f"steps={steps}",
+                  "batch_size_type=sample", "batch_size_per_gpu=4", f"out_dir={out}", "log_every=1",
+                  f"probe.every={steps}", "probe.nfe=2", "num_threads=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["updates"] == steps and summary["sites"] == placed.sites
+    with open(out / "leak_curves.csv", newline="") as f:
+        names = {r["name"] for r in csv.DictReader(f)}
+    assert "leak/penalty" in names and any(n.startswith("leak/per_contrast/") for n in names)
+    assert "leak_probe/flagged_share" in names
+    assert list((out / "wandb").glob("offline-run-*")), "an offline W&B run"
+
+    arch = dict(compose_config("finetune_f5", ["f5=embedded"]).f5.arch)
+    vocab = out / "vocab.txt"
+    model = load_model(DiT, arch, str(out / "model_last.safetensors"), vocab_file=str(vocab), device="cpu")
+    assert isinstance(model, CFM)
+    mel, _ = model.sample(torch.randn(1, 20, 100), ["घर"], 30, steps=2)  # F5's sampler runs on it
+    assert torch.isfinite(mel).all()
+    # F5's Trainer checkpoint too, through F5's own loader
+    from f5_tts.model.utils import get_tokenizer
+
+    char_map, size = get_tokenizer(str(vocab), "custom")
+    again = CFM(transformer=DiT(**arch, text_num_embeds=size, mel_dim=100), vocab_char_map=char_map)
+    load_checkpoint(again, str(out / "ckpts" / "model_last.pt"), "cpu", dtype=torch.float32)
+    card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
+    assert card["base"] == "hindi_base_f5" and card["update"] == steps
