@@ -894,7 +894,7 @@ def penalty_comparison(
     only the auxiliary loss differs. ``items`` are ``(wave, sample_rate, text)``, ``sites[i]`` item i's sites
     on its ground-truth audio (:func:`leakloss.penalty.place_dataset_sites`)."""
     by_text: dict[str, list[TimedSite]] = {}
-    for (_, _, text), item_sites in zip(items, sites):
+    for (_, _, text), item_sites in zip(items, sites, strict=True):
         by_text.setdefault(text, list(item_sites))
     runs = {}
     for name, weight in (("without_penalty", 0.0), ("with_penalty", leak_weight)):

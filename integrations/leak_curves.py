@@ -36,12 +36,16 @@ class ProbeSet:
         per_contrast: dict[str, list[float]] = {}
         per_kind: dict[str, list[float]] = {}
         flags = sites_total = 0
-        for wave, text in zip(waves, self.texts):
+        if len(waves) != len(self.texts):
+            raise ValueError(f"one probe wave per probe text: {len(waves)} waves for {len(self.texts)} texts")
+        for wave, text in zip(waves, self.texts, strict=True):
             sites: list[TimedSite] = place_sites(wave, text, self.penalty.recognizer)
             if not sites:
                 continue
             _, parts = self.penalty(waves=wave[None], sites=[sites])
-            for s, p in zip(sites, parts.site_probs.tolist()):
+            for s, p, active in zip(sites, parts.site_probs.tolist(), parts.site_active.tolist(), strict=True):
+                if not active:  # a site without frames in the wave has no probability to report
+                    continue
                 per_contrast.setdefault(s.contrast, []).append(p)
                 per_kind.setdefault(s.kind, []).append(p)
                 flags += p >= FLAG

@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("f5_tts")
 pytest.importorskip("datasets")
 
-import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
