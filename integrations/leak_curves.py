@@ -18,8 +18,6 @@ import torch
 from leakloss.penalty import LeakPenalty, place_sites
 from leakloss.timing import TimedSite
 
-FLAG = 0.5
-
 
 class ProbeSet:
     """Fixed probe sentences with their sites placed on reference audio (e.g. the teacher's reading).
@@ -48,7 +46,7 @@ class ProbeSet:
                     continue
                 per_contrast.setdefault(s.contrast, []).append(p)
                 per_kind.setdefault(s.kind, []).append(p)
-                flags += p >= FLAG
+                flags += p >= self.penalty.flag_threshold
                 sites_total += 1
         row = {f"leak_probe/{k}": sum(v) / len(v) for k, v in per_kind.items()}
         row |= {f"leak_probe/contrast/{k}": sum(v) / len(v) for k, v in per_contrast.items()}

@@ -35,7 +35,7 @@ from leakloss.functional.leak import (
     scale_gradient,
     site_masks,
 )
-from leakloss.heads import RawConvHead, load_head
+from leakloss.heads import FLAG_THRESHOLD, RawConvHead, load_head
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
@@ -83,10 +83,12 @@ class LeakPenalty(nn.Module):
     """
 
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
-                 conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS) -> None:
+                 conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
+                 flag_threshold: float = FLAG_THRESHOLD) -> None:
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
+        self.flag_threshold = flag_threshold  # a site probability at or above it counts as flagged (head card)
         for module in (recognizer, head, mel_to_wave):
             if module is not None:
                 module.requires_grad_(False)
@@ -103,7 +105,7 @@ class LeakPenalty(nn.Module):
         head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
         rec = Recognizer.load(recognizer if head_path else card.recognizer, device=device)
         check_recognizer(card, rec.name)
-        return cls(rec, head, mel_to_wave).to(device)
+        return cls(rec, head, mel_to_wave, flag_threshold=card.thresholds["flag"]).to(device)
 
     @property
     def min_samples(self) -> int:
