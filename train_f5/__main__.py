@@ -134,7 +134,7 @@ def run(cfg: DictConfig) -> dict:
         print(f"checkpoint step {step}: loss {info['loss_recent']:.4f} probe PER {probe:.3f} "
               f"({minutes:.0f} min in all)", flush=True)
         if final:
-            card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model), "parameters": n_params,
+            card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model, resolve=True), "parameters": n_params,
                     "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": "vocos 24 kHz, n_fft 1024, hop 256, 100 bins",
                     "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
                                      "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "
