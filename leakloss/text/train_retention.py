@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
                     "compound boundaries, stem and word ending class, vowel-sign and conjunct counts",
         "training_data": {
-            "source": "google/language-resources ne/data/lexicon.tsv (Copyright 2018 Google Inc.), the development "
+            "source": "google/language-resources ne/data/lexicon.tsv (Google, 2018), the development "
                       "part shared with this project (lexicon-dev.tsv, 34,054 entries); not in this repository",
             "license": "CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); attribution: Google, "
                        "Nepali pronunciation lexicon, google/language-resources. The model is trained on it.",
