@@ -397,6 +397,52 @@ def listeners(
     console.print((out / "listeners.md").read_text(encoding="utf-8"))
 
 
+@app.command()
+def rerank(
+    manifest: Path = typer.Argument(..., help='JSONL, one line per text: {"text": "...", "candidates": ["a.wav", ...]}'),
+    as_json: bool = typer.Option(False, "--json", help="one JSON line per text instead of the table"),
+) -> None:
+    """Best-of-N: score each text's candidate readings with the leak reward and keep the best, with the reasons
+    (a candidate that fails the word check can never be kept)."""
+    from leakloss.audio import AudioError, load_audio
+    from leakloss.rewards import rerank as rerank_readings
+
+    entries = []
+    for n, line in enumerate(read_text_file(manifest).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            fail(f"{manifest}:{n}: not JSON ({err.msg})")
+        if not (isinstance(row, dict) and isinstance(row.get("text"), str) and row["text"].strip()
+                and isinstance(row.get("candidates"), list) and row["candidates"]
+                and all(isinstance(c, str) and c for c in row["candidates"])):
+            fail(f'{manifest}:{n}: need {{"text": "...", "candidates": ["a.wav", ...]}} with at least one path')
+        entries.append((n, row["text"], [manifest.parent / c for c in row["candidates"]]))
+    if not entries:
+        fail(f"{manifest}: no line to rerank")
+    readings = []
+    for n, text, paths in entries:  # every file is read before any scoring
+        waves = []
+        for path in paths:
+            try:
+                waves.append(load_audio(path)[0])
+            except AudioError as err:
+                fail(f"{manifest}:{n}: {err}")
+        readings.append((text, waves))
+    choices = rerank_readings(readings)
+    if as_json:
+        for (_, _, paths), c in zip(entries, choices, strict=True):
+            _echo_json({"text": c.text, "best": None if c.best is None else str(paths[c.best]),
+                        "reward": c.reward, "reason": c.reason})
+        return
+    table = Table("text", "best", "reward", "reason")
+    for (_, _, paths), c in zip(entries, choices, strict=True):
+        table.add_row(c.text, "—" if c.best is None else str(paths[c.best]), f"{c.reward:.3f}", c.reason)
+    console.print(table)
+
+
 @app.command("heads")
 def heads_cmd(
     folder: Optional[Path] = typer.Option(None, "--dir", help="a folder of exported heads (default: shipped)"),
