@@ -37,3 +37,13 @@ def embedded_ready() -> bool:
 
 
 needs_embedded = pytest.mark.skipif(not embedded_ready(), reason="embedded recognizers/heads not built")
+
+
+@pytest.fixture(scope="session")
+def embedded_penalty():
+    """The shipped penalty (embedded recognizer A + raw-conv head), loaded once; skips when not built."""
+    if not embedded_ready():
+        pytest.skip("embedded recognizers/heads not built")
+    from leakloss.penalty import LeakPenalty
+
+    return LeakPenalty.load()

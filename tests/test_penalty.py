@@ -285,15 +285,6 @@ OTHER_TEXT = "सरकारले नयाँ बजेट ल्यायो
 
 
 @pytest.fixture(scope="module")
-def embedded_penalty():
-    from tests.conftest import embedded_ready
-
-    if not embedded_ready():
-        pytest.skip("embedded recognizers/heads not built")
-    return LeakPenalty.load()
-
-
-@pytest.fixture(scope="module")
 def readings():
     from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_text
 

@@ -52,14 +52,8 @@ def test_to_16k_mono():
 
 
 @pytest.fixture(scope="module")
-def penalty():
-    from tests.conftest import embedded_ready
-
-    if not embedded_ready():
-        pytest.skip("embedded recognizers/heads not built")
-    from leakloss.penalty import LeakPenalty
-
-    return LeakPenalty.load()
+def penalty(embedded_penalty):
+    return embedded_penalty
 
 
 @pytest.fixture(scope="module")
