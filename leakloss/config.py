@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 #: Top-level configs shipped in ``leakloss/conf`` (each an entry point's ``config_name``).
-ENTRY_CONFIGS = ("train_heads", "train_recognizer", "train_vocoder", "train_f5")
+ENTRY_CONFIGS = ("train_heads", "train_recognizer", "train_whisper_recognizer", "train_vocoder", "train_f5")
 
 
 def config_dir() -> str:

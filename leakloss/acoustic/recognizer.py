@@ -30,7 +30,7 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
 EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
-EMBEDDED = ("a", "b")
+EMBEDDED = ("a", "b", "w")  # w: the CTC head on the Whisper encoder (leakloss.acoustic.whisper_recognizer)
 
 
 #: File endings of pickle-based checkpoints: loading one can run arbitrary code, so they are refused.
@@ -51,7 +51,7 @@ def resolve_recognizer_path(name: str) -> Path | str:
     if base in EMBEDDED or base.startswith("embedded:"):
         key = base.split(":", 1)[-1]
         path = EMBEDDED_DIR / key
-        if not (path / "model.safetensors").exists():
+        if not ((path / "model.safetensors").exists() or (path / "head.safetensors").exists()):
             raise RecognizerNotFoundError(
                 f"embedded recognizer {key!r} is not built: expected {path}/model.safetensors. "
                 "Train it with `python -m train_recognizers recognizer=" + key + "`."
@@ -108,6 +108,10 @@ class Recognizer(nn.Module):
         source = resolve_recognizer_path(name)
         local = isinstance(source, Path)
         folder = source if local else _hub_snapshot(str(source))
+        from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, is_whisper_folder
+
+        if is_whisper_folder(folder):  # a CTC head on the Whisper encoder: same interface, its own loader
+            return WhisperRecognizer.load(folder, name=str(name).split("@", 1)[0], device=device)
         weights = _check_weights(folder)
         vocab = _read_vocab(folder)
         model = _load_model(folder)

@@ -158,6 +158,16 @@ VOICES: tuple[RecordedVoice, ...] = (
 )
 VOICES_BY_NAME = {v.name: v for v in VOICES}
 
+#: The synthesizer family kept out of every shipped model's training for good: the HTS voices (statistical
+#: parametric voices trained on recordings). flite's ``slt`` is the same speaker as Festival's HTS ``slt``
+#: (CMU ARCTIC), so it is kept out with them; what the shipped models hear of that family is unseen.
+UNSEEN_FAMILY = "festival-hts"
+UNSEEN_SPEAKER_TWINS = ("flite-slt",)
+#: Voices a shipped recognizer may train on: phone input, not of the unseen family, not a twin of it.
+TRAINING_VOICES: tuple[str, ...] = tuple(v.name for v in VOICES if v.phone_input and v.family != UNSEEN_FAMILY
+                                         and v.name not in UNSEEN_SPEAKER_TWINS)
+UNSEEN_VOICES: tuple[str, ...] = tuple(v.name for v in VOICES if v.family == UNSEEN_FAMILY)
+
 
 def get_voice(name: str) -> RecordedVoice:
     check_allowed(name)
@@ -608,3 +618,25 @@ def speak_text(text: str, voice: RecordedVoice, *, cache_dir: str | os.PathLike 
     audio, rate, segs = _festival_synth(voice, f"(set! utt (utt.synth (Utterance Text {_scheme_string(text)})))\n")
     n_words = max((s[3] for s in segs if s[0] not in SILENCES[voice.phoneset]), default=-1) + 1
     return _store(path, _make_reading(audio, rate, segs, voice.phoneset, n_words, []))
+
+
+def nepali_phone_spans(reading: VoiceReading, voice: RecordedVoice,
+                       words: list[list[str]]) -> list[list[tuple[float, float] | None]]:
+    """Where each Nepali phone of ``words`` was said in a :func:`speak_phones` reading: per word, per phone,
+    (start, end) in seconds over the voice segments that said it, or None (left unsaid, or a word the voice
+    did not say phone for phone as given, so its segments cannot be matched one to one)."""
+    spoken = [list(w) for w in words if w]
+    out: list[list[tuple[float, float] | None]] = []
+    silences = SILENCES[voice.phoneset]
+    for k, word in enumerate(spoken):
+        per_phone = [voice_phones_for([p], voice.phoneset)[0] for p in word]
+        segs = [s for s in reading.segments if s.word == k and s.name not in silences]
+        if [s.name for s in segs] != [v for said in per_phone for v in said]:
+            out.append([None] * len(word))
+            continue
+        spans, i = [], 0
+        for said in per_phone:
+            spans.append((segs[i].start, segs[i + len(said) - 1].end) if said else None)
+            i += len(said)
+        out.append(spans)
+    return out

@@ -154,3 +154,11 @@ _REPRESENTATIVE: dict[frozenset[str], str] = {
     ) if p in cls)
     for cls in EQUIVALENCE_CLASSES
 }
+
+
+def coarse(phone: str) -> str:
+    """The coarse class used to compare recognizers across voices and real speech: :func:`canonical`, then
+    length, nasalisation and stress marks dropped, the flap counted as the trill, every schwa symbol one
+    (``aː``->``a``, ``ɾ``->``r``, ``ə``->``ʌ``)."""
+    base = canonical(phone).replace("ː", "").replace("\u0303", "").replace("ˈ", "").replace("ˌ", "")
+    return {"ɾ": "r", "ə": "ʌ", "ɐ": "ʌ"}.get(base, base)

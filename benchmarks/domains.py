@@ -1,0 +1,232 @@
+"""Do the instruments hear beyond espeak? Phone error, word check and catches on voices never trained on.
+
+Domains (held-out sentences: the fixed 10% split of the built-in sentences):
+
+- ``espeak``: the held-out espeak voices (teacher phones, Hindi-base text), as in ``recognizers.py``;
+- ``unseen``: the unseen family (:data:`leakloss.speech.festival.UNSEEN_FAMILY`, Festival's HTS voices
+  ``fest-slt`` and ``fest-ona``, and the same speaker's flite voice): no shipped model trained on any of them.
+  They say the frontend's Nepali phones through their phone input; the reference is what they said;
+- ``train-family``: one Festival diphone and one flite clustergen voice of the training families, and Piper,
+  on the held-out sentences (seen voices, unseen text);
+- ``real``: the native-speaker recordings of ``../shared/data/real-nepali-speech`` (skipped when absent),
+  against the frontend's phones of the transcript.
+
+Phone error rates compare coarse phones (:func:`leakloss.text.phones.coarse`: length, nasalisation and stress
+dropped, flap = trill, one schwa). Then, with the scorer as shipped (its default word-check recognizer):
+
+- ``quarantine_unseen``: correct readings by the unseen family that the word check quarantines;
+- ``quarantine_mismatch``: the same readings given another sentence's transcript, quarantined;
+- ``caught_unseen`` / ``false_unseen``: physical pairs in the unseen family at real deletion sites (the site
+  vowel's segments cut, 2 ms fades; the sham cuts and puts the same samples back) scored against two espeak
+  teacher references: the share of cuts flagged at that site, and the number of shams flagged there;
+- real recordings: the share of tested words flagged, per head (a flag on a native reading is a false alarm
+  until a listener says otherwise).
+
+Last line: ``per_espeak=… per_unseen_family=… per_real=… quarantine_unseen=… quarantine_mismatch=…
+caught_unseen=… false_unseen=… flagged_real_deletion=… flagged_real_quality=… recognizer=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+from leakloss.audio import load_audio
+from leakloss.pairs.splice import delete_span, sham_span
+from leakloss.speech import festival, piper_voice
+from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
+from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text
+from leakloss.text.g2p import NepaliFrontend
+from leakloss.text.phones import coarse
+from leakloss.text.sites import SiteFinder
+
+REAL_DIR = Path(os.environ.get("LEAKLOSS_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "real-nepali-speech"
+TRAIN_FAMILY_VOICES = ("fest-kal", "flite-awb")
+
+
+def coarse_per(recognizer, waves, refs) -> float:
+    """Corpus phone error rate over coarse phones (edit distances summed / reference phones summed)."""
+    from torchaudio.functional import edit_distance
+
+    errors = total = 0
+    with torch.no_grad():
+        for wave, ref in zip(waves, refs):
+            hyp = [coarse(p) for p in recognizer.greedy(wave[None])[0]]
+            ref = [coarse(p) for p in ref]
+            errors += edit_distance(ref, hyp)
+            total += len(ref)
+    return errors / max(total, 1)
+
+
+def real_recordings(limit: int | None) -> list[dict]:
+    manifest = REAL_DIR / "manifest.jsonl"
+    if not manifest.is_file():
+        return []
+    rows = [json.loads(line) for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for row in rows[:limit]:
+        wave, _ = load_audio(REAL_DIR / row["audio"])
+        out.append(row | {"wave": wave})
+    return out
+
+
+def unseen_voices() -> list:
+    names = list(festival.UNSEEN_VOICES) + list(festival.UNSEEN_SPEAKER_TWINS)
+    return [v for v in (festival.get_voice(n) for n in names) if festival.voice_available(v)]
+
+
+def site_decision(result: dict, word_index: int, site_index: int) -> str | None:
+    for w in result.get("words", []):
+        if w["index"] == word_index and site_index < len(w["sites"]):
+            return w["sites"][site_index]["decision"]
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recognizers", nargs="+", default=["a", "b", "w"])
+    parser.add_argument("--limit", type=int, default=None, help="at most this many held-out sentences for PER")
+    parser.add_argument("--pair-sentences", type=int, default=16, help="held-out sentences for the physical pairs")
+    parser.add_argument("--real-limit", type=int, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    start = time.time()
+    _, held = split_sentences(builtin_sentences())
+    held = held[: args.limit] if args.limit else held
+    frontend = NepaliFrontend()
+    finder = SiteFinder()
+    words_of = {t: [list(w.nepali) for w in finder(t) if w.skipped is None] for t in held}
+    domains: dict[str, list[tuple[torch.Tensor, list[str], str]]] = {"espeak": [], "unseen": []}
+    for text in held:
+        ph = words_of[text]
+        r = speak_phones(ph, HELDOUT_TEACHER_VOICE)
+        domains["espeak"].append((r.waveform, r.phones, text))
+        r = speak_text(" ".join(split_text_words(text)), HELDOUT_HINDI_VOICE)
+        domains["espeak"].append((r.waveform, r.phones, text))
+    voices = unseen_voices()
+    unseen_readings = []  # (text, voice, reading) for the pairs
+    for v in voices:
+        for text in held:
+            try:
+                r = festival.speak_phones(words_of[text], v)
+            except festival.SynthesisError:
+                continue
+            domains["unseen"].append((r.waveform, r.phones, text))
+            unseen_readings.append((text, v, r))
+    for name in TRAIN_FAMILY_VOICES:
+        v = festival.get_voice(name)
+        if festival.voice_available(v):
+            domains[name] = []
+            for text in held:
+                try:
+                    r = festival.speak_phones(words_of[text], v)
+                except festival.SynthesisError:
+                    continue
+                domains[name].append((r.waveform, r.phones, text))
+    if piper_voice.piper_available():
+        domains["piper"] = []
+        for text in held[:20]:
+            r = piper_voice.speak_phones(words_of[text], noise_scale=0.0, noise_w=0.0)
+            domains["piper"].append((r.waveform, r.phones, text))
+    real = real_recordings(args.real_limit)
+    if real:
+        domains["real"] = [(row["wave"], [p for w in (frontend.pronounce(x).phones for x in split_text_words(row["text"]))
+                                           for p in w], row["text"]) for row in real]
+    print(f"{len(held)} held-out sentences; readings: " + ", ".join(f"{k} {len(v)}" for k, v in domains.items())
+          + f"; unseen voices {[v.name for v in voices]} ({time.time() - start:.0f}s)")
+
+    per: dict[str, dict[str, float]] = {}
+    for name in args.recognizers:
+        try:
+            model = Recognizer.load(name)
+        except RecognizerNotFoundError as err:
+            print(f"recognizer {name}: not available ({err})")
+            continue
+        per[name] = {d: coarse_per(model, [x[0] for x in items], [x[1] for x in items]) for d, items in domains.items()}
+        print(f"recognizer {model.name}: " + "  ".join(f"{d} {v:.1%}" for d, v in per[name].items()), flush=True)
+
+    from leakloss.scorer import Scorer
+
+    scorer = Scorer()
+    check_name = scorer.check_recognizer_name
+    print(f"scorer word check: recognizer {check_name}, limits {scorer.query_max_per:.2f} (query) "
+          f"{scorer.reference_max_per:.2f} (reference)")
+    # word check: correct transcripts, then each reading with the next sentence's transcript
+    passes, mismatch_passes = [], []
+    for i, (wave, _, text) in enumerate(domains["unseen"]):
+        other = held[(held.index(text) + 1) % len(held)]
+        ok, _ = scorer.check_transcript(wave, text, query=True)
+        passes.append(ok)
+        ok, _ = scorer.check_transcript(wave, other, query=True)
+        mismatch_passes.append(ok)
+    quarantine_unseen = 1 - sum(passes) / max(len(passes), 1)
+    quarantine_mismatch = 1 - sum(mismatch_passes) / max(len(mismatch_passes), 1)
+    print(f"word check on the unseen family: {quarantine_unseen:.1%} of {len(passes)} correct readings quarantined, "
+          f"{quarantine_mismatch:.1%} of {len(mismatch_passes)} mismatched ones ({time.time() - start:.0f}s)", flush=True)
+
+    # physical deletion pairs in the unseen family
+    rng = random.Random(0)
+    refs_of: dict[str, list[torch.Tensor]] = {}
+    caught = shams = false_flags = cuts = 0
+    unscored = 0
+    pair_texts = set(held[: args.pair_sentences])
+    for text, voice, reading in unseen_readings:
+        if text not in pair_texts:
+            continue
+        spoken = [w for w in finder(text) if w.skipped is None]
+        spoken_phones = words_of[text]
+        spans = festival.nepali_phone_spans(reading, voice, spoken_phones)
+        sites = [(k, w, j, s) for k, w in enumerate(spoken) for j, s in enumerate(w.testable_sites)
+                 if s.kind == "deletion" and k < len(spans) and spans[k][s.position] is not None]
+        rng.shuffle(sites)
+        if text not in refs_of:
+            refs_of[text] = [speak_phones(spoken_phones, v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
+        for k, w, j, site in sites[:2]:
+            a, b = spans[k][site.position]
+            for altered, is_cut in ((delete_span(reading.waveform, a, b), True), (sham_span(reading.waveform, a, b), False)):
+                result = scorer.score(altered, text, refs_of[text], query_name=f"{voice.name}-{'cut' if is_cut else 'sham'}")
+                decision = site_decision(result, w.index, j)
+                if is_cut:
+                    cuts += 1
+                    caught += decision == "flagged"
+                else:
+                    shams += 1
+                    false_flags += decision == "flagged"
+                unscored += decision in (None, "unscored")
+    caught_unseen = caught / max(cuts, 1)
+    print(f"physical deletions in the unseen family: {caught} of {cuts} caught ({caught_unseen:.1%}), "
+          f"{false_flags} of {shams} shams flagged, {unscored} unscored or quarantined ({time.time() - start:.0f}s)",
+          flush=True)
+
+    flagged_real = {"deletion": [0, 0], "quality": [0, 0]}
+    real_status: dict[str, int] = {}
+    for row in real:
+        spoken = [w for w in finder(row["text"]) if w.skipped is None]
+        refs = [speak_phones([list(w.nepali) for w in spoken], v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
+        result = scorer.score(row["wave"], row["text"], refs, query_name=row["id"])
+        real_status[result["status"]] = real_status.get(result["status"], 0) + 1
+        for w in result["words"]:
+            for s in w["sites"]:
+                if s["decision"] in ("flagged", "uncertain", "no_change"):
+                    flagged_real[s["kind"]][1] += 1
+                    flagged_real[s["kind"]][0] += s["decision"] == "flagged"
+    share = {k: (v[0] / v[1] if v[1] else float("nan")) for k, v in flagged_real.items()}
+    print(f"real recordings: statuses {real_status}; tested sites flagged: " +
+          ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in flagged_real.items()) + f" ({time.time() - start:.0f}s)")
+    best = per.get(check_name.split("@")[0], {})
+    print(f"per_espeak={best.get('espeak', float('nan')):.4f} per_unseen_family={best.get('unseen', float('nan')):.4f} "
+          f"per_real={best.get('real', float('nan')):.4f} quarantine_unseen={quarantine_unseen:.4f} "
+          f"quarantine_mismatch={quarantine_mismatch:.4f} caught_unseen={caught_unseen:.4f} false_unseen={false_flags} "
+          f"flagged_real_deletion={share['deletion']:.4f} flagged_real_quality={share['quality']:.4f} "
+          f"recognizer={check_name.split('@')[0]}")
+
+
+if __name__ == "__main__":
+    main()

