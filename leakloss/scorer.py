@@ -41,11 +41,11 @@ from leakloss.text.phones import canonical
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 
 #: Word check by phone error rate of the check recognizer against the expected Nepali phones. A Hindi-style
-#: reading differs in a few vowels (still passes); another sentence fails. Limits per recognizer
-#: (query, reference), calibrated on held-out sentences of the training voices (``benchmarks/domains.py``).
+#: reading differs in a few vowels (still passes); another sentence fails. These are recognizer A's limits; a
+#: recognizer whose card carries calibrated ones (``word_check`` in card.json, written by
+#: ``python -m train_recognizers.calibrate``) brings its own.
 QUERY_MAX_PER = 0.45
 REFERENCE_MAX_PER = 0.30
-WORD_CHECK_LIMITS: dict[str, tuple[float, float]] = {"a": (QUERY_MAX_PER, REFERENCE_MAX_PER)}
 DEFAULT_CHECK_RECOGNIZER = "a"
 QUERY_SITE_UNMEASURED = "query site could not be measured"
 
@@ -151,15 +151,20 @@ class Scorer:
         from leakloss.acoustic.recognizer import Recognizer
         from leakloss.text.sites import SiteFinder
 
-        self.recognizers = {"a": Recognizer.load(recognizer_a, device=device),
-                            "b": Recognizer.load(recognizer_b, device=device)}
-        # the word check's recognizer: by default the one that hears most beyond espeak (see WORD_CHECK_LIMITS)
-        check = check_recognizer or (DEFAULT_CHECK_RECOGNIZER if recognizer_a == "a" else recognizer_a)
-        base = check.split("@", 1)[0]
-        self.check_recognizer = (self.recognizers["a"] if check == recognizer_a
-                                 else Recognizer.load(check, device=device))
+        loaded: dict[str, object] = {}  # one instance per name: a = b = w loads the Whisper encoder once
+
+        def load(name: str):
+            if name not in loaded:
+                loaded[name] = Recognizer.load(name, device=device)
+            return loaded[name]
+
+        self.recognizers = {"a": load(recognizer_a), "b": load(recognizer_b)}
+        # the word check's recognizer: recognizer A's role unless another is named
+        self.check_recognizer = load(check_recognizer or (DEFAULT_CHECK_RECOGNIZER if recognizer_a == "a"
+                                                          else recognizer_a))
         self.check_recognizer_name = self.check_recognizer.name
-        self.query_max_per, self.reference_max_per = WORD_CHECK_LIMITS.get(base, (QUERY_MAX_PER, REFERENCE_MAX_PER))
+        limits = getattr(self.check_recognizer, "word_check_limits", None)
+        self.query_max_per, self.reference_max_per = limits or (QUERY_MAX_PER, REFERENCE_MAX_PER)
         heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
         self.heads, self.cards = {}, {}
         from leakloss.heads import check_recognizer

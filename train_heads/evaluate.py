@@ -39,12 +39,31 @@ def mlp_heldout_rows(head: MLPHead, head_name: str, own: FeatureTable, table_a: 
     decisions = batch_decisions(scores, a.x[ia], b.x[ib], flag=flag, no_change=no_change)
     rows = []
     for pair_kind in ("physical", "natural", "model"):
-        sel = [k for k, i in enumerate(ia) if a.meta[i]["pair_kind"] == pair_kind]
+        sel = [k for k, i in enumerate(ia) if a.meta[i]["pair_kind"] == pair_kind
+               and voice_family(a.meta[i].get("voice", "")) == "espeak"]
         q = [k for k in sel if a.meta[ia[k]]["role"] == "query"]
         c = [k for k in sel if a.meta[ia[k]]["role"] == "control"]
         rows.append({"head": head_name, "pair_kind": pair_kind, "caught": sum(decisions[k] == "flagged" for k in q),
                      "total": len(q), "false_flags": sum(decisions[k] == "flagged" for k in c), "shams": len(c)})
+    families = sorted({voice_family(a.meta[i].get("voice", "")) for i in ia} - {"espeak"})
+    for family in families:  # one block per recorded-voice family (physical pairs only are built on them)
+        sel = [k for k, i in enumerate(ia) if voice_family(a.meta[i].get("voice", "")) == family]
+        q = [k for k in sel if a.meta[ia[k]]["role"] == "query"]
+        c = [k for k in sel if a.meta[ia[k]]["role"] == "control"]
+        rows.append({"head": head_name, "pair_kind": f"physical ({family})", "caught": sum(decisions[k] == "flagged" for k in q),
+                     "total": len(q), "false_flags": sum(decisions[k] == "flagged" for k in c), "shams": len(c)})
     return rows
+
+
+def voice_family(voice: str) -> str:
+    """``espeak`` for the espeak voices, else the Festival/flite family (the unseen one is marked)."""
+    from leakloss.speech import festival
+
+    v = festival.VOICES_BY_NAME.get(voice)
+    if v is None:
+        return "espeak"
+    return v.family + (" — unseen" if v.family == festival.UNSEEN_FAMILY or voice in festival.UNSEEN_SPEAKER_TWINS
+                       else "")
 
 
 @torch.no_grad()

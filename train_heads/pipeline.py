@@ -23,12 +23,17 @@ def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
         return Path(cfg.data.manifest)
     from leakloss.pairs.build import build_embedded_pairs, ctc_confirmer, filter_natural_pairs
 
+    recorded = list(cfg.data.get("recorded_voices") or [])
+    heldout_recorded = list(cfg.data.get("heldout_recorded_voices") or [])
     key = f"pairs-v1-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
+    if recorded or heldout_recorded:  # espeak-only keys unchanged, so their caches stay valid
+        key += f"-rec-{'-'.join(recorded)}-held-{'-'.join(heldout_recorded)}"
     out = Path(cfg.cache_dir) / "pairs" / hashlib.sha256(key.encode()).hexdigest()[:16]
     manifest = out / "pairs.jsonl"
     if not manifest.exists():
         manifest, stats = build_embedded_pairs(out, max_sentences=cfg.data.max_sentences, seed=cfg.seed,
-                                               progress=cfg.progress, heldout_words=list(cfg.data.heldout_words))
+                                               progress=cfg.progress, heldout_words=list(cfg.data.heldout_words),
+                                               recorded_voices=recorded, heldout_recorded_voices=heldout_recorded)
         print("pairs:", stats.as_dict())
     confirmed = out / f"pairs.confirmed-{recognizers['b'].name.replace('/', '_')}.jsonl"
     if not confirmed.exists():

@@ -95,6 +95,8 @@ class WhisperRecognizer(nn.Module):
         self.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
         self.max_samples = N_SAMPLES
         self._encoder_sha: str | None = None
+        #: (query, reference) phone-error limits of the word check, calibrated for this recognizer (card.json)
+        self.word_check_limits: tuple[float, float] | None = None
 
     def train(self, mode: bool = True) -> "WhisperRecognizer":  # frozen: always eval
         return super().train(False)
@@ -182,7 +184,17 @@ class WhisperRecognizer(nn.Module):
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
         model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
         model._encoder_sha = digest
+        model.word_check_limits = _word_check_limits(folder)
         return model.to(device)
+
+
+def _word_check_limits(folder: Path) -> tuple[float, float] | None:
+    """``card.json``'s calibrated ``word_check`` limits, if it has them."""
+    try:
+        wc = json.loads((folder / "card.json").read_text(encoding="utf-8")).get("word_check") or {}
+        return float(wc["query_max_per"]), float(wc["reference_max_per"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:

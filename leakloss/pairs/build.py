@@ -181,6 +181,63 @@ class PairBuilder:
                 else:
                     self.stats.model_unqualified += 1
 
+    def add_recorded_sentence(self, sentence_id: str, text: str, words: list[WordSites], voice, ref_voice: Voice,
+                              split: str, max_sites: int = 3) -> int:
+        """Physical pairs in a Festival/flite voice (:mod:`leakloss.speech.festival`): the voice says the Nepali
+        phones through its phone input; the site vowel's own segments (the synthesizer's times) are cut out
+        (deletion) or replaced by the same voice's Hindi vowel from the word said with it (quality); the sham
+        cuts and puts the samples back. Reference: the espeak teacher ``ref_voice``. Returns pairs added."""
+        from leakloss.speech import festival
+
+        spoken = [w for w in words if w.skipped is None]
+        phones = [list(w.nepali) for w in spoken]
+        sites = [(k, w, s) for k, w in enumerate(spoken) for s in w.testable_sites]
+        if not sites:
+            return 0
+        try:
+            reading = festival.speak_phones(phones, voice)
+        except (festival.SynthesisError, KeyError):
+            self.stats.skipped_timing += len(sites)
+            return 0
+        spans = festival.nepali_phone_spans(reading, voice, phones)
+        self.rng.shuffle(sites)
+        r_rel = self._save(f"{sentence_id}-ref-{ref_voice.name}", speak_phones(phones, ref_voice).waveform)
+        added = 0
+        for k, w, site in sites[:max_sites]:
+            self.stats.sites += 1
+            span = spans[k][site.position]
+            if span is None:
+                self.stats.skipped_timing += 1
+                continue
+            start, end = span
+            if site.kind == "deletion":
+                altered = delete_span(reading.waveform, start, end)
+            else:
+                edited = edit_word(phones, k, site)
+                try:
+                    donor = festival.speak_phones(edited, voice)
+                except (festival.SynthesisError, KeyError):
+                    self.stats.skipped_timing += 1
+                    continue
+                donor_span = festival.nepali_phone_spans(donor, voice, edited)[k][site.position]
+                if donor_span is None:
+                    self.stats.skipped_timing += 1
+                    continue
+                ds, de = donor_span
+                altered = replace_span(reading.waveform, start, end,
+                                       donor.waveform[int(ds * SAMPLE_RATE): int(de * SAMPLE_RATE)])
+            tag = f"{sentence_id}-w{w.index}-p{site.position}-{voice.name}"
+            site_split = "heldout" if w.word in self.heldout_words else split
+            self.records.append(PairRecord(
+                id=f"{tag}-physical", pair_kind="physical", kind=site.kind, contrast=site.contrast, text=text,
+                sentence_id=sentence_id, word_index=w.index, word=w.word, site_position=site.position,
+                nepali=site.nepali, hindi=site.hindi, query=self._save(f"{tag}-phys-alt", altered),
+                control=self._save(f"{tag}-phys-sham", sham_span(reading.waveform, start, end)), reference=r_rel,
+                voice=voice.name, split=site_split))
+            self.stats.physical += 1
+            added += 1
+        return added
+
     def write(self, name: str = "pairs.jsonl") -> Path:
         path = self.out_dir / name
         write_manifest(path, self.records)
@@ -241,12 +298,17 @@ def filter_natural_pairs(manifest: str | Path, confirm, out_name: str = "pairs.c
 
 def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None = None, confirm=None,
                          max_sentences: int | None = None, seed: int = 0, progress: bool = True,
-                         heldout_words: Sequence[str] = DEFAULT_HELDOUT_WORDS) -> tuple[Path, BuildStats]:
+                         heldout_words: Sequence[str] = DEFAULT_HELDOUT_WORDS,
+                         recorded_voices: Sequence[str] = (), heldout_recorded_voices: Sequence[str] = ()
+                         ) -> tuple[Path, BuildStats]:
     """The embedded default: pairs from the built-in sentences with espeak voices.
 
     Sentences held out of recognizer training (the fixed 10% split) and read by the held-out voices
     give the ``heldout`` split; 10% of the rest give ``dev``; words in ``heldout_words`` are
-    ``heldout`` wherever they occur.
+    ``heldout`` wherever they occur. With ``recorded_voices`` (Festival/flite names), each training and dev
+    sentence also gets physical pairs in one of them (drawn with the seed); each held-out sentence gets them in
+    every voice of ``heldout_recorded_voices`` (e.g. the unseen family), so the held-out table has a block per
+    voice family.
     """
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import (
@@ -272,5 +334,19 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
             voice, ref_voice = rng.sample(list(TRAIN_TEACHER_VOICES), 2)
             hindi_voice = rng.choice(list(TRAIN_HINDI_VOICES))
         sid = f"s{all_sentences.index(text):04d}"
-        builder.add_sentence(sid, text, finder(text), voice, ref_voice, hindi_voice, split)
+        words = finder(text)
+        builder.add_sentence(sid, text, words, voice, ref_voice, hindi_voice, split)
+        recorded = list(heldout_recorded_voices) if split == "heldout" else (
+            [rng.choice(list(recorded_voices))] if recorded_voices else [])
+        for name in recorded:
+            builder.add_recorded_sentence(sid, text, words, _recorded_voice(name), ref_voice, split)
     return builder.write(), builder.stats
+
+
+def _recorded_voice(name: str):
+    from leakloss.speech import festival
+
+    voice = festival.get_voice(name)
+    if not festival.voice_available(voice):
+        raise festival.SynthesizerUnavailableError(f"voice {name} ({voice.debian_package}) is not installed")
+    return voice

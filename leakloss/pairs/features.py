@@ -125,7 +125,7 @@ def _load(path: Path) -> torch.Tensor:
 
 def _meta(r: PairRecord, role: str) -> dict:
     return {"pair_id": r.id, "pair_kind": r.pair_kind, "kind": r.kind, "contrast": r.contrast, "split": r.split,
-            "word": r.word, "role": role, "sentence_id": r.sentence_id}
+            "word": r.word, "role": role, "sentence_id": r.sentence_id, "voice": r.voice}
 
 
 def site_feature_table(manifest: str | Path, recognizer, *, cache_dir: str | Path | None = None,

@@ -1,0 +1,104 @@
+"""Calibrate a recognizer's word-check limits and write them into its card:
+``python -m train_recognizers.calibrate w`` (a folder or an embedded name).
+
+Calibration readings are the held-out sentences (never trained on) read by voices of the *training* families
+(the espeak held-out teacher and Hindi voices, Festival diphone and flite clustergen training voices, Piper);
+the unseen family is never used here, so ``benchmarks/domains.py`` measures the limits on it honestly.
+
+- query limit: just under the 2nd percentile of the phone error rate of the *mismatched* readings (each reading
+  against the next sentence's transcript), so that at least 98% of readings of another text stay quarantined;
+- reference limit: the 99th percentile of the espeak teacher's correct readings plus 0.05, at most the query limit
+  (references are trusted teacher readings: the stricter limit catches a broken one).
+
+Phone error rates as the scorer computes them (:func:`leakloss.scorer.phone_error_rate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from leakloss.acoustic.recognizer import Recognizer, resolve_recognizer_path
+from leakloss.atomic import write_text_atomic
+from leakloss.scorer import phone_error_rate
+from leakloss.speech import festival, piper_voice
+from leakloss.speech.corpus import builtin_sentences, split_sentences
+from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_phones, speak_text
+from leakloss.text.sites import SiteFinder
+
+CALIBRATION_VOICES = ("fest-kal", "fest-it-pc", "fest-cs-krb", "flite-awb", "flite-rms")
+
+
+def readings(held: list[str]) -> dict[str, list[tuple[torch.Tensor, str]]]:
+    finder = SiteFinder()
+    words = {t: [list(w.nepali) for w in finder(t) if w.skipped is None] for t in held}
+    out: dict[str, list] = {"espeak-teacher": [], "espeak-hindi": []}
+    for t in held:
+        out["espeak-teacher"].append((speak_phones(words[t], HELDOUT_TEACHER_VOICE).waveform, t))
+        out["espeak-hindi"].append((speak_text(" ".join(w.word for w in finder(t) if w.skipped is None),
+                                               HELDOUT_HINDI_VOICE).waveform, t))
+    for name in CALIBRATION_VOICES:
+        voice = festival.get_voice(name)
+        if not festival.voice_available(voice):
+            continue
+        out[name] = []
+        for t in held:
+            try:
+                out[name].append((festival.speak_phones(words[t], voice).waveform, t))
+            except festival.SynthesisError:
+                continue
+    if piper_voice.piper_available():
+        out["piper"] = [(piper_voice.speak_phones(words[t], noise_scale=0.0, noise_w=0.0).waveform, t) for t in held]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("recognizer")
+    parser.add_argument("--dry-run", action="store_true", help="print the limits, do not write the card")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    model = Recognizer.load(args.recognizer)
+    _, held = split_sentences(builtin_sentences())
+    finder = SiteFinder()
+    expected = {t: [p for w in finder(t) if w.skipped is None for p in w.nepali] for t in held}
+    correct: dict[str, list[float]] = {}
+    mismatched: list[float] = []
+    with torch.no_grad():
+        for group, items in readings(held).items():
+            correct[group] = []
+            for wave, text in items:
+                hyp = model.greedy(wave[None])[0]
+                other = held[(held.index(text) + 1) % len(held)]
+                correct[group].append(phone_error_rate(expected[text], hyp))
+                mismatched.append(phone_error_rate(expected[other], hyp))
+    query = float(np.floor(np.percentile(mismatched, 2) * 100) / 100) - 0.01
+    reference = float(min(query, np.ceil((np.percentile(correct["espeak-teacher"], 99) + 0.05) * 100) / 100))
+    summary = {group: {"median": round(float(np.median(v)), 3), "p95": round(float(np.percentile(v, 95)), 3),
+                       "pass": round(float(np.mean(np.array(v) <= query)), 3), "n": len(v)}
+               for group, v in correct.items()}
+    summary["mismatched"] = {"median": round(float(np.median(mismatched)), 3), "p2": round(float(np.percentile(mismatched, 2)), 3),
+                             "quarantined": round(float(np.mean(np.array(mismatched) > query)), 3), "n": len(mismatched)}
+    for group, s in summary.items():
+        print(f"{group:16s} {s}")
+    print(f"limits: query {query:.2f}, reference {reference:.2f}")
+    if args.dry_run:
+        return
+    folder = resolve_recognizer_path(args.recognizer)
+    if not isinstance(folder, Path):
+        raise SystemExit(f"error: {args.recognizer} is not a local recognizer folder; nothing written")
+    card_path = folder / "card.json"
+    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.exists() else {}
+    card["word_check"] = {"query_max_per": round(query, 2), "reference_max_per": round(reference, 2),
+                          "calibration": summary, "calibration_voices": ["espeak held-out"] + list(CALIBRATION_VOICES)
+                          + ["piper"], "sentences": "built-in held-out split (seed 0)"}
+    write_text_atomic(card_path, json.dumps(card, ensure_ascii=False, indent=1))
+    print(f"wrote {card_path}")
+
+
+if __name__ == "__main__":
+    main()
