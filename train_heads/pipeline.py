@@ -17,11 +17,9 @@ from train_heads.evaluate import heldout_markdown, write_heldout
 from train_heads.recipes import Context
 
 
-def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
-    """The embedded pairs (synthesis cached), natural pairs confirmed by recognizer B."""
-    if cfg.data.manifest is not None:
-        return Path(cfg.data.manifest)
-    from leakloss.pairs.build import build_embedded_pairs, ctc_confirmer, filter_natural_pairs
+def embedded_manifest(cfg: DictConfig) -> Path:
+    """The embedded pairs' manifest (synthesis cached under ``cache_dir/pairs``), before any confirmation."""
+    from leakloss.pairs.build import build_embedded_pairs
 
     recorded = list(cfg.data.get("recorded_voices") or [])
     heldout_recorded = list(cfg.data.get("heldout_recorded_voices") or [])
@@ -35,7 +33,17 @@ def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
                                                progress=cfg.progress, heldout_words=list(cfg.data.heldout_words),
                                                recorded_voices=recorded, heldout_recorded_voices=heldout_recorded)
         print("pairs:", stats.as_dict())
-    confirmed = out / f"pairs.confirmed-{recognizers['b'].name.replace('/', '_')}.jsonl"
+    return manifest
+
+
+def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
+    """The embedded pairs (synthesis cached), natural pairs confirmed by recognizer B."""
+    if cfg.data.manifest is not None:
+        return Path(cfg.data.manifest)
+    from leakloss.pairs.build import ctc_confirmer, filter_natural_pairs
+
+    manifest = embedded_manifest(cfg)
+    confirmed = manifest.parent / f"pairs.confirmed-{recognizers['b'].name.replace('/', '_')}.jsonl"
     if not confirmed.exists():
         confirmed, rejected = filter_natural_pairs(manifest, ctc_confirmer(recognizers["b"]), confirmed.name)
         print(f"natural pairs not confirmed by recognizer B: {rejected}")

@@ -63,6 +63,31 @@ def build_states(cfg, corpora, frames, digest: str) -> list[tuple[str, str, list
     return [(item.id, group, item.phones, path) for _, item, group, _, path in jobs]
 
 
+def build_real_states(cfg, frames, digest: str) -> list[tuple[str, str, list[str], Path]]:
+    """States of the real recordings' *train* speakers (:mod:`leakloss.speech.real`), clean and augmented;
+    labels are the frontend's phones of the transcript. [] when ``real_augmentations`` < 0 or no data."""
+    from leakloss.speech.real import real_clips
+    from leakloss.text.sites import SiteFinder
+
+    if cfg.real_augmentations < 0:
+        return []
+    clips = real_clips(cfg.real_dir, split="train")
+    finder = SiteFinder()
+    root = Path(cfg.cache_dir).expanduser() / "whisper-states" / digest / "real"
+    out = []
+    for clip in tqdm(clips, desc="real-speech states"):
+        phones = [p for w in finder(clip.text) if w.skipped is None for p in w.nepali]
+        wave = clip.load()
+        for k in range(cfg.real_augmentations + 1):
+            path = root / f"{clip.id}.v{k}.npy"
+            if not path.exists():
+                w = wave if k == 0 else augment_chain(wave, torch.Generator().manual_seed(augmentation_seed(clip.id, k)))[0]
+                cache_states(frames, w.float().clamp(-1, 1), path)
+            out.append((clip.id, "real", phones, path))
+    print(f"real speech: {len(clips)} train-speaker clips, {len(out)} states")
+    return out
+
+
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_whisper_recognizer")
 def main(cfg: DictConfig) -> None:
     import numpy as np
@@ -82,7 +107,7 @@ def main(cfg: DictConfig) -> None:
     frames = WhisperFrames.load()
     digest = encoder_digest()
     vocab = json.loads((EMBEDDED_DIR / "a" / "vocab.json").read_text(encoding="utf-8"))  # one phone inventory
-    entries = build_states(cfg, corpora, frames, digest)
+    entries = build_states(cfg, corpora, frames, digest) + build_real_states(cfg, frames, digest)
     unk = 0
     items = []
     for _, group, phones, path in entries:
@@ -150,8 +175,14 @@ def main(cfg: DictConfig) -> None:
         "train_sentences": len(train), "heldout_sentences": len(held),
         "label_set": "canonical (leakloss.text.phones.canonical), recognizer a's vocabulary",
         "final_loss": round(float(np.mean(losses[-100:])), 4) if losses else None,
-        "real_speech_in_training": False,
     }
+    real_clips_used = sorted({e[0] for e in entries if e[1] == "real"})
+    card["real_speech_in_training"] = bool(real_clips_used)
+    if real_clips_used:
+        from leakloss.speech.real import ATTRIBUTION
+
+        card["real_speech"] = {"clips": real_clips_used, "split": "train speakers of leakloss.speech.real.speaker_split",
+                               "augmentations": cfg.real_augmentations, "attribution": ATTRIBUTION}
     out = save_whisper_recognizer(head, vocab, cfg.out_dir, card, encoder_sha=digest)
     print(json.dumps(card, ensure_ascii=False))
     print(f"saved {out} after {(time.time() - start) / 60:.1f} min")
