@@ -9,7 +9,8 @@ Domains (held-out sentences: the fixed 10% split of the built-in sentences):
 - ``train-family``: one Festival diphone and one flite clustergen voice of the training families, and Piper,
   on the held-out sentences (seen voices, unseen text);
 - ``real``: the native-speaker recordings of ``../shared/data/real-nepali-speech`` (skipped when absent),
-  against the frontend's phones of the transcript.
+  against the frontend's phones of the transcript: the *test* speakers of :func:`leakloss.speech.real.speaker_split`
+  (a recognizer may train on the others); ``real-all`` (every clip) is printed beside it, not in the last line.
 
 Phone error rates compare coarse phones (:func:`leakloss.text.phones.coarse`: length, nasalisation and stress
 dropped, flap = trill, one schwa). Then, with the scorer as shipped (its default word-check recognizer):
@@ -29,25 +30,26 @@ caught_unseen=… false_unseen=… flagged_real_deletion=… flagged_real_qualit
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import time
-from pathlib import Path
 
 import torch
 
 from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
-from leakloss.audio import load_audio
 from leakloss.pairs.splice import delete_span, sham_span
 from leakloss.speech import festival, piper_voice
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
-from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text
-from leakloss.text.g2p import NepaliFrontend
+from leakloss.speech.real import real_clips
+from leakloss.speech.synth import (
+    HELDOUT_HINDI_VOICE,
+    HELDOUT_TEACHER_VOICE,
+    TRAIN_TEACHER_VOICES,
+    speak_phones,
+    speak_text,
+)
 from leakloss.text.phones import coarse
 from leakloss.text.sites import SiteFinder
 
-REAL_DIR = Path(os.environ.get("LEAKLOSS_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "real-nepali-speech"
 TRAIN_FAMILY_VOICES = ("fest-kal", "flite-awb")
 
 
@@ -65,16 +67,10 @@ def coarse_per(recognizer, waves, refs) -> float:
     return errors / max(total, 1)
 
 
-def real_recordings(limit: int | None) -> list[dict]:
-    manifest = REAL_DIR / "manifest.jsonl"
-    if not manifest.is_file():
-        return []
-    rows = [json.loads(line) for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
-    out = []
-    for row in rows[:limit]:
-        wave, _ = load_audio(REAL_DIR / row["audio"])
-        out.append(row | {"wave": wave})
-    return out
+def real_recordings(limit: int | None, split: str | None) -> list[dict]:
+    """The native-speaker clips of one split of :func:`leakloss.speech.real.speaker_split` (None: all)."""
+    return [{"id": c.id, "text": c.text, "wave": c.load(), "split": c.split}
+            for c in real_clips(split=split)[:limit]]
 
 
 def unseen_voices() -> list:
@@ -100,7 +96,6 @@ def main() -> None:
     start = time.time()
     _, held = split_sentences(builtin_sentences())
     held = held[: args.limit] if args.limit else held
-    frontend = NepaliFrontend()
     finder = SiteFinder()
     words_of = {t: [list(w.nepali) for w in finder(t) if w.skipped is None] for t in held}
     domains: dict[str, list[tuple[torch.Tensor, list[str], str]]] = {"espeak": [], "unseen": []}
@@ -135,10 +130,12 @@ def main() -> None:
         for text in held[:20]:
             r = piper_voice.speak_phones(words_of[text], noise_scale=0.0, noise_w=0.0)
             domains["piper"].append((r.waveform, r.phones, text))
-    real = real_recordings(args.real_limit)
-    if real:
-        domains["real"] = [(row["wave"], [p for w in (frontend.pronounce(x).phones for x in split_text_words(row["text"]))
-                                           for p in w], row["text"]) for row in real]
+    every_real = real_recordings(args.real_limit, None)
+    real = [row for row in every_real if row["split"] == "test"]
+    for name, rows in (("real", real), ("real-all", every_real)):
+        if rows:
+            domains[name] = [(row["wave"], [p for w in finder(row["text"]) if w.skipped is None for p in w.nepali],
+                              row["text"]) for row in rows]
     print(f"{len(held)} held-out sentences; readings: " + ", ".join(f"{k} {len(v)}" for k, v in domains.items())
           + f"; unseen voices {[v.name for v in voices]} ({time.time() - start:.0f}s)")
 

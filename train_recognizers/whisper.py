@@ -25,8 +25,17 @@ from leakloss.acoustic.recognizer_training import UNK
 from leakloss.acoustic.whisper_encoder import WhisperFrames
 from leakloss.acoustic.whisper_recognizer import encoder_digest, save_whisper_recognizer
 from leakloss.acoustic.whisper_training import (
-    StatesDataset, StatesItem, augmentation_seed, batches_by_length, cache_states, collate_states, cosine_lr,
-    ctc_step, labels_for, load_checkpoint, save_checkpoint,
+    StatesDataset,
+    StatesItem,
+    augmentation_seed,
+    batches_by_length,
+    cache_states,
+    collate_states,
+    cosine_lr,
+    ctc_step,
+    labels_for,
+    load_checkpoint,
+    save_checkpoint,
 )
 from leakloss.config import config_dir
 from leakloss.speech import festival

