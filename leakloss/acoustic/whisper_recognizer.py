@@ -214,8 +214,9 @@ def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None 
 
 
 def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_dir: str | Path, card: dict,
-                            encoder_sha: str | None = None) -> Path:
-    """``head.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json``, written atomically."""
+                            encoder_sha: str | None = None, readme: str | None = None) -> Path:
+    """``head.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json`` (+ ``README.md``, the card in
+    words), written atomically."""
     from safetensors.torch import save_file
 
     from leakloss.atomic import atomic_directory
@@ -229,6 +230,8 @@ def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_d
         (tmp / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
         (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1), encoding="utf-8")
+        if readme is not None:
+            (tmp / "README.md").write_text(readme, encoding="utf-8")
     return Path(out_dir)
 
 
