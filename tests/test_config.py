@@ -64,3 +64,21 @@ def test_compose_reports_a_bad_override():
 
     with pytest.raises(ConfigCompositionException):
         compose_config("train_heads", ["trainer=nope"])
+
+
+@pytest.mark.parametrize("entry", ENTRY_CONFIGS)
+def test_every_entry_config_composes_and_resolves(entry):
+    cfg = compose_config(entry)
+    resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves (??? is filled at run time)
+    assert isinstance(resolved, dict) and resolved
+
+
+def test_whisper_recognizer_config_builds_its_head():
+    from leakloss.acoustic.recognizer import EMBEDDED
+    from leakloss.acoustic.whisper_recognizer import WhisperPhoneHead
+
+    cfg = compose_config("train_whisper_recognizer", ["head.hidden=16", "head.lstm_layers=1"])
+    head = instantiate(cfg.head, n_states=5, dim=384, vocab_size=60)
+    assert isinstance(head, WhisperPhoneHead) and head.config["hidden"] == 16 and head.config["dropout"] == 0.15
+    assert cfg.name in EMBEDDED and Path(cfg.out_dir).parts[-3:] == ("assets", "recognizers", cfg.name)
+    assert cfg.max_minutes > 0 and cfg.warmup_steps < cfg.max_steps

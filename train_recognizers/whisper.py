@@ -135,8 +135,10 @@ def main(cfg: DictConfig) -> None:
     train, held = training_sentences(cfg)
     cache = Path(cfg.cache_dir).expanduser() / "corpus"
     voices = [festival.get_voice(n) for n in festival.TRAINING_VOICES if festival.voice_available(festival.get_voice(n))]
+    if not cfg.recorded_readings:  # no recorded-voice readings: the card and the log must not name any voice
+        voices = []
     corpora = [build_corpus(train, cache, roles=list(cfg.roles), seed=0)]
-    if cfg.recorded_readings and voices:
+    if voices:
         corpora.append(build_corpus(train, cache, roles=["recorded"], recorded_voices=voices,
                                     readings_per_sentence=cfg.recorded_readings, seed=0))
     n_readings = sum(len(c) for c in corpora)

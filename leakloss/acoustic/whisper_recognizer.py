@@ -174,7 +174,11 @@ class WhisperRecognizer(nn.Module):
         if config.get("encoder_sha256") and config["encoder_sha256"] != digest:
             raise RecognizerLoadError(f"{folder}: the head was trained on encoder {config['encoder_sha256']}, "
                                       f"the installed one is {digest}")
-        head = WhisperPhoneHead(**head_cfg)
+        try:  # a config.json edited by hand: wrong keys or types must be a load error, not a TypeError
+            head = WhisperPhoneHead(**head_cfg)
+        except (TypeError, ValueError) as err:
+            raise RecognizerLoadError(f"{folder / 'config.json'}: head {head_cfg!r} is not a WhisperPhoneHead "
+                                      f"config ({err})") from err
         try:
             head.load_state_dict(state)
         except RuntimeError as err:
@@ -182,7 +186,10 @@ class WhisperRecognizer(nn.Module):
         if max(vocab.values()) >= head_cfg["vocab_size"]:
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: ids beyond the head's {head_cfg['vocab_size']} outputs")
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
-        model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+        try:
+            model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+        except ValueError as err:  # e.g. no blank token in the vocabulary
+            raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         model._encoder_sha = digest
         model.word_check_limits = _word_check_limits(folder)
         return model.to(device)

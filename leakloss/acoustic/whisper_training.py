@@ -51,8 +51,12 @@ def cache_states(frames, wave: Tensor, path: Path) -> int:
     arr = states[0, :, : int(n[0])].to(torch.float16).numpy()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    try:
+        np.save(tmp, arr)
+        os.replace(tmp, path)
+    except BaseException:  # a failed write (disk full, interrupt) leaves no half-written temporary behind
+        tmp.unlink(missing_ok=True)
+        raise
     return arr.shape[1]
 
 
@@ -155,7 +159,7 @@ def load_checkpoint(folder: Path, head, optimizer) -> dict | None:
     tensors = load_file(str(folder / "checkpoint.safetensors"))
     head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
     opt = optimizer.state_dict()
-    for pid in range(len(opt["param_groups"][0]["params"])):
+    for pid in (pid for group in opt["param_groups"] for pid in group["params"]):  # every group's moments
         keys = [k for k in tensors if k.startswith(f"opt.{pid}.")]
         if keys:
             opt["state"][pid] = {k.split(".", 2)[2]: tensors[k] for k in keys}

