@@ -54,7 +54,8 @@ def resolve_recognizer_path(name: str) -> Path | str:
         if not ((path / "model.safetensors").exists() or (path / "head.safetensors").exists()):
             raise RecognizerNotFoundError(
                 f"embedded recognizer {key!r} is not built: expected {path}/model.safetensors. "
-                "Train it with `python -m train_recognizers recognizer=" + key + "`."
+                + ("Train it with `python -m train_recognizers.whisper`." if key == "w" else
+                   "Train it with `python -m train_recognizers recognizer_arch=" + key + "`.")
             )
         return path
     path = Path(name).expanduser()
