@@ -91,6 +91,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="at most this many held-out sentences for PER")
     parser.add_argument("--pair-sentences", type=int, default=16, help="held-out sentences for the physical pairs")
     parser.add_argument("--real-limit", type=int, default=None)
+    parser.add_argument("--scorer-recognizers", nargs=2, default=None, metavar=("A", "B"),
+                        help="the scorer's recognizers for its two roles (default: the shipped scorer's)")
+    parser.add_argument("--heads-dir", default=None, help="heads trained on those recognizers' features")
+    parser.add_argument("--check-recognizer", default=None, help="the word check's recognizer (default: the scorer's)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     start = time.time()
@@ -151,9 +155,11 @@ def main() -> None:
 
     from leakloss.scorer import Scorer
 
-    scorer = Scorer()
+    roles = dict(zip(("recognizer_a", "recognizer_b"), args.scorer_recognizers)) if args.scorer_recognizers else {}
+    scorer = Scorer(**roles, heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
     check_name = scorer.check_recognizer_name
-    print(f"scorer word check: recognizer {check_name}, limits {scorer.query_max_per:.2f} (query) "
+    print(f"scorer: recognizers {scorer.recognizers['a'].name} / {scorer.recognizers['b'].name}, heads "
+          f"{args.heads_dir or 'shipped'}; word check: recognizer {check_name}, limits {scorer.query_max_per:.2f} (query) "
           f"{scorer.reference_max_per:.2f} (reference)")
     # word check: correct transcripts, then each reading with the next sentence's transcript
     passes, mismatch_passes = [], []
