@@ -4,8 +4,10 @@ Domains (held-out sentences: the fixed 10% split of the built-in sentences):
 
 - ``espeak``: the held-out espeak voices (teacher phones, Hindi-base text), as in ``recognizers.py``;
 - ``unseen``: the unseen family (:data:`leakloss.speech.festival.UNSEEN_FAMILY`, Festival's HTS voices
-  ``fest-slt`` and ``fest-ona``, and the same speaker's flite voice): no shipped model trained on any of them.
-  They say the frontend's Nepali phones through their phone input; the reference is what they said;
+  ``fest-slt`` and ``fest-ona``): no shipped model trained on any of them. They say the frontend's Nepali phones
+  through their phone input; the reference is what they said. ``unseen-twin``: flite's clustergen ``slt``, the
+  same speaker as the HTS ``slt`` and kept out of training for that reason, printed apart (its family is not the
+  unseen one);
 - ``train-family``: one Festival diphone and one flite clustergen voice of the training families, and Piper,
   on the held-out sentences (seen voices, unseen text);
 - ``real``: the native-speaker recordings of ``../shared/data/real-nepali-speech`` (skipped when absent),
@@ -73,8 +75,7 @@ def real_recordings(limit: int | None, split: str | None) -> list[dict]:
             for c in real_clips(split=split)[:limit]]
 
 
-def unseen_voices() -> list:
-    names = list(festival.UNSEEN_VOICES) + list(festival.UNSEEN_SPEAKER_TWINS)
+def available(names) -> list:
     return [v for v in (festival.get_voice(n) for n in names) if festival.voice_available(v)]
 
 
@@ -102,23 +103,25 @@ def main() -> None:
     held = held[: args.limit] if args.limit else held
     finder = SiteFinder()
     words_of = {t: [list(w.nepali) for w in finder(t) if w.skipped is None] for t in held}
-    domains: dict[str, list[tuple[torch.Tensor, list[str], str]]] = {"espeak": [], "unseen": []}
+    domains: dict[str, list[tuple[torch.Tensor, list[str], str]]] = {"espeak": [], "unseen": [], "unseen-twin": []}
     for text in held:
         ph = words_of[text]
         r = speak_phones(ph, HELDOUT_TEACHER_VOICE)
         domains["espeak"].append((r.waveform, r.phones, text))
         r = speak_text(" ".join(split_text_words(text)), HELDOUT_HINDI_VOICE)
         domains["espeak"].append((r.waveform, r.phones, text))
-    voices = unseen_voices()
+    voices = available(festival.UNSEEN_VOICES)
     unseen_readings = []  # (text, voice, reading) for the pairs
-    for v in voices:
+    for v in voices + available(festival.UNSEEN_SPEAKER_TWINS):
+        twin = v.name in festival.UNSEEN_SPEAKER_TWINS  # kept out of training, but of another family: apart
         for text in held:
             try:
                 r = festival.speak_phones(words_of[text], v)
             except festival.SynthesisError:
                 continue
-            domains["unseen"].append((r.waveform, r.phones, text))
-            unseen_readings.append((text, v, r))
+            domains["unseen-twin" if twin else "unseen"].append((r.waveform, r.phones, text))
+            if not twin:
+                unseen_readings.append((text, v, r))
     for name in TRAIN_FAMILY_VOICES:
         v = festival.get_voice(name)
         if festival.voice_available(v):
