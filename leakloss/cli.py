@@ -184,6 +184,8 @@ def score(
     heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped)"),
     recognizer_a: str = typer.Option("a", help="recognizer A (quality head): embedded a, a directory or hub id"),
     recognizer_b: str = typer.Option("b", help="recognizer B (deletion head)"),
+    check_recognizer: Optional[str] = typer.Option(
+        None, "--check-recognizer", help="the word check's recognizer (default: w with the embedded a/b, else A)"),
     asr: Optional[str] = typer.Option(None, "--asr", help="word check by a local transformers ASR model (id or dir) "
                                       "with the seed's CER/WER thresholds, instead of the phone error rate"),
 ) -> None:
@@ -194,7 +196,7 @@ def score(
     _check_text(text)
     if not ref:
         err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
-    scorer = _scorer(heads, recognizer_a, recognizer_b)
+    scorer = _scorer(heads, recognizer_a, recognizer_b, check_recognizer)
     if asr is not None:
         from leakloss.acoustic.recognizer import RecognizerLoadError
         from leakloss.scorer import asr_word_check
@@ -260,13 +262,13 @@ def _check_text(text: str) -> None:
         fail("--text has no Devanagari word to score")
 
 
-def _scorer(heads, recognizer_a, recognizer_b):
+def _scorer(heads, recognizer_a, recognizer_b, check_recognizer=None):
     from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.heads import HeadLoadError
     from leakloss.scorer import Scorer
 
     try:
-        return Scorer(recognizer_a, recognizer_b, heads_dir=heads)
+        return Scorer(recognizer_a, recognizer_b, heads_dir=heads, check_recognizer=check_recognizer)
     except (RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
 
@@ -329,6 +331,7 @@ def score_batch_cmd(
     accelerator: str = typer.Option("cpu"), devices: str = typer.Option("1"), strategy: str = typer.Option("auto"),
     heads: Optional[Path] = typer.Option(None, "--heads"),
     recognizer_a: str = typer.Option("a"), recognizer_b: str = typer.Option("b"),
+    check_recognizer: Optional[str] = typer.Option(None, "--check-recognizer"),
 ) -> None:
     """Score many readings (Lightning predict loop; resumable: finished ids are skipped, failed ones retried).
 
@@ -341,7 +344,8 @@ def score_batch_cmd(
 
     try:
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
-                              recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads)
+                              recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads,
+                              check_recognizer=check_recognizer)
     except (BatchError, RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
     except OSError as err:

@@ -46,7 +46,9 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: ``python -m train_recognizers.calibrate``) brings its own.
 QUERY_MAX_PER = 0.45
 REFERENCE_MAX_PER = 0.30
-DEFAULT_CHECK_RECOGNIZER = "a"
+#: The embedded scorer's word check: recognizer w (CTC head on the Whisper tiny.en encoder), which hears voices
+#: and real speech beyond espeak (``benchmarks/domains.py``); A would quarantine nearly every non-espeak reading.
+DEFAULT_CHECK_RECOGNIZER = "w"
 QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 

@@ -97,6 +97,10 @@ def main() -> None:
                           "calibration": summary, "calibration_voices": ["espeak held-out"] + list(CALIBRATION_VOICES)
                           + ["piper"], "sentences": "built-in held-out split (seed 0)"}
     write_text_atomic(card_path, json.dumps(card, ensure_ascii=False, indent=1))
+    if (folder / "README.md").exists() and card.get("class", "").startswith("WhisperPhoneHead"):
+        from train_recognizers.whisper import card_markdown
+
+        write_text_atomic(folder / "README.md", card_markdown(card))
     print(f"wrote {card_path}")
 
 

@@ -118,9 +118,14 @@ def card_markdown(card: dict) -> str:
         lines += [(f"- real speech: {len(real['clips'])} clips of the *train* speakers of "
                   f"`leakloss.speech.real.speaker_split`, clean + {real['augmentations']} augmented copies each; "
                   f"labels are the frontend's phones of the transcripts. Sources: {real['attribution']}. "
-                  "The test speakers' clips were never trained on.")]
+                  "The test speakers' clips were never trained on. Licence: the head's weights are derived in part "
+                  "from CC BY-SA 4.0 recordings and are shared under CC BY-SA 4.0 with this attribution.")]
     else:
         lines += ["- real speech: none"]
+    wc = card.get("word_check")
+    if wc:
+        lines += [f"- word check limits (phone error rate): query {wc['query_max_per']}, reference "
+                  f"{wc['reference_max_per']}, calibrated on {', '.join(wc['calibration_voices'])} ({wc['sentences']})"]
     lines += ["", ("Figures on voices and speech it never heard: `python benchmarks/domains.py`. "
               "Word-check limits (once calibrated): `card.json` `word_check`, from `python -m train_recognizers.calibrate`.")]
     return "\n".join(lines) + "\n"
@@ -219,10 +224,10 @@ def main(cfg: DictConfig) -> None:
     real_clips_used = sorted({e[0] for e in entries if e[1] == "real"})
     card["real_speech_in_training"] = bool(real_clips_used)
     if real_clips_used:
-        from leakloss.speech.real import ATTRIBUTION
+        from leakloss.speech.real import attribution
 
         card["real_speech"] = {"clips": real_clips_used, "split": "train speakers of leakloss.speech.real.speaker_split",
-                               "augmentations": cfg.real_augmentations, "attribution": ATTRIBUTION}
+                               "augmentations": cfg.real_augmentations, "attribution": attribution(real_clips_used)}
     out = save_whisper_recognizer(head, vocab, cfg.out_dir, card, encoder_sha=digest, readme=card_markdown(card))
     print(json.dumps(card, ensure_ascii=False))
     print(f"saved {out} after {(time.time() - start) / 60:.1f} min")

@@ -16,9 +16,17 @@ from pathlib import Path
 
 from torch import Tensor
 
-ATTRIBUTION = ("OpenSLR 54, Large Nepali ASR training data set (Google, CC BY-SA 4.0), clips sampled through "
-               "github.com/Jenith-rajlawat/NEPALI-SPEECH-RECOGNITION-USING-BILSTM-AND-RESNET (MIT); "
-               "JuJu2181/Automatic-Nepali-Speech-Recognition-and-Summarizer eval_data (MIT, (c) 2022 Anish Shilpakar)")
+#: Attribution per source (clip id prefix) of the recordings.
+ATTRIBUTIONS = {
+    "slr54-": ("OpenSLR 54, Large Nepali ASR training data set (Google, CC BY-SA 4.0), clips sampled through "
+               "github.com/Jenith-rajlawat/NEPALI-SPEECH-RECOGNITION-USING-BILSTM-AND-RESNET (MIT)"),
+    "juju2181-": "JuJu2181/Automatic-Nepali-Speech-Recognition-and-Summarizer eval_data (MIT, (c) 2022 Anish Shilpakar)",
+}
+
+
+def attribution(clip_ids) -> str:
+    """The attribution of the sources the given clips come from."""
+    return "; ".join(text for prefix, text in ATTRIBUTIONS.items() if any(c.startswith(prefix) for c in clip_ids))
 
 
 def default_dir() -> Path:
