@@ -124,8 +124,8 @@ def card_markdown(card: dict) -> str:
         lines += ["- real speech: none"]
     wc = card.get("word_check")
     if wc:
-        lines += [f"- word check limits (phone error rate): query {wc['query_max_per']}, reference "
-                  f"{wc['reference_max_per']}, calibrated on {', '.join(wc['calibration_voices'])} ({wc['sentences']})"]
+        lines += [(f"- word check limits (phone error rate): query {wc['query_max_per']}, reference "
+                  f"{wc['reference_max_per']}, calibrated on {', '.join(wc['calibration_voices'])} ({wc['sentences']})")]
     lines += ["", ("Figures on voices and speech it never heard: `python benchmarks/domains.py`. "
               "Word-check limits (once calibrated): `card.json` `word_check`, from `python -m train_recognizers.calibrate`.")]
     return "\n".join(lines) + "\n"
