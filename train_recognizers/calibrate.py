@@ -56,14 +56,16 @@ def readings(held: list[str]) -> dict[str, list[tuple[torch.Tensor, str]]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("recognizer")
     parser.add_argument("--dry-run", action="store_true", help="print the limits, do not write the card")
-    args = parser.parse_args()
+    parser.add_argument("--sentences", type=int, default=0, help="the first N held-out sentences only (0: all 57)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(2)
     model = Recognizer.load(args.recognizer)
     _, held = split_sentences(builtin_sentences())
+    held = held[: args.sentences] if args.sentences else held
     finder = SiteFinder()
     expected = {t: [p for w in finder(t) if w.skipped is None for p in w.nepali] for t in held}
     correct: dict[str, list[float]] = {}
