@@ -144,8 +144,14 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     from leakloss.scorer import Scorer
 
     dirs = {"teacher": cfg.out / "results" / "teacher", "hindi_base": cfg.out / "results" / "hindi_base"}
-    key = _hash("score-v1", items, sorted(p.name for p in heads_dir.glob("*.json")),
-                [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(heads_dir.glob("*.safetensors"))])
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+
+    # the recognizers' weights and the word check's calibrated limits decide results as much as the heads
+    recognizers = [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(EMBEDDED_DIR.glob("*/*.safetensors"))]
+    limits = [p.read_text(encoding="utf-8") for p in sorted(EMBEDDED_DIR.glob("*/card.json"))]
+    key = _hash("score-v2", items, sorted(p.name for p in heads_dir.glob("*.json")),
+                [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(heads_dir.glob("*.safetensors"))],
+                recognizers, limits)
     if all(_stamp(d, key) for d in dirs.values()):
         return dirs
     console.print("[bold]3. scoring[/]: every reading against its two references")
