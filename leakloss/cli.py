@@ -182,8 +182,9 @@ def score(
     json_out: Optional[str] = typer.Option(None, "--json", help="write the JSON result here ('-' = stdout)"),
     html_out: Optional[Path] = typer.Option(None, "--html", help="write a listenable HTML report here"),
     heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped)"),
-    recognizer_a: str = typer.Option("a", help="recognizer A (quality head): embedded a, a directory or hub id"),
-    recognizer_b: str = typer.Option("b", help="recognizer B (deletion head)"),
+    recognizer_a: Optional[str] = typer.Option(None, help="recognizer of the quality head: embedded a/b/w, a directory "
+                                               "or hub id (default: the one the head was trained on)"),
+    recognizer_b: Optional[str] = typer.Option(None, help="recognizer of the deletion head (default: the head's own)"),
     check_recognizer: Optional[str] = typer.Option(
         None, "--check-recognizer", help="the word check's recognizer (default: w with the embedded a/b, else A)"),
     asr: Optional[str] = typer.Option(None, "--asr", help="word check by a local transformers ASR model (id or dir) "
@@ -330,7 +331,7 @@ def score_batch_cmd(
     out: Path = typer.Option(..., "--out", help="folder for <id>.json results"),
     accelerator: str = typer.Option("cpu"), devices: str = typer.Option("1"), strategy: str = typer.Option("auto"),
     heads: Optional[Path] = typer.Option(None, "--heads"),
-    recognizer_a: str = typer.Option("a"), recognizer_b: str = typer.Option("b"),
+    recognizer_a: Optional[str] = typer.Option(None), recognizer_b: Optional[str] = typer.Option(None),
     check_recognizer: Optional[str] = typer.Option(None, "--check-recognizer"),
 ) -> None:
     """Score many readings (Lightning predict loop; resumable: finished ids are skipped, failed ones retried).

@@ -145,7 +145,7 @@ def _unscored_reason(refs: Sequence, ref_notes: list[dict], sites: list[dict]) -
 class Scorer:
     """Loads the recognizers and heads once; :meth:`score` returns the JSON-ready result dict."""
 
-    def __init__(self, recognizer_a: str = "a", recognizer_b: str = "b", heads_dir: str | Path | None = None,
+    def __init__(self, recognizer_a: str | None = None, recognizer_b: str | None = None, heads_dir: str | Path | None = None,
                  word_check: Callable[[Tensor, str], tuple[bool, str]] | None = None,
                  flag_threshold: float | None = None, no_change_threshold: float | None = None,
                  min_confidence: str = "medium", device: str = "cpu",
@@ -153,6 +153,16 @@ class Scorer:
         from leakloss.acoustic.recognizer import Recognizer
         from leakloss.text.sites import SiteFinder
 
+        from leakloss.acoustic.recognizer import EMBEDDED
+        from leakloss.heads import check_recognizer as check_head_recognizer
+
+        heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
+        self.heads, self.cards = {}, {}
+        for kind in KINDS:
+            self.heads[kind], self.cards[kind] = load_head(heads_dir / f"{kind}.safetensors")
+        # unnamed roles take the recognizer each head was trained on (its card says which: "w@55714b26")
+        recognizer_a = recognizer_a or self.cards["quality"].recognizer.split("@", 1)[0]
+        recognizer_b = recognizer_b or self.cards["deletion"].recognizer.split("@", 1)[0]
         loaded: dict[str, object] = {}  # one instance per name: a = b = w loads the Whisper encoder once
 
         def load(name: str):
@@ -161,19 +171,14 @@ class Scorer:
             return loaded[name]
 
         self.recognizers = {"a": load(recognizer_a), "b": load(recognizer_b)}
-        # the word check's recognizer: recognizer A's role unless another is named
-        self.check_recognizer = load(check_recognizer or (DEFAULT_CHECK_RECOGNIZER if recognizer_a == "a"
-                                                          else recognizer_a))
+        # the word check's recognizer: w with the embedded recognizers, else recognizer A's role, unless named
+        default_check = DEFAULT_CHECK_RECOGNIZER if recognizer_a in EMBEDDED else recognizer_a
+        self.check_recognizer = load(check_recognizer or default_check)
         self.check_recognizer_name = self.check_recognizer.name
         limits = getattr(self.check_recognizer, "word_check_limits", None)
         self.query_max_per, self.reference_max_per = limits or (QUERY_MAX_PER, REFERENCE_MAX_PER)
-        heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
-        self.heads, self.cards = {}, {}
-        from leakloss.heads import check_recognizer
-
         for kind in KINDS:
-            self.heads[kind], self.cards[kind] = load_head(heads_dir / f"{kind}.safetensors")
-            check_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
+            check_head_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
         self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
         self.no_change = (no_change_threshold if no_change_threshold is not None
                           else self.cards["deletion"].thresholds["no_change"])
