@@ -251,6 +251,15 @@ _NE_COMMON = {  # consonants shared by the Latin-script phone sets (the set-spec
     "b": ("b",), "bʰ": ("b",), "m": ("m",), "j": ("j",), "r": ("r",), "l": ("l",), "s": ("s",), "h": ("h",),
     "ɽ": ("r",), "ɽʰ": ("r",), "f": ("f",), "z": ("z",), "w": ("w",),
 }
+#: The Hindi vowels a quality pair's donor word needs (not Nepali phones), where the set has the open-mid vowel;
+#: Finnish has neither, Czech no open o: their quality sites are skipped (and counted) by the pair builder.
+_HINDI_VOWELS = {
+    "radio": {"ɛː": ("eh",), "ɛ": ("eh",), "ɔː": ("ao",), "ɔ": ("ao",)},
+    "italian": {"ɛː": ("E",), "ɛ": ("E",), "ɔː": ("O",), "ɔ": ("O",)},
+    "czech": {"ɛː": ("e",), "ɛ": ("e",)},
+    "finnish": {},
+    "upc_catalan-central": {"ɛː": ("E",), "ɛ": ("E",), "ɔː": ("O",), "ɔ": ("O",)},
+}
 NEPALI_TO_VOICE: dict[str, dict[str, tuple[str, ...]]] = {
     "radio": {
         **_NE_COMMON, "ʌ": ("ah",), "aː": ("aa",), "i": ("iy",), "u": ("uw",), "e": ("ey",), "o": ("ow",),
@@ -278,6 +287,8 @@ NEPALI_TO_VOICE: dict[str, dict[str, tuple[str, ...]]] = {
         "ɟʰ": ("d", "Z"), "ɲ": ("J",), "ʃ": ("S",), "ʂ": ("S",), "h": (),
     },
 }
+for _set, _extra in _HINDI_VOWELS.items():
+    NEPALI_TO_VOICE[_set].update(_extra)
 
 
 def voice_phones_for(nepali: list[str], phoneset: str) -> tuple[list[str], list[str]]:

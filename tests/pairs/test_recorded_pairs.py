@@ -22,12 +22,14 @@ def test_recorded_sentence_gives_cut_and_sham_at_the_site(tmp_path):
     path = builder.write()
     records = read_manifest(path)
     kinds = {r.kind for r in records}
-    assert "deletion" in kinds
+    assert kinds == {"deletion", "quality"}  # quality: the donor word says the Hindi vowel (ɛː) in the same voice
     for r in records:
         assert r.pair_kind == "physical" and r.voice == "flite-awb" and r.split == "train"
         cut, sham = (sf.read(resolve(path, x))[0] for x in (r.query, r.control))
         if r.kind == "deletion":
             assert len(cut) < len(sham)  # the vowel's segments are gone; the sham keeps every sample
+        else:
+            assert len(cut) != len(sham) or abs(cut - sham).max() > 1e-3  # another vowel's samples went in
 
 
 @needs_flite

@@ -299,3 +299,13 @@ def test_nepali_phone_spans_give_up_on_a_word_whose_segments_do_not_match():
     cut = dataclasses.replace(r, segments=[s for s in r.segments if s is not first_of_word_2])
     spans = F.nepali_phone_spans(cut, voice, WORDS)
     assert spans[2] == [None] * len(WORDS[2]) and spans[:2] == good[:2]
+
+
+def test_hindi_vowels_of_quality_donors_where_the_set_has_them():
+    assert F.voice_phones_for(["ɛː"], "radio")[0] == ["eh"] and F.voice_phones_for(["ɔ̃"], "italian")[0] == ["O"]
+    for phoneset in ("radio", "italian", "upc_catalan-central"):
+        for hindi in ("ɛː", "ɔː"):
+            said = F.voice_phones_for([hindi], phoneset)[0]
+            assert [F.VOICE_PHONES[phoneset][p] for p in said] == [hindi]  # labelled as the Hindi vowel it is
+    with pytest.raises(KeyError):  # Finnish has no open-mid vowels: such a site is skipped, not approximated
+        F.voice_phones_for(["ɔː"], "finnish")
