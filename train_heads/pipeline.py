@@ -25,7 +25,8 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     heldout_recorded = list(cfg.data.get("heldout_recorded_voices") or [])
     key = f"pairs-v1-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
     if recorded or heldout_recorded:  # espeak-only keys unchanged, so their caches stay valid
-        key += f"-rec-{'-'.join(recorded)}-held-{'-'.join(heldout_recorded)}"
+        # v2: the voices' phone-input tables say the Hindi vowels, so quality pairs exist in recorded voices
+        key += f"-rec2-{'-'.join(recorded)}-held-{'-'.join(heldout_recorded)}"
     out = Path(cfg.cache_dir) / "pairs" / hashlib.sha256(key.encode()).hexdigest()[:16]
     manifest = out / "pairs.jsonl"
     if not manifest.exists():
