@@ -201,8 +201,16 @@ class Scorer:
         return self.check_words(wave, text, expected, self.query_max_per if query else self.reference_max_per)
 
     def _evidence(self, wave: Tensor, words) -> dict[str, UtteranceEvidence]:
+        """Evidence per role; one pass per recognizer (both roles on w share it)."""
         phones = [w.nepali for w in words]
-        return {k: ex.extract(wave, phones, words) for k, ex in self.extractors.items()}
+        done: dict[int, UtteranceEvidence] = {}
+        out = {}
+        for k, ex in self.extractors.items():
+            rec = id(self.recognizers[k])
+            if rec not in done:
+                done[rec] = ex.extract(wave, phones, words)
+            out[k] = done[rec]
+        return out
 
     @torch.no_grad()
     def score(self, query: str | Path | Tensor, text: str, refs: Sequence[str | Path | Tensor], *,
@@ -273,9 +281,10 @@ class Scorer:
         out = {"kind": site.kind, "nepali": site.nepali, "hindi": site.hindi, "score": None,
                "decision": "unscored", "references_used": 0}
         if not all(q_ev[k].ok and key in q_ev[k].sites for k in ("a", "b")):
-            why = [f"recognizer {k}: {q_ev[k].reason if not q_ev[k].ok else q_ev[k].skipped.get(key, 'not measured')}"
+            why = [f"recognizer {self.recognizers[k].name.split('@', 1)[0]}: "
+                   f"{q_ev[k].reason if not q_ev[k].ok else q_ev[k].skipped.get(key, 'not measured')}"
                    for k in ("a", "b") if not (q_ev[k].ok and key in q_ev[k].sites)]
-            out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(why)})"
+            out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(dict.fromkeys(why))})"  # once when a is b
             return out
         decisions, scores = [], []
         for r in ref_evs:

@@ -236,3 +236,24 @@ def test_a_check_recognizer_without_calibrated_limits_uses_the_default_limits(tm
     scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads", check_recognizer=str(folder))
     assert scorer.recognizers["a"] is scorer.recognizers["b"]  # one instance per name
     assert (scorer.query_max_per, scorer.reference_max_per) == (QUERY_MAX_PER, REFERENCE_MAX_PER)
+
+
+def test_one_evidence_pass_per_recognizer_when_both_roles_share_it(tmp_path, clips, monkeypatch):
+    from leakloss.acoustic.features import EvidenceExtractor
+
+    root = tmp_path / "tiny"
+    rec = build_tiny_recognizer(seed=1)
+    rec.model.save_pretrained(root / "a", safe_serialization=True)
+    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads", word_check=lambda w, t: (True, "test"))
+    calls = []
+    original = EvidenceExtractor.extract
+    monkeypatch.setattr(EvidenceExtractor, "extract", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    result = scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    assert len(calls) == 2  # the query and the one reference, each once (not once per role)
+    for w in result["words"]:
+        for s in w["sites"]:
+            if "reason" in s and "could not be measured" in s["reason"]:
+                assert s["reason"].count("recognizer ") == 1  # said once, by the recognizer's name
