@@ -185,12 +185,15 @@ class Scorer:
         self.extractors = {k: EvidenceExtractor(r) for k, r in self.recognizers.items()}
         self.finder = SiteFinder(min_confidence=min_confidence)
         self.word_check = word_check
+        self._passes: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
 
     def check_words(self, wave: Tensor, text: str, expected: list[str], max_per: float) -> tuple[bool, str]:
         """(passes, detail): the pluggable word check; default = the check recognizer's phone error rate."""
         if self.word_check is not None:
             return self.word_check(wave, text)
-        hyp = self.check_recognizer.greedy(wave[None])[0]
+        from leakloss.acoustic.recognizer import greedy_phones
+
+        hyp = greedy_phones(*self._recognize(self.check_recognizer, wave), self.check_recognizer.phoneset)[0]
         per = phone_error_rate(expected, hyp)
         return per <= max_per, (f"phone error rate {per:.2f} (limit {max_per:.2f}, recognizer "
                                 f"{self.check_recognizer_name.split('@', 1)[0]})")
@@ -198,23 +201,45 @@ class Scorer:
     def check_transcript(self, wave: Tensor, text: str, query: bool = True) -> tuple[bool, str]:
         """The word check of ``wave [t]`` against ``text``, as :meth:`score` runs it (query or reference limit)."""
         expected = [p for w in self.finder(text) if w.skipped is None for p in w.nepali]
-        return self.check_words(wave, text, expected, self.query_max_per if query else self.reference_max_per)
+        try:
+            return self.check_words(wave, text, expected, self.query_max_per if query else self.reference_max_per)
+        finally:
+            self._passes.clear()
+
+    @torch.no_grad()
+    def _recognize(self, recognizer, wave: Tensor) -> tuple[Tensor, Tensor]:
+        """``recognizer(wave[None])``, computed once per (recognizer, wave) while a reading is scored: the word
+        check's pass is the evidence's pass when both run on the same recognizer (w in the shipped scorer)."""
+        key = (id(recognizer), id(wave))
+        hit = self._passes.get(key)
+        if hit is None or hit[0] is not wave:
+            hit = self._passes[key] = (wave, *recognizer(wave[None]))
+        return hit[1], hit[2]
 
     def _evidence(self, wave: Tensor, words) -> dict[str, UtteranceEvidence]:
-        """Evidence per role; one pass per recognizer (both roles on w share it)."""
+        """Evidence per role; one pass per recognizer (both roles on w share it, and the word check's pass)."""
         phones = [w.nepali for w in words]
         done: dict[int, UtteranceEvidence] = {}
         out = {}
         for k, ex in self.extractors.items():
-            rec = id(self.recognizers[k])
-            if rec not in done:
-                done[rec] = ex.extract(wave, phones, words)
-            out[k] = done[rec]
+            rec = self.recognizers[k]
+            if id(rec) not in done:
+                seen = self._passes.get((id(rec), id(wave)))
+                recognized = seen[1:] if seen is not None and seen[0] is wave else None
+                done[id(rec)] = ex.extract(wave, phones, words, recognized=recognized)
+            out[k] = done[id(rec)]
         return out
 
-    @torch.no_grad()
     def score(self, query: str | Path | Tensor, text: str, refs: Sequence[str | Path | Tensor], *,
               query_name: str | None = None) -> dict:
+        """Score one reading against its references: the result dict (:class:`leakloss.schema.ReadingResult`)."""
+        try:
+            return self._score(query, text, refs, query_name)
+        finally:
+            self._passes.clear()  # the recognizer passes of this reading only
+
+    @torch.no_grad()
+    def _score(self, query, text: str, refs, query_name: str | None) -> dict:
         from leakloss.text.normalize import TextError
 
         q = _read(query, query_name)

@@ -257,3 +257,26 @@ def test_one_evidence_pass_per_recognizer_when_both_roles_share_it(tmp_path, cli
         for s in w["sites"]:
             if "reason" in s and "could not be measured" in s["reason"]:
                 assert s["reason"].count("recognizer ") == 1  # said once, by the recognizer's name
+
+
+def test_the_word_check_and_the_evidence_share_one_recognizer_pass(tmp_path, clips):
+    root = tmp_path / "tiny"
+    rec = build_tiny_recognizer(seed=1)
+    rec.model.save_pretrained(root / "a", safe_serialization=True)
+    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    a = str(root / "a")
+    scorer = Scorer(a, a, heads_dir=root / "heads", check_recognizer=a)
+    scorer.query_max_per = scorer.reference_max_per = 10.0  # the tiny model cannot read: let every check pass
+    shared = scorer.check_recognizer
+    assert shared is scorer.recognizers["a"] is scorer.recognizers["b"]
+    calls = []
+    forward = shared.forward
+    shared.forward = lambda *x, **k: calls.append(1) or forward(*x, **k)
+    result = scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    assert result["status"] != "quarantined"
+    assert len(calls) == 2  # query and reference once each: the check's pass is the evidence's
+    assert not scorer._passes  # nothing of this reading is kept
+    scorer.score(clips["teacher"], TEXT, [clips["ref"]])
+    assert len(calls) == 4  # a new reading is recognized anew

@@ -334,8 +334,10 @@ class EvidenceExtractor:
         self.silence_peak = silence_peak
 
     def extract(self, wave: Tensor, word_phones: Sequence[Sequence[str]], words: Sequence[WordSites],
-                alignment: AlignmentResult | None = None) -> UtteranceEvidence:
-        """``wave [t]`` at 16 kHz; ``word_phones[i]`` are the Nepali phones of ``words[i]``."""
+                alignment: AlignmentResult | None = None,
+                recognized: tuple[Tensor, Tensor] | None = None) -> UtteranceEvidence:
+        """``wave [t]`` at 16 kHz; ``word_phones[i]`` are the Nepali phones of ``words[i]``. ``recognized``: this
+        recognizer's ``(log_probs [1, f, v], frames [1])`` for ``wave`` when the caller already has them."""
         if not isinstance(wave, Tensor) or wave.dim() != 1 or wave.numel() == 0 or not wave.is_floating_point():
             return UtteranceEvidence("bad_input", "wave must be a non-empty 1-D float tensor")
         if len(word_phones) != len(words):
@@ -347,7 +349,7 @@ class EvidenceExtractor:
         if float(wave.detach().abs().max()) < self.silence_peak:
             return UtteranceEvidence("silent", f"audio is silent (peak below {self.silence_peak:g})", duration=duration)
         with torch.set_grad_enabled(wave.requires_grad):  # scoring needs no graph unless the caller asks
-            log_probs, frame_lengths = rec(wave[None])
+            log_probs, frame_lengths = recognized if recognized is not None else rec(wave[None])
             n = int(frame_lengths[0])
             lp = log_probs[0, :n]
             if alignment is None:

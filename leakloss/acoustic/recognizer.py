@@ -189,14 +189,17 @@ class Recognizer(nn.Module):
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:
         """Greedy CTC decoding to phone strings (blanks and repeats collapsed)."""
-        log_probs, frames = self.forward(waves, lengths)
-        best = log_probs.argmax(-1)
-        out = []
-        for row, n in zip(best, frames):
-            ids = torch.unique_consecutive(row[: int(n)]).tolist()
-            out.append([self.phoneset.id_to_token[i] for i in ids if i != self.blank and
-                        self.phoneset.id_to_token[i] not in PhoneSet.SPECIAL])
-        return out
+        return greedy_phones(*self.forward(waves, lengths), self.phoneset)
+
+
+def greedy_phones(log_probs: Tensor, frames: Tensor, phoneset: PhoneSet) -> list[list[str]]:
+    """``log_probs [b, f, v]``, ``frames [b]`` -> greedy CTC phone strings (blanks, repeats and specials dropped)."""
+    out = []
+    for row, n in zip(log_probs.argmax(-1), frames):
+        ids = torch.unique_consecutive(row[: int(n)]).tolist()
+        out.append([phoneset.id_to_token[i] for i in ids if i != phoneset.blank and
+                    phoneset.id_to_token[i] not in PhoneSet.SPECIAL])
+    return out
 
 
 def _hub_snapshot(name: str) -> Path:

@@ -128,13 +128,9 @@ class WhisperRecognizer(nn.Module):
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:
         """Greedy CTC decoding to phone strings (blanks and repeats collapsed)."""
-        log_probs, frames = self.forward(waves, lengths)
-        out = []
-        for row, n in zip(log_probs.argmax(-1), frames):
-            ids = torch.unique_consecutive(row[: int(n)]).tolist()
-            out.append([self.phoneset.id_to_token[i] for i in ids if i != self.blank and
-                        self.phoneset.id_to_token[i] not in PhoneSet.SPECIAL])
-        return out
+        from leakloss.acoustic.recognizer import greedy_phones
+
+        return greedy_phones(*self.forward(waves, lengths), self.phoneset)
 
     def save(self, out_dir: str | Path, card: dict) -> Path:
         return save_whisper_recognizer(self.head, self.vocab, out_dir, card, encoder_sha=self._encoder_sha)
