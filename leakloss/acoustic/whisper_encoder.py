@@ -242,8 +242,8 @@ class WhisperFrames(nn.Module):
         return torch.div(lengths.clamp(max=N_SAMPLES) + SAMPLES_PER_FRAME - 1, SAMPLES_PER_FRAME,
                          rounding_mode="floor")
 
-    def forward(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None) -> tuple[Tensor, Tensor]:
-        """``waves [b, t]`` (up to 30 s) -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
+    def _masked_mel(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` (or ``[t]``) -> (log-mel of the waves zeroed past their lengths, ``lengths [b]``)."""
         if waves.dim() == 1:
             waves = waves[None]
         if waves.shape[-1] > N_SAMPLES:
@@ -251,9 +251,22 @@ class WhisperFrames(nn.Module):
         if lengths is None:
             lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
         mask = torch.arange(waves.shape[-1], device=waves.device)[None] < lengths[:, None]
-        feats = self.encode_mel(self.mel(waves * mask), layer)
+        return self.mel(waves * mask), lengths
+
+    def forward(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` (up to 30 s) -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
+        mel, lengths = self._masked_mel(waves, lengths)
+        feats = self.encode_mel(mel, layer)
         frames = self.frame_lengths(lengths)
         return feats[:, : int(frames.max())], frames
+
+    def states(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """All hidden states, ``[b, l, f, d]`` (embeddings, then each layer; the last with the final layer norm,
+        as CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
+        mel, lengths = self._masked_mel(waves, lengths)
+        out = self.encoder(mel, output_hidden_states=True)
+        frames = self.frame_lengths(lengths)
+        return torch.stack(list(out.hidden_states[:-1]) + [out.last_hidden_state], 1)[:, :, : int(frames.max())], frames
 
 
 def ctranslate2_encode(model_dir: str | Path, mel: np.ndarray) -> np.ndarray:

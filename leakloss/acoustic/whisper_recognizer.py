@@ -201,19 +201,9 @@ def _word_check_limits(folder: Path) -> tuple[float, float] | None:
 
 
 def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """All hidden states of the Whisper encoder, ``[b, l, f, d]`` (the last with the final layer norm, as
-    CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
-    if waves.dim() == 1:
-        waves = waves[None]
-    if waves.shape[-1] > N_SAMPLES:
-        raise ValueError(f"Whisper hears at most 30 s; got {waves.shape[-1] / SAMPLE_RATE:.1f} s")
-    if lengths is None:
-        lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
-    mask = torch.arange(waves.shape[-1], device=waves.device)[None] < lengths[:, None]
-    out = frames.encoder(frames.mel(waves * mask), output_hidden_states=True)
-    states = list(out.hidden_states[:-1]) + [out.last_hidden_state]
-    n = frames.frame_lengths(lengths)
-    return torch.stack(states, 1)[:, :, : int(n.max())], n
+    """All hidden states of the Whisper encoder ``[b, l, f, d]`` and valid frames ``[b]``
+    (:meth:`WhisperFrames.states`)."""
+    return frames.states(waves, lengths)
 
 
 def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_dir: str | Path, card: dict,
