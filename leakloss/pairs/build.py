@@ -319,6 +319,8 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
     )
     from leakloss.text.sites import SiteFinder
 
+    # every recorded voice is resolved before any synthesis: an unknown, missing or excluded (NSK) one stops here
+    voices = {name: _recorded_voice(name) for name in dict.fromkeys([*recorded_voices, *heldout_recorded_voices])}
     all_sentences = list(sentences) if sentences is not None else builtin_sentences()
     train, held = split_sentences(all_sentences)
     rng = random.Random(seed)
@@ -339,7 +341,7 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
         recorded = list(heldout_recorded_voices) if split == "heldout" else (
             [rng.choice(list(recorded_voices))] if recorded_voices else [])
         for name in recorded:
-            builder.add_recorded_sentence(sid, text, words, _recorded_voice(name), ref_voice, split)
+            builder.add_recorded_sentence(sid, text, words, voices[name], ref_voice, split)
     return builder.write(), builder.stats
 
 

@@ -41,9 +41,10 @@ def test_heldout_sentences_get_every_heldout_voice(tmp_path):
     assert all(r.split == "heldout" for r in read_manifest(path) if r.voice.startswith("flite"))
 
 
-def test_unknown_or_missing_voice_is_an_error(tmp_path):
+def test_unknown_or_excluded_voice_is_an_error_before_any_synthesis(tmp_path):
     with pytest.raises(KeyError):
         build_embedded_pairs(tmp_path, max_sentences=1, progress=False, heldout_recorded_voices=["no-such-voice"])
     with pytest.raises(festival.ExcludedVoiceError):
         build_embedded_pairs(tmp_path / "b", max_sentences=1, progress=False,
                              heldout_recorded_voices=["festvox-hi-nsk"])
+    assert not list(tmp_path.glob("**/*.wav"))  # refused before a single reading was made
