@@ -39,6 +39,7 @@ import torch
 
 from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
 from leakloss.pairs.splice import delete_span, sham_span
+from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech import festival, piper_voice
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
 from leakloss.speech.real import real_clips
@@ -53,20 +54,6 @@ from leakloss.text.phones import coarse
 from leakloss.text.sites import SiteFinder
 
 TRAIN_FAMILY_VOICES = ("fest-kal", "flite-awb")
-
-
-def coarse_per(recognizer, waves, refs) -> float:
-    """Corpus phone error rate over coarse phones (edit distances summed / reference phones summed)."""
-    from torchaudio.functional import edit_distance
-
-    errors = total = 0
-    with torch.no_grad():
-        for wave, ref in zip(waves, refs):
-            hyp = [coarse(p) for p in recognizer.greedy(wave[None])[0]]
-            ref = [coarse(p) for p in ref]
-            errors += edit_distance(ref, hyp)
-            total += len(ref)
-    return errors / max(total, 1)
 
 
 def real_recordings(limit: int | None, split: str | None) -> list[dict]:
@@ -153,7 +140,8 @@ def main() -> None:
         except RecognizerNotFoundError as err:
             print(f"recognizer {name}: not available ({err})")
             continue
-        per[name] = {d: coarse_per(model, [x[0] for x in items], [x[1] for x in items]) for d, items in domains.items()}
+        per[name] = {d: corpus_phone_error_rate(model, [x[0] for x in items], [x[1] for x in items], phone_class=coarse)
+                     for d, items in domains.items()}
         print(f"recognizer {model.name}: " + "  ".join(f"{d} {v:.1%}" for d, v in per[name].items()), flush=True)
 
     from leakloss.scorer import Scorer, phone_error_rate

@@ -52,21 +52,24 @@ DEFAULT_CHECK_RECOGNIZER = "w"
 QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 
-def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str]) -> float:
-    """Levenshtein distance over canonical phones / reference length (0 for two empty sequences)."""
+def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str],
+                     phone_class: Callable[[str], str] = canonical) -> float:
+    """Levenshtein distance over phone classes / reference length (0 for two empty sequences). ``phone_class``:
+    :func:`leakloss.text.phones.canonical` (ʌ and ə one phone), or e.g. ``coarse`` to compare across voices."""
     from torchaudio.functional import edit_distance
 
-    ref, hyp = [canonical(p) for p in reference], [canonical(p) for p in hypothesis]
+    ref, hyp = [phone_class(p) for p in reference], [phone_class(p) for p in hypothesis]
     return edit_distance(ref, hyp) / max(len(ref), 1)
 
 
-def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequence[Sequence[str]]) -> float:
+def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequence[Sequence[str]],
+                            phone_class: Callable[[str], str] = canonical) -> float:
     """Greedy-CTC phone error rate over readings: edit distances summed / reference phones summed
-    (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; canonical labels, ʌ and ə one phone)."""
+    (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; compared as ``phone_class``)."""
     errors = total = 0.0
     with torch.no_grad():
         for wave, ref in zip(waves, phones):
-            errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0]) * len(ref)
+            errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0], phone_class) * len(ref)
             total += len(ref)
     return errors / max(total, 1)
 

@@ -270,3 +270,10 @@ def test_the_word_check_and_the_evidence_share_one_recognizer_pass(tmp_path, cli
     assert not scorer._passes  # nothing of this reading is kept
     scorer.score(clips["teacher"], TEXT, [clips["ref"]])
     assert len(calls) == 4  # a new reading is recognized anew
+
+
+def test_phone_error_rate_compares_the_given_phone_classes():
+    from leakloss.text.phones import coarse
+
+    assert phone_error_rate(["ʌ", "i"], ["ɜː", "i"]) == 0.5  # canonical keeps the long central vowel apart
+    assert phone_error_rate(["ʌ", "i"], ["ɜː", "i"], phone_class=coarse) == 0.0  # coarse: one schwa class
