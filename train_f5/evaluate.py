@@ -23,16 +23,30 @@ PROBE_TEXTS = 4
 
 
 @torch.no_grad()
-def synthesize(model, prompt_mel: Tensor, prompt_text: str, text: str, vocoder, *, steps: int = 16,
-               cfg_strength: float = 2.0, seed: int = 0) -> Tensor:
-    """``prompt_mel [n, 100]`` + texts -> 16 kHz wave ``[t]`` of ``text`` alone."""
+def infill(model, prompt_mel: Tensor, prompt_text: str, text: str, *, steps: int = 16, cfg_strength: float = 2.0,
+           seed: int = 0) -> Tensor:
+    """``prompt_mel [n, 100]`` + texts -> the log mel of ``text`` alone ``[m, 100]`` (fp32, the prompt cut off);
+    ``m`` from the prompt's frames per character."""
     n_prompt = prompt_mel.shape[0]
     frames = n_prompt + max(8, math.ceil(n_prompt * len(text) / max(len(prompt_text), 1)))
     device = next(model.parameters()).device
     out, _ = model.sample(prompt_mel[None].to(device), [f"{prompt_text} {text}"], frames, steps=steps,
                           cfg_strength=cfg_strength, sway_sampling_coef=-1.0, seed=seed)
-    new = out[:, n_prompt:].float()  # [1, n, 100]
-    return AF.resample(vocoder(new.cpu())[0], MEL_SAMPLE_RATE, SAMPLE_RATE)
+    return out[0, n_prompt:].float()
+
+
+def vocode_16k(mel: Tensor, vocoder) -> Tensor:
+    """``mel [n, 100]`` -> 16 kHz wave ``[t]`` (``MelToWave`` already resamples to its ``sample_rate_out``)."""
+    wave = vocoder(mel[None].cpu())[0]
+    rate = getattr(vocoder, "sample_rate_out", MEL_SAMPLE_RATE)
+    return wave if rate == SAMPLE_RATE else AF.resample(wave, rate, SAMPLE_RATE)
+
+
+def synthesize(model, prompt_mel: Tensor, prompt_text: str, text: str, vocoder, *, steps: int = 16,
+               cfg_strength: float = 2.0, seed: int = 0) -> Tensor:
+    """``prompt_mel [n, 100]`` + texts -> 16 kHz wave ``[t]`` of ``text`` alone."""
+    return vocode_16k(infill(model, prompt_mel, prompt_text, text, steps=steps, cfg_strength=cfg_strength,
+                             seed=seed), vocoder)
 
 
 def _with_weights(model, weights: Mapping[str, Tensor] | None):

@@ -65,3 +65,19 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
 
     model = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
     model.load_state_dict(load_file(str(tmp_path / "out" / "model.safetensors")))
+
+
+def test_synthesize_returns_16k_audio_of_the_infilled_frames():
+    """The vocoder already resamples to 16 kHz: the synthesis must not be resampled a second time (it was: the
+    probe then heard speech 1.5x too fast and too high)."""
+    from leakloss.vocoder import MelToWave, mel_lengths_to_samples
+    from train_f5.evaluate import infill, synthesize
+    from train_f5.model import hindi_base_f5
+
+    model = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1).eval()
+    vocoder = MelToWave.tiny(0)
+    prompt = torch.randn(40, 100)
+    mel = infill(model, prompt, "कखग", "घङ", steps=2, seed=3)
+    wave = synthesize(model, prompt, "कखग", "घङ", vocoder, steps=2, seed=3)
+    assert mel.shape == (27, 100)  # ceil(40 frames * 2 chars / 3 chars)
+    assert wave.dim() == 1 and wave.numel() == mel_lengths_to_samples(mel.shape[0])
