@@ -1,0 +1,162 @@
+"""The fine-tune experiment's parts: batches with their sites, equal arms, best-of-N, intervals, one tiny run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("f5_tts")
+
+from leakloss.timing import TimedSite  # noqa: E402
+from train_f5.effect import (  # noqa: E402
+    FRAME_RATE,
+    EffectSettings,
+    arm_model,
+    best_of_n,
+    finetune,
+    finetune_batches,
+    flow_loss,
+    mean_interval,
+)
+
+TINY = dict(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
+
+
+def _items(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    texts = ["नेकपा", "घर", "भात खान्छु", "किताब", "बजार", "हैन"]
+    return [(torch.randn(20 + 7 * i, 100, generator=g) - 5, texts[i % len(texts)], f"v{i % 2}",
+             [TimedSite(0.05, 0.1, "deletion", "ʌ->∅")] if i % 3 == 0 else []) for i in range(n)]
+
+
+def _tiny_base():
+    from train_f5.model import hindi_base_f5
+
+    base = hindi_base_f5(**TINY)
+    return TINY, {k: v.clone() for k, v in base.state_dict().items()}
+
+
+def test_batches_join_same_voice_readings_and_shift_the_second_readings_sites():
+    items = _items()
+    batches = finetune_batches(items, max_frames=300, pair_prob=0.5, seed=0)
+    joined = 0
+    for _ in range(30):
+        mel, lens, texts, sites = next(batches)
+        assert mel.shape[0] == lens.numel() == len(texts) == len(sites)
+        assert mel.shape[0] * mel.shape[1] <= max(300, int(lens.max()))
+        for k, text in enumerate(texts):
+            singles = [it for it in items if it[1] == text]
+            if singles:
+                continue
+            joined += 1
+            first = next(it for it in items if text.startswith(it[1] + " ") and text[len(it[1]) + 1:] in
+                         {x[1] for x in items if x[2] == it[2]})
+            offset = first[0].shape[0] / FRAME_RATE
+            second = [s for s in sites[k] if s.start >= offset]
+            assert all(s.start >= offset for s in second)
+            assert len(sites[k]) >= len(first[3])
+    assert joined > 0
+
+
+def test_arms_share_weights_batches_and_noise():
+    """Two plain runs give the same weights; the penalty arm at weight 0 gives the plain arm's weights too."""
+    from leakloss.penalty import LeakPenalty
+    from leakloss.vocoder import MelToWave
+    from tests.conftest import embedded_ready
+
+    base, state = _tiny_base()
+    settings = EffectSettings(steps=3, warmup_steps=1, max_frames=200)
+    runs = []
+    for penalty in (None, None, "zero"):
+        table: dict = {}
+        if penalty and embedded_ready():
+            model = arm_model(base, state, penalty=LeakPenalty.load(), vocoder=MelToWave.tiny(0), leak_weight=0.0,
+                              site_lookup=lambda t: table.get(t, []))
+        elif penalty:
+            continue
+        else:
+            model = arm_model(base, state)
+        out = finetune(model, finetune_batches(_items(), 200, 0.5, seed=0), settings, seed=0, site_table=table)
+        assert len(out["losses"]) == 3 and all(math.isfinite(x) for x in out["losses"])
+        runs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    for other in runs[1:]:
+        for k in runs[0]:
+            torch.testing.assert_close(other[k], runs[0][k], rtol=0, atol=1e-6)
+    assert any(not torch.equal(runs[0][k], state[k]) for k in state)  # it did train
+
+
+def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeypatch):
+    import leakloss.penalty as penalty_module
+    from leakloss.penalty import RewardResult
+    from leakloss.vocoder import MelToWave
+
+    rewards = iter([
+        [RewardResult(0.9, "unintelligible"), RewardResult(0.3, "scored"), RewardResult(0.7, "scored")],
+        [RewardResult(0.0, "unintelligible"), RewardResult(0.0, "alignment_failed"), RewardResult(1.0, "too_short")],
+        [RewardResult(0.4, "scored"), RewardResult(0.45, "scored"), RewardResult(0.2, "scored")],
+    ])
+    monkeypatch.setattr(penalty_module, "leak_reward_details", lambda waves, texts, penalty: next(rewards))
+    base, state = _tiny_base()
+    model = arm_model(base, state)
+    settings = EffectSettings(reward_samples=3, nfe=2, reward_min=0.5)
+    prompt = (torch.randn(30, 100), "नेकपा")
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    kept = best_of_n(model, ["घर", "भात", "किताब"], prompt, None, MelToWave.tiny(0),
+                     settings, seed=1)
+    assert torch.equal(torch.rand(3), expected)  # sampling seeds itself inside fork_rng
+    assert [(t, r) for _, t, r in kept] == [("घर", 0.7)]  # best scored; not the unintelligible 0.9; 0.45 < min
+    assert kept[0][0].dim() == 2 and kept[0][0].shape[1] == 100
+
+
+def test_flow_loss_is_fixed_for_a_model_and_moves_with_its_weights():
+    base, state = _tiny_base()
+    readings = [(it[0], it[1]) for it in _items(3)]
+    model = arm_model(base, state)
+    a, b = flow_loss(model, readings, repeats=2, seed=0), flow_loss(model, readings, repeats=2, seed=0)
+    assert a == b and math.isfinite(a)
+    with torch.no_grad():
+        model.transformer.proj_out.bias.add_(0.5)
+    assert flow_loss(model, readings, repeats=2, seed=0) != a
+
+
+def test_mean_interval_matches_scipy():
+    from scipy import stats
+
+    xs = [0.2, 0.35, 0.3, None]
+    m, lo, hi = mean_interval(xs)
+    ref = stats.t.interval(0.95, 2, loc=sum(xs[:3]) / 3, scale=stats.sem(xs[:3]))
+    assert m == pytest.approx(0.85 / 3) and (lo, hi) == pytest.approx(ref)
+    assert mean_interval([0.4]) == (0.4, 0.4, 0.4)
+    assert mean_interval([None]) is None
+
+
+@pytest.mark.slow
+def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path):
+    from tests.conftest import embedded_ready
+    from train_f5.effect import ARMS, run_effect
+
+    if not embedded_ready():
+        pytest.skip("embedded models not built")
+    from safetensors.torch import save_file
+
+    base, state = _tiny_base()
+    (tmp_path / "base").mkdir()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "base" / "model.safetensors"))
+    (tmp_path / "base" / "model.json").write_text(json.dumps({"architecture": TINY, "steps": 0}))
+    settings = EffectSettings(base_dir=str(tmp_path / "base"), cache_dir=str(tmp_path / "cache"), finetune_texts=6,
+                              test_words=2, reward_texts=1, steps=2, warmup_steps=1, reward_every=1, reward_samples=2,
+                              nfe=2, flow_repeats=1, max_frames=600, leak_start_step=0)
+    out = run_effect(settings, seeds=(0,), log=lambda *_: None)
+    assert set(out["arms"]) == set(ARMS) and all(len(v) == 1 for v in out["arms"].values())
+    for result in [out["ceiling"], out["base"], *(r for v in out["arms"].values() for r in v)]:
+        assert 0 <= result.per and (result.flagged is None or 0 <= result.flagged <= 1)
+        assert result.judged + result.quarantined <= 2
+    assert out["ceiling"].per < out["base"].per  # a random model does not say the words
+    assert all(math.isfinite(r.flow) for v in out["arms"].values() for r in v)
+    assert isinstance(out["arms"]["reward"][0].accepted, int)
+    assert len(out["test_words"]) == 2 and all(w["kinds"] for w in out["test_words"])

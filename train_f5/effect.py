@@ -1,0 +1,479 @@
+"""Does the training signal change how a TTS pronounces Nepali? The fine-tune experiment on the small Hindi-base F5.
+
+:func:`run_effect` fine-tunes the Hindi base (``checkpoints/f5_hindi_base``: F5's ``DiT``/``CFM`` pretrained on
+espeak ``hi``, see :mod:`train_f5`) on Nepali teacher readings, in three arms that start from the same weights and
+share the seed, the batches and the number of updates:
+
+- ``plain``: F5's flow-matching loss only;
+- ``penalty``: plus ``leak_weight * t**2 * leak penalty(x1_hat)`` in the infilled span (:class:`LeakAwareCFM`,
+  the shipped raw-conv head on recognizer A), from update ``leak_start_step`` on (a warm-up on the plain loss);
+- ``reward``: best-of-N distillation on *unpaired* text (rejection-sampling fine-tuning): every ``reward_every``
+  updates the model says each reward text (phrases with a testable site, no test word, never recorded)
+  ``reward_samples`` times; :func:`leakloss.penalty.leak_reward_details` scores them (the worst reward for an
+  unintelligible or unalignable sample); a text's best sample joins the training batches as a target when it
+  is ``scored`` with reward at least ``reward_min``.
+
+The judge never sees either signal's instrument: the scorer's shipped deletion/quality heads and word check on the
+real-speech recognizer ``w`` (the penalty and the reward use recognizer A). Each model says every test word (real
+contrast sites, :func:`train_f5.data.is_test_word`, so never in any training text), prompted by one fixed Nepali
+training reading; the scorer judges it against two espeak teacher readings; ``per_*`` is ``w``'s greedy phone
+error rate (coarse phones) against the phones the held-out teacher voice says; ``per_ceiling`` is the same on the
+vocoded ground truth; ``flow_*`` is the flow-matching loss on the test words' teacher readings (fixed noise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+from leakloss.timing import TimedSite
+
+FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # mel frames per second
+ARMS = ("plain", "penalty", "reward")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class EffectSettings:
+    """One run of the experiment (defaults: one seed in about 15 minutes on 2 CPU cores)."""
+
+    base_dir: str = str(REPO / "checkpoints" / "f5_hindi_base")
+    cache_dir: str = str(REPO / ".cache" / "leakloss" / "f5_effect")
+    finetune_texts: int = 240  # Nepali teacher phrases (1-3 words, no test word)
+    test_words: int = 16
+    reward_texts: int = 8
+    steps: int = 120
+    lr: float = 2e-4
+    warmup_steps: int = 20
+    max_frames: int = 2400  # mel frames per batch
+    pair_prob: float = 0.5  # share of items joining two same-voice readings (as the base was trained)
+    leak_weight: float = 0.1
+    leak_start_step: int = 20
+    reward_samples: int = 4  # N of best-of-N
+    reward_every: int = 60
+    reward_min: float = 0.5
+    nfe: int = 16
+    cfg_strength: float = 2.0
+    flow_repeats: int = 4
+    seed: int = 0
+
+
+@dataclass
+class HeldOutWord:
+    word: str
+    kinds: tuple[str, ...]  # contrast kinds of its testable sites
+
+
+@dataclass
+class ArmResult:
+    """The judge's figures for one model. ``flagged``: share of judged test words with a flagged site (None when
+    none was judged); ``judged``: words the scorer scored (not quarantined, at least one site decided)."""
+
+    per: float
+    flagged: float | None
+    judged: int
+    flagged_by_kind: dict[str, float | None] = field(default_factory=dict)
+    flow: float | None = None
+    quarantined: int = 0
+    accepted: int | None = None  # reward arm: targets kept
+    minutes: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# data
+
+
+def load_base(base_dir: str | Path):
+    """The shipped Hindi base (EMA weights + card) as a plain ``LeakAwareCFM``, without Hydra: ``(model,
+    architecture keywords, card)``."""
+    from safetensors.torch import load_file
+
+    from train_f5.model import hindi_base_f5
+
+    folder = Path(base_dir)
+    card = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+    arch = {k: v for k, v in card["architecture"].items() if k != "_target_"}
+    model = hindi_base_f5(**arch)
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    return model, arch, card
+
+
+def held_out_words(n: int, sentences: Sequence[str] | None = None) -> list[HeldOutWord]:
+    """The first ``n`` test words (by hash order) with at least one testable contrast site."""
+    from leakloss.speech.corpus import split_text_words
+    from leakloss.text.normalize import TextError
+    from leakloss.text.sites import SiteFinder
+    from train_f5.data import default_sentences, is_test_word
+
+    finder = SiteFinder()
+    words: dict[str, None] = {}
+    for sentence in sentences if sentences is not None else default_sentences():
+        try:
+            words.update((w, None) for w in split_text_words(sentence) if is_test_word(w))
+        except TextError:
+            continue
+    out = []
+    for word in sorted(words, key=lambda w: hashlib.sha1(w.encode()).hexdigest()):
+        found = [w for w in finder(word) if w.skipped is None]
+        kinds = tuple(sorted({s.kind for w in found for s in w.testable_sites}))
+        if kinds:
+            out.append(HeldOutWord(word, kinds))
+        if len(out) == n:
+            break
+    return out
+
+
+def reward_texts(n: int, exclude: set[str], sentences: Sequence[str] | None = None, seed: int = 0) -> list[str]:
+    """``n`` phrases (1-2 words) with a testable site, no test word and not among ``exclude``: unpaired text."""
+    from leakloss.text.sites import SiteFinder
+    from train_f5.data import default_sentences, phrases
+
+    finder = SiteFinder()
+    out = []
+    for text in phrases(sentences if sentences is not None else default_sentences(), max_words=2, seed=seed + 1):
+        if text in exclude:
+            continue
+        if any(w.testable_sites for w in finder(text) if w.skipped is None):
+            out.append(text)
+        if len(out) == n:
+            break
+    return out
+
+
+def place_corpus_sites(corpus, penalty, vocoder, cache: Path | None = None) -> list[list[TimedSite]]:
+    """Sites of every corpus item, placed by the penalty's recognizer on the vocoded ground truth (what the
+    penalty hears of a perfect ``x1_hat``); cached as JSON beside the corpus."""
+    if cache is not None and cache.is_file():
+        return [[TimedSite(**s) for s in item] for item in json.loads(cache.read_text(encoding="utf-8"))]
+    from leakloss.penalty import place_sites
+
+    out = []
+    with torch.no_grad():
+        for i in range(len(corpus)):
+            wave = vocoder(corpus.mel(i)[None])[0]
+            out.append(place_sites(wave, corpus.texts[i], penalty.recognizer))
+    if cache is not None:
+        from leakloss.atomic import write_text_atomic
+
+        write_text_atomic(cache, json.dumps([[asdict(s) for s in item] for item in out], ensure_ascii=False))
+    return out
+
+
+def _shift(sites: Sequence[TimedSite], seconds: float) -> list[TimedSite]:
+    from dataclasses import replace
+
+    return [replace(s, start=s.start + seconds, end=s.end + seconds) for s in sites]
+
+
+def finetune_batches(items: Sequence[tuple[Tensor, str, str, list[TimedSite]]], max_frames: int, pair_prob: float,
+                     seed: int) -> Iterator[tuple[Tensor, Tensor, list[str], list[list[TimedSite]]]]:
+    """Endless ``(mel [b, n, 100], lens [b], texts, sites)`` from ``items`` = ``(mel [n, 100], text, voice, sites)``.
+
+    As :func:`train_f5.data.pair_batches` (about ``max_frames`` frames a batch; with ``pair_prob`` an item joins
+    two readings of one voice, text "A B"), and each item's sites come with it (the second reading's shifted by
+    the first's duration)."""
+    rng = random.Random(seed)
+    by_voice: dict[str, list[int]] = {}
+    for i, (_, _, voice, _) in enumerate(items):
+        by_voice.setdefault(voice, []).append(i)
+    while True:
+        batch: list[tuple[Tensor, str, list[TimedSite]]] = []
+        longest = 0
+        while True:
+            mel, text, voice, sites = items[rng.randrange(len(items))]
+            if rng.random() < pair_prob:
+                mel2, text2, _, sites2 = items[rng.choice(by_voice[voice])]
+                sites = list(sites) + _shift(sites2, mel.shape[0] / FRAME_RATE)
+                mel, text = torch.cat([mel, mel2]), f"{text} {text2}"
+            longest = max(longest, mel.shape[0])
+            if batch and longest * (len(batch) + 1) > max_frames:
+                break
+            batch.append((mel, text, list(sites)))
+        n = max(m.shape[0] for m, _, _ in batch)
+        out = torch.full((len(batch), n, batch[0][0].shape[1]), math.log(1e-5))
+        for k, (m, _, _) in enumerate(batch):
+            out[k, : m.shape[0]] = m
+        yield (out, torch.tensor([m.shape[0] for m, _, _ in batch]), [t for _, t, _ in batch],
+               [s for _, _, s in batch])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# models and training
+
+
+def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, vocoder=None, leak_weight: float = 0.0,
+              leak_start_step: int = 0, site_lookup=None):
+    """A fresh model of the base's architecture ``arch`` (its card's) holding ``state``, with the penalty when
+    given (a ``LeakAwareCFM`` that vocodes ``x1_hat`` with ``vocoder``)."""
+    from train_f5.model import hindi_base_f5
+
+    leak = {}
+    if penalty is not None:
+        leak = dict(leak_penalty=penalty, mel_to_wave=vocoder, leak_weight=leak_weight,
+                    leak_start_step=leak_start_step, site_lookup=site_lookup)
+    model = hindi_base_f5(**arch, **leak)
+    model.load_state_dict(state)
+    return model
+
+
+def best_of_n(model, texts: Sequence[str], prompt: tuple[Tensor, str], penalty, vocoder, settings: EffectSettings,
+              seed: int) -> list[tuple[Tensor, str, float]]:
+    """Each text said ``reward_samples`` times; the best sample's ``(mel [n, 100], text, reward)`` for the texts
+    whose best sample is ``scored`` with reward >= ``reward_min``. The caller's RNG stream is left untouched."""
+    from leakloss.penalty import leak_reward_details
+    from train_f5.evaluate import infill, vocode_16k
+
+    kept = []
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng():
+        for t_i, text in enumerate(texts):
+            mels = [infill(model, prompt[0], prompt[1], text, steps=settings.nfe, cfg_strength=settings.cfg_strength,
+                           seed=seed * 100_003 + t_i * 101 + k) for k in range(settings.reward_samples)]
+            details = leak_reward_details([vocode_16k(m, vocoder) for m in mels], [text] * len(mels), penalty)
+            scored = [(d.reward, k) for k, d in enumerate(details) if d.status == "scored"]
+            if scored:
+                reward, k = max(scored)
+                if reward >= settings.reward_min:
+                    kept.append((mels[k], text, reward))
+    model.train(was_training)
+    return kept
+
+
+def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table: dict | None = None,
+             reward=None) -> dict:
+    """``settings.steps`` AdamW updates of ``model`` on ``batches``; ``site_table`` (text -> sites) is filled
+    for the penalty's ``site_lookup``; ``reward(model, step) -> [(mel, text, r)]`` (the reward arm) is called at
+    step 0 and every ``reward_every`` updates, its kept samples appended to each later batch (two a batch,
+    cycling). ``seed`` seeds torch and Python's ``random`` (F5's ``CFM`` draws its CFG drops from the latter), so
+    arms with the same seed see the same noise, times, spans and drops. Returns the losses and the targets kept."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    targets: list[tuple[Tensor, str]] = []
+    losses, kept_total, cursor = [], 0, 0
+    model.train()
+    for step in range(settings.steps):
+        if reward is not None and step % settings.reward_every == 0:
+            new = reward(model, step)
+            kept_total += len(new)
+            targets = [(m, t) for m, t, _ in new] or targets
+        mel, lens, texts, sites = next(batches)
+        if targets:
+            extra = [targets[(cursor + j) % len(targets)] for j in range(min(2, len(targets)))]
+            cursor += len(extra)
+            mel, lens, texts = _append(mel, lens, texts, extra)
+            sites = sites + [[] for _ in extra]
+        if site_table is not None:
+            site_table.update(zip(texts, sites))
+        for group in opt.param_groups:
+            group["lr"] = settings.lr * min(1.0, (step + 1) / settings.warmup_steps)
+        loss, _, _ = model(mel, texts, lens=lens)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite fine-tune loss at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return {"losses": losses, "accepted": kept_total}
+
+
+def _append(mel: Tensor, lens: Tensor, texts: list[str], extra: Sequence[tuple[Tensor, str]]):
+    n = max(mel.shape[1], *(m.shape[0] for m, _ in extra))
+    out = torch.full((mel.shape[0] + len(extra), n, mel.shape[2]), math.log(1e-5))
+    out[: mel.shape[0], : mel.shape[1]] = mel
+    for k, (m, _) in enumerate(extra):
+        out[mel.shape[0] + k, : m.shape[0]] = m.detach()
+    return out, torch.cat([lens, torch.tensor([m.shape[0] for m, _ in extra])]), texts + [t for _, t in extra]
+
+
+@torch.no_grad()
+def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed: int) -> float:
+    """Mean flow-matching loss on ``readings`` (``(mel [n, 100], text)``), eval mode, fixed noise/time/span per
+    repeat (the same for every model)."""
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    with torch.random.fork_rng():
+        for r in range(repeats):
+            torch.manual_seed(seed * 7919 + r)
+            mel, lens, texts = _append(torch.zeros(0, 1, readings[0][0].shape[1]), torch.zeros(0, dtype=torch.long),
+                                       [], readings)
+            loss, _, _ = model(mel, texts, lens=lens)
+            total += float(loss)
+    model.train(was_training)
+    return total / repeats
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the judge
+
+
+class Judge:
+    """The scorer as shipped (heads and word check on recognizer ``w``) and ``w``'s phone error rate."""
+
+    def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w") -> None:
+        from leakloss.scorer import Scorer
+        from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_text
+
+        self.words = list(words)
+        self.scorer = Scorer(check_recognizer=recognizer)
+        self.recognizer = self.scorer.check_recognizer  # the same instance: w loads once
+        self.refs = {w.word: [speak_text(w.word, v).waveform for v in TRAIN_TEACHER_VOICES[:2]] for w in self.words}
+        truth = {w.word: speak_text(w.word, HELDOUT_TEACHER_VOICE) for w in self.words}
+        self.phones = {w: r.phones for w, r in truth.items()}
+        self.truth_waves = {w: r.waveform for w, r in truth.items()}
+
+    def __call__(self, waves: dict[str, Tensor]) -> ArmResult:
+        from leakloss.scorer import corpus_phone_error_rate
+        from leakloss.text.phones import coarse
+
+        per = corpus_phone_error_rate(self.recognizer, [waves[w.word] for w in self.words],
+                                      [self.phones[w.word] for w in self.words], phone_class=coarse)
+        flags: list[bool] = []
+        by_kind: dict[str, list[bool]] = {}
+        quarantined = 0
+        for w in self.words:
+            result = self.scorer.score(waves[w.word], w.word, self.refs[w.word])
+            if result["status"] != "scored":
+                quarantined += result["status"] == "quarantined"
+                continue
+            decided = [(s["kind"], s["decision"]) for word in result["words"] for s in word["sites"]
+                       if s["decision"] in ("flagged", "no_change", "uncertain")]
+            if not decided:
+                continue
+            flags.append(any(d == "flagged" for _, d in decided))
+            for kind in {k for k, _ in decided}:
+                by_kind.setdefault(kind, []).append(any(d == "flagged" for k, d in decided if k == kind))
+        share = (sum(flags) / len(flags)) if flags else None
+        return ArmResult(per=per, flagged=share, judged=len(flags), quarantined=quarantined,
+                         flagged_by_kind={k: sum(v) / len(v) for k, v in sorted(by_kind.items())})
+
+
+def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], vocoder, settings: EffectSettings
+              ) -> dict[str, Tensor]:
+    """Each test word said by ``model`` (seeded per word, the same seeds for every model), 16 kHz."""
+    from train_f5.evaluate import infill, vocode_16k
+
+    was_training = model.training
+    model.eval()
+    out = {}
+    with torch.random.fork_rng():
+        for i, w in enumerate(words):
+            mel = infill(model, prompt[0], prompt[1], w.word, steps=settings.nfe, cfg_strength=settings.cfg_strength,
+                         seed=settings.seed * 1000 + i)
+            out[w.word] = vocode_16k(mel, vocoder)
+    model.train(was_training)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the experiment
+
+
+def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print) -> dict:
+    """The whole experiment; ``{"ceiling": ArmResult, "base": ArmResult, "arms": {arm: [ArmResult per seed]},
+    "settings": ..., "test_words": [...]}``. Arms are trained from the same base for every seed (the seed sets
+    the batches, the flow-matching noise and the reward samples)."""
+    import torchaudio.functional as AF
+
+    from leakloss.constants import SAMPLE_RATE
+    from leakloss.penalty import LeakPenalty
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+    from leakloss.vocoder import MelToWave, log_mel
+    from train_f5.data import build_corpus, default_sentences, phrases
+
+    start = time.time()
+    cache = Path(settings.cache_dir)
+    base, arch, card = load_base(settings.base_dir)
+    base_state = {k: v.clone() for k, v in base.state_dict().items()}
+    vocoder = MelToWave.embedded()
+    penalty = LeakPenalty.load()
+    words = held_out_words(settings.test_words)
+    texts = [t for t in phrases(default_sentences(), max_words=3, seed=settings.seed) if len(t.split()) <= 3]
+    texts = texts[: settings.finetune_texts]
+    corpus = build_corpus(texts, TRAIN_TEACHER_VOICES, cache, progress=False)
+    key = hashlib.sha256(json.dumps([corpus.texts, corpus.voices, penalty.recognizer.name],
+                                    ensure_ascii=False).encode()).hexdigest()[:16]
+    sites = place_corpus_sites(corpus, penalty, vocoder, cache / f"sites-{key}.json")
+    items = [(corpus.mel(i), corpus.texts[i], corpus.voices[i], sites[i]) for i in range(len(corpus))]
+    unpaired = reward_texts(settings.reward_texts, set(corpus.texts))
+    heldout = build_corpus([w.word for w in words], TRAIN_TEACHER_VOICES[:1], cache, progress=False)
+    readings = [(heldout.mel(i), heldout.texts[i]) for i in range(len(heldout))]
+    prompt = (corpus.mel(0), corpus.texts[0])
+    log(f"data: {len(corpus)} fine-tune readings ({sum(map(len, sites))} sites), {len(words)} test words, "
+        f"{len(unpaired)} reward texts, base step {card.get('steps')} ({time.time() - start:.0f}s)")
+
+    judge = Judge(words)
+    truth = {w: vocoder(log_mel(AF.resample(x, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0]
+             for w, x in judge.truth_waves.items()}
+    ceiling = judge(truth)
+    log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}")
+    base_result = judge(say_words(base, words, prompt, vocoder, settings))
+    base_result.flow = flow_loss(base, readings, settings.flow_repeats, settings.seed)
+    log(f"base: PER {base_result.per:.3f}, flagged {_fmt(base_result.flagged)} of {base_result.judged} judged, "
+        f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}")
+
+    arms: dict[str, list[ArmResult]] = {a: [] for a in ARMS}
+    for seed in seeds:
+        for arm in ARMS:
+            t0 = time.time()
+            table: dict[str, list[TimedSite]] = {}
+            if arm == "penalty":
+                model = arm_model(arch, base_state, penalty=penalty, vocoder=vocoder, leak_weight=settings.leak_weight,
+                                  leak_start_step=settings.leak_start_step, site_lookup=lambda t: table.get(t, []))
+            else:
+                model = arm_model(arch, base_state)
+            reward = None
+            if arm == "reward":
+                def reward(m, step, seed=seed):
+                    return best_of_n(m, unpaired, prompt, penalty, vocoder, settings, seed=seed * 1000 + step)
+            batches = finetune_batches(items, settings.max_frames, settings.pair_prob, seed)
+            trained = finetune(model, batches, settings, seed=seed, site_table=table, reward=reward)
+            result = judge(say_words(model, words, prompt, vocoder, settings))
+            result.flow = flow_loss(model, readings, settings.flow_repeats, settings.seed)
+            result.accepted = trained["accepted"] if arm == "reward" else None
+            result.minutes = (time.time() - t0) / 60
+            arms[arm].append(result)
+            log(f"seed {seed} {arm}: PER {result.per:.3f}, flagged {_fmt(result.flagged)} of {result.judged} judged "
+                f"({result.flagged_by_kind}), flow {result.flow:.4f}, final loss {trained['losses'][-1]:.3f}"
+                + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
+                + f" ({result.minutes:.1f} min)")
+    return {"ceiling": ceiling, "base": base_result, "arms": arms, "settings": asdict(settings),
+            "test_words": [asdict(w) for w in words], "seeds": list(seeds), "minutes": (time.time() - start) / 60}
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def mean_interval(values: Sequence[float | None]) -> tuple[float, float, float] | None:
+    """Mean and 95% Student-t interval of the non-None values (the interval is the mean itself for one value);
+    None when there are none."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, m, m
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, len(xs) - 1) * stats.tstd(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+__all__ = ["ARMS", "ArmResult", "EffectSettings", "Judge", "HeldOutWord", "arm_model", "best_of_n", "finetune",
+           "finetune_batches", "flow_loss", "load_base", "mean_interval", "place_corpus_sites", "reward_texts",
+           "run_effect", "say_words", "held_out_words"]
