@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from train_f5.effect import ARMS, EffectSettings, mean_interval, run_effect  # noqa: E402
+from train_f5.effect import ARMS, EffectSettings, mean_interval, run_effect
 
 
 def _num(x) -> str:

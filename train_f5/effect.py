@@ -219,8 +219,8 @@ def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, vocoder=Non
 
     leak = {}
     if penalty is not None:
-        leak = dict(leak_penalty=penalty, mel_to_wave=vocoder, leak_weight=leak_weight,
-                    leak_start_step=leak_start_step, site_lookup=site_lookup)
+        leak = {"leak_penalty": penalty, "mel_to_wave": vocoder, "leak_weight": leak_weight,
+                "leak_start_step": leak_start_step, "site_lookup": site_lookup}
     model = hindi_base_f5(**arch, **leak)
     model.load_state_dict(state)
     return model
@@ -433,7 +433,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             table: dict[str, list[TimedSite]] = {}
             if arm == "penalty":
                 model = arm_model(arch, base_state, penalty=penalty, vocoder=vocoder, leak_weight=settings.leak_weight,
-                                  leak_start_step=settings.leak_start_step, site_lookup=lambda t: table.get(t, []))
+                                  leak_start_step=settings.leak_start_step, site_lookup=lambda t, table=table: table.get(t, []))
             else:
                 model = arm_model(arch, base_state)
             reward = None
@@ -474,6 +474,22 @@ def mean_interval(values: Sequence[float | None]) -> tuple[float, float, float] 
     return m, m - half, m + half
 
 
-__all__ = ["ARMS", "ArmResult", "EffectSettings", "Judge", "HeldOutWord", "arm_model", "best_of_n", "finetune",
-           "finetune_batches", "flow_loss", "load_base", "mean_interval", "place_corpus_sites", "reward_texts",
-           "run_effect", "say_words", "held_out_words"]
+__all__ = [
+    "ARMS",
+    "ArmResult",
+    "EffectSettings",
+    "HeldOutWord",
+    "Judge",
+    "arm_model",
+    "best_of_n",
+    "finetune",
+    "finetune_batches",
+    "flow_loss",
+    "held_out_words",
+    "load_base",
+    "mean_interval",
+    "place_corpus_sites",
+    "reward_texts",
+    "run_effect",
+    "say_words",
+]

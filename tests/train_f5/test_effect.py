@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("f5_tts")
 
-from leakloss.timing import TimedSite  # noqa: E402
-from train_f5.effect import (  # noqa: E402
+from leakloss.timing import TimedSite
+from train_f5.effect import (
     FRAME_RATE,
     EffectSettings,
     arm_model,
@@ -22,7 +22,7 @@ from train_f5.effect import (  # noqa: E402
     mean_interval,
 )
 
-TINY = dict(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
+TINY = {"dim": 32, "depth": 1, "heads": 2, "dim_head": 16, "text_dim": 16, "conv_layers": 1}
 
 
 def _items(n=6, seed=0):
@@ -74,7 +74,7 @@ def test_arms_share_weights_batches_and_noise():
         table: dict = {}
         if penalty and embedded_ready():
             model = arm_model(base, state, penalty=LeakPenalty.load(), vocoder=MelToWave.tiny(0), leak_weight=0.0,
-                              site_lookup=lambda t: table.get(t, []))
+                              site_lookup=lambda t, table=table: table.get(t, []))
         elif penalty:
             continue
         else:
@@ -144,7 +144,7 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
         pytest.skip("embedded models not built")
     from safetensors.torch import save_file
 
-    base, state = _tiny_base()
+    _, state = _tiny_base()
     (tmp_path / "base").mkdir()
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "base" / "model.safetensors"))
     (tmp_path / "base" / "model.json").write_text(json.dumps({"architecture": TINY, "steps": 0}))
