@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,10 +24,11 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.atomic import atomic_directory
-from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words
 from leakloss.speech.synth import Voice, speak_text
 from leakloss.text.normalize import TextError
+from leakloss.timing import TimedSite
 from leakloss.vocoder import log_mel
 
 CORPUS_VERSION = 1
@@ -126,25 +127,40 @@ def pair_batches(corpus: MelCorpus, max_frames: int, pair_prob: float, seed: int
     With probability ``pair_prob`` an item is two readings by the same voice joined (text "A B"): at
     inference the prompt is another utterance, so training on joined readings puts that in distribution.
     """
+    for mel, lens, texts, _ in joined_batches(corpus.voices, lambda i: (corpus.mel(i), corpus.texts[i], []),
+                                              max_frames, pair_prob, seed):
+        yield mel, lens, texts
+
+
+def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, str, list[TimedSite]]],
+                   max_frames: int, pair_prob: float, seed: int
+                   ) -> Iterator[tuple[Tensor, Tensor, list[str], list[list[TimedSite]]]]:
+    """:func:`pair_batches` over items ``i`` read by ``voices[i]``, ``item(i) -> (mel [n, 100], text, sites in
+    seconds)``, each batch item with its sites (a joined item's second reading's sites shifted by the first
+    reading's duration): ``(mel [b, n, 100], lens [b], texts, sites)``."""
     rng = random.Random(seed)
+    n_items = len(voices)
     by_voice: dict[str, list[int]] = {}
-    for i, v in enumerate(corpus.voices):
-        by_voice.setdefault(v, []).append(i)
+    for i, voice in enumerate(voices):
+        by_voice.setdefault(voice, []).append(i)
     while True:
-        items: list[tuple[Tensor, str]] = []
+        items: list[tuple[Tensor, str, list[TimedSite]]] = []
         longest = 0
         while True:
-            i = rng.randrange(len(corpus))
-            mel, text = corpus.mel(i), corpus.texts[i]
+            i = rng.randrange(n_items)
+            mel, text, sites = item(i)
             if rng.random() < pair_prob:
-                j = rng.choice(by_voice[corpus.voices[i]])
-                mel, text = torch.cat([mel, corpus.mel(j)]), f"{text} {corpus.texts[j]}"
+                mel2, text2, sites2 = item(rng.choice(by_voice[voices[i]]))
+                offset = mel.shape[0] * MEL_HOP / MEL_SAMPLE_RATE
+                sites = list(sites) + [replace(s, start=s.start + offset, end=s.end + offset) for s in sites2]
+                mel, text = torch.cat([mel, mel2]), f"{text} {text2}"
             longest = max(longest, mel.shape[0])
             if items and longest * (len(items) + 1) > max_frames:
                 break
-            items.append((mel, text))
-        n = max(m.shape[0] for m, _ in items)
+            items.append((mel, text, list(sites)))
+        n = max(m.shape[0] for m, _, _ in items)
         batch = torch.full((len(items), n, items[0][0].shape[1]), float(torch.log(torch.tensor(1e-5))))
-        for k, (m, _) in enumerate(items):
+        for k, (m, _, _) in enumerate(items):
             batch[k, : m.shape[0]] = m
-        yield batch, torch.tensor([m.shape[0] for m, _ in items]), [t for _, t in items]
+        yield (batch, torch.tensor([m.shape[0] for m, _, _ in items]), [t for _, t, _ in items],
+               [s for _, _, s in items])

@@ -28,17 +28,16 @@ import json
 import math
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+from leakloss.constants import MEL_SAMPLE_RATE
 from leakloss.timing import TimedSite
 
-FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # mel frames per second
 ARMS = ("plain", "penalty", "reward")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,44 +166,6 @@ def place_corpus_sites(corpus, penalty, vocoder, cache: Path | None = None) -> l
 
         write_text_atomic(cache, json.dumps([[asdict(s) for s in item] for item in out], ensure_ascii=False))
     return out
-
-
-def _shift(sites: Sequence[TimedSite], seconds: float) -> list[TimedSite]:
-    from dataclasses import replace
-
-    return [replace(s, start=s.start + seconds, end=s.end + seconds) for s in sites]
-
-
-def finetune_batches(items: Sequence[tuple[Tensor, str, str, list[TimedSite]]], max_frames: int, pair_prob: float,
-                     seed: int) -> Iterator[tuple[Tensor, Tensor, list[str], list[list[TimedSite]]]]:
-    """Endless ``(mel [b, n, 100], lens [b], texts, sites)`` from ``items`` = ``(mel [n, 100], text, voice, sites)``.
-
-    As :func:`train_f5.data.pair_batches` (about ``max_frames`` frames a batch; with ``pair_prob`` an item joins
-    two readings of one voice, text "A B"), and each item's sites come with it (the second reading's shifted by
-    the first's duration)."""
-    rng = random.Random(seed)
-    by_voice: dict[str, list[int]] = {}
-    for i, (_, _, voice, _) in enumerate(items):
-        by_voice.setdefault(voice, []).append(i)
-    while True:
-        batch: list[tuple[Tensor, str, list[TimedSite]]] = []
-        longest = 0
-        while True:
-            mel, text, voice, sites = items[rng.randrange(len(items))]
-            if rng.random() < pair_prob:
-                mel2, text2, _, sites2 = items[rng.choice(by_voice[voice])]
-                sites = list(sites) + _shift(sites2, mel.shape[0] / FRAME_RATE)
-                mel, text = torch.cat([mel, mel2]), f"{text} {text2}"
-            longest = max(longest, mel.shape[0])
-            if batch and longest * (len(batch) + 1) > max_frames:
-                break
-            batch.append((mel, text, list(sites)))
-        n = max(m.shape[0] for m, _, _ in batch)
-        out = torch.full((len(batch), n, batch[0][0].shape[1]), math.log(1e-5))
-        for k, (m, _, _) in enumerate(batch):
-            out[k, : m.shape[0]] = m
-        yield (out, torch.tensor([m.shape[0] for m, _, _ in batch]), [t for _, t, _ in batch],
-               [s for _, _, s in batch])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -393,7 +354,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     from leakloss.penalty import LeakPenalty
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES
     from leakloss.vocoder import MelToWave, log_mel
-    from train_f5.data import build_corpus, default_sentences, phrases
+    from train_f5.data import build_corpus, default_sentences, joined_batches, phrases
 
     start = time.time()
     cache = Path(settings.cache_dir)
@@ -408,7 +369,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     key = hashlib.sha256(json.dumps([corpus.texts, corpus.voices, penalty.recognizer.name],
                                     ensure_ascii=False).encode()).hexdigest()[:16]
     sites = place_corpus_sites(corpus, penalty, vocoder, cache / f"sites-{key}.json")
-    items = [(corpus.mel(i), corpus.texts[i], corpus.voices[i], sites[i]) for i in range(len(corpus))]
+    items = [(corpus.mel(i), corpus.texts[i], sites[i]) for i in range(len(corpus))]
     unpaired = reward_texts(settings.reward_texts, set(corpus.texts))
     heldout = build_corpus([w.word for w in words], TRAIN_TEACHER_VOICES[:1], cache, progress=False)
     readings = [(heldout.mel(i), heldout.texts[i]) for i in range(len(heldout))]
@@ -440,7 +401,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             if arm == "reward":
                 def reward(m, step, seed=seed):
                     return best_of_n(m, unpaired, prompt, penalty, vocoder, settings, seed=seed * 1000 + step)
-            batches = finetune_batches(items, settings.max_frames, settings.pair_prob, seed)
+            batches = joined_batches(corpus.voices, items.__getitem__, settings.max_frames, settings.pair_prob, seed)
             trained = finetune(model, batches, settings, seed=seed, site_table=table, reward=reward)
             result = judge(say_words(model, words, prompt, vocoder, settings))
             result.flow = flow_loss(model, readings, settings.flow_repeats, settings.seed)
@@ -483,7 +444,6 @@ __all__ = [
     "arm_model",
     "best_of_n",
     "finetune",
-    "finetune_batches",
     "flow_loss",
     "held_out_words",
     "load_base",

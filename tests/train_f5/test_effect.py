@@ -1,4 +1,4 @@
-"""The fine-tune experiment's parts: batches with their sites, equal arms, best-of-N, intervals, one tiny run."""
+"""The fine-tune experiment's parts: equal arms, best-of-N, intervals, one tiny run."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ import torch
 pytest.importorskip("f5_tts")
 
 from leakloss.timing import TimedSite
+from train_f5.data import joined_batches
 from train_f5.effect import (
-    FRAME_RATE,
     EffectSettings,
     arm_model,
     best_of_n,
     finetune,
-    finetune_batches,
     flow_loss,
     mean_interval,
 )
@@ -28,8 +27,11 @@ TINY = {"dim": 32, "depth": 1, "heads": 2, "dim_head": 16, "text_dim": 16, "conv
 def _items(n=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     texts = ["नेकपा", "घर", "भात खान्छु", "किताब", "बजार", "हैन"]
-    return [(torch.randn(20 + 7 * i, 100, generator=g) - 5, texts[i % len(texts)], f"v{i % 2}",
+    return [(torch.randn(20 + 7 * i, 100, generator=g) - 5, texts[i % len(texts)],
              [TimedSite(0.05, 0.1, "deletion", "ʌ->∅")] if i % 3 == 0 else []) for i in range(n)]
+
+
+VOICES = [f"v{i % 2}" for i in range(6)]
 
 
 def _tiny_base():
@@ -37,28 +39,6 @@ def _tiny_base():
 
     base = hindi_base_f5(**TINY)
     return TINY, {k: v.clone() for k, v in base.state_dict().items()}
-
-
-def test_batches_join_same_voice_readings_and_shift_the_second_readings_sites():
-    items = _items()
-    batches = finetune_batches(items, max_frames=300, pair_prob=0.5, seed=0)
-    joined = 0
-    for _ in range(30):
-        mel, lens, texts, sites = next(batches)
-        assert mel.shape[0] == lens.numel() == len(texts) == len(sites)
-        assert mel.shape[0] * mel.shape[1] <= max(300, int(lens.max()))
-        for k, text in enumerate(texts):
-            singles = [it for it in items if it[1] == text]
-            if singles:
-                continue
-            joined += 1
-            first = next(it for it in items if text.startswith(it[1] + " ") and text[len(it[1]) + 1:] in
-                         {x[1] for x in items if x[2] == it[2]})
-            offset = first[0].shape[0] / FRAME_RATE
-            second = [s for s in sites[k] if s.start >= offset]
-            assert all(s.start >= offset for s in second)
-            assert len(sites[k]) >= len(first[3])
-    assert joined > 0
 
 
 def test_arms_share_weights_batches_and_noise():
@@ -79,7 +59,7 @@ def test_arms_share_weights_batches_and_noise():
             continue
         else:
             model = arm_model(base, state)
-        out = finetune(model, finetune_batches(_items(), 200, 0.5, seed=0), settings, seed=0, site_table=table)
+        out = finetune(model, joined_batches(VOICES, _items().__getitem__, 200, 0.5, seed=0), settings, seed=0, site_table=table)
         assert len(out["losses"]) == 3 and all(math.isfinite(x) for x in out["losses"])
         runs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     for other in runs[1:]:
@@ -115,7 +95,7 @@ def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeyp
 
 def test_flow_loss_is_fixed_for_a_model_and_moves_with_its_weights():
     base, state = _tiny_base()
-    readings = [(it[0], it[1]) for it in _items(3)]
+    readings = [(mel, text) for mel, text, _ in _items(3)]
     model = arm_model(base, state)
     a, b = flow_loss(model, readings, repeats=2, seed=0), flow_loss(model, readings, repeats=2, seed=0)
     assert a == b and math.isfinite(a)

@@ -42,6 +42,35 @@ def test_pair_batches_respect_the_frame_budget_and_join_same_voice_readings():
     assert seen_pair
 
 
+def test_joined_batches_carry_each_readings_sites_shifted_by_the_first_reading():
+    from dataclasses import replace
+
+    from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+    from leakloss.timing import TimedSite
+    from train_f5.data import joined_batches
+
+    texts = ["क", "ख", "ग", "घ", "ङ", "च"]
+    voices = [f"v{i % 2}" for i in range(6)]
+    items = [(torch.full((20 + 7 * i, 100), float(i)), texts[i],
+              [TimedSite(0.01 * (i + 1), 0.01 * (i + 2), "deletion", "ʌ->∅")] if i % 3 == 0 else [])
+             for i in range(6)]
+    joined, batches = 0, joined_batches(voices, items.__getitem__, 300, 0.5, 0)
+    for _ in range(30):
+        mel, lens, got_texts, sites = next(batches)
+        assert mel.shape[0] == lens.numel() == len(got_texts) == len(sites)
+        for text, item_sites in zip(got_texts, sites):
+            parts = [texts.index(p) for p in text.split()]
+            want = list(items[parts[0]][2])
+            if len(parts) == 2:
+                joined += 1
+                a, b = parts
+                assert voices[a] == voices[b]  # one voice
+                offset = items[a][0].shape[0] * MEL_HOP / MEL_SAMPLE_RATE
+                want += [replace(s, start=s.start + offset, end=s.end + offset) for s in items[b][2]]
+            assert item_sites == want
+    assert joined > 0
+
+
 @pytest.mark.slow
 def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     from leakloss.config import compose_config
