@@ -14,7 +14,9 @@ phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*`
 test words' teacher readings (fixed noise).
 
 Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_reward=…
-per_plain=… per_penalty=… per_reward=… flow_plain=… flow_penalty=… flow_reward=… judged_base=… seeds=…``.
+per_plain=… per_penalty=… per_reward=… flow_plain=… flow_penalty=… flow_reward=… flow_base=… per_hindi_truth=…
+flagged_hindi_truth=… judged_base=… seeds=…`` (``*_hindi_truth``: the judge on vocoded espeak ``hi`` readings, what a
+base that says its training data perfectly would score).
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def main(argv=None) -> int:
     ceiling, base, arms = out["ceiling"], out["base"], out["arms"]
     print(f"\ntest words: {', '.join(w['word'] + '(' + '/'.join(w['kinds']) + ')' for w in out['test_words'])}")
     print(f"{'model':10s} {'PER':>22s} {'flagged':>22s} {'deletion':>10s} {'quality':>10s} {'flow':>22s} judged")
-    print(f"{'ceiling':10s} {ceiling.per:22.3f} {_num(ceiling.flagged):>22s}")
+    print(f"{'ceiling':10s} {ceiling.per:22.3f} {_num(ceiling.flagged):>22s}   (vocoded Nepali teacher)")
+    hindi = out["hindi_truth"]
+    print(f"{'hindi':10s} {hindi.per:22.3f} {_num(hindi.flagged):>22s} "
+          f"{_num(hindi.flagged_by_kind.get('deletion')):>10s} {_num(hindi.flagged_by_kind.get('quality')):>10s}"
+          f"   (vocoded espeak hi: a perfect Hindi base)")
     print(f"{'base':10s} {base.per:22.3f} {_num(base.flagged):>22s} "
           f"{_num(base.flagged_by_kind.get('deletion')):>10s} {_num(base.flagged_by_kind.get('quality')):>10s} "
           f"{base.flow:22.4f} {base.judged}")
@@ -85,6 +91,7 @@ def main(argv=None) -> int:
             **{f"flagged_{a}": mean(a, "flagged") for a in ARMS},
             **{f"per_{a}": mean(a, "per") for a in ARMS},
             **{f"flow_{a}": mean(a, "flow") for a in ARMS}, "flow_base": base.flow}
+    keys |= {"per_hindi_truth": hindi.per, "flagged_hindi_truth": hindi.flagged}
     print(" ".join(f"{k}={_num(v)}" for k, v in keys.items()) + f" judged_base={base.judged} seeds={args.seeds}")
     return 0
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from leakloss.atomic import atomic_directory
 from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words
-from leakloss.speech.synth import Voice, speak_text
+from leakloss.speech.synth import Reading, Voice, speak_text
 from leakloss.text.normalize import TextError
 from leakloss.timing import TimedSite
 from leakloss.vocoder import log_mel
@@ -87,24 +87,43 @@ class MelCorpus:
         return int(self.offsets[i + 1] - self.offsets[i])
 
 
-def corpus_key(texts: Sequence[str], voices: Sequence[Voice]) -> str:
+def corpus_key(texts: Sequence[str], voices: Sequence[Voice], teacher: bool = False) -> str:
     h = hashlib.sha256(f"v{CORPUS_VERSION}|".encode())
     h.update(json.dumps([list(texts), [v.__dict__ for v in voices]], ensure_ascii=False).encode())
+    if teacher:  # the old keys stay valid for espeak's own reading
+        h.update(b"|teacher")
     return h.hexdigest()[:16]
 
 
+def teacher_reading(text: str, voice: Voice, frontend=None) -> Reading:
+    """The Nepali teacher: ``voice`` says the Nepali frontend's phones of ``text`` (as the corpus role does)."""
+    from leakloss.speech.synth import speak_phones
+    from leakloss.text.g2p import NepaliFrontend
+
+    frontend = frontend or NepaliFrontend()
+    return speak_phones([list(frontend.pronounce(w).phones) for w in split_text_words(text)], voice)
+
+
 def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str | Path, *,
-                 progress: bool = True) -> MelCorpus:
-    """Every text read by one voice (round robin), as log mels; cached under ``cache_dir/<key>``."""
+                 progress: bool = True, teacher: bool = False) -> MelCorpus:
+    """Every text read by one voice (round robin), as log mels; cached under ``cache_dir/<key>``. ``teacher``:
+    the voices say the Nepali frontend's phones (:func:`teacher_reading`) instead of reading the text with
+    espeak's own rules (the Hindi voices' way)."""
     from safetensors.torch import load_file, save_file
     from tqdm.auto import tqdm
 
-    folder = Path(cache_dir) / corpus_key(texts, voices)
+    folder = Path(cache_dir) / corpus_key(texts, voices, teacher)
     if not (folder / "index.json").is_file():
         mels, offsets, kept, names = [], [0], [], []
-        for i, text in enumerate(tqdm(texts, desc="espeak hi corpus", disable=not progress)):
+        frontend = None
+        if teacher:
+            from leakloss.text.g2p import NepaliFrontend
+
+            frontend = NepaliFrontend()
+        for i, text in enumerate(tqdm(texts, desc="espeak corpus", disable=not progress)):
             voice = voices[i % len(voices)]
-            wave = speak_text(text, voice).waveform
+            reading = teacher_reading(text, voice, frontend) if teacher else speak_text(text, voice)
+            wave = reading.waveform
             if wave.numel() < SAMPLE_RATE // 10:
                 continue
             mel = log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0]  # [n, 100]

@@ -15,10 +15,11 @@ share the seed, the batches and the number of updates:
 
 The judge never sees either signal's instrument: the scorer's shipped deletion/quality heads and word check on the
 real-speech recognizer ``w`` (the penalty and the reward use recognizer A). Each model says every test word (real
-contrast sites, :func:`train_f5.data.is_test_word`, so never in any training text), prompted by one fixed Nepali
-training reading; the scorer judges it against two espeak teacher readings; ``per_*`` is ``w``'s greedy phone
-error rate (coarse phones) against the phones the held-out teacher voice says; ``per_ceiling`` is the same on the
-vocoded ground truth; ``flow_*`` is the flow-matching loss on the test words' teacher readings (fixed noise).
+contrast sites, :func:`train_f5.data.is_test_word`, so never in any training text) in a phrase of up to three
+words of its sentence, prompted by one fixed Nepali training reading; the scorer judges the phrase against two
+espeak teacher readings and only the test word's sites count; ``per_*`` is ``w``'s greedy phone error rate (coarse
+phones) against the phones the held-out teacher voice says; ``per_ceiling`` is the same on the vocoded ground
+truth; ``flow_*`` is the flow-matching loss on the phrases' teacher readings (fixed noise).
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ class EffectSettings:
 
 @dataclass
 class HeldOutWord:
+    """A test word and the phrase the models say it in (its sentence neighbours: isolated words are too short
+    for the scorer's word checks)."""
+
     word: str
     kinds: tuple[str, ...]  # contrast kinds of its testable sites
+    phrase: str
 
 
 @dataclass
@@ -108,25 +113,29 @@ def load_base(base_dir: str | Path):
 
 
 def held_out_words(n: int, sentences: Sequence[str] | None = None) -> list[HeldOutWord]:
-    """The first ``n`` test words (by hash order) with at least one testable contrast site."""
+    """The first ``n`` test words (by hash order) with at least one testable contrast site, each in a phrase of up
+    to three words of its first sentence (the word and its neighbours; no training text contains it)."""
     from leakloss.speech.corpus import split_text_words
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
     from train_f5.data import default_sentences, is_test_word
 
     finder = SiteFinder()
-    words: dict[str, None] = {}
+    phrase_of: dict[str, str] = {}
     for sentence in sentences if sentences is not None else default_sentences():
         try:
-            words.update((w, None) for w in split_text_words(sentence) if is_test_word(w))
+            words = split_text_words(sentence)
         except TextError:
             continue
+        for k, w in enumerate(words):
+            if is_test_word(w) and w not in phrase_of:
+                phrase_of[w] = " ".join(words[max(0, k - 1): k + 2])
     out = []
-    for word in sorted(words, key=lambda w: hashlib.sha1(w.encode()).hexdigest()):
+    for word in sorted(phrase_of, key=lambda w: hashlib.sha1(w.encode()).hexdigest()):
         found = [w for w in finder(word) if w.skipped is None]
         kinds = tuple(sorted({s.kind for w in found for s in w.testable_sites}))
         if kinds:
-            out.append(HeldOutWord(word, kinds))
+            out.append(HeldOutWord(word, kinds, phrase_of[word]))
         if len(out) == n:
             break
     return out
@@ -283,17 +292,20 @@ def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed:
 
 
 class Judge:
-    """The scorer as shipped (heads and word check on recognizer ``w``) and ``w``'s phone error rate."""
+    """The scorer as shipped (heads and word check on recognizer ``w``) and ``w``'s phone error rate, on each test
+    word's phrase (``waves`` keyed by the word); only the test word's own sites count."""
 
     def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w") -> None:
         from leakloss.scorer import Scorer
-        from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_text
+        from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES
+        from train_f5.data import teacher_reading
 
         self.words = list(words)
         self.scorer = Scorer(check_recognizer=recognizer)
         self.recognizer = self.scorer.check_recognizer  # the same instance: w loads once
-        self.refs = {w.word: [speak_text(w.word, v).waveform for v in TRAIN_TEACHER_VOICES[:2]] for w in self.words}
-        truth = {w.word: speak_text(w.word, HELDOUT_TEACHER_VOICE) for w in self.words}
+        self.refs = {w.word: [teacher_reading(w.phrase, v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
+                     for w in self.words}
+        truth = {w.word: teacher_reading(w.phrase, HELDOUT_TEACHER_VOICE) for w in self.words}
         self.phones = {w: r.phones for w, r in truth.items()}
         self.truth_waves = {w: r.waveform for w, r in truth.items()}
 
@@ -307,12 +319,12 @@ class Judge:
         by_kind: dict[str, list[bool]] = {}
         quarantined = 0
         for w in self.words:
-            result = self.scorer.score(waves[w.word], w.word, self.refs[w.word])
+            result = self.scorer.score(waves[w.word], w.phrase, self.refs[w.word])
             if result["status"] != "scored":
                 quarantined += result["status"] == "quarantined"
                 continue
-            decided = [(s["kind"], s["decision"]) for word in result["words"] for s in word["sites"]
-                       if s["decision"] in ("flagged", "no_change", "uncertain")]
+            decided = [(s["kind"], s["decision"]) for word in result["words"] if word["word"] == w.word
+                       for s in word["sites"] if s["decision"] in ("flagged", "no_change", "uncertain")]
             if not decided:
                 continue
             flags.append(any(d == "flagged" for _, d in decided))
@@ -325,7 +337,8 @@ class Judge:
 
 def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], vocoder, settings: EffectSettings
               ) -> dict[str, Tensor]:
-    """Each test word said by ``model`` (seeded per word, the same seeds for every model), 16 kHz."""
+    """Each test word's phrase said by ``model`` (seeded per word, the same seeds for every model), 16 kHz, keyed
+    by the word."""
     from train_f5.evaluate import infill, vocode_16k
 
     was_training = model.training
@@ -333,7 +346,7 @@ def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], v
     out = {}
     with torch.random.fork_rng():
         for i, w in enumerate(words):
-            mel = infill(model, prompt[0], prompt[1], w.word, steps=settings.nfe, cfg_strength=settings.cfg_strength,
+            mel = infill(model, prompt[0], prompt[1], w.phrase, steps=settings.nfe, cfg_strength=settings.cfg_strength,
                          seed=settings.seed * 1000 + i)
             out[w.word] = vocode_16k(mel, vocoder)
     model.train(was_training)
@@ -345,7 +358,8 @@ def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], v
 
 
 def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print) -> dict:
-    """The whole experiment; ``{"ceiling": ArmResult, "base": ArmResult, "arms": {arm: [ArmResult per seed]},
+    """The whole experiment; ``{"ceiling": ArmResult, "hindi_truth": ArmResult (vocoded espeak hi readings: a
+    perfect Hindi base), "base": ArmResult, "arms": {arm: [ArmResult per seed]},
     "settings": ..., "test_words": [...]}``. Arms are trained from the same base for every seed (the seed sets
     the batches, the flow-matching noise and the reward samples)."""
     import torchaudio.functional as AF
@@ -365,13 +379,13 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     words = held_out_words(settings.test_words)
     texts = [t for t in phrases(default_sentences(), max_words=3, seed=settings.seed) if len(t.split()) <= 3]
     texts = texts[: settings.finetune_texts]
-    corpus = build_corpus(texts, TRAIN_TEACHER_VOICES, cache, progress=False)
+    corpus = build_corpus(texts, TRAIN_TEACHER_VOICES, cache, progress=False, teacher=True)
     key = hashlib.sha256(json.dumps([corpus.texts, corpus.voices, penalty.recognizer.name],
                                     ensure_ascii=False).encode()).hexdigest()[:16]
     sites = place_corpus_sites(corpus, penalty, vocoder, cache / f"sites-{key}.json")
     items = [(corpus.mel(i), corpus.texts[i], sites[i]) for i in range(len(corpus))]
     unpaired = reward_texts(settings.reward_texts, set(corpus.texts))
-    heldout = build_corpus([w.word for w in words], TRAIN_TEACHER_VOICES[:1], cache, progress=False)
+    heldout = build_corpus([w.phrase for w in words], TRAIN_TEACHER_VOICES[:1], cache, progress=False, teacher=True)
     readings = [(heldout.mel(i), heldout.texts[i]) for i in range(len(heldout))]
     prompt = (corpus.mel(0), corpus.texts[0])
     log(f"data: {len(corpus)} fine-tune readings ({sum(map(len, sites))} sites), {len(words)} test words, "
@@ -382,6 +396,13 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
              for w, x in judge.truth_waves.items()}
     ceiling = judge(truth)
     log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}")
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+
+    hindi = {w.word: vocoder(log_mel(AF.resample(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform, SAMPLE_RATE,
+                                                 MEL_SAMPLE_RATE)[None]))[0] for w in words}
+    hindi_truth = judge(hindi)  # what a base that says its training data (espeak hi) perfectly would score
+    log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
+        f"{hindi_truth.judged}")
     base_result = judge(say_words(base, words, prompt, vocoder, settings))
     base_result.flow = flow_loss(base, readings, settings.flow_repeats, settings.seed)
     log(f"base: PER {base_result.per:.3f}, flagged {_fmt(base_result.flagged)} of {base_result.judged} judged, "
@@ -412,7 +433,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
                 f"({result.flagged_by_kind}), flow {result.flow:.4f}, final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
                 + f" ({result.minutes:.1f} min)")
-    return {"ceiling": ceiling, "base": base_result, "arms": arms, "settings": asdict(settings),
+    return {"ceiling": ceiling, "hindi_truth": hindi_truth, "base": base_result, "arms": arms,
+            "settings": asdict(settings),
             "test_words": [asdict(w) for w in words], "seeds": list(seeds), "minutes": (time.time() - start) / 60}
 
 

@@ -71,6 +71,23 @@ def test_joined_batches_carry_each_readings_sites_shifted_by_the_first_reading()
     assert joined > 0
 
 
+def test_teacher_corpus_says_the_frontends_phones_under_its_own_key(tmp_path):
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+    from train_f5.data import build_corpus, corpus_key
+
+    voices = TRAIN_TEACHER_VOICES[:1]
+    assert corpus_key(["नेकपा"], voices, teacher=True) != corpus_key(["नेकपा"], voices)
+    espeak_own = build_corpus(["नेकपा"], voices, tmp_path, progress=False)
+    teacher = build_corpus(["नेकपा"], voices, tmp_path, progress=False, teacher=True)
+    assert not torch.equal(teacher.mel(0), espeak_own.mel(0))  # another path: phoneme input, not espeak's rules
+    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.phones import coarse
+    from train_f5.data import teacher_reading
+
+    said = teacher_reading("नेकपा", voices[0]).phones
+    assert [coarse(p) for p in said] == [coarse(p) for p in NepaliFrontend().pronounce("नेकपा").phones]
+
+
 @pytest.mark.slow
 def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     from leakloss.config import compose_config
