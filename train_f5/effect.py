@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass
 class EffectSettings:
-    """One run of the experiment (defaults: one seed in about 15 minutes on 2 CPU cores)."""
+    """One run of the experiment (defaults: one seed in about 4 minutes on 2 idle CPU cores)."""
 
     base_dir: str = str(REPO / "checkpoints" / "f5_hindi_base")
     cache_dir: str = str(REPO / ".cache" / "leakloss" / "f5_effect")
