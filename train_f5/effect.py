@@ -425,7 +425,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             batches = joined_batches(corpus.voices, items.__getitem__, settings.max_frames, settings.pair_prob, seed)
             trained = finetune(model, batches, settings, seed=seed, site_table=table, reward=reward)
             result = judge(say_words(model, words, prompt, vocoder, settings))
-            result.flow = flow_loss(model, readings, settings.flow_repeats, settings.seed)
+            # on a plain copy: an eval-mode LeakAwareCFM with a penalty would add the penalty to the loss
+            result.flow = flow_loss(arm_model(arch, model.state_dict()), readings, settings.flow_repeats, settings.seed)
             result.accepted = trained["accepted"] if arm == "reward" else None
             result.minutes = (time.time() - t0) / 60
             arms[arm].append(result)
