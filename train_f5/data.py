@@ -25,8 +25,8 @@ from torch import Tensor
 
 from leakloss.atomic import atomic_directory
 from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
-from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words
-from leakloss.speech.synth import Reading, Voice, speak_text
+from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words, teacher_reading
+from leakloss.speech.synth import Voice, speak_text
 from leakloss.text.normalize import TextError
 from leakloss.timing import TimedSite
 from leakloss.vocoder import log_mel
@@ -93,15 +93,6 @@ def corpus_key(texts: Sequence[str], voices: Sequence[Voice], teacher: bool = Fa
     if teacher:  # the old keys stay valid for espeak's own reading
         h.update(b"|teacher")
     return h.hexdigest()[:16]
-
-
-def teacher_reading(text: str, voice: Voice, frontend=None) -> Reading:
-    """The Nepali teacher: ``voice`` says the Nepali frontend's phones of ``text`` (as the corpus role does)."""
-    from leakloss.speech.synth import speak_phones
-    from leakloss.text.g2p import NepaliFrontend
-
-    frontend = frontend or NepaliFrontend()
-    return speak_phones([list(frontend.pronounce(w).phones) for w in split_text_words(text)], voice)
 
 
 def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str | Path, *,

@@ -260,13 +260,18 @@ def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table:
     return {"losses": losses, "accepted": kept_total}
 
 
+def _pad(mels: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """``[n_i, 100]`` mels -> (``[b, max n, 100]`` padded with F5's silence log mel, lengths ``[b]``)."""
+    out = torch.full((len(mels), max(m.shape[0] for m in mels), mels[0].shape[1]), math.log(1e-5))
+    for k, m in enumerate(mels):
+        out[k, : m.shape[0]] = m.detach()
+    return out, torch.tensor([m.shape[0] for m in mels])
+
+
 def _append(mel: Tensor, lens: Tensor, texts: list[str], extra: Sequence[tuple[Tensor, str]]):
-    n = max(mel.shape[1], *(m.shape[0] for m, _ in extra))
-    out = torch.full((mel.shape[0] + len(extra), n, mel.shape[2]), math.log(1e-5))
-    out[: mel.shape[0], : mel.shape[1]] = mel
-    for k, (m, _) in enumerate(extra):
-        out[mel.shape[0] + k, : m.shape[0]] = m.detach()
-    return out, torch.cat([lens, torch.tensor([m.shape[0] for m, _ in extra])]), texts + [t for _, t in extra]
+    """The batch ``mel [b, n, 100]`` with the ``extra`` ``(mel, text)`` items appended."""
+    return (*_pad([mel[k, : int(lens[k])] for k in range(mel.shape[0])] + [m for m, _ in extra]),
+            texts + [t for _, t in extra])
 
 
 @torch.no_grad()
@@ -279,9 +284,8 @@ def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed:
     with torch.random.fork_rng():
         for r in range(repeats):
             torch.manual_seed(seed * 7919 + r)
-            mel, lens, texts = _append(torch.zeros(0, 1, readings[0][0].shape[1]), torch.zeros(0, dtype=torch.long),
-                                       [], readings)
-            loss, _, _ = model(mel, texts, lens=lens)
+            mel, lens = _pad([m for m, _ in readings])
+            loss, _, _ = model(mel, [t for _, t in readings], lens=lens)
             total += float(loss)
     model.train(was_training)
     return total / repeats
@@ -297,8 +301,8 @@ class Judge:
 
     def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w") -> None:
         from leakloss.scorer import Scorer
+        from leakloss.speech.corpus import teacher_reading
         from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES
-        from train_f5.data import teacher_reading
 
         self.words = list(words)
         self.scorer = Scorer(check_recognizer=recognizer)
@@ -391,15 +395,16 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     log(f"data: {len(corpus)} fine-tune readings ({sum(map(len, sites))} sites), {len(words)} test words, "
         f"{len(unpaired)} reward texts, base step {card.get('steps')} ({time.time() - start:.0f}s)")
 
+    def vocoded(wave: Tensor) -> Tensor:  # a 16 kHz reading through F5's mel and the vocoder, as a TTS says it
+        return vocoder(log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0]
+
     judge = Judge(words)
-    truth = {w: vocoder(log_mel(AF.resample(x, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0]
-             for w, x in judge.truth_waves.items()}
+    truth = {w: vocoded(x) for w, x in judge.truth_waves.items()}
     ceiling = judge(truth)
     log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}")
     from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
 
-    hindi = {w.word: vocoder(log_mel(AF.resample(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform, SAMPLE_RATE,
-                                                 MEL_SAMPLE_RATE)[None]))[0] for w in words}
+    hindi = {w.word: vocoded(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform) for w in words}
     hindi_truth = judge(hindi)  # what a base that says its training data (espeak hi) perfectly would score
     log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
         f"{hindi_truth.judged}")

@@ -78,6 +78,15 @@ def split_text_words(text: str) -> list[str]:
     return [tok.text for tok in split_words(normalize_devanagari(text)) if tok.skipped is None]
 
 
+def teacher_reading(text: str, voice: Voice, frontend=None) -> Reading:
+    """The Nepali teacher: an espeak ``ne`` ``voice`` says the Nepali frontend's phones of ``text``."""
+    if frontend is None:
+        from leakloss.text.g2p import NepaliFrontend
+
+        frontend = NepaliFrontend()
+    return speak_phones([list(frontend.pronounce(w).phones) for w in split_text_words(text)], voice)
+
+
 def _edit_mnemonics(word: str, rng: random.Random) -> str:
     """Random vowel edits of one word of espeak ``ne`` mnemonics (space-separated phonemes)."""
     out = []
@@ -183,7 +192,7 @@ def build_corpus(
             continue
         if role == "teacher":
             voice = rng.choice(list(teacher_voices))
-            reading = speak_phones([list(frontend.pronounce(w).phones) for w in words], voice)
+            reading = teacher_reading(sentence, voice, frontend)
         elif role == "hindi":
             voice = rng.choice(list(hindi_voices))
             reading = speak_text(" ".join(words), voice)

@@ -80,9 +80,9 @@ def test_teacher_corpus_says_the_frontends_phones_under_its_own_key(tmp_path):
     espeak_own = build_corpus(["नेकपा"], voices, tmp_path, progress=False)
     teacher = build_corpus(["नेकपा"], voices, tmp_path, progress=False, teacher=True)
     assert not torch.equal(teacher.mel(0), espeak_own.mel(0))  # another path: phoneme input, not espeak's rules
+    from leakloss.speech.corpus import teacher_reading
     from leakloss.text.g2p import NepaliFrontend
     from leakloss.text.phones import coarse
-    from train_f5.data import teacher_reading
 
     said = teacher_reading("नेकपा", voices[0]).phones
     assert [coarse(p) for p in said] == [coarse(p) for p in NepaliFrontend().pronounce("नेकपा").phones]
