@@ -30,8 +30,9 @@ Two figures, measured in one run:
     The same F5 v1 Base step with the penalty as ``LeakAwareCFM(leak_crop=True)`` runs it
     (:mod:`leakloss.functional.crop` via ``integrations.f5_tts.cropped_penalty``): only crops around the
     sites inside F5's infilled span are vocoded (site window + the receptive-field context computed from the
-    released Vocos / recognizer / head modules), padded to the longest crop as the code batches them, and only
-    the scored regions go through the recognizer convs and head. Sites are drawn per utterance as a Poisson
+    released Vocos / recognizer / head modules), in length groups padded to their longest as the code batches
+    them, and only the scored regions go through the recognizer convs and head (also in length groups, each
+    with the penalty's tail of zeros). Sites are drawn per utterance as a Poisson
     process at ``--crop-site-density`` sites/s (default 0.6: the built-in sentences' 0.24 testable sites/word
     at 2.5 words/s), ``--site-duration`` long; the infilled span is F5's (70-100% of each utterance, random
     start); ``--crop-draws`` seeded batches, the mean share is reported.
@@ -301,11 +302,12 @@ def site_density_hint() -> str:
         return f"site density of built-in sentences unavailable ({type(err).__name__})"
 
 
-def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]], n_crops: int,
-                        wave_samples: int) -> dict[str, int]:
+def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]],
+                        wave_groups: list[tuple[int, int]]) -> dict[str, int]:
     """Forward + backward FLOPs of the cropped penalty: the vocoder on each length group ``(crops, frames)``
-    (padded to the group's longest, as ``cropped_penalty`` batches them), the recognizer convs + head on all
-    scored regions ``[n_crops, wave_samples]`` (one call, padded to the longest region)."""
+    (padded to the group's longest, as ``cropped_penalty`` batches them), the recognizer convs + head on each
+    length group of scored regions ``(regions, samples)`` (padded to the group's longest plus the penalty's
+    ``tail_samples``, as ``LeakPenalty.frame_logits`` runs them)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     vocoder = penalty.mel_to_wave
@@ -319,11 +321,13 @@ def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]], n_c
             wave24 = head(hidden)
             out["vocoder ISTFT head"] += count_flops(fwd_bwd(head, hidden))[0] + irfft_flops(count * mel_frames)
             out["resampler"] += count_flops(fwd_bwd(Resample(), wave24))[0]
-        wave16 = torch.randn(n_crops, wave_samples)
         convs = ConvStack(penalty.recognizer, penalty.conv_layer)
-        feats = convs(wave16)
-        out["recognizer convs"] = count_flops(fwd_bwd(convs, wave16))[0]
-        out["raw-conv head"] = count_flops(fwd_bwd(penalty.head, feats))[0]
+        out["recognizer convs"] = out["raw-conv head"] = 0
+        for count, samples in wave_groups:
+            wave16 = torch.randn(count, samples + penalty.tail_samples)
+            feats = convs(wave16)
+            out["recognizer convs"] += count_flops(fwd_bwd(convs, wave16))[0]
+            out["raw-conv head"] += count_flops(fwd_bwd(penalty.head, feats))[0]
     return out
 
 
@@ -502,14 +506,17 @@ def main() -> None:
 
         sizes = [c.mel_frames for c in crops]
         groups = [(len(g), max(sizes[i] for i in g)) for g in length_groups(sizes)]
-        wave_len = max(int(mel_lengths_to_samples(c.end - c.start)) for c in crops)
-        parts_c = cropped_parts_flops(penalty, groups, len(crops), wave_len)
+        region = [int(mel_lengths_to_samples(c.end - c.start)) for c in crops]
+        wave_groups = [(len(g), max(region[i] for i in g)) for g in length_groups(region)]
+        parts_c = cropped_parts_flops(penalty, groups, wave_groups)
         shares.append(sum(parts_c.values()) / f5)
         covered.append(sum(sizes) / frames)
         padded = sum(n * m for n, m in groups)
         print(f"  cropped draw {draw}: {n_sites} sites in span -> {len(crops)} crops in {len(groups)} length groups,"
               f" {padded / frames:.0%} of the batch's frames vocoded ({covered[-1]:.0%} before group padding);"
-              f" recognizer on {len(crops)} x {wave_len} samples: share {shares[-1]:.4f} ("
+              f" recognizer on {len(crops)} regions in {len(wave_groups)} length groups"
+              f" ({sum(n * m for n, m in wave_groups) / max(sum(region), 1):.2f}x their samples, + tail):"
+              f" share {shares[-1]:.4f} ("
               + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_c.items()) + ")")
     cropped_share = statistics.mean(shares)
     print(f"cropped context: {ctx.wave_s * 1000:.0f} ms each side at the recognizer, {ctx.vocoder_frames} mel frames"

@@ -391,24 +391,14 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
             context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
     lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
     regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
-    rec = penalty.recognizer
-    if not getattr(rec, "normalize_input", False):
-        return penalty(waves=regions, wave_lengths=lengths, sites=shifted)
-    # The recognizer normalises each input to zero mean / unit variance over the whole utterance, which is not
-    # vocoded here: estimate the utterance's statistics from everything that was (all crops of the item, their
-    # vocoder context included), normalise here with gradient as the full computation does, and let the
-    # recognizer skip its own step.
-    from leakloss.functional.crop import pooled_normalize
+    # The penalty divides each utterance by its RMS, which is not vocoded here: pool it over everything that was
+    # (all crops of the item, their vocoder context included), with gradient as the full computation has it.
+    from leakloss.functional.crop import pooled_rms
 
     item = torch.tensor([c.item for c in crops], device=regions.device)
-    normalized = pooled_normalize(regions, lengths, item,
-                                  stats_from=(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
-                                              torch.tensor([w.numel() for w in context], device=regions.device)))
-    rec.normalize_input = False
-    try:
-        return penalty(waves=normalized, wave_lengths=lengths, sites=shifted)
-    finally:
-        rec.normalize_input = True
+    rms = pooled_rms(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
+                     torch.tensor([w.numel() for w in context], device=regions.device), item, int(mels.shape[0]))
+    return penalty(waves=regions, wave_lengths=lengths, sites=shifted, wave_rms=rms[item])
 
 
 def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM:

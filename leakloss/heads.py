@@ -99,6 +99,11 @@ class RawConvHead(nn.Module):
         blocks.append(nn.Conv1d(ch, 1, 1))
         return nn.Sequential(*blocks)
 
+    @property
+    def context_frames(self) -> int:
+        """Frames each side that one output frame depends on (the dilated 'same'-padded convs)."""
+        return sum(2**i * (self.kernel // 2) for i in range(self.layers))
+
     def architecture(self) -> dict:
         return {"class": "RawConvHead", "in_channels": self.in_channels, "width": self.width, "kernel": self.kernel,
                 "layers": self.layers, "members": self.members}

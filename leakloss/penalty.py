@@ -19,6 +19,7 @@ Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv fram
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from leakloss.functional.leak import (
     mask_nonfinite_items,
     min_conv_samples,
     quiet_gradient_scale,
+    rms_normalize,
     scale_gradient,
     site_masks,
 )
@@ -68,12 +70,16 @@ class LeakParts(NamedTuple):
 class LeakPenalty(nn.Module):
     """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``.
 
+    Each item is divided by its RMS (not mean-centred: a vocoder's DC offset stays, so that a crop of an
+    utterance scores as the whole one; ``wave_rms [b]`` overrides the RMS) and zero-padded past its end by
+    :attr:`tail_samples`, so that an item scores the same alone and in any batch.
+
     Bad items never poison the batch; each rule is tested:
 
     - **Non-finite input**: an item with any NaN/Inf among its valid samples (or valid mel frames, or in its
       vocoded wave) is masked out by ``torch.where`` before any arithmetic: zero contribution, a gradient of
       exactly 0, counted in ``parts.nonfinite_items``. NaN/Inf in the padding is zeroed and not counted.
-    - **Near-silence**: the recognizer normalises each item to unit variance, so the true gradient grows as
+    - **Near-silence**: each item is normalised to unit RMS, so the true gradient grows as
       1/RMS (1e4-fold speech's at RMS 1e-7). Below ``QUIET_RMS`` (-40 dBFS) an item's gradient is multiplied
       by ``rms / QUIET_RMS``: the same direction, the size it would have at -40 dBFS (exact digital silence,
       rms 0, gets a zero gradient). The loss is unchanged. Counted in ``parts.quiet_items``.
@@ -113,21 +119,60 @@ class LeakPenalty(nn.Module):
         rec = self.recognizer
         return min_conv_samples(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1])
 
-    def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    @property
+    def tail_samples(self) -> int:
+        """Zeros appended to every item before the conv stack: enough that each item's last frames see the
+        features of silence after it, whatever the batch's padding (the longest item would otherwise see the
+        head's zero padding instead, and its end sites would score differently alone than in a batch)."""
+        rec = self.recognizer
+        hop = math.prod(rec.conv_strides[: self.conv_layer + 1])
+        return self.head.context_frames * hop + self.min_samples
+
+    def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None,
+                     wave_rms: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``.
 
-        Finite input only (:meth:`forward` masks); ``t`` below :attr:`min_samples` is zero-padded.
+        Each item is divided by its RMS (``wave_rms [b]`` when given: the cropped penalty passes the RMS pooled
+        over an utterance's crops), not mean-centred (:func:`leakloss.functional.leak.rms_normalize`). Finite
+        input only (:meth:`forward` masks); ``t`` below :attr:`min_samples` is zero-padded. Items run in groups
+        of similar length (:func:`leakloss.functional.crop.length_groups`), each padded to its longest plus
+        :attr:`tail_samples` zeros, so an item's logits do not depend on the other items of its batch and
+        short items do not pay for the longest; logits past an item's last frame are 0.
         """
-        t = waves.shape[-1]
-        if t < self.min_samples:  # the conv stack cannot run on less than its receptive field
-            if wave_lengths is None:
-                wave_lengths = torch.full((waves.shape[0],), t, dtype=torch.long, device=waves.device)
-            waves = torch.nn.functional.pad(waves, (0, self.min_samples - t))
-        feats, frames = self.recognizer.conv_features(waves, self.conv_layer, wave_lengths)
-        return self.head(feats).float(), frames
+        from leakloss.functional.crop import length_groups
+
+        b, t = waves.shape
+        if wave_lengths is None:
+            wave_lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
+        waves = rms_normalize(waves, wave_lengths, wave_rms)
+        lengths = wave_lengths.tolist()
+        groups = length_groups(lengths) if b else []
+        logits = waves.new_zeros(b, self._frames(t), dtype=torch.float32)
+        frames = torch.zeros(b, dtype=torch.long, device=waves.device)
+        for group in groups:
+            index = torch.tensor(group, device=waves.device)
+            longest = max(lengths[i] for i in group)
+            chunk = waves.index_select(0, index)[:, :longest]
+            chunk = torch.nn.functional.pad(chunk, (0, max(self.min_samples - longest, 0) + self.tail_samples))
+            feats, n = self.recognizer.conv_features(chunk, self.conv_layer, wave_lengths.index_select(0, index),
+                                                     normalize=False)
+            g = min(self._frames(max(longest, 1)), logits.shape[-1])
+            logits = logits.index_copy(0, index, torch.nn.functional.pad(
+                self.head(feats).float()[..., :g], (0, logits.shape[-1] - g)))
+            frames = frames.index_copy(0, index, n)
+        return logits, frames
+
+    def _frames(self, samples: int) -> int:
+        """Conv frames of ``samples`` input samples (at least :attr:`min_samples`)."""
+        n = max(samples, self.min_samples)
+        rec = self.recognizer
+        for k, s in zip(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1]):
+            n = (n - k) // s + 1
+        return n
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
-                mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = ()) -> tuple[Tensor, LeakParts]:
+                mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
+                wave_rms: Tensor | None = None) -> tuple[Tensor, LeakParts]:
         bad = None
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
@@ -145,7 +190,7 @@ class LeakPenalty(nn.Module):
         quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
         if waves.requires_grad:
             waves = scale_gradient(waves, quiet)
-        logits, frames = self.frame_logits(waves, wave_lengths)
+        logits, frames = self.frame_logits(waves, wave_lengths, wave_rms)
         frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
         masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer),
                                   pad_s=self.pad_s, frame_lengths=frames,

@@ -75,6 +75,29 @@ def test_batch_consistency(penalty):
     assert torch.allclose(pab.site_probs, torch.cat([pa.site_probs, pb.site_probs]), atol=1e-5)
 
 
+def test_end_sites_score_the_same_alone_and_padded_in_a_longer_batch(penalty):
+    """The longest item once saw the head's zero padding past its end, a shorter one the features of padded
+    silence: a site at the very end scored differently alone than in a batch."""
+    torch.manual_seed(3)
+    a, longer = torch.randn(8000) * 0.1 + 0.02, torch.randn(16000) * 0.1
+    end = [TimedSite(0.46, 0.5, "deletion", "ʌ->∅")]
+    _, alone = penalty(waves=a[None], sites=[end])
+    _, batched = penalty(waves=torch.stack([torch.nn.functional.pad(a, (0, 8000)), longer]),
+                         wave_lengths=torch.tensor([8000, 16000]), sites=[end, SITES])
+    assert batched.site_probs[0].item() == pytest.approx(alone.site_probs[0].item(), abs=1e-6)
+
+
+def test_penalty_input_is_scaled_not_centred(penalty):
+    """The scale does not change the score; ``wave_rms`` stands in for the item's own RMS."""
+    torch.manual_seed(4)
+    a = torch.randn(16000) * 0.1
+    _, base = penalty(waves=a[None], sites=[SITES])
+    _, louder = penalty(waves=(a * 7)[None], sites=[SITES])
+    assert louder.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-5)
+    _, given = penalty(waves=(a * 7)[None], sites=[SITES], wave_rms=a.pow(2).mean().sqrt()[None] * 7)
+    assert given.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-6)
+
+
 def test_pooling_matches_naive_reference_and_gradcheck():
     torch.manual_seed(0)
     logits = torch.randn(2, 30, dtype=torch.float64, requires_grad=True)

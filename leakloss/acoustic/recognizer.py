@@ -93,7 +93,6 @@ class Recognizer(nn.Module):
         self.conv_kernels = tuple(cfg.conv_kernel)
         self.samples_per_frame = int(torch.tensor(self.conv_strides).prod())
         self.frame_rate = SAMPLE_RATE / self.samples_per_frame
-        self.normalize_input = True
 
     def train(self, mode: bool = True) -> "Recognizer":  # frozen: always eval (no dropout, fixed stats)
         return super().train(False)
@@ -132,7 +131,8 @@ class Recognizer(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _prepare(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _prepare(self, waves: Tensor, lengths: Tensor | None,
+                 normalize: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         if waves.dim() == 1:
             waves = waves.unsqueeze(0)
         b, t = waves.shape
@@ -140,7 +140,7 @@ class Recognizer(nn.Module):
             lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
         mask = torch.arange(t, device=waves.device)[None, :] < lengths[:, None]
         x = waves.float()
-        if self.normalize_input:  # per-utterance zero mean / unit variance, as the HF feature extractor does
+        if normalize:  # per-utterance zero mean / unit variance, as the HF feature extractor does
             n = lengths.clamp(min=1).to(x.dtype)[:, None]
             mean = (x * mask).sum(-1, keepdim=True) / n
             var = (((x - mean) * mask) ** 2).sum(-1, keepdim=True) / n
@@ -171,10 +171,11 @@ class Recognizer(nn.Module):
             raise ValueError(f"conv layer {layer} out of range 0..{len(self.conv_strides) - 1}")
         return math.prod(self.conv_strides[: layer + 1]) / SAMPLE_RATE
 
-    def conv_features(self, waves: Tensor, layer: int = 4, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def conv_features(self, waves: Tensor, layer: int = 4, lengths: Tensor | None = None,
+                      normalize: bool = True) -> tuple[Tensor, Tensor]:
         """Output of conv layer ``layer`` (0-based): ``[b, c, g]`` and valid frame counts ``[b]``; the frames are
-        :meth:`conv_hop_s` apart."""
-        x, _, lengths = self._prepare(waves, lengths)
+        :meth:`conv_hop_s` apart. ``normalize=False``: the caller has normalised ``waves`` (the leak penalty)."""
+        x, _, lengths = self._prepare(waves, lengths, normalize)
         hidden = x.to(self.device)[:, None]
         conv_layers = self.model.wav2vec2.feature_extractor.conv_layers
         if not 0 <= layer < len(conv_layers):

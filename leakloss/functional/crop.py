@@ -3,8 +3,8 @@
 The penalty pools frame logits inside each site's window; a frame's logit depends on a bounded stretch of
 input (receptive fields of the head, the recognizer's conv stack, the resampler, the vocoder). So vocoding
 and scoring ``site window + context`` gives the same per-site numbers as the whole utterance, except for the
-recognizer's per-utterance input normalisation (mean/variance over the crop instead of the utterance; measured
-in the tests). Units: mel frames (24 kHz, hop 256) for the vocoder, seconds for the sites.
+penalty's input scale (RMS over the crops instead of the utterance: :func:`pooled_rms`; the conv stack's
+LayerNorms make the loss nearly scale-free, measured in the tests). Units: mel frames (24 kHz, hop 256) for the vocoder, seconds for the sites.
 
 Two grids must line up for the cropped computation to reproduce the full one sample for sample: the
 24k -> 16k resampler's phase (a crop starts on a mel frame whose 24 kHz sample index is a multiple of 3) and the
@@ -158,24 +158,15 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
     return out, torch.tensor([b - a for a, b in bounds], dtype=torch.long, device=waves.device)
 
 
-def pooled_normalize(waves: Tensor, lengths: Tensor, item: Tensor, eps: float = 1e-7,
-                     stats_from: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """Zero mean / unit variance per item over the valid samples of all its crops: ``waves [c, t]``,
-    ``lengths [c]``, ``item [c]`` (the item of each crop) -> ``[c, t]``, zero beyond each length (as the
-    recognizer's own per-utterance normalisation, with the statistics pooled over an item's crops).
-    ``stats_from=(waves2 [c, t2], lengths2 [c])``: take the statistics from these instead (e.g. the crops with
-    their vocoder context: more of the utterance)."""
+def pooled_rms(waves: Tensor, lengths: Tensor, item: Tensor, n_items: int) -> Tensor:
+    """RMS per item over the valid samples of all its crops: ``waves [c, t]``, ``lengths [c]``, ``item [c]``
+    (the item of each crop) -> ``[n_items]`` (0 for an item without crops), with gradient. The cropped
+    penalty's stand-in for the whole item's RMS (:func:`leakloss.functional.leak.rms_normalize`)."""
     x = waves.float()
     mask = (torch.arange(x.shape[-1], device=x.device)[None] < lengths[:, None]).to(x.dtype)
-    sx, slen = (x, lengths) if stats_from is None else (stats_from[0].float(), stats_from[1])
-    smask = (torch.arange(sx.shape[-1], device=x.device)[None] < slen[:, None]).to(x.dtype)
-    items = int(item.max()) + 1
-    count = x.new_zeros(items).index_add(0, item, slen.to(x.dtype))
-    total = x.new_zeros(items).index_add(0, item, (sx * smask).sum(-1))
-    mean_i = total / count.clamp(min=1)  # [items]
-    square = x.new_zeros(items).index_add(0, item, (((sx - mean_i[item][:, None]) * smask) ** 2).sum(-1))
-    mean, var = mean_i[item][:, None], (square / count.clamp(min=1))[item][:, None]  # [c, 1]
-    return (x - mean) / torch.sqrt(var + eps) * mask
+    count = x.new_zeros(n_items).index_add(0, item, lengths.to(x.dtype))
+    square = x.new_zeros(n_items).index_add(0, item, ((x * mask) ** 2).sum(-1))
+    return (square / count.clamp(min=1) + 1e-12).sqrt()  # + 1e-12: a finite gradient for silent crops
 
 
 def length_groups(lengths: Sequence[int], ratio: float = 1.1) -> list[list[int]]:
@@ -198,4 +189,4 @@ def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
 
 
 __all__ = ["Crop", "CropContext", "conv_receptive_field", "cropped_share", "gather_mel_crops", "grid_frames",
-           "length_groups", "plan_crops", "pooled_normalize", "same_padded_context", "trim_waves"]
+           "length_groups", "plan_crops", "pooled_rms", "same_padded_context", "trim_waves"]

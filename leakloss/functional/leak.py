@@ -12,6 +12,7 @@ from torch import Tensor
 
 from leakloss.timing import TimedSite
 
+
 def _at_least_fp32(x: Tensor) -> Tensor:
     """fp32 for bf16/fp16/fp32 inputs; float64 stays float64 (gradcheck)."""
     return x if x.dtype == torch.float64 else x.float()
@@ -96,6 +97,29 @@ def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
         n = lengths.to(x.device).clamp(min=1).to(x.dtype)
         mean = (x * mask).sum(-1) / n
         return ((((x - mean[:, None]) * mask) ** 2).sum(-1) / n).clamp(min=0).sqrt()
+
+
+def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | None = None,
+                  eps: float = 1e-7) -> Tensor:
+    """``[b, t]`` -> ``[b, t]`` fp32: each item divided by its RMS over its valid samples (or by ``rms [b]``),
+    zero beyond its length; with gradient.
+
+    The leak penalty's input normalisation. Unlike the recognizer's own (per-utterance zero mean and unit
+    variance) it does not subtract the mean: a vocoder's DC offset (0.5-2% of the std) is the one statistic a
+    crop of an utterance cannot know, and near-silent frames, which the conv stack LayerNorms, turn its
+    error into a different loss; the scale does not matter there (LayerNorm is scale-free). Speech
+    without an offset (espeak, recordings) is normalised as before.
+    """
+    x = _at_least_fp32(waves)
+    t = x.shape[-1]
+    if lengths is None:
+        lengths = torch.full((x.shape[0],), t, device=x.device)
+    mask = (torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]).to(x.dtype)
+    if rms is None:  # the mean square, not its root: sqrt(0) has no gradient
+        square = ((x * mask) ** 2).sum(-1) / lengths.to(x.device).clamp(min=1).to(x.dtype)
+    else:
+        square = rms.to(x.dtype) ** 2
+    return x * mask / torch.sqrt(square[:, None] + eps)
 
 
 def quiet_gradient_scale(waves: Tensor, lengths: Tensor | None = None, rms_floor: float = 0.01) -> Tensor:

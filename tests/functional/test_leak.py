@@ -3,8 +3,14 @@ import math
 import pytest
 import torch
 
-from leakloss.functional.leak import (item_rms, mask_nonfinite_items, min_conv_samples, quiet_gradient_scale,
-                                      scale_gradient)
+from leakloss.functional.leak import (
+    item_rms,
+    mask_nonfinite_items,
+    min_conv_samples,
+    quiet_gradient_scale,
+    rms_normalize,
+    scale_gradient,
+)
 
 
 def test_mask_nonfinite_items_zeroes_bad_items_and_padding_with_zero_gradient():
@@ -39,6 +45,27 @@ def test_item_rms_matches_naive_reference():
         mean = sum(v) / n
         assert got[b].item() == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in v) / n), rel=1e-9, abs=1e-12)
     assert item_rms(torch.zeros(1, 0)).tolist() == [0.0]
+
+
+def test_rms_normalize_matches_naive_reference_and_keeps_the_offset():
+    torch.manual_seed(0)
+    x = torch.randn(3, 40, dtype=torch.float64) * torch.tensor([[1.0], [1e-3], [5.0]], dtype=torch.float64) + 0.3
+    lengths = torch.tensor([40, 12, 0])
+    got = rms_normalize(x, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        v = x[b, :n].tolist()
+        rms = math.sqrt(sum(a * a for a in v) / max(n, 1))
+        assert got[b, :n].tolist() == pytest.approx([a / math.sqrt(rms**2 + 1e-7) for a in v], rel=1e-9)
+        assert not got[b, n:].any()  # zero past the length
+    assert got.dtype == torch.float64 and float(got[0].mean()) > 0  # not centred
+    given = rms_normalize(x, lengths, rms=torch.tensor([2.0, 2.0, 2.0], dtype=torch.float64))
+    assert given[0, :5].tolist() == pytest.approx((x[0, :5] / math.sqrt(4 + 1e-7)).tolist())
+    assert rms_normalize(x.float()[:, :0]).shape == (3, 0)
+
+
+def test_rms_normalize_gradcheck():
+    x = torch.randn(2, 9, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda w: rms_normalize(w, torch.tensor([9, 5])), (x,))
 
 
 def test_quiet_gradient_scale():
