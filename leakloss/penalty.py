@@ -28,10 +28,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from leakloss.functional.crop import conv_receptive_field
 from leakloss.functional.leak import (
     leak_penalty_from_logits,
     mask_nonfinite_items,
-    min_conv_samples,
     quiet_gradient_scale,
     rms_normalize,
     scale_gradient,
@@ -117,7 +117,7 @@ class LeakPenalty(nn.Module):
     def min_samples(self) -> int:
         """Fewest samples the conv stack up to ``conv_layer`` accepts (shorter input is zero-padded)."""
         rec = self.recognizer
-        return min_conv_samples(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1])
+        return conv_receptive_field(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1])
 
     @property
     def tail_samples(self) -> int:

@@ -139,13 +139,3 @@ def scale_gradient(x: Tensor, factor: Tensor) -> Tensor:
     ``factor[b]``."""
     f = factor.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
     return x.detach() + (x - x.detach()) * f
-
-
-def min_conv_samples(kernels: Sequence[int], strides: Sequence[int]) -> int:
-    """Fewest input samples a conv stack (``kernels``, ``strides``, no padding) accepts: its receptive field
-    (160 samples = 10 ms for layer 4 of the wav2vec 2.0 stack)."""
-    field, jump = 1, 1
-    for k, s in zip(kernels, strides, strict=True):
-        field += (k - 1) * jump
-        jump *= s
-    return field

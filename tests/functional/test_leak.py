@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
+from leakloss.functional.crop import conv_receptive_field
 from leakloss.functional.leak import (
     item_rms,
     mask_nonfinite_items,
-    min_conv_samples,
     quiet_gradient_scale,
     rms_normalize,
     scale_gradient,
@@ -83,9 +83,9 @@ def test_scale_gradient_is_an_exact_identity_forward(dtype):
     assert torch.equal(x.grad, torch.tensor([[1.0] * 7, [0.25] * 7], dtype=dtype))
 
 
-def test_min_conv_samples_is_the_receptive_field():
+def test_conv_receptive_field_is_the_fewest_samples_the_stack_accepts():
     kernels, strides = (10, 3, 3, 3, 3), (5, 2, 2, 2, 2)
-    n = min_conv_samples(kernels, strides)
+    n = conv_receptive_field(kernels, strides)
     assert n == 160
     convs = [torch.nn.Conv1d(1, 1, k, s) for k, s in zip(kernels, strides)]
 
@@ -99,4 +99,4 @@ def test_min_conv_samples_is_the_receptive_field():
     with pytest.raises(RuntimeError):
         run(n - 1)
     with pytest.raises(ValueError):
-        min_conv_samples((10, 3), (5,))
+        conv_receptive_field((10, 3), (5,))
