@@ -35,10 +35,14 @@ def test_mask_nonfinite_items_on_mels_and_empty_input():
     assert bad.tolist() == [False, False] and clean.shape == (2, 0, 3)
 
 
-def test_item_rms_matches_naive_reference():
+def _offset_batch(t: int) -> torch.Tensor:
+    """Three fp64 items of very different scales, all with a DC offset of 0.3."""
     torch.manual_seed(0)
-    x = torch.randn(3, 50, dtype=torch.float64) * torch.tensor([[1.0], [1e-3], [5.0]], dtype=torch.float64) + 0.3
-    lengths = torch.tensor([50, 20, 1])
+    return torch.randn(3, t, dtype=torch.float64) * torch.tensor([[1.0], [1e-3], [5.0]], dtype=torch.float64) + 0.3
+
+
+def test_item_rms_matches_naive_reference():
+    x, lengths = _offset_batch(50), torch.tensor([50, 20, 1])
     got = item_rms(x, lengths)
     for b, n in enumerate(lengths.tolist()):
         v = x[b, :n].tolist()
@@ -48,9 +52,7 @@ def test_item_rms_matches_naive_reference():
 
 
 def test_rms_normalize_matches_naive_reference_and_keeps_the_offset():
-    torch.manual_seed(0)
-    x = torch.randn(3, 40, dtype=torch.float64) * torch.tensor([[1.0], [1e-3], [5.0]], dtype=torch.float64) + 0.3
-    lengths = torch.tensor([40, 12, 0])
+    x, lengths = _offset_batch(40), torch.tensor([40, 12, 0])
     got = rms_normalize(x, lengths)
     for b, n in enumerate(lengths.tolist()):
         v = x[b, :n].tolist()
