@@ -125,7 +125,7 @@ def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | No
 def quiet_gradient_scale(waves: Tensor, lengths: Tensor | None = None, rms_floor: float = 0.01) -> Tensor:
     """``[b]`` factors ``min(1, rms / rms_floor)`` (detached) that bound the penalty's gradient on quiet input.
 
-    The recognizer normalises each item to unit variance and its conv stack LayerNorms each frame, so the
+    The penalty normalises each item to unit RMS and the conv stack LayerNorms each frame, so the
     penalty is scale-invariant down to ~1e-4 of unit amplitude and its gradient grows as ``1 / rms``
     (near-silence: 1e4-fold speech's). Multiplying an item's gradient by this factor keeps its direction
     and caps its size at what the same waveform gets at ``rms_floor``. A floor on the std in the forward
