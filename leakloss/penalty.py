@@ -185,6 +185,9 @@ class LeakPenalty(nn.Module):
             raise ValueError(f"sites must have one list per item: {len(sites)} lists for {b} items")
         if wave_lengths is not None:
             wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths")
+        if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
+                                     or bool((wave_rms < 0).any())):
+            raise PenaltyInputError(f"wave_rms must be [batch] finite and >= 0, got shape {tuple(wave_rms.shape)}")
         waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
         bad = bad_wave if bad is None else bad | bad_wave
         quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)

@@ -98,6 +98,14 @@ def test_penalty_input_is_scaled_not_centred(penalty):
     assert given.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-6)
 
 
+@pytest.mark.parametrize("rms", [torch.ones(2), torch.tensor([float("nan")]), torch.tensor([-1.0])])
+def test_a_bad_wave_rms_is_a_typed_error(penalty, rms):
+    from leakloss.penalty import PenaltyInputError
+
+    with pytest.raises(PenaltyInputError, match="wave_rms"):
+        penalty(waves=torch.randn(1, 8000), sites=[SITES], wave_rms=rms)
+
+
 def test_pooling_matches_naive_reference_and_gradcheck():
     torch.manual_seed(0)
     logits = torch.randn(2, 30, dtype=torch.float64, requires_grad=True)
