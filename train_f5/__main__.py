@@ -93,6 +93,17 @@ def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
     write_text_atomic(out_dir / "model.json", json.dumps(card, ensure_ascii=False, indent=1))
 
 
+def learning_rate(step: int, base: float, warmup_steps: int, warm_from: int = 0, decay_start: int | None = None,
+                  decay_steps: int = 0, min_lr: float = 0.0) -> float:
+    """Linear warm-up over ``warmup_steps`` from ``warm_from`` (a fresh optimizer warms up again), constant
+    ``base``, then (``decay_start`` given) linear decay to ``min_lr`` over ``decay_steps``, ``min_lr`` after."""
+    lr = base * min(1.0, (step - warm_from + 1) / max(warmup_steps, 1))
+    if decay_start is not None and step >= decay_start:
+        done = 1.0 if decay_steps <= 0 else min(1.0, (step - decay_start) / decay_steps)
+        lr = min(lr, base + (min_lr - base) * done)
+    return lr
+
+
 def run(cfg: DictConfig) -> dict:
     from leakloss.speech.synth import TRAIN_HINDI_VOICES
     from train_f5.data import DEFAULT_PROMPTS, build_corpus, default_sentences, pair_batches, phrases
@@ -122,7 +133,7 @@ def run(cfg: DictConfig) -> dict:
     warm_from = meta.get("fresh_optimizer_at", 0)
 
     def lr_at(s: int) -> float:
-        return cfg.lr * min(1.0, (s - warm_from + 1) / cfg.warmup_steps)
+        return learning_rate(s, cfg.lr, cfg.warmup_steps, warm_from, cfg.decay_start, cfg.decay_steps, cfg.min_lr)
 
     def checkpoint(final: bool) -> dict:
         minutes = done_minutes + (time.time() - run_start) / 60

@@ -127,3 +127,15 @@ def test_synthesize_returns_16k_audio_of_the_infilled_frames():
     wave = synthesize(model, prompt, "कखग", "घङ", vocoder, steps=2, seed=3)
     assert mel.shape == (27, 100)  # ceil(40 frames * 2 chars / 3 chars)
     assert wave.dim() == 1 and wave.numel() == mel_lengths_to_samples(mel.shape[0])
+
+
+def test_learning_rate_warms_up_holds_and_decays():
+    from train_f5.__main__ import learning_rate
+
+    assert learning_rate(0, 1.0, 4) == 0.25 and learning_rate(3, 1.0, 4) == 1.0 and learning_rate(500, 1.0, 4) == 1.0
+    assert learning_rate(10, 1.0, 4, warm_from=10) == 0.25  # a fresh optimizer warms up again
+    kw = {"decay_start": 100, "decay_steps": 50, "min_lr": 0.1}
+    assert learning_rate(99, 1.0, 4, **kw) == 1.0
+    assert learning_rate(125, 1.0, 4, **kw) == pytest.approx(0.55)
+    assert learning_rate(150, 1.0, 4, **kw) == pytest.approx(0.1) == learning_rate(10_000, 1.0, 4, **kw)
+    assert learning_rate(120, 1.0, 4, warm_from=120, **kw) == 0.25  # warm-up below the decayed rate wins
