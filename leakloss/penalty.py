@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.functional.crop import conv_receptive_field
+from leakloss.functional.crop import conv_output_frames, conv_receptive_field
 from leakloss.functional.leak import (
     leak_penalty_from_logits,
     mask_nonfinite_items,
@@ -164,11 +164,8 @@ class LeakPenalty(nn.Module):
 
     def _frames(self, samples: int) -> int:
         """Conv frames of ``samples`` input samples (at least :attr:`min_samples`)."""
-        n = max(samples, self.min_samples)
-        rec = self.recognizer
-        for k, s in zip(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1]):
-            n = (n - k) // s + 1
-        return n
+        rec, stop = self.recognizer, self.conv_layer + 1
+        return conv_output_frames(max(samples, self.min_samples), rec.conv_kernels[:stop], rec.conv_strides[:stop])
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),

@@ -147,12 +147,12 @@ class Recognizer(nn.Module):
             x = (x - mean) / torch.sqrt(var + 1e-7) * mask
         return x, mask, lengths
 
-    def frame_lengths(self, lengths: Tensor) -> Tensor:
-        """Samples -> number of output frames (the conv stack's arithmetic)."""
-        out = lengths.clone()
-        for k, s in zip(self.conv_kernels, self.conv_strides):
-            out = torch.div(out - k, s, rounding_mode="floor") + 1
-        return out.clamp(min=0)
+    def frame_lengths(self, lengths: Tensor, layer: int | None = None) -> Tensor:
+        """Samples ``[b]`` -> output frames ``[b]`` of the conv stack (to conv layer ``layer``; None: all)."""
+        from leakloss.functional.crop import conv_output_frames
+
+        stop = len(self.conv_kernels) if layer is None else layer + 1
+        return conv_output_frames(lengths, self.conv_kernels[:stop], self.conv_strides[:stop])
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``waves [b, t]`` -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frame_lengths [b]``)."""
@@ -182,10 +182,7 @@ class Recognizer(nn.Module):
             raise ValueError(f"conv layer {layer} out of range 0..{len(conv_layers) - 1}")
         for conv in conv_layers[: layer + 1]:
             hidden = conv(hidden)
-        out = lengths.clone()
-        for k, s in zip(self.conv_kernels[: layer + 1], self.conv_strides[: layer + 1]):
-            out = torch.div(out - k, s, rounding_mode="floor") + 1
-        return hidden.float(), out.clamp(min=0)
+        return hidden.float(), self.frame_lengths(lengths, layer)
 
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:

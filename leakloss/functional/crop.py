@@ -34,6 +34,15 @@ def conv_receptive_field(kernels: Sequence[int], strides: Sequence[int]) -> int:
     return field
 
 
+def conv_output_frames(samples, kernels: Sequence[int], strides: Sequence[int]):
+    """Output frames of a stack of unpadded strided convs on ``samples`` input samples (an int or a long
+    tensor ``[b]``); 0 below the receptive field."""
+    out = samples
+    for k, s in zip(kernels, strides, strict=True):
+        out = (out - k) // s + 1
+    return out.clamp(min=0) if isinstance(out, Tensor) else max(out, 0)
+
+
 def same_padded_context(kernels: Sequence[int], dilations: Sequence[int] | None = None) -> int:
     """Frames each side that a chain of 'same'-padded stride-1 convs reaches: ``sum(d * (k - 1) / 2)`` (ceil)."""
     dilations = dilations or [1] * len(kernels)
@@ -189,5 +198,5 @@ def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
     return sum(c.mel_frames for c in crops) / total if total else 0.0
 
 
-__all__ = ["Crop", "CropContext", "conv_receptive_field", "cropped_share", "gather_mel_crops", "grid_frames",
+__all__ = ["Crop", "CropContext", "conv_output_frames", "conv_receptive_field", "cropped_share", "gather_mel_crops", "grid_frames",
            "length_groups", "plan_crops", "pooled_rms", "same_padded_context", "trim_waves"]

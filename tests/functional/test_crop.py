@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from leakloss.functional.crop import (
     CropContext,
+    conv_output_frames,
     conv_receptive_field,
     cropped_share,
     gather_mel_crops,
@@ -134,3 +135,15 @@ def test_length_groups_bound_the_padding(lengths, ratio):
     for g in groups:
         sizes = [lengths[i] for i in g]
         assert max(sizes) <= ratio * min(sizes)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 3000))
+def test_conv_output_frames_matches_the_convs(samples):
+    kernels, strides = (10, 3, 3, 3, 3), (5, 2, 2, 2, 2)
+    convs = [torch.nn.Conv1d(1, 1, k, s) for k, s in zip(kernels, strides)]
+    h = torch.zeros(1, 1, samples)
+    for c in convs:
+        h = c(h) if h.shape[-1] >= c.kernel_size[0] else h[..., :0]
+    assert conv_output_frames(samples, kernels, strides) == h.shape[-1]
+    assert conv_output_frames(torch.tensor([samples]), kernels, strides).tolist() == [h.shape[-1]]
