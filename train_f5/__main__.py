@@ -5,6 +5,7 @@ Time-budgeted and resumable: every ``checkpoint_minutes`` (and at the end) the m
 (``checkpoint.json``) are written atomically; a new run with the same ``out_dir`` continues from there
 (with a fresh, re-warmed optimizer when only the weights are there, as in a committed checkpoint). ``out_dir/model.safetensors`` + ``model.json``
 is the EMA model with its card (dims, vocab, mel settings, data, steps, figures): what ships.
+SIGTERM or Ctrl-C stops a run after the current step with the same final checkpoint as the time budget.
 Progress lines report the flow-matching loss and, at each checkpoint, recognizer A's phone error rate
 on a few syntheses of held-out phrases prompted by another utterance (the Hindi base should read them
 the Hindi way, so the reference phones are espeak ``hi``'s).
@@ -12,8 +13,12 @@ the Hindi way, so the reference phones are espeak ``hi``'s).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -93,6 +98,22 @@ def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
     write_text_atomic(out_dir / "model.json", json.dumps(card, ensure_ascii=False, indent=1))
 
 
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[threading.Event]:
+    """An event set by SIGTERM / SIGINT while the block runs (the loop stops and checkpoints instead of dying);
+    the previous handlers come back after it. Outside the main thread (no signals there) the event never sets."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def learning_rate(step: int, base: float, warmup_steps: int, warm_from: int = 0, decay_start: int | None = None,
                   decay_steps: int = 0, min_lr: float = 0.0) -> float:
     """Linear warm-up over ``warmup_steps`` from ``warm_from`` (a fresh optimizer warms up again), constant
@@ -105,6 +126,11 @@ def learning_rate(step: int, base: float, warmup_steps: int, warm_from: int = 0,
 
 
 def run(cfg: DictConfig) -> dict:
+    with stop_on_signal() as stop:
+        return _run(cfg, stop)
+
+
+def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     from leakloss.speech.synth import TRAIN_HINDI_VOICES
     from train_f5.data import DEFAULT_PROMPTS, build_corpus, default_sentences, pair_batches, phrases
     from train_f5.evaluate import probe_phone_error_rate
@@ -158,7 +184,7 @@ def run(cfg: DictConfig) -> dict:
     run_start, last_ckpt, recent = time.time(), time.time(), []
     model.train()
     info = {}
-    while step < cfg.max_steps and (time.time() - run_start) < cfg.max_minutes * 60:
+    while step < cfg.max_steps and (time.time() - run_start) < cfg.max_minutes * 60 and not stop.is_set():
         mel, lens, text = next(batches)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
@@ -184,6 +210,8 @@ def run(cfg: DictConfig) -> dict:
             info = checkpoint(final=False)
             last_ckpt = time.time()
             model.train()
+    if stop.is_set():
+        print(f"stopped by a signal at step {step}: final checkpoint", flush=True)
     info = checkpoint(final=True)
     return info
 

@@ -139,3 +139,28 @@ def test_learning_rate_warms_up_holds_and_decays():
     assert learning_rate(125, 1.0, 4, **kw) == pytest.approx(0.55)
     assert learning_rate(150, 1.0, 4, **kw) == pytest.approx(0.1) == learning_rate(10_000, 1.0, 4, **kw)
     assert learning_rate(120, 1.0, 4, warm_from=120, **kw) == 0.25  # warm-up below the decayed rate wins
+
+
+@pytest.mark.slow
+def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path):
+    import os
+    import signal
+    import threading
+
+    from leakloss.config import compose_config
+    from train_f5.__main__ import run
+
+    overrides = ["model.dim=32", "model.depth=1", "model.heads=2", "model.dim_head=16", "model.text_dim=16",
+                 "model.conv_layers=1", "data.max_texts=12", "data.max_frames=400", "max_steps=1000000",
+                 f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}", "max_minutes=3"]
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        info = run(compose_config("train_f5", overrides))
+    finally:
+        timer.cancel()
+    assert info["step"] < 1000000 and info["minutes"] < 2  # stopped long before its budget
+    saved = json.loads((tmp_path / "out" / "checkpoint.json").read_text())
+    assert saved["step"] == info["step"] and (tmp_path / "out" / "model.safetensors").is_file()
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
