@@ -98,3 +98,13 @@ def test_rawconv_heads_saved_before_ensembles_still_load(tmp_path):
     loaded, _ = load_head(tmp_path / "old")
     feats = torch.randn(1, 8, 20)
     torch.testing.assert_close(loaded(feats), head(feats))
+
+
+@pytest.mark.parametrize("kernel,layers", [(5, 3), (3, 2), (7, 1)])
+def test_rawconv_context_frames_is_how_far_an_impulse_reaches(kernel, layers):
+    torch.manual_seed(0)
+    head = RawConvHead(in_channels=4, width=6, kernel=kernel, layers=layers)
+    x = torch.zeros(1, 4, 101, requires_grad=True)
+    head(x)[0, 50].backward()
+    touched = x.grad.abs().sum(1)[0].nonzero().flatten()
+    assert int(touched.max() - 50) == int(50 - touched.min()) == head.context_frames
