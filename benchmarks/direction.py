@@ -1,9 +1,9 @@
 """Direction check of the training signal.
 
 Start from Hindi-base readings of held-out sentences, descend the leak penalty of recognizer A (its
-raw-conv head) on the *input*, then ask a different instrument — the reference-paired scorer, whose
-deletion head runs on recognizer B's features, with its gates on both recognizers — whether fewer
-sites are flagged.
+raw-conv head) on the *input*, then ask a different instrument — the reference-paired scorer as shipped
+(heads on recognizer w; ``--heads-dir leakloss/assets/heads_espeak --check-recognizer a``: the espeak-only
+heads on recognizers A/B, the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged.
 
 Two input domains:
 
@@ -123,6 +123,10 @@ def main() -> None:
     parser.add_argument("--domain", choices=("mel", "wave"), default="mel")
     parser.add_argument("--lr", type=float, default=None, help="default 0.05 (mel) / 1e-3 (wave)")
     parser.add_argument("--copies", type=int, default=2, help="random copies per step (1: none)")
+    parser.add_argument("--heads-dir", default=None,
+                        help="the judge's heads (default: the shipped ones, on recognizer w; "
+                             "leakloss/assets/heads_espeak: the espeak-only heads on A/B)")
+    parser.add_argument("--check-recognizer", default=None, help="the judge's word check (default: the scorer's)")
     args = parser.parse_args()
     lr = args.lr or (0.05 if args.domain == "mel" else 1e-3)
     torch.set_num_threads(2)
@@ -131,7 +135,7 @@ def main() -> None:
     _, held = split_sentences(builtin_sentences())
     finder = SiteFinder()
     penalty = LeakPenalty.load()  # raw-conv head on recognizer A
-    scorer = Scorer()  # deletion head on recognizer B, gates on both
+    scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)  # the heads' own recognizers
     totals = {"before": {}, "after": {}, "control": {}}
     done, start = 0, time.time()
     for text in held:
