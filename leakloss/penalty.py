@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.functional.crop import conv_output_frames, conv_receptive_field
+from leakloss.functional.crop import conv_receptive_field, length_groups
 from leakloss.functional.leak import (
     leak_penalty_from_logits,
     mask_nonfinite_items,
@@ -139,8 +139,6 @@ class LeakPenalty(nn.Module):
         :attr:`tail_samples` zeros, so an item's logits do not depend on the other items of its batch and
         short items do not pay for the longest; logits past an item's last frame are 0.
         """
-        from leakloss.functional.crop import length_groups
-
         b, t = waves.shape
         if wave_lengths is None:
             wave_lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
@@ -164,8 +162,7 @@ class LeakPenalty(nn.Module):
 
     def _frames(self, samples: int) -> int:
         """Conv frames of ``samples`` input samples (at least :attr:`min_samples`)."""
-        rec, stop = self.recognizer, self.conv_layer + 1
-        return conv_output_frames(max(samples, self.min_samples), rec.conv_kernels[:stop], rec.conv_strides[:stop])
+        return self.recognizer.frame_lengths(max(samples, self.min_samples), self.conv_layer)
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),

@@ -147,8 +147,9 @@ class Recognizer(nn.Module):
             x = (x - mean) / torch.sqrt(var + 1e-7) * mask
         return x, mask, lengths
 
-    def frame_lengths(self, lengths: Tensor, layer: int | None = None) -> Tensor:
-        """Samples ``[b]`` -> output frames ``[b]`` of the conv stack (to conv layer ``layer``; None: all)."""
+    def frame_lengths(self, lengths: Tensor | int, layer: int | None = None) -> Tensor | int:
+        """Samples ``[b]`` (or an int) -> output frames ``[b]`` (an int) of the conv stack, to conv layer ``layer``
+        (None: all)."""
         from leakloss.functional.crop import conv_output_frames
 
         stop = len(self.conv_kernels) if layer is None else layer + 1

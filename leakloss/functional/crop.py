@@ -4,7 +4,8 @@ The penalty pools frame logits inside each site's window; a frame's logit depend
 input (receptive fields of the head, the recognizer's conv stack, the resampler, the vocoder). So vocoding
 and scoring ``site window + context`` gives the same per-site numbers as the whole utterance, except for the
 penalty's input scale (RMS over the crops instead of the utterance: :func:`pooled_rms`; the conv stack's
-LayerNorms make the loss nearly scale-free, measured in the tests). Units: mel frames (24 kHz, hop 256) for the vocoder, seconds for the sites.
+LayerNorms make the loss nearly scale-free, measured in the tests). Units: mel frames (24 kHz, hop 256) for the
+vocoder, seconds for the sites.
 
 Two grids must line up for the cropped computation to reproduce the full one sample for sample: the
 24k -> 16k resampler's phase (a crop starts on a mel frame whose 24 kHz sample index is a multiple of 3) and the
@@ -198,5 +199,5 @@ def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
     return sum(c.mel_frames for c in crops) / total if total else 0.0
 
 
-__all__ = ["Crop", "CropContext", "conv_output_frames", "conv_receptive_field", "cropped_share", "gather_mel_crops", "grid_frames",
-           "length_groups", "plan_crops", "pooled_rms", "same_padded_context", "trim_waves"]
+__all__ = ["Crop", "CropContext", "conv_output_frames", "conv_receptive_field", "cropped_share", "gather_mel_crops",
+           "grid_frames", "length_groups", "plan_crops", "pooled_rms", "same_padded_context", "trim_waves"]
