@@ -7,9 +7,7 @@ Roles:
   or inserted, ऐ/औ as monophthongs or diphthongs): phone variety for recognizer training.
 - ``recorded``: a Festival/flite voice built from recordings (:mod:`leakloss.speech.festival`) saying
   the frontend's phones through its phone input; labels are the phones it said, mapped onto the
-  recognizers' inventory (those with no counterpart are dropped from the target). A sentence's odd
-  readings say ``ʌ`` as the voice's mid central vowel where it has one (English ``ax``,
-  :data:`leakloss.speech.festival.CENTRAL_VOWELS`): Nepali ``ʌ`` spans both qualities.
+  recognizers' inventory (those with no counterpart are dropped from the target).
 - ``piper``: the Piper neural voice (:mod:`leakloss.speech.piper_voice`), the same way.
 
 Deterministic from a seed, cached on disk (``manifest.jsonl`` + 16 kHz WAVs), keyed by a content hash.
@@ -175,8 +173,7 @@ def build_corpus(
         raise ValueError("role 'recorded' needs recorded_voices (leakloss.speech.festival.VOICES with phone input)")
     extra_voices = list(recorded_voices) if "recorded" in roles else []
     key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices) + extra_voices, seed,
-                     extra=f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else "")
-                     + (";central-odd" if "recorded" in roles else ""))
+                     extra=f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else ""))
     root = Path(out_dir) / key
     if (root / "manifest.jsonl").exists():
         return Corpus.load(root)
@@ -208,10 +205,7 @@ def build_corpus(
             for _ in range(3):
                 voice = rng.choice(list(recorded_voices))
                 try:
-                    # odd readings say ʌ as the central vowel where the voice has one ([ə]: Nepali ʌ spans
-                    # both qualities; a recognizer that heard only the open-mid one hears [ə] as a)
-                    reading = festival.speak_phones([list(frontend.pronounce(w).phones) for w in words], voice,
-                                                    central=r % 2 == 1)
+                    reading = festival.speak_phones([list(frontend.pronounce(w).phones) for w in words], voice)
                     break
                 except festival.SynthesisError:
                     continue

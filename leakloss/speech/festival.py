@@ -290,20 +290,12 @@ NEPALI_TO_VOICE: dict[str, dict[str, tuple[str, ...]]] = {
 for _set, _extra in _HINDI_VOWELS.items():
     NEPALI_TO_VOICE[_set].update(_extra)
 
-#: The central realisation of Nepali ``ʌ`` ([ə], as many speakers say it in unstressed syllables) where the set
-#: has a mid central vowel: ``central=True`` says it instead of the open-mid one. Both are labelled ``ʌ``
-#: (the coarse phones count the schwa symbols as one), so a training corpus can hear both qualities.
-CENTRAL_VOWELS: dict[str, dict[str, tuple[str, ...]]] = {"radio": {"ʌ": ("ax",)}}
 
-
-def voice_phones_for(nepali: list[str], phoneset: str, *, central: bool = False) -> tuple[list[str], list[str]]:
-    """One word of Nepali phones -> (the voice's phones, the Nepali phones left unsaid); ``central``: the
-    set's mid central vowel for ``ʌ`` (:data:`CENTRAL_VOWELS`; sets without one are unchanged)."""
+def voice_phones_for(nepali: list[str], phoneset: str) -> tuple[list[str], list[str]]:
+    """One word of Nepali phones -> (the voice's phones, the Nepali phones left unsaid)."""
     table = NEPALI_TO_VOICE.get(phoneset)
     if table is None:
         raise ValueError(f"phone set {phoneset!r} has no Nepali phone-input table")
-    if central:
-        table = {**table, **CENTRAL_VOWELS.get(phoneset, {})}
     out, unsaid = [], []
     for phone in nepali:
         base = strip_nasal(phone)
@@ -609,16 +601,15 @@ def _check_said(voice: RecordedVoice, segs: list[tuple[str, float, float, int]],
             raise SynthesisError(f"voice {voice.name} said {got} for word {k} {want} (outside the words: {stray})")
 
 
-def speak_phones(words: list[list[str]], voice: RecordedVoice, *, central: bool = False,
+def speak_phones(words: list[list[str]], voice: RecordedVoice, *,
                  cache_dir: str | os.PathLike | None = None) -> VoiceReading:
     """Say Nepali words (project IPA phones, as the frontend gives them) through the voice's phone input:
-    each phone becomes the voice's nearest phone(s) (``NEPALI_TO_VOICE``; ``central``: ``ʌ`` as the set's
-    mid central vowel, :data:`CENTRAL_VOWELS`); labels are what it said."""
+    each phone becomes the voice's nearest phone(s) (``NEPALI_TO_VOICE``); labels are what it said."""
     if not words or not any(words):
         raise ValueError("nothing to speak: no phones given")
     mapped, unsaid = [], []
     for w in words:
-        phones, missing = voice_phones_for(list(w), voice.phoneset, central=central)
+        phones, missing = voice_phones_for(list(w), voice.phoneset)
         mapped.append(phones)
         unsaid.extend(missing)
     return speak_voice_phones(mapped, voice, unsaid=unsaid, cache_dir=cache_dir)

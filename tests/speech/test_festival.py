@@ -86,24 +86,6 @@ def test_voice_phones_for_any_nepali_word(phones, phoneset):
     assert len(unsaid) <= len(phones) and set(unsaid) <= set(phones)
 
 
-def test_central_says_schwa_for_inherent_vowel_only_where_the_set_has_one():
-    word = ["n", "e", "k", "ʌ", "p", "aː"]
-    assert F.voice_phones_for(word, "radio", central=True)[0] == ["n", "ey", "k", "ax", "p", "aa"]
-    assert F.voice_phones_for(word, "radio")[0] == ["n", "ey", "k", "ah", "p", "aa"]
-    for phoneset in set(F.NEPALI_TO_VOICE) - set(F.CENTRAL_VOWELS):
-        assert F.voice_phones_for(word, phoneset, central=True) == F.voice_phones_for(word, phoneset)
-    for phoneset, table in F.CENTRAL_VOWELS.items():  # the central vowel is labelled as the phone it stands for
-        for nepali, said in table.items():
-            assert [F._label(p, phoneset) for p in said] == [nepali]
-
-
-@needs_festival
-def test_central_reading_labels_the_schwa_as_inherent_vowel():
-    voice = F.get_voice("fest-kal")
-    r = F.speak_phones([["n", "e", "k", "ʌ", "p", "aː"]], voice, central=True)
-    assert [(s.name, s.label) for s in r.segments if s.label == "ʌ"] == [("ax", "ʌ")]
-
-
 def test_unknown_nepali_phone_raises():
     with pytest.raises(KeyError):
         F.voice_phones_for(["q"], "radio")
