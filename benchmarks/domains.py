@@ -15,7 +15,8 @@ Domains (held-out sentences: the fixed 10% split of the built-in sentences):
   (a recognizer may train on the others); ``real-all`` (every clip) is printed beside it, not in the last line.
 
 Phone error rates compare coarse phones (:func:`leakloss.text.phones.coarse`: length, nasalisation and stress
-dropped, flap = trill, one schwa). Then, with the scorer as shipped (its default word-check recognizer):
+dropped, flap = trill, one schwa); each unseen voice and the real test speakers are broken down into their most
+frequent edits (:func:`leakloss.eval.confusion.corpus_confusions`: ``ʌ->a`` heard as, ``t->-`` deleted). Then, with the scorer as shipped (its default word-check recognizer):
 
 - ``quarantine_unseen``: correct readings by the unseen family that the word check quarantines;
 - ``quarantine_mismatch``: the same readings given another sentence's transcript, quarantined;
@@ -38,8 +39,8 @@ import time
 import torch
 
 from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+from leakloss.eval.confusion import corpus_confusions
 from leakloss.pairs.splice import delete_span, sham_span
-from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech import festival, piper_voice
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
 from leakloss.speech.real import real_clips
@@ -83,6 +84,7 @@ def main() -> None:
                         help="the scorer's recognizers for its two roles (default: the shipped scorer's)")
     parser.add_argument("--heads-dir", default=None, help="heads trained on those recognizers' features")
     parser.add_argument("--check-recognizer", default=None, help="the word check's recognizer (default: the scorer's)")
+    parser.add_argument("--confusions", type=int, default=8, help="most frequent edits printed per unseen voice")
     args = parser.parse_args()
     torch.set_num_threads(2)
     start = time.time()
@@ -99,6 +101,7 @@ def main() -> None:
         domains["espeak"].append((r.waveform, r.phones, text))
     voices = available(festival.UNSEEN_VOICES)
     unseen_readings = []  # (text, voice, reading) for the pairs
+    unseen_voice_of: list[str] = []  # the voice of each domains["unseen"] reading, in order
     for v in voices + available(festival.UNSEEN_SPEAKER_TWINS):
         twin = v.name in festival.UNSEEN_SPEAKER_TWINS  # kept out of training, but of another family: apart
         for text in held:
@@ -109,6 +112,7 @@ def main() -> None:
             domains["unseen-twin" if twin else "unseen"].append((r.waveform, r.phones, text))
             if not twin:
                 unseen_readings.append((text, v, r))
+                unseen_voice_of.append(v.name)
     for name in TRAIN_FAMILY_VOICES:
         v = festival.get_voice(name)
         if festival.voice_available(v):
@@ -140,9 +144,22 @@ def main() -> None:
         except RecognizerNotFoundError as err:
             print(f"recognizer {name}: not available ({err})")
             continue
-        per[name] = {d: corpus_phone_error_rate(model, [x[0] for x in items], [x[1] for x in items], phone_class=coarse)
-                     for d, items in domains.items()}
+        with torch.no_grad():
+            hyps = {d: [model.greedy(x[0][None])[0] for x in items] for d, items in domains.items()}
+        per[name] = {}
+        for d, items in domains.items():  # edits summed / phones summed: the corpus phone error rate
+            edits, phones = corpus_confusions(((x[1], h) for x, h in zip(items, hyps[d])), coarse)
+            per[name][d] = sum(edits.values()) / max(phones, 1)
         print(f"recognizer {model.name}: " + "  ".join(f"{d} {v:.1%}" for d, v in per[name].items()), flush=True)
+        # where the errors are: each unseen voice and the real test speakers apart, the most frequent edits
+        parts = {v: [(x[1], h) for x, h, who in zip(domains["unseen"], hyps["unseen"], unseen_voice_of) if who == v]
+                 for v in dict.fromkeys(unseen_voice_of)}
+        if "real" in domains:
+            parts["real"] = [(x[1], h) for x, h in zip(domains["real"], hyps["real"])]
+        for part, pairs in parts.items():
+            edits, phones = corpus_confusions(pairs, coarse)
+            top = ", ".join(f"{r}->{h} {c}" for (r, h), c in edits.most_common(args.confusions))
+            print(f"  {part}: {sum(edits.values()) / max(phones, 1):.1%} of {phones} phones; most frequent: {top}")
 
     from leakloss.scorer import Scorer, phone_error_rate
 
