@@ -50,3 +50,14 @@ def test_whisper_trainer_writes_a_loadable_recognizer(tmp_path):
         log_probs, frames = rec(torch.zeros(1, 16_000))
     assert log_probs.shape == (1, 50, len(rec.vocab)) and torch.isfinite(log_probs).all()
     assert frames.tolist() == [50]
+
+
+def test_recorded_training_voices_refuse_the_unseen_family():
+    from leakloss.speech import festival
+    from train_recognizers.whisper import recorded_training_voices
+
+    for name in festival.UNSEEN_VOICES + festival.UNSEEN_SPEAKER_TWINS:
+        with pytest.raises(ValueError, match="kept out"):
+            recorded_training_voices(["fest-kal", name])
+    assert {v.name for v in recorded_training_voices()} <= set(festival.TRAINING_VOICES)
+    assert [v.name for v in recorded_training_voices([])] == []
