@@ -16,7 +16,8 @@ Domains (held-out sentences: the fixed 10% split of the built-in sentences):
 
 Phone error rates compare coarse phones (:func:`leakloss.text.phones.coarse`: length, nasalisation and stress
 dropped, flap = trill, one schwa); each unseen voice and the real test speakers are broken down into their most
-frequent edits (:func:`leakloss.eval.confusion.corpus_confusions`: ``ʌ->a`` heard as, ``t->-`` deleted). Then, with the scorer as shipped (its default word-check recognizer):
+frequent edits (:func:`leakloss.eval.confusion.corpus_confusions`: ``ʌ->a`` heard as, ``t->-`` deleted). Then,
+with the scorer as shipped (its default word-check recognizer):
 
 - ``quarantine_unseen``: correct readings by the unseen family that the word check quarantines;
 - ``quarantine_mismatch``: the same readings given another sentence's transcript, quarantined;

@@ -53,12 +53,15 @@ def training_sentences(cfg) -> tuple[list[str], list[str]]:
     return train, held
 
 
+#: The unseen family and its speaker twin: what ``benchmarks/domains.py`` measures, never trained on.
+KEPT_OUT: tuple[str, ...] = tuple(festival.UNSEEN_VOICES) + tuple(festival.UNSEEN_SPEAKER_TWINS)
+
+
 def recorded_training_voices(names=None) -> list:
     """The installed Festival/flite voices to train on: ``names``, or every training voice
-    (:data:`leakloss.speech.festival.TRAINING_VOICES`) when None. The unseen family and its speaker twin are
-    what ``benchmarks/domains.py`` measures, so naming one raises ValueError."""
+    (:data:`leakloss.speech.festival.TRAINING_VOICES`) when None; naming one of :data:`KEPT_OUT` raises ValueError."""
     names = list(festival.TRAINING_VOICES) if names is None else list(names)
-    kept_out = sorted((set(festival.UNSEEN_VOICES) | set(festival.UNSEEN_SPEAKER_TWINS)) & set(names))
+    kept_out = sorted(set(KEPT_OUT) & set(names))
     if kept_out:
         raise ValueError(f"recorded voices {kept_out} are kept out of training for good (the unseen family)")
     voices = [festival.get_voice(n) for n in names]
@@ -227,7 +230,7 @@ def main(cfg: DictConfig) -> None:
         "readings": n_readings, "states": len(items), "augmentations": cfg.augmentations,
         "groups": {g: sum(it.group == g for it in items) for g in groups},
         "recorded_voices": [v.name for v in voices], "unseen_family": festival.UNSEEN_FAMILY,
-        "kept_out": list(festival.UNSEEN_VOICES) + list(festival.UNSEEN_SPEAKER_TWINS),
+        "kept_out": list(KEPT_OUT),
         "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
         "train_sentences": len(train), "heldout_sentences": len(held),
         "label_set": "canonical (leakloss.text.phones.canonical), recognizer a's vocabulary",

@@ -63,7 +63,7 @@ def phone_confusions(reference: Sequence[str], hypothesis: Sequence[str],
 def corpus_confusions(pairs: Iterable[tuple[Sequence[str], Sequence[str]]],
                       phone_class: Callable[[str], str] | None = None) -> tuple[Counter, int]:
     """Confusions summed over ``(reference, hypothesis)`` pairs, and the reference phones counted
-    (``sum(confusions) / phones`` is the corpus phone error rate)."""
+    (``sum(confusions) / phones`` is :func:`leakloss.scorer.corpus_phone_error_rate` of the same hypotheses)."""
     total: Counter = Counter()
     phones = 0
     for ref, hyp in pairs:
