@@ -172,8 +172,12 @@ def build_corpus(
     if "recorded" in roles and not recorded_voices:
         raise ValueError("role 'recorded' needs recorded_voices (leakloss.speech.festival.VOICES with phone input)")
     extra_voices = list(recorded_voices) if "recorded" in roles else []
-    key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices) + extra_voices, seed,
-                     extra=f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else ""))
+    extra = f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else "")
+    if "recorded" in roles:  # a change of how their segments are labelled is a new corpus
+        from leakloss.speech.festival import LABELS_VERSION
+
+        extra += f";labels={LABELS_VERSION}"
+    key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices) + extra_voices, seed, extra=extra)
     root = Path(out_dir) / key
     if (root / "manifest.jsonl").exists():
         return Corpus.load(root)

@@ -36,12 +36,14 @@ czech      a/a:->aː · e/e: (ɛ)->ɛː · i/i:->i · o/o:->o · u/u:->u · b d 
            n* ŋ->ŋ · h ɦ->h · ch x->- · r~/r~* (ř)->- · s~->ʃ · z~ ʒ->- · v->w
 finnish    a/a: (ɑ)->aː · e/e:->e · i/i:->i · o/o:->o · u/u:->u · y ø æ (y 7 @, long too)->- ·
            & ->- · long consonants (p: ...) -> the short label · p t k b d f s h m n l r j -> same ·
-           g->ɡ · N->ŋ · S->ʃ · v ʋ->w · w->w · T θ->- · D: ð->- · L ʎ->- · z:->z · Z: ʒ->-
+           g->ɡ · N->ŋ · S->ʃ · v ʋ->w · w->w · T θ->- · D: ð->- · L ʎ->- · z:->z · Z: ʒ->- ·
+           t S in one word (its tʃ)->c, over both segments' times
 msu_ru     aa/a (ɐ)->aː / ʌ · ee/e->e · ii/i->i · oo->o · uu/u->u · yy/y ɨ->- · ae ay ur (reduced)
 (Russian)  ->- · palatalised consonants (pp bb ...) -> the plain label (palatalisation dropped) ·
            c ts->c · ch tɕ->c · sh ʂ->ʂ · sch ɕː->- · zh ʐ->- · h/hh x->- · v/vv->w · j->j
 upc_       ax ə->ʌ · a/a1->aː · e/e1->e · E/E1->ɛː · i/i1->i · o/o1->o · O/O1->ɔː · u/u1->u ·
-catalan    j w p t k b d f s m n l z -> same · g->ɡ · r ɾ->r · rr->r · S->ʃ · J->ɲ · L ʎ->- · Z->-
+catalan    j w p t k b d f s m n l z -> same · g->ɡ · r ɾ->r · rr->r · S->ʃ · J->ɲ · L ʎ->- · Z->- ·
+           t S / d Z in one word (its affricates tʃ, dʒ)->c / ɟ, over both segments' times
 =========  ==========================================================================================
 
 Nepali phone -> voice phone for phone input (aspiration and nasalisation are not phones of these
@@ -86,6 +88,9 @@ from leakloss.speech.synth import SAMPLE_RATE, Reading
 from leakloss.text.phones import strip_nasal
 
 CACHE_VERSION = 1
+#: How segments become labels; a corpus of recorded readings is rebuilt when it changes (readings cached by
+#: :func:`speak_phones` are relabelled on load). 2: affricate pairs (:data:`AFFRICATES`) labelled as one phone.
+LABELS_VERSION = 2
 
 #: Debian packages and voice names reserved for independent evaluation: never installed, never used.
 EXCLUDED_PACKAGES = frozenset({"festvox-hi-nsk", "festvox-mr-nsk", "festvox-te-nsk",
@@ -223,6 +228,15 @@ _CATALAN = {
     "J": "ɲ", "l": "l", "L": None, "r": "r", "rr": "r",
 }
 
+#: Two voice phones said as one inventory phone. The Catalan and Finnish sets have no affricate phone: their
+#: [tʃ] is the sequence ``t S`` (Catalan ``cotxe`` = ``k O1 t S ax``) and Catalan [dʒ] is ``d Z``, which is how
+#: phone input says Nepali c and ɟ. The pair within one word is labelled as the one affricate it sounds as
+#: (the inventory's c / ɟ, over both segments' times), not as a stop plus a fricative.
+AFFRICATES: dict[str, dict[tuple[str, str], str]] = {
+    "upc_catalan-central": {("t", "S"): "c", ("d", "Z"): "ɟ"},
+    "finnish": {("t", "S"): "c"},
+}
+
 #: phone set -> {voice phone: inventory label or None (dropped from the target)}
 VOICE_PHONES: dict[str, dict[str, str | None]] = {
     "radio": _RADIO, "italian": _ITALIAN, "czech": _CZECH, "finnish": _FINNISH, "msu_ru": _RUSSIAN,
@@ -319,6 +333,7 @@ class Segment:
     end: float
     word: int
     label: str | None
+    joined: bool = False  # said with the segment before it as one phone (an affricate): that one has the label
 
 
 @dataclass
@@ -330,7 +345,7 @@ class VoiceReading(Reading):
 
     @property
     def dropped(self) -> list[Segment]:
-        return [s for s in self.segments if s.label is None and s.word >= 0]
+        return [s for s in self.segments if s.label is None and s.word >= 0 and not s.joined]
 
 
 def _label(phone: str, phoneset: str) -> str | None:
@@ -338,6 +353,40 @@ def _label(phone: str, phoneset: str) -> str | None:
     if phone not in table:
         raise SynthesisError(f"{phoneset} phone {phone!r} is not in the mapping table")
     return table[phone]
+
+
+def label_segments(segs: list[tuple[str, float, float, int]], phoneset: str) -> list[Segment]:
+    """(voice phone, start, end, word or -1) -> :class:`Segment` with inventory labels: silences unlabelled
+    (word -1), an :data:`AFFRICATES` pair in one word labelled once (on its first segment, the second
+    ``joined``), every other phone by :data:`VOICE_PHONES`."""
+    silences, pairs = SILENCES[phoneset], AFFRICATES.get(phoneset, {})
+    out: list[Segment] = []
+    for name, start, end, word in segs:
+        if name in silences:
+            out.append(Segment(name, start, end, -1, None))
+            continue
+        prev = out[-1] if out else None
+        if (prev is not None and not prev.joined and prev.word == word and (prev.name, name) in pairs
+                and prev.label == _label(prev.name, phoneset)):
+            out[-1] = Segment(prev.name, prev.start, prev.end, prev.word, pairs[(prev.name, name)])
+            out.append(Segment(name, start, end, word, None, joined=True))
+            continue
+        out.append(Segment(name, start, end, word, _label(name, phoneset)))
+    return out
+
+
+def _kept_phones(segments: list[Segment]) -> tuple[list[str], list[float], list[float], list[int]]:
+    """Labels, starts, ends and words of the labelled phones; a joined pair ends where its second segment ends."""
+    labels, starts, ends, words = [], [], [], []
+    for s in segments:
+        if s.joined and labels:
+            ends[-1] = s.end
+        elif s.label is not None:
+            labels.append(s.label)
+            starts.append(s.start)
+            ends.append(s.end)
+            words.append(s.word)
+    return labels, starts, ends, words
 
 
 def _make_reading(wave: np.ndarray, rate: int, segs: list[tuple[str, float, float, int]], phoneset: str,
@@ -349,21 +398,14 @@ def _make_reading(wave: np.ndarray, rate: int, segs: list[tuple[str, float, floa
     if rate != SAMPLE_RATE:
         w = AF.resample(w, rate, SAMPLE_RATE)
     duration = w.numel() / SAMPLE_RATE
-    silences = SILENCES[phoneset]
-    segments = []
-    for name, start, end, word in segs:
-        start, end = min(start, duration), min(end, duration)
-        if name in silences:
-            segments.append(Segment(name, start, end, -1, None))
-        else:
-            segments.append(Segment(name, start, end, word, _label(name, phoneset)))
-    kept = [s for s in segments if s.label is not None]
+    segments = label_segments([(name, min(start, duration), min(end, duration), word)
+                               for name, start, end, word in segs], phoneset)
     spans = []
     for k in range(n_words):
         mine = [s for s in segments if s.word == k]
         spans.append((mine[0].start, mine[-1].end) if mine else (float("nan"), float("nan")))
-    return VoiceReading(w, [s.label for s in kept], [s.start for s in kept], [s.word for s in kept], spans,
-                        phone_ends=[s.end for s in kept], segments=segments, unsaid=unsaid)
+    labels, starts, ends, words = _kept_phones(segments)
+    return VoiceReading(w, labels, starts, words, spans, phone_ends=ends, segments=segments, unsaid=unsaid)
 
 
 # --- engines -----------------------------------------------------------------------------------------
@@ -514,17 +556,17 @@ def _cache_path(cache_dir: str | os.PathLike | None, voice: RecordedVoice, mode:
     return Path(cache_dir) / f"{voice.name}-{key}"
 
 
-def _load_cached(path: Path | None) -> VoiceReading | None:
+def _load_cached(path: Path | None, phoneset: str) -> VoiceReading | None:
+    """A stored reading, its labels made anew from the segment names (a mapping fix reaches cached audio)."""
     if path is None or not (path.with_suffix(".json")).exists():
         return None
     meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
     wave, rate = sf.read(path.with_suffix(".wav"), dtype="float32")
     assert rate == SAMPLE_RATE
-    segments = [Segment(*s) for s in meta["segments"]]
-    kept = [s for s in segments if s.label is not None]
-    return VoiceReading(torch.from_numpy(wave), [s.label for s in kept], [s.start for s in kept],
-                        [s.word for s in kept], [tuple(x) for x in meta["word_spans"]],
-                        phone_ends=[s.end for s in kept], segments=segments, unsaid=meta["unsaid"])
+    segments = label_segments([(name, start, end, word) for name, start, end, word, *_ in meta["segments"]], phoneset)
+    labels, starts, ends, words = _kept_phones(segments)
+    return VoiceReading(torch.from_numpy(wave), labels, starts, words, [tuple(x) for x in meta["word_spans"]],
+                        phone_ends=ends, segments=segments, unsaid=meta["unsaid"])
 
 
 def _store(path: Path | None, r: VoiceReading) -> VoiceReading:
@@ -555,7 +597,7 @@ def speak_voice_phones(words: list[list[str]], voice: RecordedVoice, *, unsaid: 
             if p not in known:
                 raise KeyError(f"{p!r} is not a phone of {voice.phoneset} (voice {voice.name})")
     path = _cache_path(cache_dir, voice, "phones", words)
-    cached = _load_cached(path)
+    cached = _load_cached(path, voice.phoneset)
     if cached is not None:
         return cached
     spoken = [w for w in words if w]
@@ -623,7 +665,7 @@ def speak_text(text: str, voice: RecordedVoice, *, cache_dir: str | os.PathLike 
     if voice.engine != "festival":
         raise ValueError(f"{voice.name}: text reading is only wired for Festival voices (flite has no word times)")
     path = _cache_path(cache_dir, voice, "text", text)
-    cached = _load_cached(path)
+    cached = _load_cached(path, voice.phoneset)
     if cached is not None:
         return cached
     audio, rate, segs = _festival_synth(voice, f"(set! utt (utt.synth (Utterance Text {_scheme_string(text)})))\n")

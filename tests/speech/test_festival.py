@@ -153,6 +153,18 @@ def test_festival_voice_says_nepali_words_with_times(voice):
 
 
 @needs_festival
+def test_catalan_affricates_are_labelled_as_one_phone():
+    v = F.get_voice("fest-ona")
+    if not F.voice_available(v):
+        pytest.skip(f"{v.debian_package} not installed")
+    r = F.speak_phones([["c", "ʌ", "ɟ", "ʌ"]], v)  # said t S ax d Z ax
+    assert [s.name for s in r.segments if s.word == 0] == ["t", "S", "ax", "d", "Z", "ax"]
+    assert r.word_phones(0) == ["c", "ʌ", "ɟ", "ʌ"] and not r.dropped
+    t, sh = [s for s in r.segments if s.word == 0][:2]
+    assert r.phone_starts[0] == t.start and r.phone_ends[0] == sh.end  # the affricate spans both segments
+
+
+@needs_festival
 def test_labels_follow_the_voice_not_the_target():
     it, en = F.get_voice("fest-it-pc"), F.get_voice("fest-kal")
     if not (F.voice_available(it) and F.voice_available(en)):
@@ -173,6 +185,41 @@ def test_english_text_reading_drops_what_has_no_counterpart():
     _check_reading(r, 2)
     assert r.word_phones(0) == ["h", "ʌ", "l", "o"]
     assert [s.name for s in r.dropped] == ["er"] and r.word_phones(1) == ["w", "l", "d"]
+
+
+def test_label_segments_joins_an_affricate_pair_within_a_word_only():
+    segs = [("pau", 0.0, 0.1, -1), ("t", 0.1, 0.15, 0), ("S", 0.15, 0.25, 0), ("ax", 0.25, 0.3, 0),
+            ("t", 0.3, 0.35, 0), ("S", 0.35, 0.4, 1), ("d", 0.4, 0.45, 1), ("Z", 0.45, 0.5, 1), ("Z", 0.5, 0.55, 1)]
+    out = F.label_segments(segs, "upc_catalan-central")
+    assert [s.label for s in out] == [None, "c", None, "ʌ", "t", "ʃ", "ɟ", None, None]
+    assert [s.joined for s in out] == [False, False, True, False, False, False, False, True, False]
+    labels, starts, ends, words = F._kept_phones(out)
+    assert labels == ["c", "ʌ", "t", "ʃ", "ɟ"] and ends[0] == 0.25 and ends[-1] == 0.5 and words == [0, 0, 0, 1, 1]
+    assert [s.name for s in F.VoiceReading(torch.zeros(1), labels, starts, words, [], segments=out).dropped] == ["Z"]
+    # Finnish says Nepali c as t S too; the English set has its own affricate phone and joins nothing
+    assert [s.label for s in F.label_segments([("t", 0, 1, 0), ("S", 1, 2, 0)], "finnish")] == ["c", None]
+    assert [s.label for s in F.label_segments([("t", 0, 1, 0), ("sh", 1, 2, 0)], "radio")] == ["t", "ʃ"]
+
+
+def test_every_affricate_pair_is_made_of_the_sets_phones_and_labels_an_inventory_phone():
+    for phoneset, pairs in F.AFFRICATES.items():
+        for (a, b), label in pairs.items():
+            assert a in F.VOICE_PHONES[phoneset] and b in F.VOICE_PHONES[phoneset]
+            assert label in INVENTORY
+
+
+@needs_festival
+def test_cached_readings_are_labelled_anew_from_their_segment_names(tmp_path):
+    v = F.get_voice("fest-ona")
+    if not F.voice_available(v):
+        pytest.skip(f"{v.debian_package} not installed")
+    a = F.speak_phones([["c", "ʌ"]], v, cache_dir=tmp_path)
+    (meta_path,) = tmp_path.glob("*.json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["segments"] = [[*seg[:4], "stale"] for seg in meta["segments"]]  # labels of an older mapping
+    meta_path.write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+    b = F.speak_phones([["c", "ʌ"]], v, cache_dir=tmp_path)
+    assert b.phones == a.phones == ["c", "ʌ"] and b.phone_ends == a.phone_ends
 
 
 @needs_festival
