@@ -366,8 +366,7 @@ def label_segments(segs: list[tuple[str, float, float, int]], phoneset: str) -> 
             out.append(Segment(name, start, end, -1, None))
             continue
         prev = out[-1] if out else None
-        if (prev is not None and not prev.joined and prev.word == word and (prev.name, name) in pairs
-                and prev.label == _label(prev.name, phoneset)):
+        if prev is not None and not prev.joined and prev.word == word and (prev.name, name) in pairs:
             out[-1] = Segment(prev.name, prev.start, prev.end, prev.word, pairs[(prev.name, name)])
             out.append(Segment(name, start, end, word, None, joined=True))
             continue
