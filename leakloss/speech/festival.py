@@ -229,9 +229,10 @@ _CATALAN = {
 }
 
 #: Two voice phones said as one inventory phone. The Catalan and Finnish sets have no affricate phone: their
-#: [tʃ] is the sequence ``t S`` (Catalan ``cotxe`` = ``k o1 t S ax``, ``platja`` = ``p l a1 d Z ax`` in its own lexicon) and Catalan [dʒ] is ``d Z``, which is how
-#: phone input says Nepali c and ɟ. The pair within one word is labelled as the one affricate it sounds as
-#: (the inventory's c / ɟ, over both segments' times), not as a stop plus a fricative.
+#: [tʃ] is the sequence ``t S`` and Catalan [dʒ] is ``d Z`` (its own lexicon: ``cotxe`` = ``k o1 t S ax``,
+#: ``platja`` = ``p l a1 d Z ax``), which is how phone input says Nepali c and ɟ. The pair within one word is
+#: labelled as the one affricate it sounds as (the inventory's c / ɟ, over both segments' times), not as a
+#: stop plus a fricative.
 AFFRICATES: dict[str, dict[tuple[str, str], str]] = {
     "upc_catalan-central": {("t", "S"): "c", ("d", "Z"): "ɟ"},
     "finnish": {("t", "S"): "c"},
