@@ -129,10 +129,12 @@ def card_markdown(card: dict) -> str:
         (f"- never trained on: the unseen family `{card['unseen_family']}` and its speaker twin "
         f"({', '.join(card['kept_out'])}), the {card['heldout_sentences']} held-out sentences"),
     ]
-    if card.get("recorded_labels_version", 1) < 2:  # cards written before the field existed are version 1
-        lines += [("- labels of the recorded voices: version 1 (`leakloss.speech.festival.LABELS_VERSION` is 2 now): "
-                   "the Finnish voices said Nepali c as `t S` and it was labelled `t ʃ`; it is labelled `c` since "
-                   "(one affricate). This head was not retrained on the relabelled corpus.")]
+    labels_version = card.get("recorded_labels_version", 1)  # cards written before the field existed: version 1
+    if labels_version < festival.LABELS_VERSION:
+        lines += [(f"- labels of the recorded voices: version {labels_version}, older than the corpus's "
+                   f"{festival.LABELS_VERSION} (`leakloss.speech.festival.LABELS_VERSION` says what changed; 2: a "
+                   "Finnish/Catalan `t S` is labelled as the affricate c, not `t ʃ`). This head was not retrained "
+                   "on the relabelled corpus.")]
     if real:
         lines += [(f"- real speech: {len(real['clips'])} clips of the *train* speakers of "
                   f"`leakloss.speech.real.speaker_split`, clean + {real['augmentations']} augmented copies each; "

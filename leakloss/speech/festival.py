@@ -375,8 +375,9 @@ def label_segments(segs: list[tuple[str, float, float, int]], phoneset: str) -> 
     return out
 
 
-def _kept_phones(segments: list[Segment]) -> tuple[list[str], list[float], list[float], list[int]]:
-    """Labels, starts, ends and words of the labelled phones; a joined pair ends where its second segment ends."""
+def _voice_reading(wave: torch.Tensor, segments: list[Segment], word_spans: list, unsaid: list[str]) -> VoiceReading:
+    """The reading of labelled ``segments``: its phones are the labelled ones, a joined pair ending where its
+    second segment ends."""
     labels, starts, ends, words = [], [], [], []
     for s in segments:
         if s.joined and labels:
@@ -386,7 +387,7 @@ def _kept_phones(segments: list[Segment]) -> tuple[list[str], list[float], list[
             starts.append(s.start)
             ends.append(s.end)
             words.append(s.word)
-    return labels, starts, ends, words
+    return VoiceReading(wave, labels, starts, words, word_spans, phone_ends=ends, segments=segments, unsaid=unsaid)
 
 
 def _make_reading(wave: np.ndarray, rate: int, segs: list[tuple[str, float, float, int]], phoneset: str,
@@ -404,8 +405,7 @@ def _make_reading(wave: np.ndarray, rate: int, segs: list[tuple[str, float, floa
     for k in range(n_words):
         mine = [s for s in segments if s.word == k]
         spans.append((mine[0].start, mine[-1].end) if mine else (float("nan"), float("nan")))
-    labels, starts, ends, words = _kept_phones(segments)
-    return VoiceReading(w, labels, starts, words, spans, phone_ends=ends, segments=segments, unsaid=unsaid)
+    return _voice_reading(w, segments, spans, unsaid)
 
 
 # --- engines -----------------------------------------------------------------------------------------
@@ -564,9 +564,7 @@ def _load_cached(path: Path | None, phoneset: str) -> VoiceReading | None:
     wave, rate = sf.read(path.with_suffix(".wav"), dtype="float32")
     assert rate == SAMPLE_RATE
     segments = label_segments([(name, start, end, word) for name, start, end, word, *_ in meta["segments"]], phoneset)
-    labels, starts, ends, words = _kept_phones(segments)
-    return VoiceReading(torch.from_numpy(wave), labels, starts, words, [tuple(x) for x in meta["word_spans"]],
-                        phone_ends=ends, segments=segments, unsaid=meta["unsaid"])
+    return _voice_reading(torch.from_numpy(wave), segments, [tuple(x) for x in meta["word_spans"]], meta["unsaid"])
 
 
 def _store(path: Path | None, r: VoiceReading) -> VoiceReading:

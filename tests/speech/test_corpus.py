@@ -34,7 +34,7 @@ def test_build_corpus_is_deterministic_and_cached(tmp_path):
     assert len(teacher.word_spans) == len(teacher.words)
 
 
-def test_recorded_and_piper_roles_label_what_the_voice_said(tmp_path):
+def test_recorded_and_piper_roles_label_what_the_voice_said(tmp_path, monkeypatch):
     import shutil
 
     import pytest
@@ -65,13 +65,10 @@ def test_recorded_and_piper_roles_label_what_the_voice_said(tmp_path):
     assert espeak.root.name == corpus_key(sentences[:1], ("teacher",), list(TRAIN_TEACHER_VOICES) +
                                           list(TRAIN_HINDI_VOICES), 0, extra="n=1")
     if "recorded" in roles:  # relabelled segments make a new corpus, never the cached labels
-        import unittest.mock
-
-        with unittest.mock.patch.object(festival, "LABELS_VERSION", festival.LABELS_VERSION + 1):
-            relabelled = build_corpus(sentences[:1], tmp_path, roles=("recorded",), recorded_voices=voices,
-                                      progress=False)
-        assert relabelled.root.name != build_corpus(sentences[:1], tmp_path, roles=("recorded",),
-                                                     recorded_voices=voices, progress=False).root.name
+        current = build_corpus(sentences[:1], tmp_path, roles=("recorded",), recorded_voices=voices, progress=False)
+        monkeypatch.setattr(festival, "LABELS_VERSION", festival.LABELS_VERSION + 1)
+        relabelled = build_corpus(sentences[:1], tmp_path, roles=("recorded",), recorded_voices=voices, progress=False)
+        assert relabelled.root.name != current.root.name
 
 
 def test_recorded_role_needs_voices(tmp_path):

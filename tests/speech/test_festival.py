@@ -193,9 +193,9 @@ def test_label_segments_joins_an_affricate_pair_within_a_word_only():
     out = F.label_segments(segs, "upc_catalan-central")
     assert [s.label for s in out] == [None, "c", None, "ʌ", "t", "ʃ", "ɟ", None, None]
     assert [s.joined for s in out] == [False, False, True, False, False, False, False, True, False]
-    labels, starts, ends, words = F._kept_phones(out)
-    assert labels == ["c", "ʌ", "t", "ʃ", "ɟ"] and ends[0] == 0.25 and ends[-1] == 0.5 and words == [0, 0, 0, 1, 1]
-    assert [s.name for s in F.VoiceReading(torch.zeros(1), labels, starts, words, [], segments=out).dropped] == ["Z"]
+    r = F._voice_reading(torch.zeros(1), out, [], [])
+    assert r.phones == ["c", "ʌ", "t", "ʃ", "ɟ"] and r.phone_ends[0] == 0.25 and r.phone_ends[-1] == 0.5
+    assert r.phone_words == [0, 0, 0, 1, 1] and [s.name for s in r.dropped] == ["Z"]
     # Finnish says Nepali c as t S too; the English set has its own affricate phone and joins nothing
     assert [s.label for s in F.label_segments([("t", 0, 1, 0), ("S", 1, 2, 0)], "finnish")] == ["c", None]
     assert [s.label for s in F.label_segments([("t", 0, 1, 0), ("sh", 1, 2, 0)], "radio")] == ["t", "ʃ"]
