@@ -13,6 +13,9 @@ Split (:func:`leakloss.text.train_retention.split_of`): words whose ``sha1(word)
 the model's training or calibration; 3-4 (~12.5%) calibrated the confidence thresholds; the rest trained
 the model. All three are printed, labelled. espeak-ng's own ``ne`` voice is scored the same way.
 
+The lexicon's own consistency is printed as a ceiling (:func:`stem_consistency`: a stem said differently
+alone and with a case marker, e.g. जनता / जनतालाई).
+
 Inflected and compound held-out words are measured apart (``groups``: the suffix splits -को -मा -लाई
 -हरू, verb endings -एर -नु -छ ..., compounds the rules split, plain words).
 
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.normalize import TextError
 from leakloss.text.phones import clean_espeak_ipa
-from leakloss.text.train_retention import deletion_truth, split_of, word_groups
+from leakloss.text.train_retention import deletion_truth, split_of, stem_consistency, word_groups
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LEXICON = REPO.parent / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
@@ -167,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"== {name}: {r['n']} words")
         for k, v in r.items():
             print(f"  {k}: {v:.4f}" if isinstance(v, float) else f"  {k}: {v}")
+    pairs, bad, examples = stem_consistency({w: r for rows in parts.values() for w, r in rows})
+    print(f"lexicon self-consistency (a ceiling for any model): {bad} of {pairs} stem/stem+marker pairs say the "
+          f"stem's inner inherent vowels differently ({bad / max(pairs, 1):.3f}), e.g. {', '.join(examples[:4])}")
     print(f"time {time.time() - t0:.1f}s")
     r = results["held-out"]
     print(f"agreement={r['agreement']:.3f} high_agreement={r['high_agreement']:.3f} "

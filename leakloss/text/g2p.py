@@ -893,7 +893,7 @@ class NepaliFrontend:
         return pron
 
     def _pronounce(self, word: str) -> Pronunciation:
-        from leakloss.text.retention import plan_phones, plan_word, slot_features, word_probability
+        from leakloss.text.retention import plan_phones, plan_word, word_probability
 
         norm, units = _check_word(word)
         if norm in self.lexicon:
@@ -910,7 +910,7 @@ class NepaliFrontend:
                 phones = phones + SUFFIXES[suf]
             return Pronunciation(norm, phones, "suffix", "high", vowels)
         if self.retention is not None:
-            p_keep = self.retention.predict_proba(slot_features(plan)) if plan.slots else ()
+            p_keep = self.retention.predict_plan(plan)
             kept = [bool(p >= 0.5) for p in p_keep]
             prob = word_probability(p_keep)
             vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))

@@ -4,10 +4,14 @@ The letter-to-sound rules of :mod:`leakloss.text.g2p` decide every inherent vowe
 module turns each inherent-vowel slot into a feature row -- the letters around it (a window of units:
 consonant, vowel sign / virama / inherent, nasal sign, visarga), its position, the syllable count, the
 stem/suffix split the rules find, the compound boundaries they find, the word's ending and the rules' own
-decision and rule name -- and a small gradient-boosted tree ensemble gives ``P(keep)``. The trees were
-trained by :mod:`leakloss.text.train_retention` on the Google Nepali lexicon (CC BY 4.0, see the card
-``leakloss/assets/frontend/retention.card.json``) and are stored as plain JSON (no pickle); they are
-evaluated here with numpy only (scikit-learn is needed to train, never to run).
+decision and rule name -- plus a context memory: how often the training words keep the vowel in the same
+spelling context (a few letter windows, the word's start up to the slot, the slot to the word's end;
+:class:`ContextMemory`, target encoding) -- and a small gradient-boosted tree ensemble gives ``P(keep)``.
+The trees and the memory were trained by :mod:`leakloss.text.train_retention` on the Google Nepali
+lexicon (CC BY 4.0, see the card ``leakloss/assets/frontend/retention.card.json``) and are stored as plain
+JSON (no pickle; the memory holds counts of spelling contexts that at least :data:`MEMORY_MIN_COUNT`
+training vowels share, no word list); they are evaluated here with numpy only (scikit-learn is needed to
+train, never to run).
 
 A word's probability is the product over its slots of the probability of the decision taken
 (``max(p, 1 - p)``); the card's thresholds, chosen on a calibration part of the lexicon that neither the
@@ -20,7 +24,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -29,12 +33,13 @@ from leakloss.text.normalize import TextError
 __all__ = [
     "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
     "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
+    "ContextMemory", "CONTEXTS", "context_keys",
 ]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
 FORMAT = "leakloss-retention-gbdt/1"
 #: Bumped whenever :func:`slot_features` changes meaning: a model trained on another schema is refused.
-FEATURE_SCHEMA = 1
+FEATURE_SCHEMA = 2
 
 
 class RetentionModelError(TextError):
@@ -214,7 +219,107 @@ def _feature_layout() -> tuple[list[str], list[bool]]:
     for n, c in more:
         names.append(n)
         cats.append(c)
+    for name in CONTEXT_NAMES:
+        names += [f"memory_rate[{name}]", f"memory_count[{name}]"]
+        cats += [False, False]
     return names, cats
+
+
+# ----------------------------------------------------------------------------------------------------
+# Context memory: how often the training words keep the inherent vowel in this spelling context
+# ----------------------------------------------------------------------------------------------------
+
+#: Spelling contexts of a slot whose keep rate among the training words is a feature (target encoding):
+#: ``("window", L, R)`` the L units before and R after the slot (word edges written ``^`` / ``$``);
+#: ``("prefix", 0, R)`` the word from its start to R units after the slot; ``("suffix", L, 0)`` from L
+#: units before the slot to the word's end. The anchored ones carry morphology the trees' letter window
+#: cannot: a shared stem (prefix) or inflection (suffix) decides a vowel far from the window's letters.
+CONTEXTS: tuple[tuple[str, int, int], ...] = (
+    ("window", 1, 1), ("window", 2, 1), ("window", 1, 2), ("window", 2, 2), ("window", 3, 2), ("window", 2, 3),
+    ("window", 3, 3), ("window", 4, 4), ("window", 1, 0), ("window", 0, 1), ("window", 2, 0), ("window", 0, 2),
+    ("prefix", 0, 0), ("prefix", 0, 1), ("prefix", 0, 2), ("suffix", 0, 0), ("suffix", 1, 0), ("suffix", 2, 0),
+)
+CONTEXT_NAMES: tuple[str, ...] = tuple(f"{k}{a}{b}" for k, a, b in CONTEXTS)
+#: Pseudo-counts of a 0.5 keep rate added to every remembered context (smooths rare contexts).
+MEMORY_PRIOR_WEIGHT = 1.0
+#: A context seen in fewer training vowels is not remembered (keeps the file small, the rates stable).
+MEMORY_MIN_COUNT = 2
+UNSEEN_RATE = -1.0  # the rate feature of a context the memory does not hold
+
+
+def _unit_text(u) -> str:
+    from leakloss.text import g2p
+
+    vowel = "" if (u.cons is not None and u.vowel == g2p.INHERENT) else u.vowel
+    return (u.cons or "") + vowel + u.nasal + (g2p.VISARGA if u.visarga else "")
+
+
+def context_keys(plan: SlotPlan) -> list[tuple[str, ...]]:
+    """Per slot, one key per :data:`CONTEXTS` entry: the units' spelling around the slot (``*``), ``|``-joined."""
+    toks = ["^"] + [_unit_text(u) for u in plan.units] + ["$"]
+    out = []
+    for k in plan.slots:
+        i = k + 1  # the slot's index in toks
+        keys = []
+        for kind, left, right in CONTEXTS:
+            a = 0 if kind == "prefix" else max(0, i - left)
+            b = len(toks) if kind == "suffix" else i + 1 + right
+            keys.append("|".join(toks[a:i]) + "*" + "|".join(toks[i + 1:b]))
+        out.append(tuple(keys))
+    return out
+
+
+class ContextMemory:
+    """Counts ``(vowels, kept)`` per context key, one table per :data:`CONTEXTS` entry.
+
+    ``features(plan)`` -> ``[n_slots, 2 * len(CONTEXTS)]``: per context the smoothed keep rate
+    ``(kept + w/2) / (n + w)`` (:data:`UNSEEN_RATE` when the context is not remembered) and the count ``n``.
+    """
+
+    def __init__(self, tables: dict[str, dict[str, Sequence[int]]], min_count: int = MEMORY_MIN_COUNT,
+                 prior_weight: float = MEMORY_PRIOR_WEIGHT) -> None:
+        if set(tables) != set(CONTEXT_NAMES):
+            raise RetentionModelError(f"memory contexts {sorted(tables)} are not this code's {sorted(CONTEXT_NAMES)}")
+        self.min_count = int(min_count)
+        self.prior_weight = float(prior_weight)
+        self.tables = [{k: (int(v[0]), int(v[1])) for k, v in tables[name].items() if int(v[0]) >= self.min_count}
+                       for name in CONTEXT_NAMES]
+
+    @classmethod
+    def count(cls, labelled: Iterable[tuple[SlotPlan, Sequence[bool]]], min_count: int = MEMORY_MIN_COUNT,
+              prior_weight: float = MEMORY_PRIOR_WEIGHT) -> "ContextMemory":
+        """The memory of labelled plans (each plan with its lexicon decision per slot)."""
+        counts: list[dict[str, list[int]]] = [{} for _ in CONTEXTS]
+        for plan, kept in labelled:
+            for keys, k in zip(context_keys(plan), kept):
+                for table, key in zip(counts, keys):
+                    c = table.setdefault(key, [0, 0])
+                    c[0] += 1
+                    c[1] += int(bool(k))
+        return cls(dict(zip(CONTEXT_NAMES, counts)), min_count, prior_weight)
+
+    def features(self, plan: SlotPlan) -> np.ndarray:
+        keys = context_keys(plan)
+        out = np.zeros((len(keys), 2 * len(CONTEXTS)), dtype=np.float64)
+        for s, row in enumerate(keys):
+            for j, (table, key) in enumerate(zip(self.tables, row)):
+                c = table.get(key)
+                out[s, 2 * j] = UNSEEN_RATE if c is None else (c[1] + self.prior_weight / 2) / (c[0] + self.prior_weight)
+                out[s, 2 * j + 1] = 0 if c is None else c[0]
+        return out
+
+    def to_json(self) -> dict:
+        return {"contexts": list(CONTEXT_NAMES), "min_count": self.min_count, "prior_weight": self.prior_weight,
+                "tables": {name: {k: list(v) for k, v in sorted(t.items())} for name, t in zip(CONTEXT_NAMES, self.tables)}}
+
+    @classmethod
+    def from_json(cls, spec: dict) -> "ContextMemory":
+        if list(spec["contexts"]) != list(CONTEXT_NAMES):
+            raise RetentionModelError(f"memory contexts {spec['contexts']} are not this code's {list(CONTEXT_NAMES)}")
+        return cls(spec["tables"], spec["min_count"], spec["prior_weight"])
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self.tables)
 
 
 FEATURE_NAMES, CATEGORICAL = (tuple(x) for x in _feature_layout())
@@ -229,8 +334,9 @@ def _longest_ending(text: str, vocab: dict[str, int]) -> int:
     return cid
 
 
-def slot_features(plan: SlotPlan) -> np.ndarray:
-    """Feature rows of a planned word: ``[n_slots, len(FEATURE_NAMES)]`` float64 (categories as ids)."""
+def slot_features(plan: SlotPlan, memory: ContextMemory) -> np.ndarray:
+    """Feature rows of a planned word: ``[n_slots, len(FEATURE_NAMES)]`` float64 (categories as ids); the
+    last ``2 * len(CONTEXTS)`` columns are ``memory.features(plan)``."""
     from leakloss.text import g2p
 
     cons_v, vow_v, why_v, suf_v, end_v = _vocabs()
@@ -278,7 +384,8 @@ def slot_features(plan: SlotPlan) -> np.ndarray:
             stem_ending, word_ending, sum(opened), n_conj,
             opened[k - 1] if k > 0 else -1, opened[k + 1] if k + 1 < n else -1,
         ] + whole
-        rows[s] = row
+        rows[s, : len(row)] = row
+    rows[:, len(FEATURE_NAMES) - 2 * len(CONTEXTS):] = memory.features(plan)
     return rows
 
 
@@ -304,6 +411,7 @@ class RetentionModel:
                     f"{source}: trained for feature schema {spec.get('feature_schema')}, this code has "
                     f"{FEATURE_SCHEMA}: retrain with python -m leakloss.text.train_retention")
             trees = spec["trees"]
+            self.memory = ContextMemory.from_json(spec["memory"])
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
             if not trees:
@@ -369,6 +477,12 @@ class RetentionModel:
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """``P(keep)`` per row: ``[rows, features] -> [rows]``."""
         return 1.0 / (1.0 + np.exp(-self.raw(x)))
+
+    def predict_plan(self, plan: SlotPlan) -> np.ndarray:
+        """``P(keep)`` per inherent vowel of a planned word: ``[len(plan.slots)]``."""
+        if not plan.slots:
+            return np.zeros(0)
+        return self.predict_proba(slot_features(plan, self.memory))
 
     def confidence(self, word_prob: float) -> str:
         """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""

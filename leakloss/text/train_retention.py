@@ -29,8 +29,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from leakloss.text.retention import (
-    CATEGORICAL, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, RetentionModel, plan_phones, plan_word, slot_features,
-    word_probability,
+    CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
+    RetentionModel, SlotPlan, plan_phones, plan_word, slot_features, word_probability,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +39,7 @@ DEFAULT_OUT = REPO / "leakloss" / "assets" / "frontend"
 TEST_DIGITS, CAL_DIGITS = frozenset("012"), frozenset("34")
 HIGH_TARGET = 0.996  # word agreement of `high` words on the calibration part (the goal is 0.995 on test)
 MEDIUM_TARGET = 0.985  # deletion precision of testable (high + medium) words on the calibration part
+MEMORY_FOLDS = 5  # out-of-fold context-memory features for the training rows
 
 #: Inflected / compound word groups measured apart (the suffix splits and verb endings the issue names).
 VERB_ENDINGS: tuple[str, ...] = ("एर", "ेर", "नु", "छ", "छन्", "न्छ", "यो", "ियो", "ने", "एको", "ेको", "दै", "दा", "थ्यो")
@@ -81,21 +82,49 @@ def load_rows(lexicon: Path) -> list[tuple[str, tuple[bool, ...] | None]]:
     return rows
 
 
-def build_matrix(rows: Iterable[tuple[str, tuple[bool, ...] | None]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    xs, ys, words = [], [], []
+def labelled_plans(rows: Iterable[tuple[str, tuple[bool, ...] | None]]) -> list[tuple[str, SlotPlan, tuple[bool, ...]]]:
+    """(word, plan, lexicon decision per slot) for the words whose lexicon phones align to their slots."""
+    out = []
     for word, ref in rows:
         if ref is None:
             continue  # lexicon phones that do not align to the spelling: no labels
         plan = plan_word(word)
         if len(ref) != len(plan.slots) or not plan.slots:
             continue
-        xs.append(slot_features(plan))
+        out.append((word, plan, ref))
+    return out
+
+
+def memory_fold(word: str) -> int:
+    """Which of the :data:`MEMORY_FOLDS` folds a training word's memory features are counted without
+    (its second-last sha1 hex digit; the last one chose its split)."""
+    return int(hashlib.sha1(word.encode("utf-8")).hexdigest()[-2], 16) % MEMORY_FOLDS
+
+
+def build_matrix(labelled: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]],
+                 memory: ContextMemory | None = None, min_count: int = MEMORY_MIN_COUNT) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Feature rows ``[vowels, len(FEATURE_NAMES)]``, labels ``[vowels]`` and each row's word.
+
+    With ``memory``: every row's memory features come from it (calibration, test). Without: the rows are
+    the training rows, and each word's memory features are counted from the other folds' words only
+    (out-of-fold target encoding), so that the trees learn how far to trust a memory that has not seen the word."""
+    if not labelled:
+        return np.zeros((0, len(FEATURE_NAMES))), np.zeros(0, dtype=np.int64), []
+    fold_memories = None
+    if memory is None:
+        folds = [memory_fold(w) for w, _, _ in labelled]
+        fold_memories = [ContextMemory.count(((p, r) for (_, p, r), f in zip(labelled, folds) if f != k), min_count)
+                         for k in range(MEMORY_FOLDS)]
+    xs, ys, words = [], [], []
+    for i, (word, plan, ref) in enumerate(labelled):
+        mem = memory if fold_memories is None else fold_memories[folds[i]]
+        xs.append(slot_features(plan, mem))
         ys.append(np.asarray(ref, dtype=np.int64))
         words += [word] * len(ref)
     return np.concatenate(xs), np.concatenate(ys), words
 
 
-def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict) -> dict:
+def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory) -> dict:
     """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
 
     # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
@@ -136,7 +165,7 @@ def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dic
         "format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
         "categorical": list(CATEGORICAL), "baseline": float(clf._baseline_prediction.ravel()[0]),
         "max_depth": max_depth, "n_cat_values": n_cat_values, "cat_left": cat_left, "trees": trees,
-        "thresholds": thresholds, "card": card,
+        "thresholds": thresholds, "memory": memory.to_json(), "card": card,
     }
 
 
@@ -159,7 +188,7 @@ def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tup
     out = []
     for w in words:
         plan = plan_word(w)
-        p = model.predict_proba(slot_features(plan)) if plan.slots else np.zeros(0)
+        p = model.predict_plan(plan)
         kept = [bool(v >= 0.5) for v in p]
         out.append((plan_phones(plan, kept), word_probability(p), kept))
     return out
@@ -183,6 +212,36 @@ def deletion_truth(word: str, phones: Sequence[str], hindi: Sequence[str], ref: 
                 if ours is not None and alt is not None and len(ours) == len(alt) else [])
         out.append(ref is not None and len(flip) == 1 and bool(ref[flip[0]]))
     return out
+
+
+#: Case markers whose attachment must not change how the stem's inside is said.
+CASE_MARKERS: tuple[str, ...] = ("को", "का", "की", "मा", "ले", "लाई", "हरू", "बाट")
+
+
+def stem_consistency(patterns: dict[str, tuple[bool, ...] | None]) -> tuple[int, int, list[str]]:
+    """How often the lexicon disagrees with itself: for every word X and X+marker (:data:`CASE_MARKERS`)
+    both in the lexicon and aligned, X's inherent vowels other than a word-final one (which a marker may
+    legitimately change) must be said the same in both. Returns (pairs, disagreeing pairs, examples)."""
+    from leakloss.text.g2p import parse_word
+
+    pairs = bad = 0
+    examples: list[str] = []
+    for word, ref in patterns.items():
+        if not ref:
+            continue
+        for marker in CASE_MARKERS:
+            longer = patterns.get(word + marker)
+            if longer is None:
+                continue
+            units = parse_word(word)
+            n = len(ref) - (1 if units[-1].inherent else 0)
+            if n == 0 or len(longer) < n:
+                continue
+            pairs += 1
+            if ref[:n] != longer[:n]:
+                bad += 1
+                examples.append(f"{word}/{word + marker}")
+    return pairs, bad, examples
 
 
 def card_markdown(card: dict) -> str:
@@ -220,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--min-samples-leaf", type=int, default=20)
     ap.add_argument("--max-features", type=float, default=1.0, help="share of features tried per split")
+    ap.add_argument("--memory-min-count", type=int, default=MEMORY_MIN_COUNT,
+                    help="contexts seen in fewer training vowels are not remembered")
     args = ap.parse_args(argv)
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -232,9 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w, ref in rows:
         parts[split_of(w)].append((w, ref))
     print({k: len(v) for k, v in parts.items()}, f"unaligned={sum(r is None for _, r in rows)}")
-    x, y, _ = build_matrix(parts["train"])
+    train = labelled_plans(parts["train"])
+    memory = ContextMemory.count(((p, r) for _, p, r in train), args.memory_min_count)
+    x, y, _ = build_matrix(train, min_count=args.memory_min_count)
     n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
-    print(f"train rows {x.shape}, keep rate {y.mean():.3f}, categories < {n_cat_values} ({time.time() - t0:.0f}s)")
+    print(f"train rows {x.shape}, keep rate {y.mean():.3f}, categories < {n_cat_values}, "
+          f"memory {len(memory)} contexts ({time.time() - t0:.0f}s)")
     clf = HistGradientBoostingClassifier(
         max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
         categorical_features=np.asarray(CATEGORICAL), l2_regularization=args.l2, early_stopping=False, random_state=0,
@@ -243,9 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     clf.fit(x, y)
     print(f"fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
 
-    spec = export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {})
+    spec = export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory)
     model = RetentionModel(spec)
-    xc, yc, _ = build_matrix(parts["calibration"])
+    xc, yc, _ = build_matrix(labelled_plans(parts["calibration"]), memory)
     diff = float(np.abs(model.predict_proba(xc) - clf.predict_proba(xc)[:, 1]).max())
     print(f"export check: max |p_json - p_sklearn| = {diff:.2e} on {len(xc)} calibration rows")
     if diff > 1e-6:
@@ -308,7 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "features": "per written inherent vowel: letters (consonant, vowel sign/virama/inherent) of the 4 units "
                     "either side, nasal signs and visarga of 2 either side, position, unit/slot counts, the rules' "
                     "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
-                    "compound boundaries, stem and word ending class, vowel-sign and conjunct counts",
+                    "compound boundaries, stem and word ending class, vowel-sign and conjunct counts; context "
+                    f"memory (target encoding): smoothed keep rate and count among the training vowels of "
+                    f"{len(CONTEXT_NAMES)} spelling contexts ({', '.join(CONTEXT_NAMES)}), contexts seen "
+                    f">= {args.memory_min_count} times, {len(memory)} remembered; the training rows' memory "
+                    f"features are counted out of fold ({MEMORY_FOLDS} folds by the second-last sha1 digit)",
         "training_data": {
             "source": "google/language-resources ne/data/lexicon.tsv (Google, 2018), the development "
                       "part shared with this project (lexicon-dev.tsv, 34,054 entries); not in this repository",
@@ -334,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export_check_max_abs_diff": diff,
         "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0)},
     }
-    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"})
+    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"}, memory)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "retention.json").write_text(json.dumps(spec, separators=(",", ":")), encoding="utf-8")
     (args.out / "retention.card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -9,13 +9,15 @@ from hypothesis import strategies as st
 
 from leakloss.text.g2p import SUFFIXES, NepaliFrontend, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.retention import (
-    CATEGORICAL, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, RetentionModel, RetentionModelError,
-    _suffix_pattern, load_retention_model, plan_phones, plan_word, slot_features, word_probability,
+    CATEGORICAL, CONTEXT_NAMES, CONTEXTS, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, UNSEEN_RATE,
+    ContextMemory, RetentionModel, RetentionModelError, _suffix_pattern, context_keys, load_retention_model,
+    plan_phones, plan_word, slot_features, word_probability,
 )
 
 SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
 WORDS = ["नेकपा", "बजारको", "घरहरूमा", "रामप्रसाद", "गर्छ", "कमल", "सडकमा", "हुनसक्छ", "उपचार", "सुन्दरता",
          "अक्षरहरू", "अगाडिसम्म", "दुःख", "काठमाडौँमा", "पानीवाला", "सम्पादकहरूलाई"]
+_EMPTY_MEMORY = ContextMemory({name: {} for name in CONTEXT_NAMES})
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +39,59 @@ def test_every_suffix_has_an_alignable_pattern():
 def test_plan_with_the_rules_decisions_gives_the_rules_phones(rules, word):
     plan = plan_word(word)
     assert plan_phones(plan, plan.rule_kept) == rules.pronounce(word).phones
-    x = slot_features(plan)
+    x = slot_features(plan, _EMPTY_MEMORY)
     assert x.shape == (len(plan.slots), len(FEATURE_NAMES)) and np.isfinite(x).all()
     assert all((x[:, i] >= 0).all() and (x[:, i] == np.round(x[:, i])).all() for i, c in enumerate(CATEGORICAL) if c)
+    memory_columns = x[:, -2 * len(CONTEXTS):]
+    assert (memory_columns[:, 0::2] == UNSEEN_RATE).all() and (memory_columns[:, 1::2] == 0).all()
+
+
+def test_context_keys_mark_the_slot_and_anchor_the_word_edges():
+    plan = plan_word("कमल")  # units क म ल, every one a slot
+    keys = dict(zip(CONTEXT_NAMES, context_keys(plan)[1]))  # the slot म
+    assert keys["window11"] == "क*ल" and keys["window22"] == "^|क*ल|$" and keys["window10"] == "क*"
+    assert keys["prefix00"] == "^|क*" and keys["prefix01"] == "^|क*ल" and keys["suffix00"] == "*ल|$"
+    assert keys["suffix20"] == "^|क*ल|$"
+    # written vowels, nasal signs and visarga are part of a unit's spelling; the inherent vowel is not
+    k = dict(zip(CONTEXT_NAMES, context_keys(plan_word("सिंहदरबार"))[0]))
+    assert k["window11"].startswith("सिं*")
+
+
+def _naive_memory_rate(labelled, name, key, min_count, w):
+    j = CONTEXT_NAMES.index(name)
+    hits = [kept for plan, ref in labelled for keys, kept in zip(context_keys(plan), ref) if keys[j] == key]
+    if len(hits) < min_count:
+        return UNSEEN_RATE, 0
+    return (sum(hits) + w / 2) / (len(hits) + w), len(hits)
+
+
+@settings(max_examples=25, deadline=None)
+@given(picks=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8), bits=st.randoms(use_true_random=False),
+       min_count=st.integers(1, 3))
+def test_memory_counts_match_a_naive_count(picks, bits, min_count):
+    labelled = []
+    for w in picks:
+        plan = plan_word(w)
+        labelled.append((plan, tuple(bits.random() < 0.5 for _ in plan.slots)))
+    memory = ContextMemory.count(labelled, min_count=min_count, prior_weight=1.0)
+    probe = plan_word(picks[0])
+    got = memory.features(probe)
+    assert got.shape == (len(probe.slots), 2 * len(CONTEXTS))
+    for s, keys in enumerate(context_keys(probe)):
+        for j, name in enumerate(CONTEXT_NAMES):
+            rate, n = _naive_memory_rate(labelled, name, keys[j], min_count, 1.0)
+            assert got[s, 2 * j] == pytest.approx(rate) and got[s, 2 * j + 1] == n
+    # the JSON form reads back to the same features
+    again = ContextMemory.from_json(json.loads(json.dumps(memory.to_json(), ensure_ascii=False)))
+    np.testing.assert_array_equal(again.features(probe), got)
+
+
+def test_memory_of_other_contexts_is_a_typed_error():
+    spec = _EMPTY_MEMORY.to_json()
+    with pytest.raises(RetentionModelError, match="memory contexts"):
+        ContextMemory.from_json({**spec, "contexts": spec["contexts"][:-1]})
+    with pytest.raises(RetentionModelError, match="memory contexts"):
+        ContextMemory({"window11": {}})
 
 
 def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_values: int = 12) -> dict:
@@ -71,7 +123,8 @@ def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_val
         trees.append(t)
     return {"format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
             "baseline": rng.uniform(-1, 1), "max_depth": depth, "n_cat_values": n_cat_values,
-            "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5}}
+            "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5},
+            "memory": _EMPTY_MEMORY.to_json()}
 
 
 def _naive_raw(spec: dict, row: list[float]) -> float:
@@ -111,6 +164,8 @@ def test_malformed_or_foreign_models_are_typed_errors(tmp_path):
         RetentionModel({**spec, "format": "pickle"})
     with pytest.raises(RetentionModelError, match="malformed"):
         RetentionModel({k: v for k, v in spec.items() if k != "trees"})
+    with pytest.raises(RetentionModelError, match="malformed"):
+        RetentionModel({k: v for k, v in spec.items() if k != "memory"})
     bad = tmp_path / "m.json"
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(RetentionModelError, match="cannot read"):
@@ -126,7 +181,8 @@ def test_word_probability():
 
 def test_shipped_model_is_json_with_a_card():
     spec = json.loads(SHIPPED_MODEL.read_text(encoding="utf-8"))  # JSON, not a pickle
-    assert SHIPPED_MODEL.stat().st_size < 2_000_000
+    assert SHIPPED_MODEL.stat().st_size < 4_000_000
+    assert spec["memory"]["min_count"] >= 2  # contexts shared by training vowels, not single words
     model = load_retention_model()
     assert 0 < model.thresholds["medium"] <= model.thresholds["high"] <= 1
     card = json.loads((SHIPPED_MODEL.parent / "retention.card.json").read_text(encoding="utf-8"))

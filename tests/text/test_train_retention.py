@@ -1,0 +1,51 @@
+import numpy as np
+
+from leakloss.text.retention import CONTEXTS, ContextMemory, plan_word, slot_features
+from leakloss.text.train_retention import (
+    MEMORY_FOLDS, build_matrix, labelled_plans, memory_fold, split_of, stem_consistency,
+)
+
+WORDS = ["कमल", "कमलको", "सडक", "सडकमा", "नेकपा", "बजार", "बजारमा", "उपचार", "घरहरू", "रामप्रसाद", "गर्छ", "सुन्दरता"]
+
+
+def _rows():
+    # labels: every inherent vowel kept except a word-final one (a plausible, deterministic lexicon)
+    rows = []
+    for w in WORDS:
+        plan = plan_word(w)
+        rows.append((w, tuple(k != len(plan.units) - 1 for k in plan.slots)))
+    return rows
+
+
+def test_split_and_folds_are_fixed_by_the_spelling():
+    assert {split_of(w) for w in WORDS} <= {"train", "calibration", "test"}
+    assert split_of("कमल") == split_of("कमल") and 0 <= memory_fold("कमल") < MEMORY_FOLDS
+
+
+def test_training_rows_never_remember_their_own_word():
+    labelled = labelled_plans(_rows() + [("स्केल", None)])
+    assert all(w != "स्केल" for w, _, _ in labelled)  # unaligned lexicon entries give no labels
+    x, y, words = build_matrix(labelled, min_count=1)
+    assert x.shape[0] == len(y) == len(words)
+    row = 0
+    for w, plan, ref in labelled:
+        others = ContextMemory.count(((p, r) for v, p, r in labelled if memory_fold(v) != memory_fold(w)), min_count=1)
+        np.testing.assert_array_equal(x[row: row + len(ref)], slot_features(plan, others))
+        np.testing.assert_array_equal(y[row: row + len(ref)], np.asarray(ref, dtype=np.int64))
+        row += len(ref)
+    # with a memory given (calibration / test rows) every row reads that memory
+    full = ContextMemory.count(((p, r) for _, p, r in labelled), min_count=1)
+    xc, _, _ = build_matrix(labelled, full)
+    np.testing.assert_array_equal(xc[: len(labelled[0][2])], slot_features(labelled[0][1], full))
+    assert (xc[:, -2 * len(CONTEXTS) + 1::2] >= 1).all()  # the full memory has seen every context
+
+
+def test_stem_consistency_counts_stems_said_differently_with_a_marker():
+    patterns = {
+        "जनता": (True, True), "जनतालाई": (True, False),  # inner न said differently: a disagreement
+        "कमल": (True, True, False), "कमलको": (True, True, True),  # only the word-final ल changed: fine
+        "घर": (True, False), "घरमा": (True, True),  # the inner घ agrees; the final र may change
+        "सडक": None, "सडकमा": (True, False, False),  # unaligned stem: not counted
+    }
+    pairs, bad, examples = stem_consistency(patterns)
+    assert (pairs, bad) == (3, 1) and examples == ["जनता/जनतालाई"]
