@@ -255,7 +255,11 @@ def _unit_text(u) -> str:
 
 
 def context_keys(plan: SlotPlan) -> list[tuple[str, ...]]:
-    """Per slot, one key per :data:`CONTEXTS` entry: the units' spelling around the slot (``*``), ``|``-joined."""
+    """Per slot, one key per :data:`CONTEXTS` entry: the units' spelling around the slot, ``|``-joined, the
+    slot itself a bare ``*`` (कमल, slot म, ``window11``: ``क*ल``). The slot's own letter is left out: the
+    trees see it directly, and the memory then pools every consonant in the same surroundings (measured on
+    the calibration split: with the letter in the key, agreement 0.9567 and `high` coverage 0.509, against
+    0.9576 and 0.630 without); so no key spells a word, not even one that runs from ``^`` to ``$``."""
     toks = ["^"] + [_unit_text(u) for u in plan.units] + ["$"]
     out = []
     for k in plan.slots:
