@@ -11,6 +11,10 @@ Split, fixed by a hash of the normalised spelling (:func:`split_of`): the last h
 ``sha1(word.encode("utf-8"))`` -- ``0 1 2`` held-out test (~19%, the words the hand-written rules were
 never studied on either), ``3 4`` calibration (~12.5%: the confidence thresholds), the rest training.
 
+The context memory (:class:`leakloss.text.retention.ContextMemory`) is counted on the training words; the
+training rows' own memory features are counted out of fold (:func:`memory_fold`), so that no row sees its
+own label through the memory; calibration and test rows read the full memory, as a user's words do.
+
 Training needs scikit-learn (``HistGradientBoostingClassifier``); inference does not: the trees are
 exported to JSON and the export is checked to reproduce scikit-learn's probabilities.
 """
