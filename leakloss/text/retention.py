@@ -247,11 +247,9 @@ MEMORY_MIN_COUNT = 2
 UNSEEN_RATE = -1.0  # the rate feature of a context the memory does not hold
 
 
-def _unit_text(u) -> str:
-    from leakloss.text import g2p
-
-    vowel = "" if (u.cons is not None and u.vowel == g2p.INHERENT) else u.vowel
-    return (u.cons or "") + vowel + u.nasal + (g2p.VISARGA if u.visarga else "")
+def _unit_text(u, inherent: str, visarga: str) -> str:
+    vowel = "" if (u.cons is not None and u.vowel == inherent) else u.vowel
+    return (u.cons or "") + vowel + u.nasal + (visarga if u.visarga else "")
 
 
 def context_keys(plan: SlotPlan) -> list[tuple[str, ...]]:
@@ -260,7 +258,9 @@ def context_keys(plan: SlotPlan) -> list[tuple[str, ...]]:
     trees see it directly, and the memory then pools every consonant in the same surroundings (measured on
     the calibration split: with the letter in the key, agreement 0.9567 and `high` coverage 0.509, against
     0.9576 and 0.630 without); so no key spells a word, not even one that runs from ``^`` to ``$``."""
-    toks = ["^"] + [_unit_text(u) for u in plan.units] + ["$"]
+    from leakloss.text.g2p import INHERENT, VISARGA
+
+    toks = ["^"] + [_unit_text(u, INHERENT, VISARGA) for u in plan.units] + ["$"]
     out = []
     for k in plan.slots:
         i = k + 1  # the slot's index in toks
