@@ -258,6 +258,9 @@ _DIPHTHONGS = frozenset({"ʌi̯", "ʌu̯", "ʌɪ", "ʌʊ", "aɪ", "aʊ", "əi", 
 _SCHWA = equivalents("ʌ")
 _VOWEL_EDIT = 10.0  # a vowel phone with no slot, or a written vowel with no phone: no alignment
 _MAX_CONS_EDITS = 0.5  # per consonant item; above this the phones are not this word's
+_PROTHESIS = frozenset({"i", "e"})  # Nepali's vowel before a word-initial s + consonant (स्कुल i s k u l)
+_PROTHESIS_COST = 0.3
+_METATHESIS_COST = 0.1  # ह्र said r h (तेह्र t e r h ʌ)
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,9 @@ def inherent_vowel_pattern(word: str, phones: Sequence[str]) -> tuple[bool, ...]
     gemination, an epenthetic y) and deletions cost 1; two written vowels may share one diphthong phone
     (अउ -> ʌu̯, आइ -> aːi) and one written diphthong may take two vowel phones, at a small cost. A vowel
     phone with no written vowel, or a written vowel with no phone, makes the word unalignable, as do
-    more than 0.5 consonant edits per consonant: then the result is ``None``.
+    more than 0.5 consonant edits per consonant: then the result is ``None``. Two readings of the
+    lexicon cost little: a vowel before a word-initial s + consonant (स्कुल ``i s k u l``, a prothesis
+    that no slot stands for) and ह्र said ``r h`` (तेह्र ``t e r h ʌ``).
     """
     try:
         _, units = _check_word(word)
@@ -342,6 +347,9 @@ def _align_pattern(units: tuple[Unit, ...], phones: tuple[str, ...]) -> tuple[bo
     n_slots = sum(1 for it in items if it.kind == "I")
     n, m = len(items), len(phones)
     vow = [is_vowel(p) for p in phones]
+    # spelling starts with s + consonant and the phones with a vowel then s: that vowel is a prothesis
+    prothesis = (len(items) >= 2 and items[0].kind == items[1].kind == "C" and "s" in items[0].phones
+                 and m >= 2 and strip_nasal(phones[0]) in _PROTHESIS and phones[1] == "s")
     inf = float("inf")
     # cost[i][j]: best cost aligning items[:i] with phones[:j]; back[i][j]: (pi, pj, kept-or-None)
     cost = [[inf] * (m + 1) for _ in range(n + 1)]
@@ -360,6 +368,8 @@ def _align_pattern(units: tuple[Unit, ...], phones: tuple[str, ...]) -> tuple[bo
                 continue
             if j > 0:  # an unaligned phone
                 relax(i, j, i, j - 1, _VOWEL_EDIT if vow[j - 1] else 1.0)
+                if prothesis and i == 0 and j == 1:
+                    relax(i, j, i, j - 1, _PROTHESIS_COST)
             if i == 0:
                 continue
             it = items[i - 1]
@@ -373,6 +383,10 @@ def _align_pattern(units: tuple[Unit, ...], phones: tuple[str, ...]) -> tuple[bo
                 continue
             ph = phones[j - 1]
             base = strip_nasal(ph)
+            # ह्र read r h: two consonant items, swapped
+            if (i >= 2 and j >= 2 and it.kind == "C" and items[i - 2].kind == "C" and "r" in it.phones
+                    and "h" in items[i - 2].phones and phones[j - 2] == "r" and phones[j - 1] == "h"):
+                relax(i, j, i - 2, j - 2, _METATHESIS_COST)
             if it.kind in ("C", "N", "H"):
                 if not vow[j - 1]:
                     if base in it.phones:

@@ -42,7 +42,8 @@ DEFAULT_LEXICON = REPO.parent / "shared" / "data" / "nepali-lexicon" / "lexicon-
 DEFAULT_OUT = REPO / "leakloss" / "assets" / "frontend"
 TEST_DIGITS, CAL_DIGITS = frozenset("012"), frozenset("34")
 HIGH_TARGET = 0.996  # word agreement of `high` words on the calibration part (the goal is 0.995 on test)
-MEDIUM_TARGET = 0.985  # deletion precision of testable (high + medium) words on the calibration part
+MEDIUM_TARGET = 0.99  # deletion precision of testable (high + medium) words on the calibration part:
+# the goal (0.98 held out) plus two standard errors of ~600 calibration sites
 MEMORY_FOLDS = 5  # out-of-fold context-memory features for the training rows
 
 #: Inflected / compound word groups measured apart (the suffix splits and verb endings the issue names).

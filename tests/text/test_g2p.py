@@ -112,6 +112,21 @@ def test_inherent_vowel_pattern():
     assert inherent_vowel_pattern("तरकारी", ph("k u k u r")) is None
 
 
+def test_inherent_vowel_pattern_prothesis_and_hr_metathesis():
+    # the lexicon's vowel before a word-initial s + consonant stands for no slot
+    assert inherent_vowel_pattern("स्कुल", ph("i s k u l")) == (False,)
+    assert inherent_vowel_pattern("स्कुल", ph("s k u l")) == (False,)
+    assert inherent_vowel_pattern("स्टप", ph("i s ʈ ʌ p")) == (True, False)
+    assert inherent_vowel_pattern("स्टेटमेन्ट", ph("e s ʈ e ʈ m e n ʈ")) == (False, False)
+    # ... only there: an unwritten vowel elsewhere, or before a plain स, still does not align
+    assert inherent_vowel_pattern("कुल", ph("i k u l")) is None
+    assert inherent_vowel_pattern("सर", ph("i s ʌ r")) is None
+    # ह्र said r h, and as written
+    assert inherent_vowel_pattern("तेह्र", ph("t e r h ʌ")) == (True,)
+    assert inherent_vowel_pattern("तेह्र", ph("t e h r ʌ")) == (True,)
+    assert inherent_vowel_pattern("ह्रास", ph("r h aː s")) == (False,)
+
+
 def test_load_lexicon_both_formats(tmp_path):
     f = tmp_path / "lex.tsv"
     f.write_text("# comment\nनेकपा\tn . e . k ax . p aa\tlabel\nहैन\th ʌi̯ n ʌ\nक्ष\tk tsh y ax\n\n", encoding="utf-8")
