@@ -112,19 +112,17 @@ def test_inherent_vowel_pattern():
     assert inherent_vowel_pattern("तरकारी", ph("k u k u r")) is None
 
 
-def test_inherent_vowel_pattern_prothesis_and_hr_metathesis():
+@pytest.mark.parametrize("word,phones,expected", [
     # the lexicon's vowel before a word-initial s + consonant stands for no slot
-    assert inherent_vowel_pattern("स्कुल", ph("i s k u l")) == (False,)
-    assert inherent_vowel_pattern("स्कुल", ph("s k u l")) == (False,)
-    assert inherent_vowel_pattern("स्टप", ph("i s ʈ ʌ p")) == (True, False)
-    assert inherent_vowel_pattern("स्टेटमेन्ट", ph("e s ʈ e ʈ m e n ʈ")) == (False, False)
+    ("स्कुल", "i s k u l", (False,)), ("स्कुल", "s k u l", (False,)), ("स्टप", "i s ʈ ʌ p", (True, False)),
+    ("स्टेटमेन्ट", "e s ʈ e ʈ m e n ʈ", (False, False)),
     # ... only there: an unwritten vowel elsewhere, or before a plain स, still does not align
-    assert inherent_vowel_pattern("कुल", ph("i k u l")) is None
-    assert inherent_vowel_pattern("सर", ph("i s ʌ r")) is None
+    ("कुल", "i k u l", None), ("सर", "i s ʌ r", None),
     # ह्र said r h, and as written
-    assert inherent_vowel_pattern("तेह्र", ph("t e r h ʌ")) == (True,)
-    assert inherent_vowel_pattern("तेह्र", ph("t e h r ʌ")) == (True,)
-    assert inherent_vowel_pattern("ह्रास", ph("r h aː s")) == (False,)
+    ("तेह्र", "t e r h ʌ", (True,)), ("तेह्र", "t e h r ʌ", (True,)), ("ह्रास", "r h aː s", (False,)),
+])
+def test_inherent_vowel_pattern_prothesis_and_hr_metathesis(word, phones, expected):
+    assert inherent_vowel_pattern(word, ph(phones)) == expected
 
 
 def test_load_lexicon_both_formats(tmp_path):
