@@ -28,7 +28,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -129,6 +129,38 @@ def build_matrix(labelled: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]],
     return np.concatenate(xs), np.concatenate(ys), words
 
 
+
+class Fit(NamedTuple):
+    """A fitted retention model with what the card and the JSON export need."""
+
+    clf: object  #: the fitted scikit-learn HistGradientBoostingClassifier
+    memory: ContextMemory  #: the context memory counted on all the training words
+    n_cat_values: int  #: categorical ids are < this
+    model: RetentionModel  #: the exported trees, thresholds not calibrated yet (high 1.0, medium 0.0)
+    rows: int  #: training rows (written inherent vowels)
+    keep_rate: float  #: share of the training vowels the lexicon keeps
+
+
+def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_iter: int = 300,
+              learning_rate: float = 0.1, max_leaf_nodes: int = 31, l2: float = 1.0, min_samples_leaf: int = 20,
+              max_features: float = 1.0, memory_min_count: int = MEMORY_MIN_COUNT) -> Fit:
+    """Fit the gradient-boosted trees on ``train`` (from :func:`labelled_plans`) and export them to the
+    JSON model; the training script and ``benchmarks/frontend_learning_curve.py`` both fit through here."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    memory = ContextMemory.count(((p, r) for _, p, r in train), memory_min_count)
+    x, y, _ = build_matrix(train, min_count=memory_min_count)
+    n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
+    clf = HistGradientBoostingClassifier(
+        max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
+        categorical_features=np.asarray(CATEGORICAL), l2_regularization=l2, early_stopping=False, random_state=0,
+        min_samples_leaf=min_samples_leaf, max_features=max_features,
+    )
+    clf.fit(x, y)
+    model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory))
+    return Fit(clf, memory, n_cat_values, model, int(len(x)), float(y.mean()))
+
+
 def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory) -> dict:
     """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
 
@@ -197,6 +229,17 @@ def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tup
         kept = [bool(v >= 0.5) for v in p]
         out.append((plan_phones(plan, kept), word_probability(p), kept))
     return out
+
+
+
+def agrees(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
+           preds: Sequence[tuple[tuple[str, ...], float, list[bool]]]) -> list[bool]:
+    """Per word of ``rows`` (word, lexicon pattern): does its prediction (from :func:`predict_words`) keep
+    the same inherent vowels as the lexicon? An unalignable lexicon entry (``None``) never agrees."""
+    from leakloss.text.g2p import inherent_vowel_pattern
+
+    return [ref is not None and inherent_vowel_pattern(w, phones) == ref
+            for (w, ref), (phones, _, _) in zip(rows, preds)]
 
 
 def deletion_truth(word: str, phones: Sequence[str], hindi: Sequence[str], ref: tuple[bool, ...] | None) -> list[bool]:
@@ -287,9 +330,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--memory-min-count", type=int, default=MEMORY_MIN_COUNT,
                     help="contexts seen in fewer training vowels are not remembered")
     args = ap.parse_args(argv)
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    from leakloss.text.g2p import inherent_vowel_pattern
     from leakloss.text.hindi import espeak_phonemes
 
     t0 = time.time()
@@ -299,21 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts[split_of(w)].append((w, ref))
     print({k: len(v) for k, v in parts.items()}, f"unaligned={sum(r is None for _, r in rows)}")
     train = labelled_plans(parts["train"])
-    memory = ContextMemory.count(((p, r) for _, p, r in train), args.memory_min_count)
-    x, y, _ = build_matrix(train, min_count=args.memory_min_count)
-    n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
-    print(f"train rows {x.shape}, keep rate {y.mean():.3f}, categories < {n_cat_values}, "
-          f"memory {len(memory)} contexts ({time.time() - t0:.0f}s)")
-    clf = HistGradientBoostingClassifier(
-        max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
-        categorical_features=np.asarray(CATEGORICAL), l2_regularization=args.l2, early_stopping=False, random_state=0,
-        min_samples_leaf=args.min_samples_leaf, max_features=args.max_features,
-    )
-    clf.fit(x, y)
-    print(f"fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
-
-    spec = export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory)
-    model = RetentionModel(spec)
+    fit = fit_trees(train, max_iter=args.max_iter, learning_rate=args.learning_rate,
+                    max_leaf_nodes=args.max_leaf_nodes, l2=args.l2, min_samples_leaf=args.min_samples_leaf,
+                    max_features=args.max_features, memory_min_count=args.memory_min_count)
+    clf, memory, n_cat_values, model = fit.clf, fit.memory, fit.n_cat_values, fit.model
+    print(f"train rows {fit.rows}, keep rate {fit.keep_rate:.3f}, categories < {n_cat_values}, "
+          f"memory {len(memory)} contexts; fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
     xc, yc, _ = build_matrix(labelled_plans(parts["calibration"]), memory)
     diff = float(np.abs(model.predict_proba(xc) - clf.predict_proba(xc)[:, 1]).max())
     print(f"export check: max |p_json - p_sklearn| = {diff:.2e} on {len(xc)} calibration rows")
@@ -324,10 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Calibration: word probability -> high / medium thresholds
     cal_words = [w for w, _ in parts["calibration"]]
     preds = predict_words(model, cal_words)
-    correct = []
-    for (w, ref), (phones, _, _) in zip(parts["calibration"], preds):
-        ours = inherent_vowel_pattern(w, phones)
-        correct.append(ref is not None and ours == ref)
+    correct = agrees(parts["calibration"], preds)
     probs = [p for _, p, _ in preds]
     t_high, acc_high, cov_high = pick_threshold(probs, correct, HIGH_TARGET)
     print(f"calibration: agreement {np.mean(correct):.4f}; high >= {t_high:.4f}: agreement {acc_high:.4f}, coverage {cov_high:.3f}")
@@ -353,8 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tp = predict_words(model, test_words)
     ok_t, by_group = [], Counter()
     high_ok = high_n = 0
-    for (w, ref), (phones, p, _) in zip(parts["test"], tp):
-        ok = ref is not None and inherent_vowel_pattern(w, phones) == ref
+    for (w, _), (_, p, _), ok in zip(parts["test"], tp, agrees(parts["test"], tp)):
         ok_t.append(ok)
         if p >= t_high:
             high_n += 1
@@ -392,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "are left out of training (counted as wrong in evaluation)",
             "split": "last hex digit of sha1(normalised spelling, UTF-8): 0-2 held-out test, 3-4 calibration, "
                      "5-f training",
-            "words": {k: len(v) for k, v in parts.items()}, "train_rows": int(len(x)),
+            "words": {k: len(v) for k, v in parts.items()}, "train_rows": fit.rows,
         },
         "calibration": {
             "word_probability": "product over the word's vowels of max(p, 1 - p)",

@@ -1,8 +1,9 @@
 import numpy as np
+import pytest
 
-from leakloss.text.retention import CONTEXTS, ContextMemory, plan_word, slot_features
+from leakloss.text.retention import CONTEXTS, ContextMemory, plan_phones, plan_word, slot_features
 from leakloss.text.train_retention import (
-    MEMORY_FOLDS, build_matrix, labelled_plans, memory_fold, split_of, stem_consistency,
+    MEMORY_FOLDS, agrees, build_matrix, fit_trees, labelled_plans, memory_fold, split_of, stem_consistency,
 )
 
 WORDS = ["कमल", "कमलको", "सडक", "सडकमा", "नेकपा", "बजार", "बजारमा", "उपचार", "घरहरू", "रामप्रसाद", "गर्छ", "सुन्दरता"]
@@ -49,3 +50,24 @@ def test_stem_consistency_counts_stems_said_differently_with_a_marker():
     }
     pairs, bad, examples = stem_consistency(patterns)
     assert (pairs, bad) == (3, 1) and examples == ["जनता/जनतालाई"]
+
+
+def test_fit_trees_exports_the_trees_it_fitted():
+    pytest.importorskip("sklearn")
+    labelled = labelled_plans(_rows())
+    fit = fit_trees(labelled, max_iter=5, min_samples_leaf=1, memory_min_count=1)
+    n_vowels = sum(len(ref) for _, _, ref in labelled)
+    assert fit.rows == n_vowels and fit.clf.n_iter_ == 5
+    assert fit.keep_rate == pytest.approx(np.mean([v for _, _, ref in labelled for v in ref]))
+    # the exported JSON trees give scikit-learn's probabilities on rows that read the full memory
+    x, _, _ = build_matrix(labelled, fit.memory, min_count=1)
+    np.testing.assert_allclose(fit.model.predict_proba(x), fit.clf.predict_proba(x)[:, 1], atol=1e-9)
+    assert fit.model.thresholds == {"high": 1.0, "medium": 0.0}  # not calibrated yet
+
+
+def test_agrees_compares_kept_vowels_and_never_credits_an_unaligned_entry():
+    plan = plan_word("कमल")
+    kept = [True, True, False]
+    pred = (plan_phones(plan, kept), 0.9, kept)
+    assert agrees([("कमल", (True, True, False)), ("कमल", (True, False, False)), ("कमल", None)], [pred] * 3) == [
+        True, False, False]
