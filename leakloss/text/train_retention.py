@@ -129,7 +129,6 @@ def build_matrix(labelled: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]],
     return np.concatenate(xs), np.concatenate(ys), words
 
 
-
 class Fit(NamedTuple):
     """A fitted retention model with what the card and the JSON export need."""
 
@@ -229,7 +228,6 @@ def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tup
         kept = [bool(v >= 0.5) for v in p]
         out.append((plan_phones(plan, kept), word_probability(p), kept))
     return out
-
 
 
 def agrees(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
