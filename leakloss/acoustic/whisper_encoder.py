@@ -22,7 +22,9 @@ layer_norm                                   layer_norm
 ==========================================  ============================================
 
 The front end is Whisper's log-mel (n_fft 400, hop 160, 80 Slaney mels, ``log10``, floor at max - 8,
-``(x + 4) / 4``) written in torch; the audio is zero-padded to 30 s as Whisper was trained. Frames are
+``(x + 4) / 4``) written in torch; the audio is zero-padded to 30 s as Whisper was trained. Longer audio
+is cut into consecutive 30 s windows, each encoded on its own (as Whisper transcribes long audio) and their
+frames joined: a phone that straddles a window boundary is heard with half its context. Frames are
 20 ms (50 Hz), 384 dims. Shapes: b batch, t samples (16 kHz), m mel frames (100 Hz), f encoder frames.
 """
 
@@ -238,35 +240,40 @@ class WhisperFrames(nn.Module):
 
     @staticmethod
     def frame_lengths(lengths: Tensor) -> Tensor:
-        """Valid encoder frames for ``lengths`` samples (one per started 20 ms, at most 1500)."""
-        return torch.div(lengths.clamp(max=N_SAMPLES) + SAMPLES_PER_FRAME - 1, SAMPLES_PER_FRAME,
-                         rounding_mode="floor")
+        """Valid encoder frames for ``lengths`` samples (one per started 20 ms; a 30 s window gives 1500)."""
+        return torch.div(lengths + SAMPLES_PER_FRAME - 1, SAMPLES_PER_FRAME, rounding_mode="floor")
 
-    def _masked_mel(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
-        """``waves [b, t]`` (or ``[t]``) -> (log-mel of the waves zeroed past their lengths, ``lengths [b]``)."""
+    def _window_mels(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, int, Tensor]:
+        """``waves [b, t]`` (or ``[t]``) -> (log-mel ``[b * n, 80, 3000]`` of each item's ``n`` consecutive 30 s
+        windows, the audio zeroed past its length; ``n``; ``lengths [b]``)."""
         if waves.dim() == 1:
             waves = waves[None]
-        if waves.shape[-1] > N_SAMPLES:
-            raise ValueError(f"Whisper hears at most {CHUNK_SECONDS} s; got {waves.shape[-1] / SAMPLE_RATE:.1f} s")
+        b, t = waves.shape
         if lengths is None:
-            lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
-        mask = torch.arange(waves.shape[-1], device=waves.device)[None] < lengths[:, None]
-        return self.mel(waves * mask), lengths
+            lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
+        n = max(1, -(-t // N_SAMPLES))
+        mask = torch.arange(t, device=waves.device)[None] < lengths[:, None]
+        windows = nn.functional.pad(waves * mask, (0, n * N_SAMPLES - t)).reshape(b * n, N_SAMPLES)
+        return self.mel(windows), n, lengths
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None) -> tuple[Tensor, Tensor]:
-        """``waves [b, t]`` (up to 30 s) -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
-        mel, lengths = self._masked_mel(waves, lengths)
-        feats = self.encode_mel(mel, layer)
+        """``waves [b, t]`` -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
+        mel, n, lengths = self._window_mels(waves, lengths)
+        feats = self.encode_mel(mel, layer)  # [b * n, 1500, d]
+        feats = feats.reshape(-1, n * feats.shape[1], feats.shape[2])
         frames = self.frame_lengths(lengths)
         return feats[:, : int(frames.max())], frames
 
     def states(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """All hidden states, ``[b, l, f, d]`` (embeddings, then each layer; the last with the final layer norm,
         as CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
-        mel, lengths = self._masked_mel(waves, lengths)
+        mel, n, lengths = self._window_mels(waves, lengths)
         out = self.encoder(mel, output_hidden_states=True)
+        states = torch.stack(list(out.hidden_states[:-1]) + [out.last_hidden_state], 1)  # [b * n, l, 1500, d]
+        bn, n_states, f, d = states.shape
+        states = states.reshape(bn // n, n, n_states, f, d).transpose(1, 2).reshape(bn // n, n_states, n * f, d)
         frames = self.frame_lengths(lengths)
-        return torch.stack(list(out.hidden_states[:-1]) + [out.last_hidden_state], 1)[:, :, : int(frames.max())], frames
+        return states[:, :, : int(frames.max())], frames
 
 
 def ctranslate2_encode(model_dir: str | Path, mel: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from leakloss.acoustic.whisper_encoder import N_SAMPLES, SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
+from leakloss.acoustic.whisper_encoder import SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
 from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
@@ -93,7 +93,6 @@ class WhisperRecognizer(nn.Module):
         self.blank = self.phoneset.blank
         self.samples_per_frame = SAMPLES_PER_FRAME
         self.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
-        self.max_samples = N_SAMPLES
         self._encoder_sha: str | None = None
         #: (query, reference) phone-error limits of the word check, calibrated for this recognizer (card.json)
         self.word_check_limits: tuple[float, float] | None = None
@@ -113,7 +112,7 @@ class WhisperRecognizer(nn.Module):
         return encoder_states(self.frames, waves, lengths)
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``waves [b, t]`` (16 kHz, at most 30 s) -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frames [b]``)."""
+        """``waves [b, t]`` (16 kHz; past 30 s in 30 s windows) -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frames [b]``)."""
         if waves.dim() == 1:
             waves = waves[None]
         states, frames = self.hidden_states(waves.to(self.device), None if lengths is None else lengths.to(self.device))

@@ -52,8 +52,8 @@ def test_reader_raises_a_typed_error_on_a_broken_file(tmp_path, cut):
 
 
 def test_frame_lengths_are_20ms():
-    frames = W.WhisperFrames.frame_lengths(torch.tensor([0, 1, 320, 321, 16_000, 10 * W.N_SAMPLES]))
-    assert frames.tolist() == [0, 1, 1, 2, 50, 1500]
+    frames = W.WhisperFrames.frame_lengths(torch.tensor([0, 1, 320, 321, 16_000, W.N_SAMPLES, W.N_SAMPLES + 1]))
+    assert frames.tolist() == [0, 1, 1, 2, 50, 1500, 1501]
 
 
 def test_missing_model_dir_raises(tmp_path):
@@ -134,6 +134,23 @@ def test_padding_does_not_change_a_shorter_item(whisper):
     assert torch.allclose(both[0, :25], alone[0], atol=1e-4)
 
 
-def test_longer_than_30s_is_refused(whisper):
-    with pytest.raises(ValueError):
-        whisper(torch.zeros(1, W.N_SAMPLES + 1))
+def test_longer_than_30s_is_heard_in_30s_windows(whisper):
+    g = torch.Generator().manual_seed(2)
+    tail = 2 * 16_000
+    long = torch.randn(W.N_SAMPLES + tail, generator=g) * 0.1
+    short = torch.randn(16_000, generator=g) * 0.1
+    batch = torch.stack([long, torch.nn.functional.pad(short, (0, long.numel() - short.numel()))])
+    with torch.no_grad():
+        feats, frames = whisper(batch, torch.tensor([long.numel(), short.numel()]))
+        first, _ = whisper(long[None, : W.N_SAMPLES])
+        second, _ = whisper(long[None, W.N_SAMPLES:])
+        alone, _ = whisper(short[None])
+        states, state_frames = whisper.states(batch, torch.tensor([long.numel(), short.numel()]))
+    assert frames.tolist() == state_frames.tolist() == [1600, 50] and feats.shape == (2, 1600, 384)
+    # each window is encoded on its own, exactly as if it were its own clip; the short item is untouched
+    assert torch.allclose(feats[0, :1500], first[0], atol=1e-4)
+    assert torch.allclose(feats[0, 1500:], second[0], atol=1e-4)
+    assert torch.allclose(feats[1, :50], alone[0], atol=1e-4)
+    # all hidden states are joined the same way, the last one being the features
+    assert states.shape[0] == 2 and states.shape[2:] == (1600, 384)
+    assert torch.allclose(states[:, -1], feats, atol=1e-5)
