@@ -3,7 +3,8 @@
 Every clip that enters leakloss goes through :func:`prepare_waveform` (directly, or via
 :func:`load_audio`), so the same checks apply to files and to in-memory audio:
 
-* wrong sample rate      -> resampled with ``torchaudio.functional.resample`` (``info.resampled``)
+* wrong sample rate      -> resampled with ``torchaudio.functional.resample`` (``info.resampled``);
+  below 8 kHz (:data:`MIN_SAMPLE_RATE`, telephone speech) -> :class:`AudioError`: no speech band left
 * more than one channel  -> downmixed by the mean over channels (``info.downmixed``)
 * no samples / empty file -> :class:`AudioError` ``"... is empty"``
 * shorter than 50 ms     -> :class:`AudioError` ``"... is too short"``
@@ -40,6 +41,7 @@ from leakloss.constants import SAMPLE_RATE
 
 __all__ = [
     "MIN_DURATION_S",
+    "MIN_SAMPLE_RATE",
     "SILENCE_DBFS",
     "CLIP_LEVEL",
     "CLIP_REPORT_FRACTION",
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 MIN_DURATION_S = 0.05
+MIN_SAMPLE_RATE = 8_000  # telephone speech; below it the vowels' formants are gone, resampling cannot bring them back
 SILENCE_DBFS = -60.0
 CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample
 CLIP_REPORT_FRACTION = 0.001  # clips with at least this share of clipped samples are reported
@@ -165,11 +168,14 @@ def prepare_waveform(
         ``t' = ceil(t * sample_rate / rate)``, on the device of ``wave``.
 
     Raises:
-        AudioError: bad shape or type, empty, NaN/Inf, too short, or silent audio.
+        AudioError: bad shape or type, a rate below :data:`MIN_SAMPLE_RATE`, empty, NaN/Inf, too short, or
+            silent audio.
     """
     name = _name(path)
     rate = _check_rate(rate, f"sample rate of {name}")
     sample_rate = _check_rate(sample_rate, "target sample rate")
+    if rate < MIN_SAMPLE_RATE:
+        raise AudioError(f"{name} has a sample rate of {rate} Hz: speech needs at least {MIN_SAMPLE_RATE} Hz")
     x = _to_float_tensor(wave, name)
 
     if x.dim() not in (1, 2):

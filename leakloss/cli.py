@@ -67,6 +67,11 @@ def g2p(
         frontend = NepaliFrontend(lexicon_path=lexicon)
     except (TextError, OSError) as err:
         fail(str(err))
+    if frontend.lexicon_skipped:
+        first = ", ".join(f"line {n} {w!r}" for n, w in frontend.lexicon_skipped[:3])
+        err_console.print(f"[yellow]warning:[/] {escape(str(lexicon))}: {len(frontend.lexicon_skipped)} entr"
+                          f"{'y' if len(frontend.lexicon_skipped) == 1 else 'ies'} with no phones left out ({escape(first)}"
+                          f"{', ...' if len(frontend.lexicon_skipped) > 3 else ''})", soft_wrap=True)
     table = Table("word", "phones", "source", "confidence", "vowels (step, P(keep))")
     status = 0
     for tok in tokens:
@@ -103,6 +108,8 @@ def g2p(
             table.add_row(p.word, " ".join(p.phones), p.source, conf, desc)
     if not as_json:
         console.print(table)
+    if status:
+        err_console.print("[bold red]error:[/] some words could not be pronounced (see the table)")
     raise typer.Exit(status)
 
 
@@ -117,6 +124,8 @@ def sites(
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
 
+    if file is not None and text is not None:
+        fail("pass the text or --file, not both")
     if file is not None:
         text = read_text_file(file)
     if text is None:
@@ -192,7 +201,7 @@ def score(
 ) -> None:
     """Score one reading word by word against trusted Nepali references."""
     # everything that can be checked is checked before the models load and the scoring starts
-    outputs = _check_outputs(json_out, html_out)
+    outputs = _check_outputs(json_out, html_out, inputs=[query, *ref])
     _check_query(query)
     _check_text(text)
     if not ref:
@@ -232,11 +241,32 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
     return path
 
 
-def _check_outputs(json_out: str | None, html_out: Path | None) -> tuple[Path | str | None, Path | None]:
+def _check_output_folder(path: Path, option: str) -> Path:
+    """A folder ``path`` exists and is writable, or can be created (its nearest existing parent is a
+    writable folder)."""
+    if path.exists():
+        if not path.is_dir():
+            fail(f"{option} {path} is a file: give a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            fail(f"cannot write {option} {path}: the folder is not writable")
+        return path
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        fail(f"cannot create {option} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"cannot create {option} {path}: folder {parent} is not writable")
+    return path
+
+
+def _check_outputs(json_out: str | None, html_out: Path | None,
+                   inputs: list[Path] | tuple[Path, ...] = ()) -> tuple[Path | str | None, Path | None]:
     json_path = None if json_out in (None, "-") else _check_output_path(Path(json_out), "--json")
     html_path = None if html_out is None else _check_output_path(html_out, "--html", (".html", ".htm"))
     if json_path is not None and html_path is not None and json_path.resolve() == html_path.resolve():
         fail(f"--json and --html are the same file ({json_path}): give two names")
+    for option, path in (("--json", json_path), ("--html", html_path)):
+        if path is not None and any(path.resolve() == Path(i).resolve() for i in inputs):
+            fail(f"{option} {path} is one of the input files: writing it would destroy it; give another name")
     return (json_out if json_out == "-" else json_path), html_path
 
 
@@ -249,18 +279,26 @@ def _check_query(query: Path) -> None:
         fail(str(err))
 
 
-def _check_text(text: str) -> None:
+def _text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be scored (empty, too long, no Devanagari word ...), or None."""
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
 
     if not text.strip():
-        fail("--text is empty")
+        return "is empty"
     try:
         words = SiteFinder()(text)
     except (TextError, ValueError) as err:
-        fail(f"--text: {err}")
+        return f"cannot be read: {err}"
     if not any(w.skipped is None for w in words):
-        fail("--text has no Devanagari word to score")
+        return "has no Devanagari word to score"
+    return None
+
+
+def _check_text(text: str) -> None:
+    problem = _text_problem(text)
+    if problem is not None:
+        fail(f"--text {problem}")
 
 
 def _scorer(heads, recognizer_a, recognizer_b, check_recognizer=None):
@@ -369,17 +407,23 @@ def compare(
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.schema import ResultError
 
+    _check_output_folder(out, "--out")
     dirs = {}
     for item in results:
         name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name, "", str(item))
         if not Path(folder).is_dir():
             fail(f"{folder} is not a folder of results")
+        if name in dirs:
+            fail(f"two systems are named {name!r}: name them apart as NAME=DIR")
         dirs[name] = Path(folder)
     try:
         result = compare_results(dirs)
     except (ResultError, ValueError) as err:
         fail(str(err))
-    paths = write_comparison(result, out)
+    try:
+        paths = write_comparison(result, out)
+    except OSError as err:
+        fail(f"cannot write the comparison to {out}: {err.strerror or err}")
     console.print((out / "comparison.md").read_text(encoding="utf-8"))
     console.print({k: str(v) for k, v in paths.items()})
 
@@ -394,11 +438,15 @@ def listeners(
     from leakloss.eval.listeners import ListenerDataError, listener_agreement, write_listener_report
     from leakloss.schema import ResultError
 
+    _check_output_folder(out, "--out")
     try:
         result = listener_agreement(labels, results)
     except (ListenerDataError, ResultError, ValueError) as err:
         fail(str(err))
-    write_listener_report(result, out)
+    try:
+        write_listener_report(result, out)
+    except OSError as err:
+        fail(f"cannot write the listener report to {out}: {err.strerror or err}")
     console.print((out / "listeners.md").read_text(encoding="utf-8"))
 
 
@@ -424,6 +472,9 @@ def rerank(
                 and isinstance(row.get("candidates"), list) and row["candidates"]
                 and all(isinstance(c, str) and c for c in row["candidates"])):
             fail(f'{manifest}:{n}: need {{"text": "...", "candidates": ["a.wav", ...]}} with at least one path')
+        problem = _text_problem(row["text"])
+        if problem is not None:
+            fail(f"{manifest}:{n}: text {problem}")
         entries.append((n, row["text"], [manifest.parent / c for c in row["candidates"]]))
     if not entries:
         fail(f"{manifest}: no line to rerank")
@@ -499,7 +550,15 @@ def demo(
     """The whole idea on the embedded default: heads, scored readings, comparison, penalty fine-tune."""
     from leakloss.demo import DemoConfig, run_demo
 
-    run_demo(DemoConfig(out=out, retrain=retrain, sentences=sentences, f5_steps=f5_steps))
+    try:
+        cfg = DemoConfig(out=out, retrain=retrain, sentences=sentences, f5_steps=f5_steps)
+    except ValueError as err:
+        fail(f"--{str(err).replace('_', '-')}")
+    _check_output_folder(out, "--out")
+    try:
+        run_demo(cfg)
+    except OSError as err:
+        fail(f"cannot write the demo's artefacts under {out}: {err.strerror or err}")
 
 
 @app.command("finetune-f5", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

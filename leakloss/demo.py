@@ -38,6 +38,12 @@ class DemoConfig:
     f5_items: int = 24
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("sentences", "f5_steps", "f5_items"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
 
 def _stamp(path: Path, key: str) -> bool:
     f = path / ".stamp"

@@ -140,6 +140,9 @@ def test_bad_types_and_rates():
         prepare_waveform(tone(), 16000.0)  # type: ignore[arg-type]
     with pytest.raises(AudioError, match=r"\[time\] or \[channels, time\]"):
         prepare_waveform(np.zeros((1, 2, 3000)), SAMPLE_RATE)
+    with pytest.raises(AudioError, match="at least 8000 Hz"):
+        prepare_waveform(tone(rate=4_000), 4_000)  # too little band left to hear a vowel in
+    assert prepare_waveform(tone(rate=8_000), 8_000)[1].resampled  # telephone speech still loads
 
 
 # --- rejected audio ---------------------------------------------------------------------------

@@ -289,3 +289,76 @@ def test_score_json_stdout_sends_warnings_to_stderr(tmp_path, models, passing_qu
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
     assert result["audio"]["warnings"] and "clipped" in r.stderr
+
+
+# --- the outside check of 2026-12-02 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["q", "r"])
+def test_score_never_writes_over_an_input(models, clips, no_scoring, target):
+    before = clips[target].read_bytes()
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["r"]),
+                            "--json", str(clips[target]), *model_args(models)])
+    assert_clean_error(r, "input")
+    assert clips[target].read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["compare", "{tmp}/res"], ["listeners", "{tmp}/labels.csv", "{tmp}/res"], ["demo"]])
+def test_out_folders_are_checked_before_any_work(tmp_path, command, monkeypatch):
+    import leakloss.demo
+
+    monkeypatch.setattr(leakloss.demo, "run_demo", lambda cfg: pytest.fail("the demo ran with a bad --out"))
+    (tmp_path / "file").write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    assert_clean_error(runner.invoke(app, [*args, "--out", str(tmp_path / "file")]), "is a file")
+    assert_clean_error(runner.invoke(app, [*args, "--out", str(tmp_path / "file" / "sub")]), "not a folder")
+
+
+def test_compare_refuses_two_systems_of_one_name(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    r = runner.invoke(app, ["compare", f"X={tmp_path / 'a'}", f"X={tmp_path / 'b'}", "--out", str(tmp_path / "out")])
+    assert_clean_error(r, "two systems are named 'X'")
+    assert_clean_error(runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a")]), "two systems are named 'a'")
+
+
+def test_rerank_checks_each_text_as_score_does(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    lines = [{"text": "घर", "candidates": ["a.wav"]}, {"text": "घर " + "क" * 500, "candidates": ["a.wav"]}]
+    manifest.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines), encoding="utf-8")
+    assert_clean_error(runner.invoke(app, ["rerank", str(manifest)]), "m.jsonl:2", "limit")
+    manifest.write_text(json.dumps({"text": "hello world", "candidates": ["a.wav"]}), encoding="utf-8")
+    assert_clean_error(runner.invoke(app, ["rerank", str(manifest)]), "no Devanagari word")
+
+
+def test_sites_takes_the_text_or_a_file_not_both(tmp_path):
+    words = tmp_path / "w.txt"
+    words.write_text("घर", encoding="utf-8")
+    assert_clean_error(runner.invoke(app, ["sites", "नेपाल", "--file", str(words)]), "not both")
+    assert runner.invoke(app, ["sites", "--file", str(words)]).exit_code == 0
+
+
+def test_g2p_says_which_user_lexicon_entries_it_left_out(tmp_path):
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("नेपाल\tn e p aː l\nकखग\t\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "--json", "नेपाल"])
+    assert r.exit_code == 0 and "1 entry with no phones" in r.stderr and "line 2" in r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["source"] == "lexicon"
+    lex.write_text("कखग\t\n", encoding="utf-8")
+    assert_clean_error(runner.invoke(app, ["g2p", "--lexicon", str(lex), "घर"]), "no entry with phones")
+    lex.write_text("", encoding="utf-8")
+    assert_clean_error(runner.invoke(app, ["g2p", "--lexicon", str(lex), "घर"]), "no entry with phones")
+
+
+def test_g2p_table_says_on_stderr_that_a_word_was_not_pronounced():
+    r = runner.invoke(app, ["g2p", "घर", "hello"])
+    assert_clean_error(r, "could not be pronounced")
+
+
+@pytest.mark.parametrize("opts, needle", [(["--sentences", "0"], "--sentences"), (["--f5-steps", "-1"], "--f5-steps")])
+def test_demo_counts_must_be_positive(opts, needle, monkeypatch):
+    import leakloss.demo
+
+    monkeypatch.setattr(leakloss.demo, "run_demo", lambda cfg: pytest.fail("the demo ran with a bad count"))
+    assert_clean_error(runner.invoke(app, ["demo", *opts]), needle, ">= 1")
+    with pytest.raises(ValueError):
+        leakloss.demo.DemoConfig(sentences=0)

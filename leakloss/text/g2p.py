@@ -498,18 +498,16 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
         yield lineno, word, phones
 
 
-def load_lexicon(path: str | Path, *, skip_empty: bool = False) -> dict[str, tuple[str, ...]]:
+def load_lexicon(path: str | Path) -> dict[str, tuple[str, ...]]:
     """Read a pronunciation lexicon: ``spelling TAB phones [TAB label]``, ``#`` comment lines, blank lines
     ignored. Phones are either Google's symbols (``ax aa tsh ...``, ``.`` syllable breaks; converted to
     our IPA) or our IPA phones from :data:`NEPALI_PHONES`; the format is decided per line. Spellings are
     normalised; the first entry of a repeated spelling wins. A malformed line raises
-    :class:`LexiconError` naming the file and line; so does an entry with an empty phone column unless
-    ``skip_empty`` (then it is left out -- use :func:`iter_lexicon` to count such entries)."""
+    :class:`LexiconError` naming the file and line; so does an entry with an empty phone column (use
+    :func:`iter_lexicon` to read such a file entry by entry, as :class:`NepaliFrontend` does for a user's lexicon)."""
     lex: dict[str, tuple[str, ...]] = {}
     for lineno, word, phones in iter_lexicon(path):
         if phones is None:
-            if skip_empty:
-                continue
             raise LexiconError(f"{path}:{lineno}: no phones for {word!r}")
         lex.setdefault(word, phones)
     return lex
@@ -882,8 +880,18 @@ class NepaliFrontend:
         from leakloss.text.retention import RetentionModel, load_retention_model
 
         self.lexicon: dict[str, tuple[str, ...]] = {}
+        #: ``(line, spelling)`` of the ``lexicon_path`` entries left out for an empty phone column (the Google
+        #: lexicon has some): a caller should say so
+        self.lexicon_skipped: list[tuple[int, str]] = []
         if lexicon_path is not None:
-            self.lexicon.update(load_lexicon(lexicon_path, skip_empty=True))
+            for lineno, word, phones in iter_lexicon(lexicon_path):
+                if phones is None:
+                    self.lexicon_skipped.append((lineno, word))
+                else:
+                    self.lexicon.setdefault(word, phones)
+            if not self.lexicon:
+                raise LexiconError(f"{lexicon_path}: no entry with phones"
+                                   + (f" ({len(self.lexicon_skipped)} with an empty phone column)" if self.lexicon_skipped else ""))
         if use_builtin_exceptions:
             for w, p in load_lexicon(BUILTIN_EXCEPTIONS).items():
                 self.lexicon.setdefault(w, p)
