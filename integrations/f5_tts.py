@@ -391,14 +391,16 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
             context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
     lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
     regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
-    # The penalty divides each utterance by its RMS, which is not vocoded here: pool it over everything that was
-    # (all crops of the item, their vocoder context included), with gradient as the full computation has it.
-    from leakloss.functional.crop import pooled_rms
+    # The penalty centres each utterance and divides it by its RMS, which is not vocoded here: pool both over
+    # everything that was (all crops of the item, their vocoder context included), with gradient as the full
+    # computation has them.
+    from leakloss.functional.crop import pooled_moments
 
     item = torch.tensor([c.item for c in crops], device=regions.device)
-    rms = pooled_rms(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
-                     torch.tensor([w.numel() for w in context], device=regions.device), item, int(mels.shape[0]))
-    return penalty(waves=regions, wave_lengths=lengths, sites=shifted, wave_rms=rms[item])
+    mean, rms = pooled_moments(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
+                               torch.tensor([w.numel() for w in context], device=regions.device), item,
+                               int(mels.shape[0]))
+    return penalty(waves=regions, wave_lengths=lengths, sites=shifted, wave_rms=rms[item], wave_mean=mean[item])
 
 
 def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM:

@@ -70,8 +70,8 @@ class LeakParts(NamedTuple):
 class LeakPenalty(nn.Module):
     """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``.
 
-    Each item is divided by its RMS (not mean-centred: a vocoder's DC offset stays, so that a crop of an
-    utterance scores as the whole one; ``wave_rms [b]`` overrides the RMS) and zero-padded past its end by
+    Each item is centred and divided by its RMS (a DC offset does not change the score; ``wave_mean [b]`` and
+    ``wave_rms [b]`` override the two, as the cropped penalty does) and zero-padded past its end by
     :attr:`tail_samples`, so that an item scores the same alone and in any batch.
 
     Bad items never poison the batch; each rule is tested:
@@ -129,11 +129,11 @@ class LeakPenalty(nn.Module):
         return self.head.context_frames * hop + self.min_samples
 
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None,
-                     wave_rms: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                     wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``.
 
-        Each item is divided by its RMS (``wave_rms [b]`` when given: the cropped penalty passes the RMS pooled
-        over an utterance's crops), not mean-centred (:func:`leakloss.functional.leak.rms_normalize`). Finite
+        Each item is centred and divided by its RMS (``wave_mean [b]`` / ``wave_rms [b]`` when given: the
+        cropped penalty passes them pooled over an utterance's crops; :func:`leakloss.functional.leak.rms_normalize`). Finite
         input only (:meth:`forward` masks); ``t`` below :attr:`min_samples` is zero-padded. Items run in groups
         of similar length (:func:`leakloss.functional.crop.length_groups`), each padded to its longest plus
         :attr:`tail_samples` zeros, so an item's logits do not depend on the other items of its batch and
@@ -142,7 +142,7 @@ class LeakPenalty(nn.Module):
         b, t = waves.shape
         if wave_lengths is None:
             wave_lengths = torch.full((b,), t, dtype=torch.long, device=waves.device)
-        waves = rms_normalize(waves, wave_lengths, wave_rms)
+        waves = rms_normalize(waves, wave_lengths, wave_rms, wave_mean)
         lengths = wave_lengths.tolist()
         groups = length_groups(lengths) if b else []
         logits = waves.new_zeros(b, self._frames(t), dtype=torch.float32)
@@ -166,7 +166,7 @@ class LeakPenalty(nn.Module):
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
-                wave_rms: Tensor | None = None) -> tuple[Tensor, LeakParts]:
+                wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, LeakParts]:
         bad = None
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
@@ -182,12 +182,14 @@ class LeakPenalty(nn.Module):
         if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
                                      or bool((wave_rms < 0).any())):
             raise PenaltyInputError(f"wave_rms must be [batch] finite and >= 0, got shape {tuple(wave_rms.shape)}")
+        if wave_mean is not None and (wave_mean.shape != (b,) or not bool(torch.isfinite(wave_mean).all())):
+            raise PenaltyInputError(f"wave_mean must be [batch] and finite, got shape {tuple(wave_mean.shape)}")
         waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
         bad = bad_wave if bad is None else bad | bad_wave
         quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
         if waves.requires_grad:
             waves = scale_gradient(waves, quiet)
-        logits, frames = self.frame_logits(waves, wave_lengths, wave_rms)
+        logits, frames = self.frame_logits(waves, wave_lengths, wave_rms, wave_mean)
         frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
         masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer),
                                   pad_s=self.pad_s, frame_lengths=frames,

@@ -87,23 +87,32 @@ def test_end_sites_score_the_same_alone_and_padded_in_a_longer_batch(penalty):
     assert batched.site_probs[0].item() == pytest.approx(alone.site_probs[0].item(), abs=1e-6)
 
 
-def test_penalty_input_is_scaled_not_centred(penalty):
-    """The scale does not change the score; ``wave_rms`` stands in for the item's own RMS."""
+def test_penalty_ignores_the_scale_and_a_dc_offset(penalty):
+    """Neither the scale nor a DC offset changes the score (an offset once did: descending the penalty added
+    one); ``wave_mean`` / ``wave_rms`` stand in for the item's own; loud input does not overflow to silence."""
     torch.manual_seed(4)
     a = torch.randn(16000) * 0.1
     _, base = penalty(waves=a[None], sites=[SITES])
-    _, louder = penalty(waves=(a * 7)[None], sites=[SITES])
-    assert louder.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-5)
-    _, given = penalty(waves=(a * 7)[None], sites=[SITES], wave_rms=a.pow(2).mean().sqrt()[None] * 7)
-    assert given.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-6)
+    for other in (a * 7, a + 0.3, a * 1e20):
+        _, parts = penalty(waves=other[None], sites=[SITES])
+        assert parts.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-5)
+    _, given = penalty(waves=(a * 7 + 0.3)[None], sites=[SITES], wave_rms=(a * 7).std(unbiased=False)[None],
+                       wave_mean=(a * 7 + 0.3).mean()[None])
+    assert given.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=1e-5)
+    dc = torch.zeros(()).requires_grad_(True)
+    loss, _ = penalty(waves=(a + dc)[None], sites=[SITES])
+    (grad,) = torch.autograd.grad(loss, dc)
+    assert abs(float(grad)) < 1e-3 * max(float(loss.detach()), 1e-3)  # no direction along a DC shift
 
 
-@pytest.mark.parametrize("rms", [torch.ones(2), torch.tensor([float("nan")]), torch.tensor([-1.0])])
-def test_a_bad_wave_rms_is_a_typed_error(penalty, rms):
+@pytest.mark.parametrize("name, value", [("wave_rms", torch.ones(2)), ("wave_rms", torch.tensor([float("nan")])),
+                                         ("wave_rms", torch.tensor([-1.0])), ("wave_mean", torch.zeros(2)),
+                                         ("wave_mean", torch.tensor([float("inf")]))])
+def test_a_bad_wave_rms_or_mean_is_a_typed_error(penalty, name, value):
     from leakloss.penalty import PenaltyInputError
 
-    with pytest.raises(PenaltyInputError, match="wave_rms"):
-        penalty(waves=torch.randn(1, 8000), sites=[SITES], wave_rms=rms)
+    with pytest.raises(PenaltyInputError, match=name):
+        penalty(waves=torch.randn(1, 8000), sites=[SITES], **{name: value})
 
 
 def test_pooling_matches_naive_reference_and_gradcheck():
@@ -396,6 +405,15 @@ def test_hindi_reading_gets_a_lower_reward_than_the_nepali_one(embedded_penalty,
 
     nepali, hindi = leak_reward([readings["nepali"], readings["hindi"]], [TEXT, TEXT], embedded_penalty).tolist()
     assert nepali > hindi > 0.0
+
+
+def test_a_dc_offset_does_not_buy_reward(embedded_penalty, readings):
+    """Before 2026-12-02 an offset of 0.3 took a Hindi reading's reward from 0.50 to 0.996."""
+    from leakloss.penalty import leak_reward
+
+    hindi = readings["hindi"]
+    plain, offset = leak_reward([hindi, hindi + 0.3], [TEXT, TEXT], embedded_penalty).tolist()
+    assert offset == pytest.approx(plain, abs=0.01)
 
 
 # --- property: whatever the audio, the training signal is finite and bad items cost nothing ----------------------

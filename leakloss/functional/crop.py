@@ -3,7 +3,7 @@
 The penalty pools frame logits inside each site's window; a frame's logit depends on a bounded stretch of
 input (receptive fields of the head, the recognizer's conv stack, the resampler, the vocoder). So vocoding
 and scoring ``site window + context`` gives the same per-site numbers as the whole utterance, except for the
-penalty's input scale (RMS over the crops instead of the utterance: :func:`pooled_rms`; the conv stack's
+penalty's input scale (mean and RMS over the crops instead of the utterance: :func:`pooled_moments`; the conv stack's
 LayerNorms make the loss nearly scale-free, measured in the tests). Units: mel frames (24 kHz, hop 256) for the
 vocoder, seconds for the sites.
 
@@ -169,15 +169,17 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
     return out, torch.tensor([b - a for a, b in bounds], dtype=torch.long, device=waves.device)
 
 
-def pooled_rms(waves: Tensor, lengths: Tensor, item: Tensor, n_items: int) -> Tensor:
-    """RMS per item over the valid samples of all its crops: ``waves [c, t]``, ``lengths [c]``, ``item [c]``
-    (the item of each crop) -> ``[n_items]`` (0 for an item without crops), with gradient. The cropped
-    penalty's stand-in for the whole item's RMS (:func:`leakloss.functional.leak.rms_normalize`)."""
+def pooled_moments(waves: Tensor, lengths: Tensor, item: Tensor, n_items: int) -> tuple[Tensor, Tensor]:
+    """Mean and std per item over the valid samples of all its crops: ``waves [c, t]``, ``lengths [c]``,
+    ``item [c]`` (the item of each crop) -> ``(mean [n_items], std [n_items])`` (0 for an item without
+    crops), with gradient. The cropped penalty's stand-in for the whole item's mean and RMS
+    (:func:`leakloss.functional.leak.rms_normalize`)."""
     x = waves.float()
     mask = (torch.arange(x.shape[-1], device=x.device)[None] < lengths[:, None]).to(x.dtype)
-    count = x.new_zeros(n_items).index_add(0, item, lengths.to(x.dtype))
-    square = x.new_zeros(n_items).index_add(0, item, ((x * mask) ** 2).sum(-1))
-    return (square / count.clamp(min=1) + 1e-12).sqrt()  # + 1e-12: a finite gradient for silent crops
+    count = x.new_zeros(n_items).index_add(0, item, lengths.to(x.dtype)).clamp(min=1)
+    mean = x.new_zeros(n_items).index_add(0, item, (x * mask).sum(-1)) / count
+    square = x.new_zeros(n_items).index_add(0, item, (((x - mean[item][:, None]) * mask) ** 2).sum(-1)) / count
+    return mean, (square + 1e-12).sqrt()  # + 1e-12: a finite gradient for silent crops
 
 
 def length_groups(lengths: Sequence[int], ratio: float = 1.1) -> list[list[int]]:
@@ -200,4 +202,4 @@ def cropped_share(crops: Sequence[Crop], n_frames: Sequence[int]) -> float:
 
 
 __all__ = ["Crop", "CropContext", "conv_output_frames", "conv_receptive_field", "cropped_share", "gather_mel_crops",
-           "grid_frames", "length_groups", "plan_crops", "pooled_rms", "same_padded_context", "trim_waves"]
+           "grid_frames", "length_groups", "plan_crops", "pooled_moments", "same_padded_context", "trim_waves"]

@@ -100,26 +100,32 @@ def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
 
 
 def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | None = None,
-                  eps: float = 1e-7) -> Tensor:
-    """``[b, t]`` -> ``[b, t]`` fp32: each item divided by its RMS over its valid samples (or by ``rms [b]``),
-    zero beyond its length; with gradient.
+                  mean: Tensor | None = None, eps: float = 1e-7) -> Tensor:
+    """``[b, t]`` -> ``[b, t]`` fp32: each item minus its mean, divided by the RMS of what is left (its std),
+    both over its valid samples (or ``mean [b]`` / ``rms [b]`` when given: the cropped penalty passes them
+    pooled over an utterance's crops, :func:`leakloss.functional.crop.pooled_moments`), zero beyond its
+    length; with gradient (through the computed mean and RMS too).
 
-    The leak penalty's input normalisation. Unlike the recognizer's own (per-utterance zero mean and unit
-    variance) it does not subtract the mean: a vocoder's DC offset (0.5-2% of the std) is the one statistic a
-    crop of an utterance cannot know, and near-silent frames, which the conv stack LayerNorms, turn its
-    error into a different loss; the scale does not matter there (LayerNorm is scale-free). Speech
-    without an offset (espeak, recordings) is normalised as before.
+    The leak penalty's input normalisation, as the recognizer's own (per-utterance zero mean, unit variance):
+    a DC offset must not change the score, or a waveform model descending the penalty (or an RL policy
+    climbing the reward) learns to add one. Loud input does not overflow: moments are taken on the item
+    divided by ``max(1, peak)`` (detached), which leaves input up to full scale bit-for-bit as it was.
     """
     x = _at_least_fp32(waves)
     t = x.shape[-1]
     if lengths is None:
         lengths = torch.full((x.shape[0],), t, device=x.device)
     mask = (torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]).to(x.dtype)
+    n = lengths.to(x.device).clamp(min=1).to(x.dtype)
+    # (x / m)^2 cannot overflow; m = 1 for anything within full scale
+    m = (x.detach() * mask).abs().amax(-1).clamp(min=1.0) if x.numel() else x.new_ones(x.shape[0])
+    scaled = x / m[:, None]
+    mu = (scaled * mask).sum(-1) / n if mean is None else mean.to(x) / m
     if rms is None:  # the mean square, not its root: sqrt(0) has no gradient
-        square = ((x * mask) ** 2).sum(-1) / lengths.to(x.device).clamp(min=1).to(x.dtype)
+        square = (((scaled - mu[:, None]) * mask) ** 2).sum(-1) / n
     else:
-        square = rms.to(x.dtype) ** 2
-    return x * mask / torch.sqrt(square[:, None] + eps)
+        square = (rms.to(x) / m) ** 2
+    return (scaled - mu[:, None]) * mask / torch.sqrt(square[:, None] + eps / m[:, None] ** 2)
 
 
 def quiet_gradient_scale(waves: Tensor, lengths: Tensor | None = None, rms_floor: float = 0.01) -> Tensor:

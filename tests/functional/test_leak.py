@@ -51,18 +51,32 @@ def test_item_rms_matches_naive_reference():
     assert item_rms(torch.zeros(1, 0)).tolist() == [0.0]
 
 
-def test_rms_normalize_matches_naive_reference_and_keeps_the_offset():
+def test_rms_normalize_matches_naive_reference_and_removes_the_offset():
     x, lengths = _offset_batch(40), torch.tensor([40, 12, 0])
     got = rms_normalize(x, lengths)
     for b, n in enumerate(lengths.tolist()):
         v = x[b, :n].tolist()
-        rms = math.sqrt(sum(a * a for a in v) / max(n, 1))
-        assert got[b, :n].tolist() == pytest.approx([a / math.sqrt(rms**2 + 1e-7) for a in v], rel=1e-9)
+        mean = sum(v) / max(n, 1)
+        std = math.sqrt(sum((a - mean) ** 2 for a in v) / max(n, 1))
+        assert got[b, :n].tolist() == pytest.approx([(a - mean) / math.sqrt(std**2 + 1e-7) for a in v], rel=1e-9)
         assert not got[b, n:].any()  # zero past the length
-    assert got.dtype == torch.float64 and float(got[0].mean()) > 0  # not centred
-    given = rms_normalize(x, lengths, rms=torch.tensor([2.0, 2.0, 2.0], dtype=torch.float64))
-    assert given[0, :5].tolist() == pytest.approx((x[0, :5] / math.sqrt(4 + 1e-7)).tolist())
+    assert got.dtype == torch.float64 and abs(float(got[0].mean())) < 1e-9  # centred
+    given = rms_normalize(x, lengths, rms=torch.full((3,), 2.0, dtype=torch.float64),
+                          mean=torch.full((3,), 0.5, dtype=torch.float64))
+    assert given[0, :5].tolist() == pytest.approx(((x[0, :5] - 0.5) / math.sqrt(4 + 1e-7)).tolist())
     assert rms_normalize(x.float()[:, :0]).shape == (3, 0)
+
+
+def test_rms_normalize_ignores_a_dc_offset_and_does_not_overflow_on_loud_input():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 800, generator=g) * 0.1
+    lengths = torch.tensor([800, 500])
+    base = rms_normalize(x, lengths)
+    assert torch.allclose(rms_normalize(x + 0.4, lengths), base, atol=1e-5)  # an offset changes nothing
+    loud = rms_normalize(x * 1e20, lengths)  # squares past fp32's range (> 3.4e38)
+    assert torch.isfinite(loud).all() and torch.allclose(loud, base, atol=1e-5)
+    # within full scale the eps stays absolute, as before: near-silence is not blown up to unit RMS
+    assert float(rms_normalize(x * 1e-6, lengths)[0].std()) < 1e-3
 
 
 def test_rms_normalize_gradcheck():
