@@ -218,6 +218,8 @@ def prepare_waveform(
     resampled = rate != sample_rate
     if resampled:
         mono = AF.resample(mono, rate, sample_rate)
+    if not bool(torch.isfinite(mono).all()):  # finite as float64, but not as float32 (|x| > 3.4e38)
+        raise AudioError(f"{name} has samples beyond the float32 range (peak {peak:.3g}): rescale it")
     info = AudioInfo(
         path=str(path) if path is not None else None,
         original_rate=rate,

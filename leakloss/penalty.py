@@ -208,11 +208,21 @@ class LeakPenalty(nn.Module):
 
         if mels.dim() != 3:
             raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
+        embed = getattr(getattr(self.mel_to_wave, "backbone", None), "embed", None)
+        bins = getattr(embed, "in_channels", None)
+        if bins is not None and mels.shape[-1] != bins:
+            raise PenaltyInputError(f"mels have {mels.shape[-1]} bins, the vocoder takes {bins}: [batch, frames, {bins}]")
         b, n = mels.shape[:2]
         if mel_lengths is not None:
             mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths")
         elif n == 0:
             mel_lengths = torch.zeros(b, dtype=torch.long, device=mels.device)
+        if b == 0:  # nothing to vocode: an empty batch of waves (loss 0, as for wave input)
+            empty = torch.zeros(0, dtype=torch.long, device=mels.device)
+            return mels.new_zeros(0, 0, dtype=torch.float32), empty, empty.bool()
+        weight = next(self.mel_to_wave.parameters(), None)
+        if weight is not None and mels.dtype != weight.dtype:  # fp16/bf16/fp64 mels into an fp32 vocoder
+            mels = mels.to(weight.dtype)
         mels, bad = mask_nonfinite_items(mels, mel_lengths)  # before the vocoder: its backward would see NaN
         if n == 0:  # the vocoder needs one frame; zero valid frames -> zero valid samples
             mels = torch.nn.functional.pad(mels, (0, 0, 0, 1))

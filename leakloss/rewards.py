@@ -74,14 +74,21 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
     """``[t]`` or ``[channels, t]`` at ``sample_rate`` -> ``[t]`` fp32 at 16 kHz (channels averaged)."""
     import torchaudio.functional as AF
 
+    import numbers
+
+    from leakloss.audio import MIN_SAMPLE_RATE
+
     if not isinstance(audio, Tensor):
         audio = torch.as_tensor(audio)
     if audio.dim() == 2:
+        if 0 < audio.shape[1] < audio.shape[0]:  # more channels than samples: a [samples, channels] array
+            raise ValueError(f"reward audio of shape {tuple(audio.shape)} looks like [samples, channels]; "
+                             "pass [channels, samples] (e.g. audio.T)")
         audio = audio.float().mean(0)
     elif audio.dim() != 1:
         raise ValueError(f"reward audio must be [samples] or [channels, samples], got shape {tuple(audio.shape)}")
-    if sample_rate <= 0:
-        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
+        raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
     audio = audio.detach().float()
     if sample_rate != SAMPLE_RATE and audio.numel():
         audio = AF.resample(audio, sample_rate, SAMPLE_RATE)

@@ -143,6 +143,8 @@ def test_bad_types_and_rates():
     with pytest.raises(AudioError, match="at least 8000 Hz"):
         prepare_waveform(tone(rate=4_000), 4_000)  # too little band left to hear a vowel in
     assert prepare_waveform(tone(rate=8_000), 8_000)[1].resampled  # telephone speech still loads
+    with pytest.raises(AudioError, match="float32 range"):
+        prepare_waveform(tone() * 1e300, SAMPLE_RATE)  # finite as float64, Inf as float32
 
 
 # --- rejected audio ---------------------------------------------------------------------------

@@ -58,6 +58,24 @@ def test_mel_input_gradient_reaches_mel_not_vocoder(penalty):
     assert _frozen_grads_are_none(penalty)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_mels_of_any_float_dtype_are_vocoded(penalty, dtype):
+    mels = torch.randn(1, 120, 100, generator=torch.Generator().manual_seed(5))
+    _, base = penalty(mels=mels, sites=[SITES])
+    loss, parts = penalty(mels=mels.to(dtype), sites=[SITES])
+    assert torch.isfinite(loss) and loss.dtype == torch.float32
+    assert parts.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=0.02)
+
+
+def test_mel_batch_edge_cases(penalty):
+    from leakloss.penalty import PenaltyInputError
+
+    loss, parts = penalty(mels=torch.randn(0, 80, 100), sites=[])
+    assert float(loss) == 0.0 and int(parts.active_sites) == 0
+    with pytest.raises(PenaltyInputError, match="100"):
+        penalty(mels=torch.randn(1, 80, 80), sites=[SITES])  # bins of another vocoder
+
+
 def test_bf16_autocast_on_cpu(penalty):
     wave = (torch.randn(1, 16000) * 0.1).requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):

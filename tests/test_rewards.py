@@ -49,6 +49,15 @@ def test_to_16k_mono():
     assert torch.equal(to_16k_mono(ref, 16_000), ref) and to_16k_mono(torch.zeros(0), 24_000).shape == (0,)
     with pytest.raises(ValueError, match="samples"):
         to_16k_mono(torch.zeros(1, 1, 5), 16_000)
+    with pytest.raises(ValueError, match=r"\[samples, channels\]"):
+        to_16k_mono(stereo.T, 24_000)  # the usual layout mistake, not a 2-sample clip
+    assert to_16k_mono(torch.zeros(1, 0), 24_000).shape == (0,)  # an empty generation stays empty (too_short)
+    import numpy as np
+
+    assert to_16k_mono(ref, np.int64(16_000)).shape == (16_000,)
+    for rate in (100, 0, 16_000.0):
+        with pytest.raises(ValueError, match="sample_rate"):
+            to_16k_mono(ref, rate)
 
 
 @pytest.fixture(scope="module")

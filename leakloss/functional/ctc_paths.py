@@ -161,6 +161,11 @@ def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_len
     device = log_probs.device
     frame_lengths = frame_lengths.to(device=device, dtype=torch.long)
     path_lengths = path_lengths.to(device=device, dtype=torch.long)
+    out_of_range = torch.stack([((frame_lengths < 0) | (frame_lengths > t)).any(),
+                                ((path_lengths < 0) | (path_lengths > s)).any()]).tolist()  # one host sync
+    for name, bad, top in (("frame_lengths", out_of_range[0], t), ("path_lengths", out_of_range[1], s)):
+        if bad:
+            raise ValueError(f"{name} must lie in [0, {top}], got {(frame_lengths if name[0] == 'f' else path_lengths).tolist()}")
     dtype = _compute_dtype(log_probs)
 
     valid_frame = torch.arange(t, device=device) < frame_lengths[:, None]  # [b, t]
@@ -200,17 +205,17 @@ def _forward(lat: _Lattice) -> tuple[Tensor, Tensor]:
     start[0] = 0.0
     alpha = start
     alphas = []
-    for ti in range(t):
+    for ti in range(t if b else 0):  # an empty batch has nothing to recurse over (F.pad refuses it)
         padded = F.pad(alpha, (0, 0, 2, 0), value=floor)  # [n + 2, b]
         jump = padded[:-2] + jump_penalty
         # two logaddexp calls are ~2x faster than stack + logsumexp at these sizes on CPU
         alpha = torch.logaddexp(torch.logaddexp(alpha, padded[1:-1]), jump) + em[ti]
         alphas.append(alpha)
-    alpha_all = torch.stack(alphas) if alphas else em.new_zeros((0, n, b))  # [t, n, b]
+    alpha_all = torch.stack(alphas) if alphas else em.new_zeros(em.shape)  # [t, n, b] (empty when t or b is 0)
 
     # read each item at its own last frame (frames beyond never reach the result)
     last = (lat.frame_lengths - 1).clamp_min(0)
-    if t > 0:
+    if t > 0 and b > 0:
         final = alpha_all.gather(0, last.view(1, 1, b).expand(1, n, b)).squeeze(0)  # [n, b]
         final = torch.where(lat.frame_lengths > 0, final, start)
     else:
@@ -236,12 +241,12 @@ def _backward(lat: _Lattice) -> Tensor:
     states = torch.arange(n, device=em.device)[:, None]  # [n, 1]
     two_s = 2 * lat.path_lengths[None, :]  # [1, b]
     terminal = torch.where((states == two_s) | (states == two_s - 1), 0.0, floor).to(em.dtype)
-    skip_from = F.pad(skip, (0, 0, 0, 2), value=False)[2:]  # state n may jump to n + 2
+    skip_from = torch.cat([skip, skip.new_zeros(2, b)])[2:]  # state n may jump to n + 2 (F.pad refuses b = 0)
     jump_penalty = torch.where(skip_from, 0.0, floor).to(em.dtype)  # [n, b]
     is_last = torch.arange(t, device=em.device)[:, None] == (lat.frame_lengths - 1)[None, :]
     beta = terminal
     betas = []
-    for ti in range(t - 1, -1, -1):
+    for ti in range(t - 1 if b else -1, -1, -1):
         padded = F.pad(beta, (0, 0, 0, 2), value=floor)  # [n + 2, b]
         jump = padded[2:] + jump_penalty
         rec = torch.logaddexp(torch.logaddexp(beta, padded[1:-1]), jump)
@@ -249,7 +254,7 @@ def _backward(lat: _Lattice) -> Tensor:
         beta = torch.where(is_last[ti], terminal, rec) + em[ti]
         betas.append(beta)
     betas.reverse()
-    return torch.stack(betas) if betas else em.new_zeros((0, n, b))  # [t, n, b]
+    return torch.stack(betas) if betas else em.new_zeros(em.shape)  # [t, n, b] (empty when t or b is 0)
 
 
 def ctc_set_log_likelihood(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor,

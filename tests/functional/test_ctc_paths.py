@@ -589,6 +589,24 @@ def test_shape_errors():
         ctc_set_log_likelihood(lp, allowed, torch.tensor([4, 4]), pl, blank=5)
 
 
+
+@pytest.mark.parametrize("frames, positions, name", [([5, 4], [1, 1], "frame_lengths"), ([-1, 4], [1, 1], "frame_lengths"),
+                                                     ([4, 4], [2, 1], "path_lengths"), ([4, 4], [1, -1], "path_lengths")])
+def test_lengths_outside_the_tensors_are_value_errors(frames, positions, name):
+    lp = torch.zeros(2, 4, 5).log_softmax(-1)
+    allowed, _ = paths_from_token_sets([[[1]], [[2]]], 5)
+    for fn in (ctc_set_log_likelihood, ctc_set_occupancy):
+        with pytest.raises(ValueError, match=name):
+            fn(lp, allowed, torch.tensor(frames), torch.tensor(positions))
+
+
+def test_an_empty_batch_gives_empty_results():
+    lp, allowed, none = torch.zeros(0, 4, 5), torch.zeros(0, 2, 5, dtype=torch.bool), torch.zeros(0, dtype=torch.long)
+    assert ctc_set_log_likelihood(lp, allowed, none, none).shape == (0,)
+    ll, gamma = ctc_set_occupancy(lp, allowed, none, none)
+    assert ll.shape == (0,) and gamma.shape == (0, 4, 5)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():
