@@ -184,13 +184,16 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     try:
         card_dict = json.loads(js.read_text(encoding="utf-8"))
         card = HeadCard(**card_dict)
-    except (json.JSONDecodeError, TypeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
     try:
         tensors = load_file(str(st))
     except (SafetensorError, OSError) as err:
         raise HeadLoadError(f"{st}: not a readable safetensors file ({err})") from err
-    head = _build(card.architecture)
+    try:  # the card's architecture builds the module: a wrong key, type or size is the card's fault
+        head = _build(card.architecture)
+    except (TypeError, AttributeError, ValueError, KeyError, RuntimeError) as err:
+        raise HeadLoadError(f"{js}: the card's architecture cannot be built ({type(err).__name__}: {err})") from err
     try:
         head.load_state_dict(tensors, strict=True)
     except RuntimeError as err:

@@ -177,6 +177,8 @@ class LeakPenalty(nn.Module):
         b, t = waves.shape
         if len(sites) != b:
             raise ValueError(f"sites must have one list per item: {len(sites)} lists for {b} items")
+        if any(isinstance(item_sites, TimedSite) for item_sites in sites):
+            raise ValueError("sites must have one list of TimedSite per item, not TimedSites: e.g. sites=[[site, ...]]")
         if wave_lengths is not None:
             wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths")
         if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
@@ -338,10 +340,20 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     cache = Path(cache) if cache is not None else None
     known: dict[str, list[dict]] = {}
     if cache is not None and cache.exists():
-        for line in cache.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if row.get("version") == SITE_CACHE_VERSION:
-                known[row["key"]] = row["sites"]
+        unreadable = 0
+        for line in cache.read_bytes().decode("utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                if row.get("version") == SITE_CACHE_VERSION:
+                    [TimedSite(**d) for d in row["sites"]]  # noqa: B018 - a placement that cannot be rebuilt is unreadable
+                    known[str(row["key"])] = row["sites"]
+            except (ValueError, TypeError, KeyError, AttributeError):
+                unreadable += 1
+        if unreadable:  # a cache can be rebuilt: say so and place those items again
+            import warnings
+
+            warnings.warn(f"{cache}: {unreadable} unreadable line(s) ignored; their items are placed again",
+                          stacklevel=2)
     out, added = [], 0
     for wave, text in items:
         h = hashlib.sha256(wave.detach().float().cpu().numpy().tobytes())

@@ -48,6 +48,30 @@ def test_corrupt_or_mismatched_files(tmp_path):
         load_head(tmp_path / "missing")
 
 
+@pytest.mark.parametrize("change", [
+    lambda c: c["architecture"].update(colour="blue"),  # a key the head does not take
+    lambda c: c.update(architecture=[1]),  # not a mapping
+    lambda c: c["architecture"].update(hidden="x"),
+    lambda c: c["architecture"].update(hidden=-3),
+])
+def test_a_card_whose_architecture_cannot_be_built_is_a_head_load_error(tmp_path, change):
+    import json
+
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    card = json.loads((tmp_path / "h.json").read_text())
+    change(card)
+    (tmp_path / "h.json").write_text(json.dumps(card))
+    with pytest.raises(HeadLoadError, match="h.json"):
+        load_head(tmp_path / "h")
+
+
+def test_a_card_that_is_not_utf8_is_a_head_load_error(tmp_path):
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    (tmp_path / "h.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(HeadLoadError, match="not a valid head card"):
+        load_head(tmp_path / "h")
+
+
 def test_rawconv_is_fully_convolutional_and_pools_safely():
     torch.manual_seed(0)
     head = RawConvHead(in_channels=16, width=8)

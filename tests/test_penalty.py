@@ -172,6 +172,8 @@ def test_site_masks_cover_the_site():
 def test_wrong_number_of_site_lists_is_a_clear_error(penalty):
     with pytest.raises(ValueError, match="one list per item"):
         penalty(waves=torch.randn(2, 8000), sites=[SITES])
+    with pytest.raises(ValueError, match="one list of TimedSite per item"):
+        penalty(waves=torch.randn(2, 8000), sites=SITES)  # the two sites given flat, not one list per item
 
 
 def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, monkeypatch):
@@ -196,6 +198,14 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
     other = type("Rec", (), {"name": "a@other"})()  # another recognizer: placed again
     place_dataset_sites([(a, "घर")], other, cache)
     assert calls == ["घर", "x", "घर"]
+    # a damaged cache is a cache: its unreadable lines are said and their items placed again, the rest reused
+    lines = cache.read_text(encoding="utf-8").splitlines()
+    cache.write_text("\n".join(["{not json", "[1, 2]", '{"version": 0}'] + lines[:1] + ['{"version": %s, "key": "k"}'
+                                % penalty_module.SITE_CACHE_VERSION]) + "\n", encoding="utf-8")
+    calls.clear()
+    with pytest.warns(UserWarning, match="3 unreadable line"):
+        place_dataset_sites([(a, "घर"), (b, "x")], rec, cache)
+    assert len(calls) == 1  # one of the two items was in the kept line
 
 
 # --- bad input never poisons the batch (issue 14.2-14.5) ----------------------------------------------------------

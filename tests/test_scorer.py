@@ -58,6 +58,20 @@ def test_bad_text_is_a_failed_result(tiny_scorer, clips):
     assert tiny_scorer.score(clips["teacher"], "Hello world", [clips["ref"]])["status"] == "failed"
 
 
+@pytest.mark.parametrize("args, needle", [
+    (("teacher", TEXT, "ref-as-one-path"), "not one"),
+    (("teacher", None, []), "text must be a str"),
+    (([0.1] * 16000, TEXT, []), "query must be"),
+    (("teacher", TEXT, [1.5]), r"refs\[0\]"),
+])
+def test_arguments_of_the_wrong_kind_are_type_errors(tiny_scorer, clips, args, needle):
+    query, text, refs = args
+    query = clips[query] if isinstance(query, str) else query
+    refs = str(clips["ref"]) if refs == "ref-as-one-path" else refs
+    with pytest.raises(TypeError, match=needle):
+        tiny_scorer.score(query, text, refs)
+
+
 def test_unreadable_reference_is_reported_and_not_used(tiny_scorer, clips):
     r = tiny_scorer.score(clips["teacher"], TEXT, [clips["corrupt"]])
     assert r["status"] == "unscored" and r["reason"].startswith("every reference rejected: ")
