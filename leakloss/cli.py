@@ -557,8 +557,8 @@ def demo(
     _check_output_folder(out, "--out")
     try:
         run_demo(cfg)
-    except OSError as err:
-        fail(f"cannot write the demo's artefacts under {out}: {err.strerror or err}")
+    except OSError as err:  # a full disk, a folder made read-only meanwhile, a file missing from the install
+        fail(f"the demo stopped: {err.strerror or err}" + (f" ({err.filename})" if err.filename else ""))
 
 
 @app.command("finetune-f5", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

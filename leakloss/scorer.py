@@ -239,12 +239,11 @@ class Scorer:
 
         Raises ``TypeError`` for arguments of the wrong kind (a misuse of the API, not bad data: unreadable
         audio or text gives a ``failed`` result with its reason)."""
-        for what, item in (("query", query), *((f"refs[{i}]", r) for i, r in enumerate(refs)
-                                                if not isinstance(refs, (str, Path, Tensor)))):
-            if not isinstance(item, (str, Path, Tensor)):
-                raise TypeError(f"{what} must be a path or a waveform tensor, got {type(item).__name__}")
         if isinstance(refs, (str, Path, Tensor)):
             raise TypeError("refs must be a list of references (paths or waveform tensors), not one: pass [ref]")
+        for what, item in [("query", query), *((f"refs[{i}]", r) for i, r in enumerate(refs))]:
+            if not isinstance(item, (str, Path, Tensor)):
+                raise TypeError(f"{what} must be a path or a waveform tensor, got {type(item).__name__}")
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         try:
