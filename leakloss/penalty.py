@@ -180,7 +180,7 @@ class LeakPenalty(nn.Module):
         if any(isinstance(item_sites, TimedSite) for item_sites in sites):
             raise ValueError("sites must have one list of TimedSite per item, not TimedSites: e.g. sites=[[site, ...]]")
         if wave_lengths is not None:
-            wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths")
+            wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths", waves.device)
         if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
                                      or bool((wave_rms < 0).any())):
             raise PenaltyInputError(f"wave_rms must be [batch] finite and >= 0, got shape {tuple(wave_rms.shape)}")
@@ -216,7 +216,7 @@ class LeakPenalty(nn.Module):
             raise PenaltyInputError(f"mels have {mels.shape[-1]} bins, the vocoder takes {bins}: [batch, frames, {bins}]")
         b, n = mels.shape[:2]
         if mel_lengths is not None:
-            mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths")
+            mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
         elif n == 0:
             mel_lengths = torch.zeros(b, dtype=torch.long, device=mels.device)
         if b == 0:  # nothing to vocode: an empty batch of waves (loss 0, as for wave input)
@@ -253,13 +253,16 @@ class LeakPenalty(nn.Module):
                          torch.sigmoid(logits).detach(), zero, zero, active.detach())
 
 
-def _check_lengths(lengths: Tensor, b: int, t: int, name: str) -> Tensor:
+def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
+    """``lengths [b]`` whole numbers in ``[0, t]`` -> long on ``device`` (that of the data), else PenaltyInputError."""
     lengths = torch.as_tensor(lengths)
     if lengths.shape != (b,):
         raise PenaltyInputError(f"{name} must have one length per item: shape {tuple(lengths.shape)} for {b} items")
+    if lengths.is_floating_point() and not bool((lengths == lengths.round()).all()):
+        raise PenaltyInputError(f"{name} must be whole numbers, got {lengths.tolist()}")
     if bool((lengths < 0).any()) or bool((lengths > t).any()):
         raise PenaltyInputError(f"{name} must lie in [0, {t}], got {lengths.tolist()}")
-    return lengths.long()
+    return lengths.long().to(device)
 
 
 class SitePlacement(NamedTuple):

@@ -311,6 +311,10 @@ def test_bad_shapes_and_lengths_are_typed_errors(penalty):
     from leakloss.penalty import PenaltyInputError
 
     assert isinstance(err.value, PenaltyInputError)
+    with pytest.raises(PenaltyInputError, match="whole numbers"):
+        penalty(waves=torch.randn(1, 800), wave_lengths=torch.tensor([700.5]), sites=[[]])
+    loss, _ = penalty(waves=torch.randn(1, 800), wave_lengths=torch.tensor([700.0]), sites=[[]])  # whole floats are fine
+    assert float(loss) == 0.0
 
 
 def _grad_norm(penalty, wave, sites):
