@@ -67,11 +67,12 @@ def g2p(
         frontend = NepaliFrontend(lexicon_path=lexicon)
     except (TextError, OSError) as err:
         fail(str(err))
-    if frontend.lexicon_skipped:
-        first = ", ".join(f"line {n} {w!r}" for n, w in frontend.lexicon_skipped[:3])
-        err_console.print(f"[yellow]warning:[/] {escape(str(lexicon))}: {len(frontend.lexicon_skipped)} entr"
-                          f"{'y' if len(frontend.lexicon_skipped) == 1 else 'ies'} with no phones left out ({escape(first)}"
-                          f"{', ...' if len(frontend.lexicon_skipped) > 3 else ''})", soft_wrap=True)
+    skipped = frontend.lexicon_skipped
+    if skipped:
+        entries = "1 entry" if len(skipped) == 1 else f"{len(skipped)} entries"
+        shown = ", ".join(f"line {n} {w!r}" for n, w in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        err_console.print(f"[yellow]warning:[/] {escape(f'{lexicon}: {entries} with no phones left out ({shown})')}",
+                          soft_wrap=True)
     table = Table("word", "phones", "source", "confidence", "vowels (step, P(keep))")
     status = 0
     for tok in tokens:

@@ -133,7 +133,8 @@ class LeakPenalty(nn.Module):
         """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``.
 
         Each item is centred and divided by its RMS (``wave_mean [b]`` / ``wave_rms [b]`` when given: the
-        cropped penalty passes them pooled over an utterance's crops; :func:`leakloss.functional.leak.rms_normalize`). Finite
+        cropped penalty passes them pooled over an utterance's crops;
+        :func:`leakloss.functional.leak.rms_normalize`). Finite
         input only (:meth:`forward` masks); ``t`` below :attr:`min_samples` is zero-padded. Items run in groups
         of similar length (:func:`leakloss.functional.crop.length_groups`), each padded to its longest plus
         :attr:`tail_samples` zeros, so an item's logits do not depend on the other items of its batch and
@@ -213,7 +214,8 @@ class LeakPenalty(nn.Module):
         embed = getattr(getattr(self.mel_to_wave, "backbone", None), "embed", None)
         bins = getattr(embed, "in_channels", None)
         if bins is not None and mels.shape[-1] != bins:
-            raise PenaltyInputError(f"mels have {mels.shape[-1]} bins, the vocoder takes {bins}: [batch, frames, {bins}]")
+            raise PenaltyInputError(f"mels have {mels.shape[-1]} bins, the vocoder takes {bins}: "
+                                    f"[batch, frames, {bins}]")
         b, n = mels.shape[:2]
         if mel_lengths is not None:
             mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
@@ -341,15 +343,14 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
 
     finder = finder or SiteFinder()
     cache = Path(cache) if cache is not None else None
-    known: dict[str, list[dict]] = {}
+    known: dict[str, list[TimedSite]] = {}
     if cache is not None and cache.exists():
         unreadable = 0
         for line in cache.read_bytes().decode("utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
                 if row.get("version") == SITE_CACHE_VERSION:
-                    [TimedSite(**d) for d in row["sites"]]  # noqa: B018 - a placement that cannot be rebuilt is unreadable
-                    known[str(row["key"])] = row["sites"]
+                    known[str(row["key"])] = [TimedSite(**d) for d in row["sites"]]
             except (ValueError, TypeError, KeyError, AttributeError):
                 unreadable += 1
         if unreadable:  # a cache can be rebuilt: say so and place those items again
@@ -363,15 +364,16 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
         h.update(f"|{text}|{recognizer.name}".encode())
         key = h.hexdigest()
         if key not in known:
-            known[key] = [vars(s) for s in place_sites(wave, text, recognizer, finder)]
+            known[key] = list(place_sites(wave, text, recognizer, finder))
             added += 1
-        out.append([TimedSite(**d) for d in known[key]])
+        out.append(list(known[key]))
     if cache is not None and added:
         from leakloss.atomic import write_text_atomic
 
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(cache, "".join(json.dumps({"version": SITE_CACHE_VERSION, "key": k, "sites": v},
-                                                    ensure_ascii=False) + "\n" for k, v in known.items()))
+        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v]}
+                for k, v in known.items())
+        write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return out
 
 

@@ -163,9 +163,10 @@ def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_len
     path_lengths = path_lengths.to(device=device, dtype=torch.long)
     out_of_range = torch.stack([((frame_lengths < 0) | (frame_lengths > t)).any(),
                                 ((path_lengths < 0) | (path_lengths > s)).any()]).tolist()  # one host sync
-    for name, bad, top in (("frame_lengths", out_of_range[0], t), ("path_lengths", out_of_range[1], s)):
+    checks = zip(out_of_range, ("frame_lengths", "path_lengths"), (frame_lengths, path_lengths), (t, s))
+    for bad, name, lengths, top in checks:
         if bad:
-            raise ValueError(f"{name} must lie in [0, {top}], got {(frame_lengths if name[0] == 'f' else path_lengths).tolist()}")
+            raise ValueError(f"{name} must lie in [0, {top}], got {lengths.tolist()}")
     dtype = _compute_dtype(log_probs)
 
     valid_frame = torch.arange(t, device=device) < frame_lengths[:, None]  # [b, t]
