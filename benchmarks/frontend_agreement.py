@@ -10,8 +10,9 @@ reported separately.
 
 Split (:func:`leakloss.text.train_retention.split_of`): words whose ``sha1(word).hexdigest()`` ends in
 0, 1 or 2 (~19%) are held out: set aside before the rules were written, never studied, and never seen by
-the model's training or calibration; 3-4 (~12.5%) calibrated the confidence thresholds; the rest trained
-the model. All three are printed, labelled. espeak-ng's own ``ne`` voice is scored the same way.
+the model's training or calibration; the rest (3-4, ``calibration``, and 5-f, ``train``) fitted the model,
+whose thresholds were chosen on out-of-fold predictions of those words. All three are printed, labelled.
+espeak-ng's own ``ne`` voice is scored the same way.
 
 The lexicon's own consistency is printed as a ceiling (:func:`stem_consistency`: a stem said differently
 alone and with a case marker, e.g. जनता / जनतालाई).
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {}
     for name, rows, extra in (
         ("train (model fitted; rules written on it)", parts["train"], {}),
-        ("calibration (thresholds chosen; rules written on it)", parts["calibration"], {}),
+        ("calibration (model fitted; rules written on it)", parts["calibration"], {}),
         ("held-out", parts["test"], {"hindi": hindi, "rules": rules}),
     ):
         r = score(rows, fe, espeak, **extra)

@@ -5,9 +5,10 @@ not say more, or because the lexicon is small? The shipped trees (:func:`leaklos
 the training script's settings) are refitted on nested subsets of the training words -- 1/8, 1/4, 1/2 and all
 of them; a word is in the subset of fraction f when ``int(sha1(word)[-5:-3], 16) / 256 < f``, digits that
 neither the split (last digit) nor the memory folds (second-last) use. Each fit is calibrated on the
-calibration words (``high`` threshold for the same 99.6% target as the shipped model) and scored on the
-held-out test words, as the shipped model is; the full-data fit *is* the shipped model, so its figures
-are the model card's held-out ones (and ``benchmarks/frontend_agreement.py``'s).
+calibration words (``high`` threshold for 99.6% there: 4.2k words need a margin above the 99.5% goal) and
+scored on the held-out test words. One more point lies beyond the line's range: the fit on the training
+*and* calibration words, i.e. the shipped model's data (``agreement_fit_words``; its ``high`` threshold
+comes from out-of-fold predictions, see :mod:`leakloss.text.train_retention`, and is not recomputed here).
 
 A straight line of agreement against log2(training words), fitted by least squares to the four points,
 gives the gain per doubling and the number of training words at which it would reach 97%, set against the
@@ -17,7 +18,7 @@ align, the unit ``train_words`` counts too). An extrapolation: the line only des
     python benchmarks/frontend_learning_curve.py [--lexicon PATH]
 
 Last line: ``agreement_1_8=... agreement_1_4=... agreement_1_2=... agreement_full=... high_coverage_full=...
-gain_per_doubling=... words_for_097=... train_words=... lexicon_words=...``.
+gain_per_doubling=... words_for_097=... train_words=... lexicon_words=... agreement_fit_words=... fit_words=...``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout's leakloss
 from leakloss.text.normalize import TextError
 from leakloss.text.train_retention import (
-    DEFAULT_LEXICON, HIGH_TARGET, agrees, fit_trees, labelled_plans, load_rows, pick_threshold, predict_words,
+    DEFAULT_LEXICON, agrees, fit_trees, labelled_plans, load_rows, pick_threshold, predict_words,
     split_of,
 )
 
 FRACTIONS: tuple[tuple[str, float], ...] = (("1_8", 1 / 8), ("1_4", 1 / 4), ("1_2", 1 / 2), ("full", 1.0))
 GOAL = 0.97
+CALIBRATION_WORDS_TARGET = 0.996  # `high` agreement on the calibration words for each fit
 
 
 def subset_key(word: str) -> float:
@@ -74,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         train = [t for t in train_all if subset_key(t[0]) < frac]
         model = fit_trees(train).model
         cal = predict_words(model, cal_words)
-        threshold, _, _ = pick_threshold([p for _, p, _ in cal], agrees(parts["calibration"], cal), HIGH_TARGET)
+        threshold, _, _ = pick_threshold([p for _, p, _ in cal], agrees(parts["calibration"], cal),
+                                      CALIBRATION_WORDS_TARGET)
         test = predict_words(model, test_words)
         ok = np.asarray(agrees(parts["test"], test))
         high = np.asarray([p >= threshold for _, p, _ in test])
@@ -92,10 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"agreement = {intercept:.4f} + {slope:.4f} * log2(training words); {GOAL:.0%} at ~{words_for_goal:,.0f} "
           f"training words, {words_for_goal / sizes[-1]:.1f}x the {sizes[-1]:,} used and "
           f"{words_for_goal / lexicon_words:.1f}x what the whole dev lexicon holds ({lexicon_words:,} such words in all splits)")
+    t1 = time.time()
+    fit_words = labelled_plans(parts["train"] + parts["calibration"])
+    beyond = float(np.mean(agrees(parts["test"], predict_words(fit_trees(fit_words).model, test_words))))
+    print(f"  fit on training + calibration words (the shipped model's data): {len(fit_words)} words -> held-out "
+          f"agreement {beyond:.4f}, the line says {intercept + slope * math.log2(len(fit_words)):.4f} "
+          f"({time.time() - t1:.0f}s)")
     print(f"time {time.time() - t0:.1f}s")
     print(" ".join([f"agreement_{n}={out[f'agreement_{n}']:.4f}" for n, _ in FRACTIONS]
                    + [f"high_coverage_full={out['high_coverage_full']:.3f}", f"gain_per_doubling={slope:.4f}",
-                      f"words_for_097={words_for_goal:.0f}", f"train_words={sizes[-1]}", f"lexicon_words={lexicon_words}"]))
+                      f"words_for_097={words_for_goal:.0f}", f"train_words={sizes[-1]}", f"lexicon_words={lexicon_words}",
+                      f"agreement_fit_words={beyond:.4f}", f"fit_words={len(fit_words)}"]))
     return 0
 
 

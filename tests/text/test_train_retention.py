@@ -3,7 +3,8 @@ import pytest
 
 from leakloss.text.retention import CONTEXTS, ContextMemory, plan_phones, plan_word, slot_features
 from leakloss.text.train_retention import (
-    MEMORY_FOLDS, agrees, build_matrix, fit_trees, labelled_plans, memory_fold, split_of, stem_consistency,
+    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_trees, labelled_plans, memory_fold,
+    out_of_fold_predictions, predict_words, split_of, stem_consistency,
 )
 
 WORDS = ["कमल", "कमलको", "सडक", "सडकमा", "नेकपा", "बजार", "बजारमा", "उपचार", "घरहरू", "रामप्रसाद", "गर्छ", "सुन्दरता"]
@@ -21,6 +22,7 @@ def _rows():
 def test_split_and_folds_are_fixed_by_the_spelling():
     assert {split_of(w) for w in WORDS} <= {"train", "calibration", "test"}
     assert split_of("कमल") == split_of("कमल") and 0 <= memory_fold("कमल") < MEMORY_FOLDS
+    assert 0 <= calibration_fold("कमल") < CALIBRATION_FOLDS
 
 
 def test_training_rows_never_remember_their_own_word():
@@ -71,3 +73,21 @@ def test_agrees_compares_kept_vowels_and_never_credits_an_unaligned_entry():
     pred = (plan_phones(plan, kept), 0.9, kept)
     assert agrees([("कमल", (True, True, False)), ("कमल", (True, False, False)), ("कमल", None)], [pred] * 3) == [
         True, False, False]
+
+
+def test_out_of_fold_predictions_come_from_trees_that_never_saw_the_word():
+    pytest.importorskip("sklearn")
+    rows = _rows()
+    kw = dict(max_iter=5, min_samples_leaf=1, memory_min_count=1)
+    preds = out_of_fold_predictions(rows, **kw)
+    assert len(preds) == len(rows)
+    folds = {calibration_fold(w) for w, _ in rows}
+    assert len(folds) > 1
+    for k in folds:
+        model = fit_trees(labelled_plans([r for r in rows if calibration_fold(r[0]) != k]), **kw).model
+        held = [i for i, (w, _) in enumerate(rows) if calibration_fold(w) == k]
+        expected = predict_words(model, [rows[i][0] for i in held])
+        assert [preds[i] for i in held] == expected
+    # the full fit (which has seen every word) predicts differently somewhere: the folds are really held out
+    full = predict_words(fit_trees(labelled_plans(rows), **kw).model, [w for w, _ in rows])
+    assert [p for _, p, _ in full] != [p for _, p, _ in preds]
