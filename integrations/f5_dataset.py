@@ -3,7 +3,8 @@ penalty: site placement over the whole folder as a Lightning ``predict`` loop, a
 training dataset whose texts carry their site key.
 
 Cache format: the one of :func:`leakloss.penalty.place_dataset_sites` (``SITE_CACHE_VERSION``; one JSON line
-per item, ``key`` = sha256 of the 16 kHz float32 wave bytes + ``|text|recognizer id``), extended with
+per item, ``key`` = :func:`leakloss.penalty.site_key`: the 16 kHz wave, the text and :func:`leakloss.penalty.placement_id`
+-- recognizer id and site-finder fingerprint), extended with
 ``audio_path``, ``text`` and ``recognizer`` fields. A file written here is read by ``place_dataset_sites`` as is
 (same keys, same ``sites``), and this module reads that function's files too (rows without ``audio_path``).
 
@@ -12,7 +13,6 @@ Shapes: t samples (16 kHz unless said), d mel bins, n mel frames.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import unicodedata
@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
 from leakloss.constants import SAMPLE_RATE
-from leakloss.penalty import SITE_CACHE_VERSION
+from leakloss.penalty import SITE_CACHE_VERSION, placement_id, site_key
 from leakloss.timing import TimedSite
 
 SITES_FILE = "leak_sites.jsonl"
@@ -144,11 +144,6 @@ def to_16k(wave: torch.Tensor, rate: int) -> torch.Tensor:
     return wave if rate == SAMPLE_RATE else AF.resample(wave, rate, SAMPLE_RATE)
 
 
-def site_key(wave16: torch.Tensor, text: str, recognizer_id: str) -> str:
-    """The cache key of :func:`leakloss.penalty.place_dataset_sites`: sha256(wave bytes + ``|text|recognizer``)."""
-    h = hashlib.sha256(wave16.detach().float().cpu().numpy().tobytes())
-    h.update(f"|{text}|{recognizer_id}".encode())
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -251,8 +246,8 @@ def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, reco
 class _PlacementItems(Dataset):
     """Items of a prepared folder in duration order (little padding per batch); known keys skip the wave."""
 
-    def __init__(self, prepared: Prepared, recognizer_id: str, known: set[str]) -> None:
-        self.prepared, self.recognizer_id, self.known = prepared, recognizer_id, known
+    def __init__(self, prepared: Prepared, placement: str, known: set[str]) -> None:
+        self.prepared, self.placement, self.known = prepared, placement, known
         self.order = sorted(range(len(prepared)), key=lambda i: prepared.durations[i])
 
     def __len__(self) -> int:
@@ -263,7 +258,7 @@ class _PlacementItems(Dataset):
         path, text = self.prepared.audio_path(index), self.prepared.text(index)
         wave, rate = load_audio(path)
         wave16 = to_16k(wave, rate)
-        key = site_key(wave16, text, self.recognizer_id)
+        key = site_key(wave16, text, self.placement)
         todo = key not in self.known
         return {"index": index, "audio_path": path, "text": text, "key": key, "wave": wave16 if todo else None}
 
@@ -389,15 +384,19 @@ def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size:
                          cache_path: str | os.PathLike | None = None) -> PlacementSummary:
     """Place the contrast sites of every item of an F5-prepared folder on its audio, into ``data_dir/leak_sites.jsonl``.
 
-    Resumable: items whose key (audio + text + recognizer id) is already in the cache or in a ``.part`` file
+    Resumable: items whose key (audio + text + recognizer id + finder fingerprint) is already in the cache or in a ``.part`` file
     of an interrupted run are not aligned again. ``trainer`` sets devices/strategy (e.g.
     ``L.Trainer(accelerator="gpu", devices=8, strategy="ddp")``: each rank writes its part, rank 0 merges);
     default: one CPU process.
     """
     prepared = open_prepared(data_dir)
     cache_path = Path(cache_path) if cache_path is not None else prepared.dir / SITES_FILE
+    from leakloss.text.sites import SiteFinder
+
+    finder = finder or SiteFinder()
+    placement = placement_id(recognizer, finder)
     known = _known_keys(cache_path)
-    items = _PlacementItems(prepared, recognizer.name, known)
+    items = _PlacementItems(prepared, placement, known)
     loader = DataLoader(items, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         collate_fn=_collate_placement)
     writer = _JsonlPartWriter(cache_path)
@@ -409,17 +408,17 @@ def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size:
     if trainer.is_global_zero:
         merge_parts(cache_path)
     trainer.strategy.barrier()
-    return summarize(prepared, cache_path, recognizer.name, placed=writer.written)
+    return summarize(prepared, cache_path, placement, placed=writer.written)
 
 
-def summarize(prepared: Prepared, cache_path: Path, recognizer_id: str, placed: int = 0) -> PlacementSummary:
+def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int = 0) -> PlacementSummary:
     """Count what the cache holds for the folder's items (keys recomputed from the audio: stale rows do not count)."""
     cache = SiteCache(cache_path)
     with_sites = sites = found = 0
     per_kind: dict[str, int] = {}
     for i in range(len(prepared)):
         wave, rate = load_audio(prepared.audio_path(i))
-        key = site_key(to_16k(wave, rate), prepared.text(i), recognizer_id)
+        key = site_key(to_16k(wave, rate), prepared.text(i), placement)
         if key not in cache:
             continue
         found += 1
@@ -443,10 +442,10 @@ class PreparedF5Dataset(Dataset):
     recomputed from the audio, so an edited clip simply has no sites (never someone else's).
     """
 
-    def __init__(self, prepared: Prepared, recognizer_id: str, mel_spec_kwargs: Mapping[str, Any]) -> None:
+    def __init__(self, prepared: Prepared, placement: str, mel_spec_kwargs: Mapping[str, Any]) -> None:
         from f5_tts.model.modules import MelSpec
 
-        self.prepared, self.recognizer_id = prepared, recognizer_id
+        self.prepared, self.placement = prepared, placement
         self.mel_spec = MelSpec(**mel_spec_kwargs)
         self.rate, self.hop = self.mel_spec.target_sample_rate, self.mel_spec.hop_length
 
@@ -463,7 +462,7 @@ class PreparedF5Dataset(Dataset):
             index = (index + 1) % len(self.prepared)
         wave, rate = load_audio(self.prepared.audio_path(index))
         text = self.prepared.text(index)
-        key = site_key(to_16k(wave, rate), text, self.recognizer_id)
+        key = site_key(to_16k(wave, rate), text, self.placement)
         wave24 = wave if rate == self.rate else AF.resample(wave, rate, self.rate)
         with torch.no_grad():
             mel = self.mel_spec(wave24[None])[0]  # [d, n]

@@ -134,7 +134,8 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
     from integrations.f5_dataset import (
         SITES_FILE, PreparedDatasetError, check_texts, open_prepared, place_prepared_sites, summarize)
-    from leakloss.penalty import LeakPenalty
+    from leakloss.penalty import LeakPenalty, placement_id
+    from leakloss.text.sites import SiteFinder
 
     if cfg.steps < 1:
         raise FinetuneError(f"steps must be >= 1, got {cfg.steps}")
@@ -159,6 +160,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
     cache_path = prepared.dir / SITES_FILE
+    placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
     if _is_main_process():  # one rank places (its own Lightning trainer may use several devices)
         with _single_process_env():
             summary = place_prepared_sites(prepared.dir, penalty.recognizer,
@@ -168,14 +170,14 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         summary = None
     _barrier()
     if summary is None:
-        summary = summarize(prepared, cache_path, penalty.recognizer.name)
+        summary = summarize(prepared, cache_path, placement)
     if summary.sites == 0:
         raise FinetuneError(
             f"{cfg.data.dir}: no testable contrast site in any of its {summary.items} texts (or none could be "
             "aligned on its audio): the leak penalty would never act. Check the texts are Nepali and the audio "
             "matches them")
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty,
-                summary=summary, cache_path=cache_path)
+                summary=summary, cache_path=cache_path, placement=placement)
 
 
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
@@ -242,7 +244,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: "
                             f"{len(report.missing)} missing, {len(report.mismatched)} shape-mismatched weights "
                             f"(e.g. {(report.missing + report.mismatched)[:3]})")
-    dataset = PreparedF5Dataset(prepared, penalty.recognizer.name, MEL_SPEC_KWARGS)
+    dataset = PreparedF5Dataset(prepared, plan["placement"], MEL_SPEC_KWARGS)
     probe = None
     texts = _probe_texts(cfg, prepared)
     if texts and cfg.probe.every > 0:

@@ -14,3 +14,5 @@ MEL_SAMPLE_RATE = 24_000
 MEL_HOP = 256
 MEL_N_FFT = 1024
 MEL_BINS = 100
+#: Magnitude floor of the log mels (``log(clamp(x, MEL_FLOOR))``); ``log(MEL_FLOOR)`` is a silent frame.
+MEL_FLOOR = 1e-5

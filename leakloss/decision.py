@@ -56,6 +56,21 @@ def gates_pass(features: Tensor) -> Tensor:
         hindi_realised(features)
 
 
+def check_thresholds(flag: float, no_change: float | None = None) -> None:
+    """``ValueError`` unless ``flag`` (and ``no_change``) are finite numbers in [0, 1] with ``no_change <= flag``:
+    a NaN or a flag threshold above 1 would silently flag nothing."""
+    import math
+
+    for name, value in (("flag threshold", flag), ("no-change threshold", no_change)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0.0 <= value <= 1.0:
+            raise ValueError(f"the {name} must be a probability in [0, 1], got {value!r}")
+    if no_change is not None and no_change > flag:
+        raise ValueError(f"the no-change threshold ({no_change}) must not exceed the flag threshold ({flag})")
+
+
 def site_decision(score: float, gates: bool, *, flag: float, no_change: float) -> SiteDecision:
     """One reference's decision at one site; ``flag``/``no_change`` are the head card's thresholds."""
     if score >= flag:

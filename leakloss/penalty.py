@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from leakloss.constants import MEL_FLOOR
 from leakloss.functional.crop import conv_receptive_field, length_groups
 from leakloss.functional.leak import (
     leak_penalty_from_logits,
@@ -47,6 +48,11 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: RMS (of the mean-removed valid samples) below which an item's penalty gradient is scaled down by
 #: ``rms / QUIET_RMS``: -40 dBFS, quieter than usable speech (espeak reads at ~0.1, studio speech at 0.03-0.1).
 QUIET_RMS = 0.01
+
+#: Silent mel frames appended past every item before vocoding (and written over its padding): more than the
+#: released 24 kHz Vocos reaches (embedding conv and 8 ConvNeXt blocks, kernel 7: 27 frames, plus the
+#: ISTFT's 4-frame window), so an item's samples do not depend on the batch it is vocoded in.
+VOCODER_TAIL_FRAMES = 32
 
 
 class PenaltyInputError(ValueError):
@@ -91,6 +97,9 @@ class LeakPenalty(nn.Module):
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
                  conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
                  flag_threshold: float = FLAG_THRESHOLD) -> None:
+        from leakloss.decision import check_thresholds
+
+        check_thresholds(flag_threshold)
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
@@ -169,6 +178,10 @@ class LeakPenalty(nn.Module):
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
                 wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, LeakParts]:
         bad = None
+        if mels is not None and (waves is not None or wave_lengths is not None):
+            raise PenaltyInputError("give waves (with wave_lengths) or mels (with mel_lengths), not both")
+        if mel_lengths is not None and mels is None:
+            raise PenaltyInputError("mel_lengths goes with mels; waves take wave_lengths")
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
         if waves is None:
@@ -228,18 +241,23 @@ class LeakPenalty(nn.Module):
         if weight is not None and mels.dtype != weight.dtype:  # fp16/bf16/fp64 mels into an fp32 vocoder
             mels = mels.to(weight.dtype)
         mels, bad = mask_nonfinite_items(mels, mel_lengths)  # before the vocoder: its backward would see NaN
-        if n == 0:  # the vocoder needs one frame; zero valid frames -> zero valid samples
-            mels = torch.nn.functional.pad(mels, (0, 0, 0, 1))
+        if mel_lengths is None:
+            mel_lengths = torch.full((b,), n, dtype=torch.long, device=mels.device)
+        # The vocoder's receptive field reaches past an item's end: there it must hear the same silent frames
+        # whatever the batch pads with (zeros, log-silence, a model's x1_hat), and none of them gets gradient.
+        # VOCODER_TAIL_FRAMES more of them make an item alone vocode as it does in any batch.
+        mels = torch.nn.functional.pad(mels, (0, 0, 0, VOCODER_TAIL_FRAMES))
+        valid = torch.arange(mels.shape[1], device=mels.device)[None, :] < mel_lengths[:, None]
+        mels = torch.where(valid[..., None], mels, torch.full((), math.log(MEL_FLOOR), dtype=mels.dtype,
+                                                              device=mels.device))
         waves = self.mel_to_wave(mels)
         blown = ~torch.isfinite(waves).all(-1) & ~bad  # finite but huge mels can overflow inside the vocoder
         if bool(blown.any()):  # vocode again without them, so that no graph we keep holds a non-finite value
             mels = torch.where(blown[:, None, None], torch.zeros((), dtype=mels.dtype, device=mels.device), mels)
             waves, bad = self.mel_to_wave(mels), bad | blown
-        wave_lengths = None
-        if mel_lengths is not None:
-            wave_lengths = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=waves.device).clamp(
-                max=waves.shape[-1])
-        return waves, wave_lengths, bad
+        wave_lengths = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=waves.device).clamp(
+            max=waves.shape[-1])
+        return waves[:, : int(wave_lengths.max()) if b else 0], wave_lengths, bad
 
     @staticmethod
     def _parts(loss, probs, active, index, logits) -> LeakParts:
@@ -260,6 +278,8 @@ def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.dev
     lengths = torch.as_tensor(lengths)
     if lengths.shape != (b,):
         raise PenaltyInputError(f"{name} must have one length per item: shape {tuple(lengths.shape)} for {b} items")
+    if lengths.dtype == torch.bool or lengths.is_complex():  # True would read as a length of 1
+        raise PenaltyInputError(f"{name} must be numbers of samples/frames, got dtype {lengths.dtype}")
     if lengths.is_floating_point() and not bool((lengths == lengths.round()).all()):
         raise PenaltyInputError(f"{name} must be whole numbers, got {lengths.tolist()}")
     if bool((lengths < 0).any()) or bool((lengths > t).any()):
@@ -324,7 +344,22 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
     return locate_sites(wave, text, recognizer, finder).sites
 
 
-SITE_CACHE_VERSION = 1
+SITE_CACHE_VERSION = 2  # 2: keys include the finder's fingerprint
+
+
+def placement_id(recognizer, finder) -> str:
+    """What decides where an item's sites are: the recognizer's id and the site finder's fingerprint
+    (:attr:`leakloss.text.sites.SiteFinder.fingerprint`; a finder without one is known by its class)."""
+    return f"{recognizer.name}|{getattr(finder, 'fingerprint', type(finder).__qualname__)}"
+
+
+def site_key(wave16: Tensor, text: str, placement: str) -> str:
+    """Site-cache key of one item: sha256 of the 16 kHz float32 wave bytes + ``|text|`` + :func:`placement_id`."""
+    import hashlib
+
+    h = hashlib.sha256(wave16.detach().float().cpu().numpy().tobytes())
+    h.update(f"|{text}|{placement}".encode())
+    return h.hexdigest()
 
 
 def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: str | Path | None = None,
@@ -332,11 +367,11 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     """Sites of every ``(wave16k [t], text)`` training item placed on its ground-truth audio, once.
 
     With ``cache`` (e.g. ``DATASET_DIR/leak_sites.jsonl``) the placements are stored next to the dataset,
-    one JSON line per item keyed by a hash of (audio, text, recognizer id), and reused: a training run
+    one JSON line per item keyed by :func:`site_key` (a hash of the audio, the text and :func:`placement_id`:
+    another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
     aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
     contribute zero to the penalty). The file is rewritten atomically when anything new was placed.
     """
-    import hashlib
     import json
 
     from leakloss.text.sites import SiteFinder
@@ -359,10 +394,9 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
             warnings.warn(f"{cache}: {unreadable} unreadable line(s) ignored; their items are placed again",
                           stacklevel=2)
     out, added = [], 0
+    placement = placement_id(recognizer, finder)
     for wave, text in items:
-        h = hashlib.sha256(wave.detach().float().cpu().numpy().tobytes())
-        h.update(f"|{text}|{recognizer.name}".encode())
-        key = h.hexdigest()
+        key = site_key(wave, text, placement)
         if key not in known:
             known[key] = list(place_sites(wave, text, recognizer, finder))
             added += 1
@@ -393,13 +427,30 @@ class RewardResult:
     reason: str = ""
 
 
+def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Tensor]:
+    """The readings of a list of ``[t]`` waves, or of a ``[b, t]`` batch cut to ``wave_lengths [b]``."""
+    if isinstance(waveforms, Tensor) and waveforms.dim() == 2:
+        if wave_lengths is not None:
+            lengths = _check_lengths(wave_lengths, waveforms.shape[0], waveforms.shape[1], "wave_lengths",
+                                     waveforms.device)
+            return [w[: int(n)] for w, n in zip(waveforms, lengths)]
+        if waveforms.shape[0] > 1:  # its zero padding would be scored as part of each shorter reading
+            raise PenaltyInputError(f"a padded batch {tuple(waveforms.shape)} needs wave_lengths [b] (or pass a "
+                                    "list of [samples] waves): padding would be scored as trailing silence")
+    elif wave_lengths is not None:
+        raise PenaltyInputError("wave_lengths goes with a padded [b, samples] batch; a list of waves has its own lengths")
+    return waveforms
+
+
 @torch.no_grad()
 def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
-                        recognizer=None, max_per: float | None = None, finder=None) -> list[RewardResult]:
+                        recognizer=None, max_per: float | None = None, finder=None,
+                        wave_lengths: Sequence[int] | Tensor | None = None) -> list[RewardResult]:
     """The reward of each ``(wave [t] 16 kHz, text)`` pair, with its status; see :func:`leak_reward`."""
     from leakloss.scorer import QUERY_MAX_PER
     from leakloss.text.sites import SiteFinder
 
+    waveforms = _readings(waveforms, wave_lengths)
     if len(waveforms) != len(texts):
         raise ValueError(f"leak_reward needs one text per reading: {len(waveforms)} readings, {len(texts)} texts")
     penalty = penalty or LeakPenalty.load()
@@ -441,9 +492,12 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
 
 
 def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
-                recognizer=None, max_per: float | None = None) -> Tensor:
+                recognizer=None, max_per: float | None = None,
+                wave_lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """``[b]`` reward in [0, 1] for GRPO/best-of-N: ``1 - mean leak probability`` over the testable sites of
     each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else ``ValueError``).
+    ``waveforms``: a list of ``[t]`` waves, or a padded ``[b, t]`` batch with ``wave_lengths [b]`` (required
+    when ``b > 1``: the padding is not part of a reading).
 
     The rule, so that an RL loop cannot profit from a reading it cannot be judged on:
 
@@ -457,7 +511,7 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
 
     :func:`leak_reward_details` gives each reading's status, phone error rate and reason.
     """
-    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per)
+    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per, wave_lengths=wave_lengths)
     ref = waveforms[0] if len(waveforms) else torch.zeros(())
     return torch.tensor([r.reward for r in results], dtype=torch.float32, device=ref.device)
 

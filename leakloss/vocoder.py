@@ -15,14 +15,14 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import MEL_BINS, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 
 EMBEDDED_VOCODER = Path(__file__).resolve().parent / "assets" / "vocoder" / "tiny"
 
 
 def log_mel(wave: torch.Tensor) -> torch.Tensor:
     """``[b, t]`` 24 kHz wave -> ``[b, n, 100]`` vocos-style log mel (n_fft 1024, hop 256, centred, power 1,
-    ``log(clamp(x, 1e-5))``), the mels F5-TTS and the released Vocos use. fp32 inside."""
+    ``log(clamp(x, MEL_FLOOR))``), the mels F5-TTS and the released Vocos use. fp32 inside."""
     import torchaudio
 
     spec = torchaudio.functional.spectrogram(
@@ -31,7 +31,7 @@ def log_mel(wave: torch.Tensor) -> torch.Tensor:
     fb = torchaudio.functional.melscale_fbanks(MEL_N_FFT // 2 + 1, 0.0, MEL_SAMPLE_RATE / 2, MEL_BINS, MEL_SAMPLE_RATE,
                                                norm=None, mel_scale="htk").to(spec.device)
     mel = torch.matmul(spec.transpose(-1, -2), fb)  # [b, n, 100]
-    return mel.clamp(min=1e-5).log()
+    return mel.clamp(min=MEL_FLOOR).log()
 
 
 def mel_lengths_to_samples(

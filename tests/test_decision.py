@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from leakloss.acoustic.features import FEATURE_NAMES
@@ -54,3 +55,13 @@ def test_batch_decisions_mark_unqualified_references_unscored():
     feats = torch.stack([good, bad_ref])
     out = batch_decisions(torch.tensor([0.9, 0.9]), feats, feats, **T)
     assert out == ["flagged", "unscored"]
+
+
+@pytest.mark.parametrize("flag, no_change", [(float("nan"), 0.1), (2.0, 0.1), (0.5, -0.1), (0.1, 0.9), (True, 0.1)])
+def test_thresholds_that_could_never_flag_are_refused(flag, no_change):
+    from leakloss.decision import check_thresholds
+
+    with pytest.raises(ValueError, match="threshold"):
+        check_thresholds(flag, no_change)
+    check_thresholds(0.5, 0.2)  # a usable pair
+    check_thresholds(0.5)

@@ -182,11 +182,12 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
 
     calls = []
 
-    def fake_place(wave, text, recognizer, finder=None):
+    def fake_locate(wave, text, recognizer, finder=None, words=None):
         calls.append(text)
-        return [] if text == "x" else [TimedSite(0.1, 0.2, "deletion", "ʌ->∅", text)]
+        sites = [] if text == "x" else [TimedSite(0.1, 0.2, "deletion", "ʌ->∅", text)]
+        return penalty_module.SitePlacement(sites, "placed" if sites else "no_testable_site")
 
-    monkeypatch.setattr(penalty_module, "place_sites", fake_place)
+    monkeypatch.setattr(penalty_module, "locate_sites", fake_locate)
     rec = type("Rec", (), {"name": "a@test"})()
     a, b = torch.zeros(1600), torch.ones(1600) * 0.1
     cache = tmp_path / "data" / "leak_sites.jsonl"
@@ -198,6 +199,14 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
     other = type("Rec", (), {"name": "a@other"})()  # another recognizer: placed again
     place_dataset_sites([(a, "घर")], other, cache)
     assert calls == ["घर", "x", "घर"]
+    # another finder (frontend, lexicon, confidence floor) that finds other sites in the text: placed again
+    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.sites import SiteFinder
+
+    place_dataset_sites([(a, "घर")], rec, cache, finder=SiteFinder(min_confidence="low"))
+    place_dataset_sites([(a, "घर")], rec, cache, finder=SiteFinder(min_confidence="low"))
+    place_dataset_sites([(a, "घर")], rec, cache, finder=SiteFinder(NepaliFrontend(retention=None)))
+    assert calls == ["घर", "x", "घर", "घर", "घर"]
     # a damaged cache is a cache: its unreadable lines are said and their items placed again, the rest reused
     lines = cache.read_text(encoding="utf-8").splitlines()
     cache.write_text("\n".join(["{not json", "[1, 2]", '{"version": 0}'] + lines[:1] + ['{"version": %s, "key": "k"}'
@@ -315,6 +324,46 @@ def test_bad_shapes_and_lengths_are_typed_errors(penalty):
         penalty(waves=torch.randn(1, 800), wave_lengths=torch.tensor([700.5]), sites=[[]])
     loss, _ = penalty(waves=torch.randn(1, 800), wave_lengths=torch.tensor([700.0]), sites=[[]])  # whole floats are fine
     assert float(loss) == 0.0
+    with pytest.raises(PenaltyInputError, match="dtype torch.bool"):  # True is not a length of 1
+        penalty(waves=torch.randn(2, 800), wave_lengths=torch.tensor([True, True]), sites=[[], []])
+    with pytest.raises(PenaltyInputError, match="not both"):
+        penalty(waves=torch.randn(1, 800), mels=torch.randn(1, 5, 100), sites=[[]])
+    with pytest.raises(PenaltyInputError, match="mel_lengths goes with mels"):
+        penalty(waves=torch.randn(1, 800), mel_lengths=torch.tensor([5]), sites=[[]])
+    with pytest.raises(ValueError, match="probability in"):
+        LeakPenalty(penalty.recognizer, penalty.head, flag_threshold=float("nan"))
+
+
+def test_loud_finite_input_gives_a_finite_loss_and_gradient(penalty):
+    """Near the float32 maximum the squares of the quiet-gradient RMS overflowed: NaN, only with grad on."""
+    torch.manual_seed(5)
+    w = torch.randn(16000)
+    for peak in (1e20, 3e38):
+        loud = (w / w.abs().max() * peak)[None]
+        loss, grad, _ = _grad_and_loss(penalty, loud, [SITES])
+        plain, _ = penalty(waves=loud, sites=[SITES])
+        assert torch.isfinite(loss) and bool(torch.isfinite(grad).all())
+        assert float(loss) == pytest.approx(float(plain), rel=1e-5)
+    for offset in (1e20, 1e30, 3e38):  # a constant (or speech lost under a huge DC offset): eps / m^2 underflowed
+        loss, grad, parts = _grad_and_loss(penalty, torch.full((1, 16000), offset), [SITES])
+        assert torch.isfinite(loss) and bool(torch.isfinite(grad).all()) and int(parts.quiet_items) == 1
+
+
+def test_mel_padding_content_does_not_change_an_item(penalty):
+    """The vocoder reaches past an item's end: what a batch pads with (zeros, loud frames, a model's x1_hat)
+    must not reach the item's samples, and its padding gets no gradient."""
+    torch.manual_seed(6)
+    n = 64
+    mel = torch.randn(1, n, 100) - 4
+    end = [TimedSite(n * 256 / 24000 - 0.12, n * 256 / 24000 - 0.02, "deletion", "ʌ->∅")]
+    _, alone = penalty(mels=mel, sites=[end])
+    for fill in (0.0, -11.5, 5.0):
+        batch = torch.cat([torch.cat([mel, torch.full((1, 20, 100), fill)], 1), torch.randn(1, n + 20, 100) - 4])
+        batch.requires_grad_(True)
+        loss, parts = penalty(mels=batch, mel_lengths=torch.tensor([n, n + 20]), sites=[end, SITES])
+        loss.backward()
+        assert parts.site_probs[0].item() == pytest.approx(alone.site_probs[0].item(), abs=1e-5), fill
+        assert float(batch.grad[0, n:].abs().max()) == 0.0
 
 
 def _grad_norm(penalty, wave, sites):
@@ -348,6 +397,20 @@ def test_reward_needs_one_text_per_reading(penalty):
         leak_reward([w, w], ["घर"], penalty)
     with pytest.raises(ValueError, match="one text per reading"):
         leak_reward([w], ["घर", "घर"], penalty)
+
+
+def test_reward_of_a_padded_batch_needs_its_lengths(penalty):
+    """Zero padding scored as part of a reading moved a site and its reward: a [b, t] batch takes wave_lengths."""
+    from leakloss.penalty import PenaltyInputError, leak_reward_details
+
+    a, b = torch.randn(16000) * 0.1, torch.randn(8000) * 0.1
+    padded = torch.stack([a, torch.nn.functional.pad(b, (0, 8000))])
+    with pytest.raises(PenaltyInputError, match="needs wave_lengths"):
+        leak_reward_details(padded, ["घर", "घर"], penalty)
+    with pytest.raises(PenaltyInputError, match="wave_lengths goes with a padded"):
+        leak_reward_details([a, b], ["घर", "घर"], penalty, wave_lengths=[16000, 8000])
+    cut = leak_reward_details(padded, ["घर", "घर"], penalty, wave_lengths=torch.tensor([16000, 8000]))
+    assert cut == leak_reward_details([a, b], ["घर", "घर"], penalty)
 
 
 # --- with the embedded recognizer, head and espeak speech -----------------------------------------------------------

@@ -87,7 +87,10 @@ def mask_nonfinite_items(x: Tensor, lengths: Tensor | None = None) -> tuple[Tens
 
 
 def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
-    """``[b, t]`` -> ``[b]`` root mean square of the mean-removed valid samples (fp32/fp64, detached)."""
+    """``[b, t]`` -> ``[b]`` root mean square of the mean-removed valid samples (fp32/fp64, detached).
+
+    Taken on each item divided by ``max(1, peak)``, as in :func:`rms_normalize`, so that loud but finite
+    input (up to the dtype's largest value) gives a finite RMS, never an overflowed square."""
     with torch.no_grad():
         x = _at_least_fp32(waves)
         t = x.shape[-1]
@@ -95,8 +98,10 @@ def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
             lengths = torch.full((x.shape[0],), t, device=x.device)
         mask = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]
         n = lengths.to(x.device).clamp(min=1).to(x.dtype)
-        mean = (x * mask).sum(-1) / n
-        return ((((x - mean[:, None]) * mask) ** 2).sum(-1) / n).clamp(min=0).sqrt()
+        m = (x * mask).abs().amax(-1).clamp(min=1.0) if x.numel() else x.new_ones(x.shape[0])
+        scaled = x / m[:, None]
+        mean = (scaled * mask).sum(-1) / n
+        return ((((scaled - mean[:, None]) * mask) ** 2).sum(-1) / n).clamp(min=0).sqrt() * m
 
 
 def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | None = None,
@@ -125,7 +130,9 @@ def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | No
         square = (((scaled - mu[:, None]) * mask) ** 2).sum(-1) / n
     else:
         square = (rms.to(x) / m) ** 2
-    return (scaled - mu[:, None]) * mask / torch.sqrt(square[:, None] + eps / m[:, None] ** 2)
+    # eps / m^2 underflows to 0 for loud input (m ~ 1e20 in fp32): a constant item would then give 0 / 0
+    floor = (eps / m[:, None] ** 2).clamp(min=torch.finfo(x.dtype).tiny)
+    return (scaled - mu[:, None]) * mask / torch.sqrt(square[:, None] + floor)
 
 
 def quiet_gradient_scale(waves: Tensor, lengths: Tensor | None = None, rms_floor: float = 0.01) -> Tensor:

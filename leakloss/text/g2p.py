@@ -905,6 +905,19 @@ class NepaliFrontend:
 
     _CACHE_MAX = 200_000  # pronunciations kept per frontend (texts repeat words; entries are immutable)
 
+    @property
+    def fingerprint(self) -> str:
+        """What decides this frontend's pronunciations (its lexicon entries and retention model), hashed:
+        a cache of sites found with it (:func:`leakloss.penalty.place_dataset_sites`) keys on it."""
+        if getattr(self, "_fingerprint", None) is None:
+            import hashlib
+            import json
+
+            model = "rules" if self.retention is None else self.retention.fingerprint
+            entries = json.dumps(sorted(self.lexicon.items()), ensure_ascii=False)
+            self._fingerprint = hashlib.sha1(f"{model}|{entries}".encode()).hexdigest()[:16]
+        return self._fingerprint
+
     def pronounce(self, word: str) -> Pronunciation:
         if isinstance(word, str) and word in self._cache:
             return self._cache[word]

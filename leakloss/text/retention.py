@@ -20,6 +20,7 @@ trees nor the rules were fitted on, turn it into ``high`` / ``medium`` / ``low``
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -415,6 +416,8 @@ class RetentionModel:
                     f"{source}: trained for feature schema {spec.get('feature_schema')}, this code has "
                     f"{FEATURE_SCHEMA}: retrain with python -m leakloss.text.train_retention")
             trees = spec["trees"]
+            #: what the model decides with (trees, memory, thresholds): caches of its decisions key on it
+            self.fingerprint = hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
             self.memory = ContextMemory.from_json(spec["memory"])
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}

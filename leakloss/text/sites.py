@@ -174,6 +174,15 @@ class SiteFinder:
         self.phoneset = phoneset
         self.min_confidence = min_confidence
 
+    @property
+    def fingerprint(self) -> str:
+        """The settings that decide which sites this finder finds (frontend, confidence floor, phone set)."""
+        import hashlib
+
+        frontend = getattr(self.frontend, "fingerprint", type(self.frontend).__qualname__)
+        phones = None if self.phoneset is None else sorted(self.phoneset.vocab.items())
+        return hashlib.sha1(f"{frontend}|{self.min_confidence}|{phones}".encode()).hexdigest()[:16]
+
     def __call__(self, text: str) -> list[WordSites]:
         from leakloss.text.hindi import espeak_phonemes
         from leakloss.text.normalize import (

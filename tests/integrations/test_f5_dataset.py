@@ -31,7 +31,8 @@ from integrations.f5_dataset import (  # noqa: E402
     to_16k,
 )
 from integrations.f5_tts import MEL_SPEC_KWARGS  # noqa: E402
-from leakloss.penalty import SITE_CACHE_VERSION, place_dataset_sites  # noqa: E402
+from leakloss.penalty import SITE_CACHE_VERSION, place_dataset_sites, placement_id  # noqa: E402
+from leakloss.text.sites import SiteFinder  # noqa: E402
 from tests.conftest import needs_embedded  # noqa: E402
 
 pytestmark = needs_embedded
@@ -42,6 +43,11 @@ def rec_a():
     from leakloss.acoustic.recognizer import Recognizer
 
     return Recognizer.load("a")
+
+
+@pytest.fixture(scope="module")
+def placement(rec_a):
+    return placement_id(rec_a, SiteFinder())  # the finder place_prepared_sites uses by default
 
 
 @pytest.fixture()
@@ -61,7 +67,7 @@ def _items(data: Path):
     return p, out
 
 
-def test_batched_predict_loop_matches_place_dataset_sites_and_shares_its_format(data, rec_a):
+def test_batched_predict_loop_matches_place_dataset_sites_and_shares_its_format(data, rec_a, placement):
     summary = place_prepared_sites(data, rec_a, batch_size=6)
     assert summary.items == 20 and summary.placed == 20 and summary.reused == 0
     assert summary.sites > 0 and summary.with_sites > 0
@@ -73,14 +79,14 @@ def test_batched_predict_loop_matches_place_dataset_sites_and_shares_its_format(
     reference = place_dataset_sites(items, rec_a)  # one utterance at a time, no cache
     cache = SiteCache(data / SITES_FILE)
     for (wave, text), ref in zip(items, reference):
-        got = cache.sites(site_key(wave, text, rec_a.name))
+        got = cache.sites(site_key(wave, text, placement))
         assert [(s.kind, s.contrast, s.word) for s in got] == [(s.kind, s.contrast, s.word) for s in ref]
         for a, b in zip(got, ref):  # batched (padded) recognizer pass vs one item: same alignment
             assert abs(a.start - b.start) < 1e-3 and abs(a.end - b.end) < 1e-3
     # place_dataset_sites reads this file as its own cache: nothing new to place, file untouched
     before = (data / SITES_FILE).read_bytes()
     assert place_dataset_sites(items, rec_a, cache=data / SITES_FILE) == [
-        cache.sites(site_key(w, t, rec_a.name)) for w, t in items]
+        cache.sites(site_key(w, t, placement)) for w, t in items]
     assert (data / SITES_FILE).read_bytes() == before
 
 
@@ -107,12 +113,12 @@ def test_cache_is_read_lazily_and_unknown_keys_cost_nothing(data, rec_a):
     assert lookup("plain text, no key") == []
 
 
-def test_training_items_carry_their_key_through_pickle_and_f5_collate(data, rec_a):
+def test_training_items_carry_their_key_through_pickle_and_f5_collate(data, rec_a, placement):
     from f5_tts.model.dataset import collate_fn
 
     place_prepared_sites(data, rec_a)
     p = open_prepared(data)
-    ds = PreparedF5Dataset(p, rec_a.name, MEL_SPEC_KWARGS)
+    ds = PreparedF5Dataset(p, placement, MEL_SPEC_KWARGS)
     cache = SiteCache(data / SITES_FILE)
     keyed = [i for i in range(len(p)) if cache.sites(ds[i]["text"].site_key)]
     assert keyed, "some items have sites"
