@@ -204,6 +204,9 @@ def score(
     # everything that can be checked is checked before the models load and the scoring starts
     outputs = _check_outputs(json_out, html_out, inputs=[query, *ref])
     _check_query(query)
+    for r in ref:  # a mistyped path is a usage error; a reference that cannot be used is said in the result
+        if not r.exists():
+            fail(f"--ref {r}: no such file")
     _check_text(text)
     if not ref:
         err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
@@ -533,11 +536,29 @@ def heads_cmd(
     console.print(heldout_markdown(cards[0]["heldout"]))
 
 
+def _check_overrides(config_name: str, overrides: list[str]) -> None:
+    """Compose ``config_name`` with ``overrides`` before the run starts: a mistyped key or group is one
+    ``error:`` line (exit 2), not Hydra's multi-line report. Hydra's own flags (``--multirun``, ``--cfg``...)
+    are left to Hydra."""
+    if any(arg.startswith("-") for arg in overrides):
+        return
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from leakloss.config import compose_config
+
+    try:
+        compose_config(config_name, overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        fail(f"{' '.join(overrides)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+
+
 @app.command("train-heads", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train_heads_cmd(ctx: typer.Context) -> None:
     """Retrain the heads (Hydra overrides pass through, e.g. `experiment=default trainer=gpu`)."""
     import subprocess
 
+    _check_overrides("train_heads", ctx.args)
     raise typer.Exit(subprocess.call([sys.executable, "-m", "train_heads", *ctx.args]))
 
 
@@ -569,6 +590,7 @@ def finetune_f5_cmd(ctx: typer.Context) -> None:
     integrations.finetune_f5 ...`)."""
     import subprocess
 
+    _check_overrides("finetune_f5", ctx.args)
     raise typer.Exit(subprocess.call([sys.executable, "-m", "integrations.finetune_f5", *ctx.args]))
 
 

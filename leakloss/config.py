@@ -22,9 +22,10 @@ def config_dir() -> str:
     return str(path)
 
 
-def compose_config(config_name: str, overrides: Sequence[str] = ()):
-    """Compose ``config_name`` with Hydra overrides, as ``@hydra.main`` would (no working-dir change)."""
+def compose_config(config_name: str, overrides: Sequence[str] = (), return_hydra_config: bool = False):
+    """Compose ``config_name`` with Hydra overrides, as ``@hydra.main`` would (no working-dir change);
+    ``return_hydra_config`` also accepts ``hydra.*`` overrides (e.g. ``hydra.run.dir=...``)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
+        return compose(config_name=config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)

@@ -67,6 +67,8 @@ def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequenc
     """Greedy-CTC phone error rate over readings: edit distances summed / reference phones summed
     (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; compared as ``phone_class``)."""
     errors = total = 0.0
+    if len(waves) != len(phones):
+        raise ValueError(f"one phone sequence per wave: {len(waves)} waves, {len(phones)} references")
     with torch.no_grad():
         for wave, ref in zip(waves, phones):
             errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0], phone_class) * len(ref)
@@ -157,6 +159,7 @@ class Scorer:
         from leakloss.text.sites import SiteFinder
 
         from leakloss.acoustic.recognizer import EMBEDDED
+        from leakloss.decision import check_thresholds
         from leakloss.heads import check_recognizer as check_head_recognizer
 
         heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
@@ -185,6 +188,7 @@ class Scorer:
         self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
         self.no_change = (no_change_threshold if no_change_threshold is not None
                           else self.cards["deletion"].thresholds["no_change"])
+        check_thresholds(self.flag, self.no_change)
         self.extractors = {k: EvidenceExtractor(r) for k, r in self.recognizers.items()}
         self.finder = SiteFinder(min_confidence=min_confidence)
         self.word_check = word_check
@@ -241,6 +245,7 @@ class Scorer:
         audio or text gives a ``failed`` result with its reason)."""
         if isinstance(refs, (str, Path, Tensor)):
             raise TypeError("refs must be a list of references (paths or waveform tensors), not one: pass [ref]")
+        refs = list(refs)  # an iterator would be used up by the checks below
         for what, item in [("query", query), *((f"refs[{i}]", r) for i, r in enumerate(refs))]:
             if not isinstance(item, (str, Path, Tensor)):
                 raise TypeError(f"{what} must be a path or a waveform tensor, got {type(item).__name__}")
@@ -277,11 +282,19 @@ class Scorer:
                              "words": [self._word_json(w, None, [], "unscored") for w in all_words]}
         q_ev = self._evidence(q.wave, words)
         ref_evs, ref_notes = [], []
+        heard: list[tuple[str, Tensor]] = [(q.name, q.wave)]  # the same audio twice is one piece of evidence
         for r in (_read(x) for x in refs):
             if r.wave is None:
                 ref_notes.append({"reference": r.name, "used": False, "reason": r.error})
                 continue
             audio = {"audio": r.info.as_dict()}
+            same = next((k for k, (_, w) in enumerate(heard) if w.shape == r.wave.shape and torch.equal(w, r.wave)), None)
+            if same is not None:
+                why = ("the query's own audio: a reading is no reference for itself" if same == 0
+                       else f"the same audio as reference {heard[same][0]}: counted once")
+                ref_notes.append({"reference": r.name, "used": False, "reason": why} | audio)
+                continue
+            heard.append((r.name, r.wave))
             result["warnings"] += [f"reference {r.name}: {w}" for w in r.info.warnings]
             ok, detail = self.check_words(r.wave, text, expected, self.reference_max_per)
             if not ok:

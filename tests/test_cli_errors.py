@@ -362,3 +362,23 @@ def test_demo_counts_must_be_positive(opts, needle, monkeypatch):
     assert_clean_error(runner.invoke(app, ["demo", *opts]), needle, ">= 1")
     with pytest.raises(ValueError):
         leakloss.demo.DemoConfig(sentences=0)
+
+
+def test_score_mistyped_ref_path(models, clips):
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["r"]),
+                            "--ref", str(clips["r"]) + ".typo", *model_args(models)])
+    assert r.exit_code == 2 and "error: --ref" in r.output and "no such file" in r.output
+
+
+@pytest.mark.parametrize("command", ["train-heads", "finetune-f5"])
+@pytest.mark.parametrize("override", ["bogus=1", "experiment=nope", "trainer.max_epochs=abc"])
+def test_training_commands_refuse_bad_overrides_before_starting(command, override, monkeypatch):
+    import subprocess
+
+    started = []
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: started.append(a) or 0)
+    r = runner.invoke(app, [command, override])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output, r.output
+    assert not started
+    runner.invoke(app, [command, "steps=3" if command == "finetune-f5" else "experiment=smoke"])
+    assert len(started) == 1  # a good override goes through to the run

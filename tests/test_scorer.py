@@ -82,6 +82,25 @@ def test_unreadable_reference_is_reported_and_not_used(tiny_scorer, clips):
     assert tested and all(s["decision"] == "unscored" and s["references_used"] == 0 for w in tested for s in w["sites"])
 
 
+def test_the_query_or_a_repeat_is_not_independent_evidence(tiny_scorer, clips, tmp_path):
+    copy = tmp_path / "ref-copy.wav"
+    copy.write_bytes(clips["ref"].read_bytes())  # the same audio under another name
+    r = tiny_scorer.score(clips["teacher"], TEXT, iter([clips["teacher"], clips["ref"], clips["ref"], copy]))
+    checks = {c["reference"]: c for c in r["reference_checks"]}
+    assert [c["used"] for c in r["reference_checks"]] == [False, True, False, False]
+    assert "query's own audio" in r["reference_checks"][0]["reason"]
+    assert all(f"reference {clips['ref']}" in c["reason"] for c in r["reference_checks"][2:])
+    assert checks[str(copy)]["used"] is False and r["references"] == [str(clips["ref"])]
+    assert all(s["references_used"] <= 1 for w in r["words"] for s in w["sites"])
+
+
+def test_corpus_phone_error_rate_needs_one_reference_per_wave():
+    from leakloss.scorer import corpus_phone_error_rate
+
+    with pytest.raises(ValueError, match="2 waves, 1 references"):
+        corpus_phone_error_rate(None, [torch.zeros(10)] * 2, [["a"]])
+
+
 def test_no_reference_means_unscored_and_untested_words_are_kept(tiny_scorer, clips):
     r = tiny_scorer.score(clips["teacher"], TEXT, [])
     assert [w["word"] for w in r["words"]][:3] == ["आज", "नेकपा", "र"]

@@ -95,6 +95,16 @@ def _check_shapes(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor | No
             raise ValueError(f"{name} must be [b] = [{b}], got shape {tuple(lengths.shape)}")
 
 
+def _as_lengths(lengths, name: str) -> Tensor:
+    """A tensor (or list) of whole-number lengths, else ``ValueError`` (a float such as 7.5 would be cut)."""
+    lengths = torch.as_tensor(lengths)
+    if lengths.dtype == torch.bool or lengths.is_complex():
+        raise ValueError(f"{name} must be whole numbers, got dtype {lengths.dtype}")
+    if lengths.is_floating_point() and not bool((lengths == lengths.round()).all()):
+        raise ValueError(f"{name} must be whole numbers, got {lengths.tolist()}")
+    return lengths
+
+
 def set_emissions(log_probs: Tensor, allowed: Tensor) -> Tensor:
     """Log emission of each path position: logsumexp of ``log_probs`` over its allowed set.
 
@@ -152,6 +162,7 @@ class _Lattice(NamedTuple):
 
 def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_lengths: Tensor,
              blank: int) -> _Lattice:
+    frame_lengths, path_lengths = _as_lengths(frame_lengths, "frame_lengths"), _as_lengths(path_lengths, "path_lengths")
     _check_shapes(log_probs, allowed, frame_lengths, path_lengths)
     b, t, v = log_probs.shape
     s = allowed.shape[1]

@@ -600,6 +600,16 @@ def test_lengths_outside_the_tensors_are_value_errors(frames, positions, name):
             fn(lp, allowed, torch.tensor(frames), torch.tensor(positions))
 
 
+def test_lengths_must_be_whole_numbers_and_may_be_lists():
+    lp = torch.zeros(2, 4, 5).log_softmax(-1)
+    allowed, _ = paths_from_token_sets([[[1]], [[2]]], 5)
+    for frames in (torch.tensor([3.5, 4.0]), torch.tensor([True, True])):  # 3.5 was cut to 3, True read as 1
+        with pytest.raises(ValueError, match="whole numbers"):
+            ctc_set_log_likelihood(lp, allowed, frames, torch.tensor([1, 1]))
+    as_lists = ctc_set_log_likelihood(lp, allowed, [4, 3], [1, 1])
+    assert torch.equal(as_lists, ctc_set_log_likelihood(lp, allowed, torch.tensor([4, 3]), torch.tensor([1, 1])))
+
+
 def test_an_empty_batch_gives_empty_results():
     lp, allowed, none = torch.zeros(0, 4, 5), torch.zeros(0, 2, 5, dtype=torch.bool), torch.zeros(0, dtype=torch.long)
     assert ctc_set_log_likelihood(lp, allowed, none, none).shape == (0,)
