@@ -24,10 +24,10 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-import torchaudio.functional as AF
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
+from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
 from leakloss.penalty import SITE_CACHE_VERSION, placement_id, site_key
 from leakloss.timing import TimedSite
@@ -141,7 +141,7 @@ def load_audio(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
 
 
 def to_16k(wave: torch.Tensor, rate: int) -> torch.Tensor:
-    return wave if rate == SAMPLE_RATE else AF.resample(wave, rate, SAMPLE_RATE)
+    return wave if rate == SAMPLE_RATE else resample(wave, rate, SAMPLE_RATE)
 
 
 
@@ -463,7 +463,7 @@ class PreparedF5Dataset(Dataset):
         wave, rate = load_audio(self.prepared.audio_path(index))
         text = self.prepared.text(index)
         key = site_key(to_16k(wave, rate), text, self.placement)
-        wave24 = wave if rate == self.rate else AF.resample(wave, rate, self.rate)
+        wave24 = wave if rate == self.rate else resample(wave, rate, self.rate)
         with torch.no_grad():
             mel = self.mel_spec(wave24[None])[0]  # [d, n]
         return {"mel_spec": mel, "text": SiteText(text, key)}

@@ -3,12 +3,17 @@
 Every clip that enters leakloss goes through :func:`prepare_waveform` (directly, or via
 :func:`load_audio`), so the same checks apply to files and to in-memory audio:
 
-* wrong sample rate      -> resampled with ``torchaudio.functional.resample`` (``info.resampled``);
-  below 8 kHz (:data:`MIN_SAMPLE_RATE`, telephone speech) -> :class:`AudioError`: no speech band left
+* wrong sample rate      -> resampled (``info.resampled``) by :func:`resample`: the standard rates (8000, 11025,
+  22050, 24000, 32000, 44100, 48000, 88200, 96000, 192000 Hz...) with ``torchaudio.functional.resample``, any
+  other rate (8001, 44056, 96001 Hz...) with the same windowed-sinc filter evaluated per output sample, so memory
+  and time stay bounded whatever the rate; below 8 kHz (:data:`MIN_SAMPLE_RATE`, telephone speech) ->
+  :class:`AudioError`: no speech band left
 * more than one channel  -> downmixed by the mean over channels (``info.downmixed``)
 * no samples / empty file -> :class:`AudioError` ``"... is empty"``
 * shorter than 50 ms     -> :class:`AudioError` ``"... is too short"``
 * NaN or Inf samples     -> :class:`AudioError` naming how many
+* finite samples beyond the float32 range (``|x| > 3.4e38``, e.g. in a float64 WAV) -> :class:`AudioError`
+  ``"... has samples beyond the float32 range"``
 * peak below -60 dBFS    -> :class:`AudioError` ``"... is silent"``
 * clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
   reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
@@ -49,6 +54,7 @@ __all__ = [
     "AudioInfo",
     "load_audio",
     "prepare_waveform",
+    "resample",
     "save_audio",
     "audio_to_wav_bytes",
 ]
@@ -58,6 +64,16 @@ MIN_SAMPLE_RATE = 8_000  # telephone speech; below it the vowels' formants are g
 SILENCE_DBFS = -60.0
 CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample
 CLIP_REPORT_FRACTION = 0.001  # clips with at least this share of clipped samples are reported
+
+
+# The resampling filter of torchaudio.functional.resample's defaults (Hann-windowed sinc), used by both paths.
+_LOWPASS_WIDTH = 6  # zero crossings of the sinc each side
+_ROLLOFF = 0.99  # cut-off as a share of the lower rate's Nyquist frequency
+#: torchaudio's polyphase kernel has ``new/g * (orig/g + 2 * width)`` taps (g = gcd of the rates): a few hundred
+#: thousand for the standard rates (11025 -> 16000 Hz, the largest, 291k), 128 million for 8001 Hz and 1.5 billion
+#: (6 GB) for 96001 Hz. Up to this size the polyphase kernel is used; beyond it, :func:`_sinc_resample`.
+MAX_POLYPHASE_TAPS = 1 << 20
+_CHUNK_ELEMENTS = 1 << 22  # working set of one chunk of _sinc_resample (float64: 32 MiB)
 
 
 class AudioError(ValueError):
@@ -147,6 +163,61 @@ def _to_float_tensor(wave: Tensor | np.ndarray, name: str) -> Tensor:
     raise AudioError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(wave).__name__}")
 
 
+def _polyphase_taps(orig: int, new: int) -> int:
+    """Taps of the kernel ``torchaudio.functional.resample(x, orig, new)`` builds (see MAX_POLYPHASE_TAPS)."""
+    g = math.gcd(orig, new)
+    o, n = orig // g, new // g
+    width = math.ceil(_LOWPASS_WIDTH * o / (min(o, n) * _ROLLOFF))
+    return n * (o + 2 * width)
+
+
+def resample(wave: Tensor, orig: int, new: int) -> Tensor:
+    """Resample ``wave [..., t]`` (float) from ``orig`` to ``new`` Hz -> ``[..., ceil(t * new / orig)]``.
+
+    Rates whose ratio is a fraction with a small denominator after reduction (every standard audio rate to or
+    from 16 kHz: 8000, 11025, 22050, 24000, 32000, 44100, 48000, 88200, 96000, 192000 Hz) go through
+    ``torchaudio.functional.resample`` exactly as before. For other ratios (8001 or 96001 Hz to 16 kHz) its
+    polyphase kernel would need ``new/g * orig/g`` taps (gigabytes), so the same band-limited interpolation
+    (Hann-windowed sinc, 6 zero crossings, roll-off 0.99: the same output up to float rounding) is evaluated
+    directly at each output sample, in chunks: memory stays bounded (tens of MiB) and time is linear in the
+    clip's length.
+    """
+    if orig == new:
+        return wave
+    if _polyphase_taps(orig, new) <= MAX_POLYPHASE_TAPS:
+        return AF.resample(wave, orig, new)
+    return _sinc_resample(wave, orig, new)
+
+
+def _sinc_resample(wave: Tensor, orig: int, new: int) -> Tensor:
+    """torchaudio's ``sinc_interp_hann`` resampling evaluated per output sample (any rates, bounded memory).
+
+    Output ``j`` is ``sum_i x[i] * k(i / orig - j / new)`` over the input samples ``i`` within the filter's
+    reach (zeros beyond the clip's ends, as torchaudio pads), with ``k`` torchaudio's kernel:
+    ``t = cutoff * (i / orig - j / new)`` clamped to +-6, ``sinc(pi t) * cos(pi t / 12)^2 * cutoff / orig`` and
+    ``cutoff = 0.99 * min(orig, new)``. Positions are exact integers (``i * new - j * orig``), weights float64.
+    """
+    shape, length = wave.shape[:-1], wave.shape[-1]
+    x = wave.reshape(-1, length)
+    n_out = -(-new * length // orig)  # ceil(new * length / orig), as torchaudio
+    cutoff = min(orig, new) * _ROLLOFF
+    reach = math.ceil(_LOWPASS_WIDTH * orig / cutoff)  # input samples each side with a non-zero weight
+    taps = torch.arange(-reach, reach + 1, device=x.device)
+    padded = torch.nn.functional.pad(x, (reach, reach))  # x[i] is padded[i + reach]
+    step = max(1, _CHUNK_ELEMENTS // (taps.numel() * x.shape[0]))
+    pieces = []
+    for start in range(0, n_out, step):
+        j = torch.arange(start, min(start + step, n_out), device=x.device)
+        i = (j * orig // new)[:, None] + taps  # [c, taps]: input samples around output j's position
+        t = (i * new - j[:, None] * orig).double() * (cutoff / (orig * new))
+        t = t.clamp(-_LOWPASS_WIDTH, _LOWPASS_WIDTH)
+        window = torch.cos(t * (math.pi / _LOWPASS_WIDTH / 2)) ** 2
+        kernel = torch.sinc(t) * window * (cutoff / orig)  # torch.sinc(t) = sin(pi t) / (pi t)
+        pieces.append((padded[:, i + reach].double() * kernel).sum(-1).to(x.dtype))
+    out = torch.cat(pieces, dim=-1) if pieces else x.new_zeros(x.shape[0], 0)
+    return out.reshape(*shape, n_out)
+
+
 def prepare_waveform(
     wave: Tensor | np.ndarray,
     rate: int,
@@ -165,11 +236,12 @@ def prepare_waveform(
 
     Returns:
         ``(mono, info)``: ``mono`` is a 1-D float32 tensor ``[t']`` with
-        ``t' = ceil(t * sample_rate / rate)``, on the device of ``wave``.
+        ``t' = ceil(t * sample_rate / rate)``, on the device of ``wave``. Any rate from
+        :data:`MIN_SAMPLE_RATE` up is resampled, with bounded memory (see :func:`resample`).
 
     Raises:
-        AudioError: bad shape or type, a rate below :data:`MIN_SAMPLE_RATE`, empty, NaN/Inf, too short, or
-            silent audio.
+        AudioError: bad shape or type, a rate below :data:`MIN_SAMPLE_RATE`, empty, NaN/Inf, too short,
+            silent audio, or samples beyond the float32 range.
     """
     name = _name(path)
     rate = _check_rate(rate, f"sample rate of {name}")
@@ -217,7 +289,7 @@ def prepare_waveform(
     mono = mono.to(torch.float32)
     resampled = rate != sample_rate
     if resampled:
-        mono = AF.resample(mono, rate, sample_rate)
+        mono = resample(mono, rate, sample_rate)
     if not bool(torch.isfinite(mono).all()):  # finite as float64, but not as float32 (|x| > 3.4e38)
         raise AudioError(f"{name} has samples beyond the float32 range (peak {peak:.3g}): rescale it")
     info = AudioInfo(
@@ -240,9 +312,12 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         ``(mono, info)`` with ``mono`` a 1-D float32 CPU tensor ``[t]``; see
         :func:`prepare_waveform` for the checks applied.
 
+    float64 (``DOUBLE``) files are read as float64 and checked to fit float32, other files are read as float32.
+
     Raises:
         AudioError: missing file, folder, empty, unreadable or truncated file, or any check of
-            :func:`prepare_waveform`; a soundfile error is chained as ``__cause__``.
+            :func:`prepare_waveform` (a float64 file with samples beyond the float32 range is refused);
+            a soundfile error is chained as ``__cause__``.
     """
     name = _name(path)
     p = Path(path)
@@ -263,7 +338,10 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     try:
         with sf.SoundFile(str(p)) as fh:
             declared, rate = fh.frames, fh.samplerate
-            data = fh.read(dtype="float32", always_2d=True)
+            # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
+            # reported as such by prepare_waveform, not turned into Inf by the read and reported as Inf
+            dtype = "float64" if fh.subtype == "DOUBLE" else "float32"
+            data = fh.read(dtype=dtype, always_2d=True)
     except (sf.SoundFileError, RuntimeError, OSError, ValueError) as exc:
         reason = getattr(exc, "error_string", None) or str(exc)
         raise AudioError(

@@ -72,7 +72,7 @@ class RewardProvider:
 
 def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
     """``[t]`` or ``[channels, t]`` at ``sample_rate`` -> ``[t]`` fp32 at 16 kHz (channels averaged)."""
-    import torchaudio.functional as AF
+    from leakloss.audio import resample
 
     import numbers
 
@@ -91,7 +91,7 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
         raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
     audio = audio.detach().float()
     if sample_rate != SAMPLE_RATE and audio.numel():
-        audio = AF.resample(audio, sample_rate, SAMPLE_RATE)
+        audio = resample(audio, sample_rate, SAMPLE_RATE)  # bounded memory for any rate (8001 Hz too)
     return audio
 
 

@@ -85,6 +85,69 @@ def test_wrong_rate_is_resampled(tmp_path):
     assert np.abs(wave.numpy()[800:-800] - direct[800:-800]).max() < 1e-2
 
 
+STANDARD_RATES = (8_000, 11_025, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000, 88_200, 96_000, 192_000)
+
+
+@pytest.mark.parametrize("rate", STANDARD_RATES)
+def test_standard_rates_resample_exactly_as_torchaudio(tmp_path, rate):
+    x = 0.1 * np.random.default_rng(rate).standard_normal(rate // 5).astype(np.float32)
+    sf.write(tmp_path / "x.wav", x, rate, subtype="FLOAT")
+    wave, info = load_audio(tmp_path / "x.wav")
+    expected = AF.resample(torch.from_numpy(x), rate, SAMPLE_RATE)
+    assert torch.equal(wave, expected) and info.resampled == (rate != SAMPLE_RATE)
+
+
+def _no_huge_torchaudio_kernel(monkeypatch):
+    """Make leakloss.audio's torchaudio resample fail fast (no allocation) where its kernel would be huge."""
+    from leakloss import audio
+
+    real = audio.AF.resample
+
+    def guarded(wave, orig, new, *args, **kwargs):
+        g = math.gcd(int(orig), int(new))
+        if (new // g) * (orig // g) > 10_000_000:
+            raise AssertionError(f"torchaudio would build a {new // g} x {orig // g} kernel for {orig} -> {new} Hz")
+        return real(wave, orig, new, *args, **kwargs)
+
+    monkeypatch.setattr(audio, "AF", type("AF", (), {"resample": staticmethod(guarded)}))
+
+
+@pytest.mark.parametrize("rate", [8_001, 96_001, 44_056, 16_001])
+def test_odd_rates_load_fast_with_bounded_memory(tmp_path, monkeypatch, rate):
+    # 96001 Hz made torchaudio try a 6 GB kernel (RuntimeError traceback), 8001 Hz took 8 s and 2.8 GB
+    _no_huge_torchaudio_kernel(monkeypatch)
+    sf.write(tmp_path / "x.wav", tone(seconds=1.0, rate=rate, freq=440.0), rate, subtype="FLOAT")
+    wave, info = load_audio(tmp_path / "x.wav")
+    assert info.resampled and info.original_rate == rate and info.sample_rate == SAMPLE_RATE
+    assert wave.dtype == torch.float32 and wave.shape[0] == math.ceil(rate * SAMPLE_RATE / rate)
+    # band-limited interpolation: the 440 Hz tone is the 440 Hz tone sampled at 16 kHz, away from the edges
+    direct = tone(seconds=1.0, rate=SAMPLE_RATE, freq=440.0)
+    assert np.abs(wave.numpy()[800:-800] - direct[800:-800]).max() < 1e-3
+
+
+def test_odd_rate_in_memory_and_odd_target_rate(monkeypatch):
+    _no_huge_torchaudio_kernel(monkeypatch)
+    x = torch.from_numpy(np.stack([tone(rate=8_001), tone(rate=8_001)]).astype(np.float32))
+    wave, info = prepare_waveform(x, 8_001)
+    assert info.resampled and info.downmixed and wave.shape[0] == math.ceil(x.shape[1] * SAMPLE_RATE / 8_001)
+    up, _ = prepare_waveform(tone(), SAMPLE_RATE, sample_rate=44_101)  # an odd target rate too
+    assert up.shape[0] == math.ceil(8_000 * 44_101 / SAMPLE_RATE)
+    direct = tone(rate=44_101)
+    assert np.abs(up.numpy()[2000:direct.shape[0] - 2000] - direct[2000:-2000]).max() < 1e-3
+
+
+def test_bounded_resampler_is_torchaudios_filter():
+    # the path for odd rates computes torchaudio's own kernel: same output (float64) on rates both can do
+    from leakloss.audio import MAX_POLYPHASE_TAPS, _polyphase_taps, _sinc_resample
+
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3001)))
+    for orig, new in [(44_100, 16_000), (11_025, 16_000), (8_000, 16_000), (16_000, 22_050), (48_000, 24_000)]:
+        torch.testing.assert_close(_sinc_resample(x, orig, new), AF.resample(x, orig, new), atol=1e-10, rtol=0)
+    assert _sinc_resample(x.float(), 44_100, 16_000).dtype == torch.float32
+    assert all(_polyphase_taps(r, SAMPLE_RATE) <= MAX_POLYPHASE_TAPS for r in STANDARD_RATES)
+    assert all(_polyphase_taps(r, SAMPLE_RATE) > MAX_POLYPHASE_TAPS for r in (8_001, 96_001, 44_056))
+
+
 def test_other_target_rate(tmp_path):
     sf.write(tmp_path / "x.wav", tone(), SAMPLE_RATE)
     wave, info = load_audio(tmp_path / "x.wav", sample_rate=24_000)
@@ -204,6 +267,26 @@ def test_nan_and_inf_counted(tmp_path):
         load_audio(tmp_path / "x.wav")
     with pytest.raises(AudioError, match=r"contains 1 NaN"):
         prepare_waveform(torch.tensor([0.5] * 999 + [float("-inf")]), SAMPLE_RATE)
+
+
+def test_float64_file_beyond_float32_range_is_named_so(tmp_path):
+    # read as float32, 1e300 became Inf and was reported as "contains 8000 NaN or Inf samples"
+    x = tone() * 1e300
+    sf.write(tmp_path / "x.wav", x, SAMPLE_RATE, subtype="DOUBLE")
+    with pytest.raises(AudioError, match=r"x\.wav' has samples beyond the float32 range \(peak 5e\+299\)") as err:
+        load_audio(tmp_path / "x.wav")
+    assert "NaN" not in str(err.value)
+    sf.write(tmp_path / "r.wav", tone(rate=22_050) * 1e300, 22_050, subtype="DOUBLE")  # resampled too
+    with pytest.raises(AudioError, match="float32 range"):
+        load_audio(tmp_path / "r.wav")
+    y = tone()
+    y[5] = np.inf  # a real Inf in a float64 file is still counted as one
+    sf.write(tmp_path / "i.wav", y, SAMPLE_RATE, subtype="DOUBLE")
+    with pytest.raises(AudioError, match="contains 1 NaN or Inf samples"):
+        load_audio(tmp_path / "i.wav")
+    sf.write(tmp_path / "ok.wav", tone(), SAMPLE_RATE, subtype="DOUBLE")  # ordinary float64 audio loads as float32
+    wave, _ = load_audio(tmp_path / "ok.wav")
+    assert wave.dtype == torch.float32 and torch.equal(wave, torch.from_numpy(tone().astype(np.float32)))
 
 
 def test_clipped_is_loaded_and_reported(tmp_path):
