@@ -166,8 +166,41 @@ def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
     return path.with_suffix(".safetensors")
 
 
+#: the card's thresholds that the scorer and the penalty read (``card.thresholds[...]``)
+THRESHOLD_KEYS = ("flag", "no_change")
+
+
+def _check_card_thresholds(thresholds: object, js: Path) -> None:
+    """A card's ``thresholds`` must be an object with ``flag`` and ``no_change``, each a finite number in [0, 1],
+    ``no_change <= flag`` (:func:`leakloss.decision.check_thresholds`); else :class:`HeadLoadError` naming the card.
+    Checked at load time, so a bad card never gets as far as scoring."""
+    from leakloss.decision import check_thresholds
+
+    if not isinstance(thresholds, dict):
+        raise HeadLoadError(f"{js}: the card's thresholds must be an object with "
+                            f"{' and '.join(THRESHOLD_KEYS)}, got {thresholds!r}")
+    missing = [k for k in THRESHOLD_KEYS if k not in thresholds]
+    if missing:
+        raise HeadLoadError(f"{js}: the card's thresholds lack {', '.join(repr(k) for k in missing)} "
+                            f"(got {thresholds!r}; expected e.g. {{\"flag\": {FLAG_THRESHOLD}, "
+                            f"\"no_change\": {NO_CHANGE_THRESHOLD}}})")
+    flag, no_change = thresholds["flag"], thresholds["no_change"]
+    if no_change is None:  # check_thresholds reads None as "not given"; in a card it is a missing value
+        raise HeadLoadError(f"{js}: bad thresholds in the card: the no-change threshold must be a probability in "
+                            "[0, 1], got None")
+    try:
+        check_thresholds(flag, no_change)
+    except ValueError as err:
+        raise HeadLoadError(f"{js}: bad thresholds in the card: {err}") from err
+
+
 def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
-    """Load a head from ``NAME.safetensors`` (+ ``NAME.json``). Pickle files are refused."""
+    """Load a head from ``NAME.safetensors`` (+ ``NAME.json``). Pickle files are refused.
+
+    Raises:
+        HeadLoadError: pickle or missing files, a card that is not valid JSON or whose thresholds are missing or
+            not probabilities with ``no_change <= flag``, unreadable tensors, or tensors that do not fit the card.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -186,6 +219,7 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         card = HeadCard(**card_dict)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
+    _check_card_thresholds(card.thresholds, js)
     try:
         tensors = load_file(str(st))
     except (SafetensorError, OSError) as err:

@@ -132,3 +132,59 @@ def test_rawconv_context_frames_is_how_far_an_impulse_reaches(kernel, layers):
     head(x)[0, 50].backward()
     touched = x.grad.abs().sum(1)[0].nonzero().flatten()
     assert int(touched.max() - 50) == int(50 - touched.min()) == head.context_frames
+
+
+@pytest.mark.parametrize("thresholds, message", [
+    ({"flag": "x"}, r"thresholds lack 'no_change'"),  # the reviewer's card: score crashed with KeyError 'no_change'
+    ({"no_change": 0.2}, r"thresholds lack 'flag'"),
+    ({}, r"thresholds lack 'flag', 'no_change'"),
+    ([0.5, 0.2], r"thresholds must be an object"),
+    ({"flag": "x", "no_change": 0.2}, r"flag threshold must be a probability in \[0, 1\], got 'x'"),
+    ({"flag": 0.5, "no_change": None}, r"no-change threshold must be a probability"),
+    ({"flag": 1.5, "no_change": 0.2}, r"flag threshold must be a probability in \[0, 1\], got 1.5"),
+    ({"flag": 0.5, "no_change": -0.1}, r"no-change threshold must be a probability"),
+    ({"flag": True, "no_change": 0.2}, r"flag threshold must be a probability"),
+    ({"flag": 0.3, "no_change": 0.6}, r"no-change threshold \(0.6\) must not exceed the flag threshold \(0.3\)"),
+])
+def test_a_card_with_bad_thresholds_is_a_head_load_error(tmp_path, thresholds, message):
+    import json
+
+    save_head(tmp_path / "deletion", MLPHead(57, 8), HeadCard("deletion", {}, "b", "1"))
+    card = json.loads((tmp_path / "deletion.json").read_text())
+    card["thresholds"] = thresholds
+    (tmp_path / "deletion.json").write_text(json.dumps(card))
+    with pytest.raises(HeadLoadError, match=r"deletion\.json: .*" + message):
+        load_head(tmp_path / "deletion")
+
+
+def test_a_card_with_nan_thresholds_is_a_head_load_error(tmp_path):
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    text = (tmp_path / "h.json").read_text().replace('"flag": 0.5', '"flag": NaN')  # json.loads accepts NaN
+    (tmp_path / "h.json").write_text(text)
+    with pytest.raises(HeadLoadError, match="flag threshold must be a probability in \\[0, 1\\], got nan"):
+        load_head(tmp_path / "h")
+
+
+def test_edge_thresholds_and_extra_keys_load(tmp_path):
+    import json
+
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    card = json.loads((tmp_path / "h.json").read_text())
+    card["thresholds"] = {"flag": 1, "no_change": 1, "note": "same"}  # ints, equal, an extra key: fine
+    (tmp_path / "h.json").write_text(json.dumps(card))
+    assert load_head(tmp_path / "h")[1].thresholds["flag"] == 1
+
+
+def test_shipped_head_cards_pass_the_threshold_check():
+    import json
+    from pathlib import Path
+
+    import leakloss
+    from leakloss.heads import _check_card_thresholds
+
+    assets = Path(leakloss.__file__).parent / "assets"
+    cards = sorted(assets.glob("heads*/*.json"))
+    cards = [c for c in cards if c.with_suffix(".safetensors").exists()]
+    assert cards
+    for js in cards:
+        _check_card_thresholds(json.loads(js.read_text(encoding="utf-8"))["thresholds"], js)

@@ -103,7 +103,9 @@ class Recognizer(nn.Module):
 
         Raises:
             RecognizerNotFoundError: the name is not embedded, not a folder and not in the local hub cache.
-            RecognizerLoadError: the folder holds pickle weights only, or a file is missing or corrupt.
+            RecognizerLoadError: the folder holds pickle weights only, a file is missing or corrupt, or
+                ``vocab.json`` does not match the model's outputs one to one (no blank token, an id beyond the
+                outputs, or an output without a token).
         """
         source = resolve_recognizer_path(name)
         local = isinstance(source, Path)
@@ -115,7 +117,6 @@ class Recognizer(nn.Module):
         weights = _check_weights(folder)
         vocab = _read_vocab(folder)
         model = _load_model(folder)
-        _check_vocab_fits(vocab, model, folder)
         if local and weights.name == "model.safetensors":
             # the id carries a hash of the weights, so caches keyed by it never mix two trainings of "a"
             import hashlib
@@ -123,9 +124,11 @@ class Recognizer(nn.Module):
             digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
             name = f"{str(name).split('@', 1)[0]}@{digest}"
         try:
-            return cls(model, vocab, name=str(name)).to(device)
+            recognizer = cls(model, vocab, name=str(name))
         except ValueError as err:  # e.g. no blank token in the vocabulary
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
+        _check_vocab_fits(vocab, int(model.config.vocab_size), folder)  # after the blank check: a vocabulary without <pad> says so first
+        return recognizer.to(device)
 
     @property
     def device(self) -> torch.device:
@@ -303,10 +306,21 @@ def _read_vocab(folder: Path) -> dict[str, int]:
     return vocab
 
 
-def _check_vocab_fits(vocab: dict[str, int], model: nn.Module, folder: Path) -> None:
-    outputs = int(model.config.vocab_size)
+def _check_vocab_fits(vocab: dict[str, int], outputs: int, folder: Path) -> None:
+    """The vocabulary and the model's output layer must match one to one: every id names an output, and every
+    output (``0 .. n_outputs - 1``) has a token, since greedy decoding can pick any output.
+
+    Raises:
+        RecognizerLoadError: an id at or beyond the model's outputs, or outputs that no token maps to.
+    """
     too_big = max(vocab.values())
     if too_big >= outputs:
         token = next(t for t, i in vocab.items() if i == too_big)
         raise RecognizerLoadError(f"{folder / 'vocab.json'}: token {token!r} has id {too_big}, but the model has "
                                   f"only {outputs} outputs: the vocabulary belongs to another model")
+    unmapped = sorted(set(range(outputs)) - set(vocab.values()))
+    if unmapped:
+        shown = ", ".join(map(str, unmapped[:8])) + (", ..." if len(unmapped) > 8 else "")
+        raise RecognizerLoadError(f"{folder / 'vocab.json'}: {len(unmapped)} of the model's {outputs} outputs have no "
+                                  f"token (ids {shown}): the vocabulary must map every id 0..{outputs - 1}; "
+                                  "it belongs to another model or is incomplete")

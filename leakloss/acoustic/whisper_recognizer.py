@@ -146,7 +146,7 @@ class WhisperRecognizer(nn.Module):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from leakloss.acoustic.recognizer import RecognizerLoadError, _read_vocab
+        from leakloss.acoustic.recognizer import RecognizerLoadError, _check_vocab_fits, _read_vocab
         from leakloss.acoustic.whisper_encoder import CTranslate2FormatError, WhisperModelNotFoundError
 
         folder = Path(folder)
@@ -178,8 +178,7 @@ class WhisperRecognizer(nn.Module):
             head.load_state_dict(state)
         except RuntimeError as err:
             raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights do not fit the config ({err})") from err
-        if max(vocab.values()) >= head_cfg["vocab_size"]:
-            raise RecognizerLoadError(f"{folder / 'vocab.json'}: ids beyond the head's {head_cfg['vocab_size']} outputs")
+        _check_vocab_fits(vocab, int(head_cfg["vocab_size"]), folder)
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
         try:
             model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")

@@ -121,6 +121,8 @@ def test_safetensors_is_used_even_beside_a_pickle(saved_dir, tmp_path, monkeypat
     ("bad_vocab_json", r"vocab\.json.*not valid JSON"),
     ("vocab_not_a_map", r"vocab\.json.*token -> id"),
     ("vocab_too_big", r"vocab\.json.*id 99.*15 outputs"),
+    ("vocab_too_small", r"vocab\.json: 13 of the model's 15 outputs have no token \(ids 2, 3, 4, 5"),
+    ("vocab_gap", r"vocab\.json: 1 of the model's 15 outputs have no token \(ids 7\)"),
     ("vocab_no_blank", r"blank token"),
     ("no_config", r"no config\.json"),
     ("bad_config", r"config\.json"),
@@ -143,6 +145,10 @@ def test_broken_recognizer_folders_raise_typed_errors(saved_dir, tmp_path, damag
         (d / "vocab.json").write_text('["<pad>", "a"]', encoding="utf-8")
     elif damage == "vocab_too_big":
         (d / "vocab.json").write_text(json.dumps(VOCAB | {"x": 99}), encoding="utf-8")
+    elif damage == "vocab_too_small":  # greedy decoding would meet output 2.. with no token: KeyError
+        (d / "vocab.json").write_text(json.dumps({"<pad>": 0, "a": 1}), encoding="utf-8")
+    elif damage == "vocab_gap":
+        (d / "vocab.json").write_text(json.dumps({k: v for k, v in VOCAB.items() if v != 7}), encoding="utf-8")
     elif damage == "vocab_no_blank":
         (d / "vocab.json").write_text(json.dumps({k: v for k, v in VOCAB.items() if k != "<pad>"}), encoding="utf-8")
     elif damage == "no_config":

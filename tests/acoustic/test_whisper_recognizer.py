@@ -233,6 +233,14 @@ def test_weights_that_do_not_fit_the_config_are_refused(folder, tmp_path, vocab)
         WhisperRecognizer.load(bad)
 
 
+def test_a_vocabulary_that_leaves_outputs_unmapped_is_refused(folder, tmp_path, vocab):
+    bad = _copy(folder, tmp_path)
+    small = {t: i for t, i in vocab.items() if i < 2}  # greedy decoding could pick an output with no token
+    (bad / "vocab.json").write_text(json.dumps(small, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match="have no token"):
+        WhisperRecognizer.load(bad)
+
+
 @pytest.mark.parametrize("head_cfg", [{"n_states": 5}, {"n_states": 5, "dim": 384, "vocab_size": 60, "colour": 1},
                                       {"n_states": "five", "dim": 384, "vocab_size": 60}, [5, 384, 60]])
 def test_a_bad_head_config_is_a_typed_error(folder, tmp_path, head_cfg):
