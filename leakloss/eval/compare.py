@@ -9,7 +9,8 @@ independent: the same text invites the same slip).
 Counted words ("units"): the words marked ``"key": true`` in a reading; a reading with no
 key word contributes every word the scorer tested (decision other than ``not_tested``).
 Uncertain and unscored units are counted in the total and reported, never as flags.
-Quarantined readings are left out of every rate and counted separately.
+Readings that are not ``scored`` (``quarantined``, ``unscored``, ``failed``) are left out of
+every rate; the report counts each of them, with their reasons, per system.
 """
 
 from __future__ import annotations
@@ -29,10 +30,50 @@ from leakloss.eval.stats import (
 )
 from leakloss.schema import DECISIONS, KINDS, STATUSES, load_result
 
-__all__ = ["compare_results", "write_comparison", "format_rate", "key_units"]
+__all__ = ["OutputFolderError", "check_output_folder", "compare_results", "write_comparison", "format_rate",
+           "key_units"]
 
 N_RESAMPLES = 2000
 SEED = 0
+
+
+class OutputFolderError(OSError, ValueError):
+    """An output folder that would mix a report with the results it was made from.
+
+    An ``OSError`` (like a folder that cannot be written) and a ``ValueError`` (a bad argument).
+    """
+
+
+def check_output_folder(out_dir: str | Path, inputs: Mapping[str, str | Path]) -> Path:
+    """Refuse an output folder that is, is inside, or contains one of the ``inputs`` folders.
+
+    A report written into a results folder becomes one more ``*.json`` "result" there (and the
+    next run over that folder fails on it); nothing is written here, so call it before writing.
+
+    Args:
+        out_dir: the output folder (need not exist yet).
+        inputs: what each input folder is (e.g. ``"results folder of system 'a'"``) -> its path.
+
+    Raises:
+        OutputFolderError: the folders overlap; the message names both.
+    """
+    out = Path(out_dir)
+    out_r = out.resolve()
+    for what, folder in inputs.items():
+        inp = Path(folder).resolve()
+        if out_r == inp:
+            relation = "is"
+        elif out_r.is_relative_to(inp):
+            relation = "is inside"
+        elif inp.is_relative_to(out_r):
+            relation = "contains"
+        else:
+            continue
+        raise OutputFolderError(
+            f"the output folder {out} {relation} the {what} ({folder}): the report would be mixed with "
+            "the results it is made from; give an output folder outside every results folder"
+        )
+    return out
 
 
 def key_units(result: Mapping) -> tuple[list[Mapping], bool]:
@@ -82,8 +123,8 @@ def _load_dir(name: str, folder: Path) -> list[tuple[Path, dict]]:
 
 def _system_summary(name: str, folder: Path) -> dict:
     loaded = _load_dir(name, folder)
-    scored = [(f, r) for f, r in loaded if r["status"] == "scored"]
-    quarantined = [(f, r) for f, r in loaded if r["status"] == "quarantined"]
+    by_status = {s: [(f, r) for f, r in loaded if r["status"] == s] for s in STATUSES}
+    scored, quarantined = by_status["scored"], by_status["quarantined"]
 
     flags: list[bool] = []
     clusters: list[str] = []
@@ -91,10 +132,13 @@ def _system_summary(name: str, folder: Path) -> dict:
     by_kind: dict[str, tuple[list[bool], list[str]]] = {k: ([], []) for k in KINDS}
     by_word: dict[str, list[bool]] = defaultdict(list)
     unmarked: list[str] = []
+    no_unit: list[str] = []
     for f, r in scored:
         units, marked = key_units(r)
         if not marked:
             unmarked.append(f.name)
+        if not units:
+            no_unit.append(f.name)
         # Sentence = the cluster; a sentence_id survives edits to punctuation, the text is the fallback.
         sentence = r.get("sentence_id") or r["text"]
         for w in units:
@@ -110,15 +154,22 @@ def _system_summary(name: str, folder: Path) -> dict:
                     by_kind[kind][0].append(any(s["decision"] == "flagged" for s in sites))
                     by_kind[kind][1].append(sentence)
 
-    reasons = Counter(r.get("reason") or "no reason given" for _, r in quarantined)
+    reasons = {
+        s: dict(Counter(r.get("reason") or "no reason given" for _, r in by_status[s]).most_common())
+        for s in STATUSES if s != "scored"
+    }
     return {
         "folder": str(folder),
         "readings": len(loaded),
         "scored": len(scored),
         "quarantined": len(quarantined),
-        "statuses": {s: sum(r["status"] == s for _, r in loaded) for s in STATUSES},
-        "quarantine_reasons": dict(reasons.most_common()),
+        "unscored": len(by_status["unscored"]),
+        "failed": len(by_status["failed"]),
+        "statuses": {s: len(by_status[s]) for s in STATUSES},
+        "quarantine_reasons": reasons["quarantined"],
+        "reasons": reasons,
         "readings_without_key_word": unmarked,
+        "readings_without_counted_word": no_unit,
         "sentences": len(set(clusters)),
         "key_flagged": _rate(flags, clusters),
         "decisions": {d: decisions[d] for d in DECISIONS},
@@ -138,11 +189,14 @@ def compare_results(dirs: dict[str, Path]) -> dict:
 
     Returns:
         JSON-ready ``{"systems": {name: summary}, "n_resamples", "seed", "units"}``; each summary
-        has ``readings``, ``scored``, ``quarantined``, ``quarantine_reasons``, ``sentences``,
+        has ``folder``; reading counts ``readings``, ``scored``, ``quarantined``, ``unscored``,
+        ``failed`` (also as ``statuses``); ``reasons`` (status -> reason -> readings, for every
+        status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
         ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
         ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
         form; ``by_word`` has no bootstrap, one word rarely spans enough sentences) and
-        ``readings_without_key_word`` (files whose tested words were counted instead).
+        ``readings_without_key_word`` (files whose tested words were counted instead) and
+        ``readings_without_counted_word`` (scored files that gave no word to count).
 
     Raises:
         ValueError: no systems, a missing or empty folder, or (as ``ResultError``) a result
@@ -168,11 +222,13 @@ def _markdown(result: Mapping) -> str:
     lines = [
         "# Key words flagged",
         "",
-        "Among scored readings; 95 % Wilson interval in brackets, cluster bootstrap over sentences "
-        f"({result['n_resamples']:,} resamples) alongside. Quarantined readings are not counted.",
+        "Words: the key words of scored readings (every tested word where a reading marks no key word); "
+        "95 % Wilson interval in brackets, cluster bootstrap over sentences "
+        f"({result['n_resamples']:,} resamples) alongside. Quarantined, unscored and failed readings are "
+        "left out of every rate; the table of readings counts them.",
         "",
-        "| System | Key word flagged | Sentence bootstrap | Uncertain | Unscored | Quarantined |",
-        "|---|---|---|---|---|---|",
+        "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words |",
+        "|---|---|---|---|---|",
     ]
     for name, s in result["systems"].items():
         k = s["key_flagged"]
@@ -180,19 +236,40 @@ def _markdown(result: Mapping) -> str:
         boot_txt = f"[{100 * boot['low']:.1f}–{100 * boot['high']:.1f}]" if boot else "—"
         lines.append(
             f"| {_md(name)} | {format_rate(k)} | {boot_txt} | {s['decisions']['uncertain']} "
-            f"| {s['decisions']['unscored']} | {s['quarantined']} of {s['readings']} |"
+            f"| {s['decisions']['unscored']} |"
         )
+    lines += [
+        "",
+        "## Readings",
+        "",
+        "One per result file; only scored readings are counted in the rates.",
+        "",
+        "| System | Readings | Scored | Quarantined | Unscored | Failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in result["systems"].items():
+        st = s["statuses"]
+        lines.append(f"| {_md(name)} | {s['readings']} | " + " | ".join(str(st[x]) for x in STATUSES) + " |")
     lines += ["", "## By contrast kind", "", "| System | Deletion | Quality |", "|---|---|---|"]
     for name, s in result["systems"].items():
         lines.append(f"| {_md(name)} | {format_rate(s['by_kind']['deletion'])} | {format_rate(s['by_kind']['quality'])} |")
     for name, s in result["systems"].items():
         lines += ["", f"## {_md(name)}: by word", "", "| Word | Flagged |", "|---|---|"]
         lines += [f"| {_md(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
-        if s["quarantine_reasons"]:
-            lines += ["", "Quarantined: " + "; ".join(f"{_md(k)} ({v})" for k, v in s["quarantine_reasons"].items())]
+        # Older comparison.json files have only the quarantine reasons.
+        reasons = s.get("reasons") or {"quarantined": s["quarantine_reasons"]}
+        for status, why in reasons.items():
+            if why:
+                n = sum(why.values())
+                lines += ["", f"{status.capitalize()} ({n} reading{'s' if n != 1 else ''}, left out): "
+                          + "; ".join(f"{_md(k)} ({v})" for k, v in why.items())]
         if s["readings_without_key_word"]:
             lines += ["", f"{len(s['readings_without_key_word'])} readings mark no key word; "
                       "all their tested words were counted."]
+        empty = s.get("readings_without_counted_word") or []
+        if empty:
+            lines += ["", f"{len(empty)} scored reading{'s' if len(empty) != 1 else ''} gave no word to count "
+                      "(no key word and no tested word): " + ", ".join(_md(f) for f in empty)]
     return "\n".join(lines) + "\n"
 
 
@@ -243,10 +320,15 @@ def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
 
     Raises:
         ValueError: ``result`` is not the output of :func:`compare_results`.
+        OutputFolderError: ``out_dir`` is, is inside, or contains a system's results folder
+            (checked before anything is written).
     """
     if not isinstance(result, Mapping) or not isinstance(result.get("systems"), Mapping) or not result["systems"]:
         raise ValueError("result must be the dict returned by compare_results (with a non-empty 'systems')")
-    out = Path(out_dir)
+    out = check_output_folder(out_dir, {
+        f"results folder of system '{name}'": s["folder"]
+        for name, s in result["systems"].items() if isinstance(s, Mapping) and s.get("folder")
+    })
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "comparison.md", "json": out / "comparison.json", "png": out / "comparison.png"}
     write_text_atomic(paths["json"], json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n")

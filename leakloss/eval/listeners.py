@@ -15,9 +15,11 @@ Input is a CSV with one row per listener judgement of one word in one reading::
 Truth is the listener's label (``rejected`` = positive), one unit per judgement, and the
 scorer's prediction is ``decision == "flagged"``. Uncertain words count as not flagged and
 are also reported on their own, with how often listeners rejected them. Words the scorer
-did not judge (``unscored``/``not_tested``) and words of quarantined readings make no claim,
-so they are left out of precision and recall and only counted. Intervals are 95 % cluster
-bootstrap over listeners with 2,000 resamples, as in NepTTS-Bench (seed 001).
+did not judge (``unscored``/``not_tested``) and every word of a reading that is not ``scored``
+(``quarantined``, ``unscored`` or ``failed``) make no claim, so they are left out of precision
+and recall and only counted, by the reading's status and with its reason. A failed reading may
+hold no words at all: a label on it is kept by the word as written in the CSV. Intervals are
+95 % cluster bootstrap over listeners with 2,000 resamples, as in NepTTS-Bench (seed 001).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from leakloss.atomic import write_text_atomic
+from leakloss.eval.compare import OutputFolderError, check_output_folder
 from leakloss.eval.stats import (
     Interval,
     detection_rates,
@@ -40,7 +43,7 @@ from leakloss.eval.stats import (
     spearman_rho,
     wilson_interval,
 )
-from leakloss.schema import TESTED, load_result
+from leakloss.schema import STATUSES, TESTED, load_result
 
 __all__ = ["REQUIRED_COLUMNS", "LABELS", "ListenerDataError", "listener_agreement", "write_listener_report"]
 
@@ -49,6 +52,8 @@ LABELS = ("accepted", "rejected")
 MOS_RANGE = (1.0, 5.0)
 N_RESAMPLES = 2000
 SEED = 0
+#: Reading statuses whose words make no claim: labels on them are left out and counted.
+LEFT_OUT = tuple(st for st in STATUSES if st != "scored")
 
 
 class ListenerDataError(ValueError):
@@ -154,14 +159,18 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         (``tp``/``fp``/``fn``/``tn``/``n`` and ``precision``, ``recall``, ``false_alarm_rate``
         each ``{"estimate", "low", "high", "n_undefined"}`` or ``None`` when undefined);
         ``uncertain`` and ``not_judged`` (listener-rejected shares with Wilson intervals);
-        ``quarantined_labels``; ``alpha`` (nominal Krippendorff over listeners, or ``None``
-        with ``alpha_note``); ``mos`` (``None`` without a mos column, else
-        ``{"rho", "n_readings", "note"}`` for per-reading flag share vs mean MOS).
+        ``left_out_labels`` (status -> labels on readings of that status, left out of every
+        rate: ``quarantined``, ``unscored``, ``failed``) with ``left_out_reasons`` (status ->
+        reason -> labels); ``quarantined_labels`` (the quarantined count); ``alpha``
+        (nominal Krippendorff over listeners, or ``None`` with ``alpha_note``); ``mos``
+        (``None`` without a mos column, else ``{"rho", "n_readings", "note"}`` for per-reading
+        flag share vs mean MOS).
 
     Raises:
         ListenerDataError: missing file or columns, an empty label cell, an unknown label,
-            a bad mos, a reading without a result file, a word not in its reading, an
-            ambiguous word, or the same listener labelling one word twice.
+            a bad mos, a reading without a result file, a word not in its reading (but for a
+            failed reading, which may hold none), an ambiguous word, or the same listener
+            labelling one word twice.
         ResultError: a result file that does not follow the format.
     """
     path, folder = Path(labels_csv), Path(results_dir)
@@ -180,13 +189,24 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
     seen: dict[tuple, str] = {}
     units = []
     for r in rows:
-        word = _find_word(results[r["reading"]], r["word"], r["where"])
-        key = (r["reading"], word["index"], r["listener"])
+        res = results[r["reading"]]
+        if res["status"] == "failed":
+            # A failed reading (unreadable audio or text) may hold no words: the label is left
+            # out anyway, so it is kept by its word as written when it cannot be resolved.
+            try:
+                found = _find_word(res, r["word"], r["where"])
+                index, decision = found["index"], found["decision"]
+            except ListenerDataError:
+                index, decision = r["word"], None
+        else:
+            found = _find_word(res, r["word"], r["where"])
+            index, decision = found["index"], found["decision"]
+        key = (r["reading"], index, r["listener"])
         if key in seen:
             raise ListenerDataError(f"{r['where']}: listener {r['listener']} already labelled this word ({seen[key]})")
         seen[key] = r["where"]
-        units.append({**r, "index": word["index"], "decision": word["decision"],
-                      "status": results[r["reading"]]["status"]})
+        units.append({**r, "index": index, "decision": decision, "status": res["status"],
+                      "reason": res.get("reason")})
 
     # Agreement between listeners needs no scorer: every labelled word is a unit.
     ratings: dict[tuple, dict[str, str]] = defaultdict(dict)
@@ -212,6 +232,13 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
 
     uncertain = [u for u in judged if u["decision"] == "uncertain"]
     not_judged = [u for u in scored if u["decision"] not in TESTED]
+    left_out = {st: [u for u in units if u["status"] == st] for st in LEFT_OUT}
+    left_out_reasons = {}
+    for st, us in left_out.items():
+        counts: dict[str, int] = defaultdict(int)
+        for u in us:
+            counts[u["reason"] or "no reason given"] += 1
+        left_out_reasons[st] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return {
         "labels_csv": str(path),
         "results_dir": str(folder),
@@ -223,7 +250,9 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         "detection": detection,
         "uncertain": _share(sum(u["label"] == "rejected" for u in uncertain), len(uncertain)),
         "not_judged": _share(sum(u["label"] == "rejected" for u in not_judged), len(not_judged)),
-        "quarantined_labels": len(units) - len(scored),
+        "quarantined_labels": len(left_out["quarantined"]),
+        "left_out_labels": {st: len(us) for st, us in left_out.items()},
+        "left_out_reasons": left_out_reasons,
         "alpha": alpha,
         "alpha_note": alpha_note,
         "mos": _mos_agreement(units, results) if has_mos else None,
@@ -296,7 +325,15 @@ def _markdown(result: Mapping) -> str:
     u, nj = result["uncertain"], result["not_judged"]
     lines.append(f"- Uncertain words (counted as not flagged above): listeners rejected {u['text']}.")
     lines.append(f"- Words the scorer did not judge (unscored or not tested): listeners rejected {nj['text']}.")
-    lines.append(f"- Labels on quarantined readings, left out: {result['quarantined_labels']}.")
+    left = result.get("left_out_labels") or {"quarantined": result["quarantined_labels"]}
+    reasons = result.get("left_out_reasons") or {}
+    if not any(left.values()):
+        lines.append("- Labels on readings the scorer did not score (quarantined, unscored or failed), left out: 0.")
+    for status, n in left.items():
+        if n:
+            why = reasons.get(status) or {}
+            because = f" ({'; '.join(f'{k}: {v}' for k, v in why.items())})" if why else ""
+            lines.append(f"- Labels on {status} readings, left out: {n}{because}.")
     alpha = f"{result['alpha']:.3f}" if result["alpha"] is not None else f"undefined ({result['alpha_note']})"
     lines.append(f"- Krippendorff's alpha (nominal) between listeners: {alpha}.")
     mos = result["mos"]
@@ -311,13 +348,19 @@ def write_listener_report(result: dict, out_dir: str | Path) -> dict[str, Path]:
 
     Raises:
         ValueError: ``result`` is not the output of :func:`listener_agreement`.
+        OutputFolderError: ``out_dir`` is, is inside, or contains the results folder, or would
+            write over the labels file (checked before anything is written).
     """
     needed = ("detection", "uncertain", "not_judged", "alpha", "n_labels")
     if not isinstance(result, Mapping) or any(k not in result for k in needed):
         raise ValueError("result must be the dict returned by listener_agreement")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_folder(out_dir, {"results folder": result["results_dir"]} if result.get("results_dir") else {})
     paths = {"md": out / "listeners.md", "json": out / "listeners.json"}
+    labels = result.get("labels_csv")
+    if labels and any(Path(labels).resolve() == p.resolve() for p in paths.values()):
+        raise OutputFolderError(
+            f"the output folder {out} would write over the labels file {labels}; give another folder")
+    out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(paths["json"], json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
     write_text_atomic(paths["md"], _markdown(result))
     return paths

@@ -188,3 +188,87 @@ def test_malformed_result_file_is_named(tmp_path):
 def test_write_comparison_rejects_other_dicts(tmp_path):
     with pytest.raises(ValueError, match="compare_results"):
         write_comparison({"systems": {}}, tmp_path)
+
+
+def other_status(status: str, sentence: str, reason: str) -> dict:
+    """A reading the scorer did not score; a failed one holds no words (unreadable audio)."""
+    r = reading("unscored", sentence)
+    r["status"], r["reason"] = status, reason
+    if status == "failed":
+        r["words"] = []
+    return r
+
+
+def mixed_statuses() -> list[dict]:
+    # 1 scored (its key word unscored), 1 quarantined, 2 unscored, 4 failed readings
+    return ([reading("unscored", "s1"), reading("flagged", "s2", status="quarantined")]
+            + [other_status("unscored", f"u{i}", "every reference rejected") for i in range(2)]
+            + [other_status("failed", f"f{i}", "audio unreadable") for i in range(4)])
+
+
+def test_every_reading_status_is_counted_in_the_summary(tmp_path):
+    s = compare_results({"bo2": write_dir(tmp_path / "bo2", mixed_statuses())})["systems"]["bo2"]
+    assert (s["readings"], s["scored"], s["quarantined"], s["unscored"], s["failed"]) == (8, 1, 1, 2, 4)
+    assert s["statuses"] == {"scored": 1, "quarantined": 1, "unscored": 2, "failed": 4}
+    assert s["reasons"] == {"quarantined": {"word check failed": 1},
+                            "unscored": {"every reference rejected": 2}, "failed": {"audio unreadable": 4}}
+    assert s["quarantine_reasons"] == {"word check failed": 1}
+    assert s["decisions"]["unscored"] == 1  # words: the scored reading's one key word
+
+
+def test_report_shows_readings_of_every_status_apart_from_words(tmp_path):
+    out = compare_results({"bo2": write_dir(tmp_path / "bo2", mixed_statuses()),
+                           "ok": write_dir(tmp_path / "ok", [reading("flagged", "s1")])})
+    md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
+    # word columns say they count words; reading counts have their own table, one column per status
+    assert "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words |" in md
+    assert "| bo2 | 0 of 1 (0.0%) [0.0–79.3] | [0.0–0.0] | 0 | 1 |" in md
+    assert "| System | Readings | Scored | Quarantined | Unscored | Failed |" in md
+    assert "| bo2 | 8 | 1 | 1 | 2 | 4 |" in md
+    assert "| ok | 1 | 1 | 0 | 0 | 0 |" in md
+    assert "Unscored (2 readings, left out): every reference rejected (2)" in md
+    assert "Failed (4 readings, left out): audio unreadable (4)" in md
+    assert "Quarantined (1 reading, left out): word check failed (1)" in md
+
+
+def test_scored_reading_with_nothing_to_count_is_named(tmp_path):
+    empty = reading("no_change", "s1")
+    empty["words"] = [word(0, "आज", "not_tested")]
+    out = compare_results({"a": write_dir(tmp_path / "a", [reading("flagged", "s2"), empty])})
+    assert out["systems"]["a"]["readings_without_counted_word"] == ["r001.json"]
+    md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
+    assert "1 scored reading gave no word to count (no key word and no tested word): r001.json" in md
+
+
+@pytest.mark.parametrize("where, relation", [("{res}", "is"), ("{res}/sub", "is inside"), ("{tmp}", "contains")])
+def test_write_comparison_refuses_a_results_folder(tmp_path, monkeypatch, where, relation):
+    from leakloss.eval.compare import OutputFolderError
+
+    res = write_dir(tmp_path / "bo3", [reading("flagged", "s1")])
+    out = compare_results({"bo3": res})
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    target = Path(where.format(res=res, tmp=tmp_path))
+    with pytest.raises(OutputFolderError, match=f"output folder .* {relation} the results folder of system 'bo3'"):
+        write_comparison(out, target)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    # the same by a relative path
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputFolderError):
+        write_comparison(compare_results({"bo3": Path("bo3")}), Path(where.format(res="bo3", tmp=".")))
+    assert issubclass(OutputFolderError, OSError) and issubclass(OutputFolderError, ValueError)
+
+
+def test_cli_compare_refuses_its_results_folder_as_out(tmp_path):
+    from typer.testing import CliRunner
+
+    from leakloss.cli import app
+
+    res = write_dir(tmp_path / "bo3", [reading("flagged", "s1")])
+    r = CliRunner().invoke(app, ["compare", str(res), "--out", str(res)])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == 2, r.output
+    assert "error:" in r.stderr and "is the results folder of system 'bo3'" in r.stderr
+    assert "Traceback" not in r.output
+    assert sorted(p.name for p in res.iterdir()) == ["r000.json"]
+    # the folder still compares
+    assert CliRunner().invoke(app, ["compare", str(res), "--out", str(tmp_path / "cmp")]).exit_code == 0

@@ -80,6 +80,8 @@ def test_uncertain_not_judged_and_quarantined_are_reported_separately(tmp_path):
     assert out["uncertain"]["text"] == "1 of 3 (33.3%)"  # अरू: L1 rejected
     assert out["not_judged"]["text"] == "1 of 1 (100.0%)"  # आज is not tested
     assert out["quarantined_labels"] == 1
+    assert out["left_out_labels"] == {"quarantined": 1, "unscored": 0, "failed": 0}
+    assert out["left_out_reasons"]["quarantined"] == {"word check": 1}
 
 
 def test_bootstrap_is_over_listeners(tmp_path):
@@ -208,3 +210,107 @@ def test_write_listener_report(tmp_path):
     assert sorted(x.name for x in paths["md"].parent.iterdir()) == ["listeners.json", "listeners.md"]
     with pytest.raises(ValueError, match="listener_agreement"):
         write_listener_report({"detection": {}}, tmp_path / "x")
+
+
+def other(status: str, reason: str, words: list[dict]) -> dict:
+    r = result(words, status=status)
+    r["reason"] = reason
+    return r
+
+
+MIXED = {
+    **RESULTS,
+    "ru1": other("unscored", "every reference rejected", [w(0, "नेकपा", "unscored")]),
+    "ru2": other("unscored", "every reference rejected", [w(0, "हैन", "unscored")]),
+    "rf": other("failed", "audio unreadable", []),  # a failed reading holds no words
+}
+MIXED_LABELS = [("नेकपा", "r1", "L1", "rejected"), ("नेकपा", "ru1", "L1", "rejected"),
+                ("हैन", "ru2", "L1", "accepted"), ("नेकपा", "rf", "L1", "rejected"),
+                ("नेकपा", "rf", "L2", "rejected"), ("तलको", "rq", "L1", "accepted")]
+
+
+def run_mixed(tmp_path: Path, rows: list[tuple] = MIXED_LABELS) -> dict:
+    return listener_agreement(write_csv(tmp_path / "labels.csv", rows), write_results(tmp_path / "res", MIXED))
+
+
+def test_left_out_labels_are_counted_by_the_reading_status(tmp_path):
+    out = run_mixed(tmp_path)
+    assert out["left_out_labels"] == {"quarantined": 1, "unscored": 2, "failed": 2}
+    assert out["quarantined_labels"] == 1  # only labels on quarantined readings
+    assert out["left_out_reasons"] == {"quarantined": {"word check": 1},
+                                       "unscored": {"every reference rejected": 2},
+                                       "failed": {"audio unreadable": 2}}
+    assert out["detection"]["n"] == 1 and out["n_labels"] == 6 and out["n_readings"] == 5
+    md = write_listener_report(out, tmp_path / "report")["md"].read_text(encoding="utf-8")
+    assert "- Labels on quarantined readings, left out: 1 (word check: 1)." in md
+    assert "- Labels on unscored readings, left out: 2 (every reference rejected: 2)." in md
+    assert "- Labels on failed readings, left out: 2 (audio unreadable: 2)." in md
+
+
+def test_unscored_readings_are_not_called_quarantined(tmp_path):
+    out = run_mixed(tmp_path, [("नेकपा", "ru1", "L1", "rejected"), ("हैन", "ru2", "L1", "accepted")])
+    assert out["quarantined_labels"] == 0 and out["left_out_labels"]["unscored"] == 2
+    md = write_listener_report(out, tmp_path / "report")["md"].read_text(encoding="utf-8")
+    assert "quarantined readings" not in md
+    assert "- Labels on unscored readings, left out: 2" in md
+
+
+def test_label_on_a_failed_reading_is_left_out_not_an_error(tmp_path):
+    out = run_mixed(tmp_path, [("नेकपा", "rf", "L1", "rejected"), ("#3", "rf", "L2", "accepted")])
+    assert out["left_out_labels"] == {"quarantined": 0, "unscored": 0, "failed": 2}
+    assert out["detection"]["n"] == 0
+    # still one label per listener per word
+    with pytest.raises(ListenerDataError, match="already labelled"):
+        run_mixed(tmp_path, [("नेकपा", "rf", "L1", "rejected")] * 2)
+    # a failed reading that kept its words: labels still resolve (by text or index) and are left out
+    kept = {**MIXED, "rf": other("failed", "audio unreadable", [w(0, "नेकपा", "unscored")])}
+    res2 = write_results(tmp_path / "res2", kept)
+    labels = write_csv(tmp_path / "k.csv", [("नेकपा", "rf", "L1", "rejected"),
+                                            ("#0", "rf", "L2", "rejected")])
+    assert listener_agreement(labels, res2)["left_out_labels"]["failed"] == 2
+    same = write_csv(tmp_path / "s.csv", [("नेकपा", "rf", "L1", "rejected"), ("#0", "rf", "L1", "accepted")])
+    with pytest.raises(ListenerDataError, match="already labelled"):  # the text and #0 are one word
+        listener_agreement(same, res2)
+
+
+def test_no_left_out_labels_is_said(tmp_path):
+    md = write_listener_report(run(tmp_path, LABELS[:3]), tmp_path / "report")["md"].read_text(encoding="utf-8")
+    assert "left out: 0." in md
+
+
+@pytest.mark.parametrize("where, relation", [("{res}", "is"), ("{res}/sub", "is inside"), ("{tmp}", "contains")])
+def test_write_listener_report_refuses_the_results_folder(tmp_path, where, relation):
+    from leakloss.eval.compare import OutputFolderError
+
+    out = run(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    target = Path(where.format(res=tmp_path / "res", tmp=tmp_path))
+    with pytest.raises(OutputFolderError, match=f"output folder .* {relation} the results folder"):
+        write_listener_report(out, target)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_write_listener_report_never_writes_over_the_labels(tmp_path):
+    from leakloss.eval.compare import OutputFolderError
+
+    (tmp_path / "rep").mkdir()
+    labels = write_csv(tmp_path / "rep" / "listeners.md", LABELS)
+    before = labels.read_bytes()
+    out = listener_agreement(labels, write_results(tmp_path / "res"))
+    with pytest.raises(OutputFolderError, match="labels file"):
+        write_listener_report(out, tmp_path / "rep")
+    assert labels.read_bytes() == before and sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["listeners.md"]
+
+
+def test_cli_listeners_refuses_its_results_folder_as_out(tmp_path):
+    from typer.testing import CliRunner
+
+    from leakloss.cli import app
+
+    res = write_results(tmp_path / "res")
+    labels = write_csv(tmp_path / "labels.csv", LABELS)
+    r = CliRunner().invoke(app, ["listeners", str(labels), str(res), "--out", str(res)])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == 2, r.output
+    assert "error:" in r.stderr and "is the results folder" in r.stderr and "Traceback" not in r.output
+    assert sorted(p.name for p in res.iterdir()) == sorted(f"{n}.json" for n in RESULTS)
