@@ -32,7 +32,7 @@ def read_text_file(path: Path) -> str:
     except OSError as err:
         fail(f"cannot read {path}: {err.strerror or err}")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is not text
     except UnicodeDecodeError as err:
         fail(f"{path} is not valid UTF-8 (byte {err.start}): save it as UTF-8 text")
 
@@ -123,7 +123,7 @@ def sites(
 ) -> None:
     """Contrast sites of a sentence: where Nepali and Hindi-style readings differ in a vowel."""
     from leakloss.text.normalize import TextError
-    from leakloss.text.sites import SiteFinder
+    from leakloss.text.sites import CONFIDENCE_ORDER, SiteFinder
 
     if file is not None and text is not None:
         fail("pass the text or --file, not both")
@@ -134,6 +134,8 @@ def sites(
         err_console.print(f"[dim]no text given; using the example: {text}[/]")
     if not text.strip():
         fail("the text is empty")
+    if min_confidence not in CONFIDENCE_ORDER:
+        fail(f"--min-confidence must be one of {', '.join(CONFIDENCE_ORDER)}, got {min_confidence!r}")
     try:
         finder = SiteFinder(min_confidence=min_confidence)
         words = finder(text)
@@ -415,6 +417,8 @@ def compare(
     dirs = {}
     for item in results:
         name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name, "", str(item))
+        if not name or not folder:  # Path("") would be the current folder
+            fail(f"{item}: give NAME=DIR with both parts, or a folder")
         if not Path(folder).is_dir():
             fail(f"{folder} is not a folder of results")
         if name in dirs:

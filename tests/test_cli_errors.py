@@ -382,3 +382,14 @@ def test_training_commands_refuse_bad_overrides_before_starting(command, overrid
     assert not started
     runner.invoke(app, [command, "steps=3" if command == "finetune-f5" else "experiment=smoke"])
     assert len(started) == 1  # a good override goes through to the run
+
+
+def test_small_cli_input_checks(tmp_path):
+    r = runner.invoke(app, ["sites", "नेकपा", "--min-confidence", "bogus"])
+    assert r.exit_code == 2 and "--min-confidence must be one of low, medium, high" in r.output
+    r = runner.invoke(app, ["compare", "x="])
+    assert r.exit_code == 2 and "NAME=DIR with both parts" in r.output
+    bom = tmp_path / "text.txt"
+    bom.write_bytes("\ufeffनेकपा".encode("utf-8"))  # a byte-order mark is not part of the text
+    r = runner.invoke(app, ["sites", "--file", str(bom), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["words"][0]["word"] == "नेकपा"

@@ -116,6 +116,7 @@ def _char_class(ch: str) -> str:
 
 
 _SEPARABLE = frozenset({"punct", "symbol"})
+AVAGRAHA = "\u093d"  # ऽ: marks an elided vowel; a letter by category, no sound of its own
 
 
 def _classify(chunk: str) -> str | None:
@@ -124,6 +125,8 @@ def _classify(chunk: str) -> str | None:
         # A word cannot start with a vowel sign, virama or nukta.
         if unicodedata.category(chunk[0]).startswith("M"):
             return "stray vowel sign"
+        if not any(unicodedata.category(c) == "Lo" and c != AVAGRAHA for c in chunk):
+            return "no letter to pronounce"  # e.g. a lone avagraha ऽ: signs only
         return None
     if classes == {"digit"}:
         return "digits"

@@ -54,3 +54,9 @@ def test_split_words_numbers_and_lone_punctuation():
 def test_emoji_and_symbols_are_symbols_not_punctuation(text, want):
     # issue 14: emoji were called "punctuation"
     assert [(t.text, t.skipped) for t in split_words(text)] == want
+
+
+def test_signs_without_a_letter_are_skipped_with_a_reason():
+    toks = split_words(normalize_devanagari("नेकपा ऽ सोऽहम् ॐ"))
+    assert [(t.text, t.skipped) for t in toks] == [("नेकपा", None), ("ऽ", "no letter to pronounce"),
+                                                   ("सोऽहम्", None), ("ॐ", None)]
