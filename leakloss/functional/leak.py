@@ -28,6 +28,8 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     A site entirely beyond the item's valid frames gets an empty mask (and contributes nothing).
     """
     index = [(b, s) for b, item in enumerate(sites) for s in item]
+    if frame_lengths is not None and len(frame_lengths) != len(sites):
+        raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
     centers = (torch.arange(n_frames, device=device, dtype=torch.float32) + 0.5) * hop_s
     masks = torch.zeros(len(index), n_frames, dtype=torch.bool, device=device)
     for row, (b, s) in enumerate(index):
@@ -38,11 +40,25 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     return masks, index
 
 
+def _check_rows(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> None:
+    if frame_logits.dim() != 2 or masks.dim() != 2 or masks.shape[1] != frame_logits.shape[1]:
+        raise ValueError(f"masks {tuple(masks.shape)} must be [sites, {frame_logits.shape[-1]}] for frame_logits "
+                         f"{tuple(frame_logits.shape)} [batch, frames]")
+    if item_of_row.shape != (masks.shape[0],):
+        raise ValueError(f"item_of_row must be [{masks.shape[0]}] (one item per mask row), got {tuple(item_of_row.shape)}")
+    if item_of_row.numel() and (int(item_of_row.min()) < 0 or int(item_of_row.max()) >= frame_logits.shape[0]):
+        raise ValueError(f"item_of_row must lie in [0, {frame_logits.shape[0]}), got {item_of_row.tolist()}")
+
+
 def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperature: float = 4.0) -> Tensor:
     """``frame_logits [b, g]``, ``masks [n, g]``, ``item_of_row [n]`` -> ``[n]`` soft-max pooled logits (fp32).
 
     Rows with an empty mask get a large negative logit (probability ~0, gradient 0), never NaN.
+
+    Raises:
+        ValueError: ``masks`` not ``[n, g]`` for ``frame_logits [b, g]``, or ``item_of_row`` not ``[n]`` ids in ``[0, b)``.
     """
+    _check_rows(frame_logits, masks, item_of_row)
     x = _at_least_fp32(frame_logits)[item_of_row] * temperature  # [n, g]
     x = x.masked_fill(~masks, -1e4)
     count = masks.sum(-1).clamp(min=1).to(x.dtype)
@@ -59,6 +75,7 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     With no active site the penalty is ``0 * frame_logits.sum()``: zero, finite, and a zero gradient
     of the right shape.
     """
+    _check_rows(frame_logits, masks, item_of_row)
     active = masks.any(-1)
     if not bool(active.any()):
         x = _at_least_fp32(frame_logits)

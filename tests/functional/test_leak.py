@@ -116,3 +116,19 @@ def test_conv_receptive_field_is_the_fewest_samples_the_stack_accepts():
         run(n - 1)
     with pytest.raises(ValueError):
         conv_receptive_field((10, 3), (5,))
+
+
+def test_row_shapes_and_items_are_checked():
+    from leakloss.functional.leak import leak_penalty_from_logits, site_masks
+    from leakloss.timing import TimedSite
+
+    logits, masks = torch.zeros(2, 10), torch.ones(3, 10, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"masks \(3, 9\) must be"):
+        leak_penalty_from_logits(logits, masks[:, :9], torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 2\)"):
+        leak_penalty_from_logits(logits, masks, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"item_of_row must be \[3\]"):
+        leak_penalty_from_logits(logits, masks, torch.tensor([0, 1]))
+    site = TimedSite(0.1, 0.2, "deletion", "ʌ->∅")
+    with pytest.raises(ValueError, match="one length per item"):
+        site_masks([[site], [site]], 10, hop_s=0.02, frame_lengths=torch.tensor([10]))
