@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.timing import TimedSite
-from leakloss.vocoder import MelToWave, mel_lengths_to_samples
+from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths
 
 if TYPE_CHECKING:
     from integrations.leak_curves import ProbeSet
@@ -308,9 +308,10 @@ class LeakAwareCFM(CFM):
         with autocast:
             if self.leak_crop:
                 return self._cropped_penalty(mels, mel_lengths, sites, frame_rate)
-            if self.mel_to_wave is not None:
-                waves = self.mel_to_wave(mels)
+            if self.mel_to_wave is not None:  # x1_hat past an item's length must not reach its samples
+                waves = self.mel_to_wave(silence_past_lengths(mels, mel_lengths))
                 wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
+                waves = waves[:, : int(wave_lengths.max())]  # the silent tail is context, not part of any item
                 return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
             return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
 

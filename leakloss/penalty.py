@@ -28,7 +28,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.constants import MEL_FLOOR
 from leakloss.functional.crop import conv_receptive_field, length_groups
 from leakloss.functional.leak import (
     leak_penalty_from_logits,
@@ -48,11 +47,6 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: RMS (of the mean-removed valid samples) below which an item's penalty gradient is scaled down by
 #: ``rms / QUIET_RMS``: -40 dBFS, quieter than usable speech (espeak reads at ~0.1, studio speech at 0.03-0.1).
 QUIET_RMS = 0.01
-
-#: Silent mel frames appended past every item before vocoding (and written over its padding): more than the
-#: released 24 kHz Vocos reaches (embedding conv and 8 ConvNeXt blocks, kernel 7: 27 frames, plus the
-#: ISTFT's 4-frame window), so an item's samples do not depend on the batch it is vocoded in.
-VOCODER_TAIL_FRAMES = 32
 
 
 class PenaltyInputError(ValueError):
@@ -220,7 +214,7 @@ class LeakPenalty(nn.Module):
         """Finite mels ``[b, n, d]`` -> (waves ``[b, t]``, wave lengths ``[b]``, non-finite items ``[b]``)."""
         if self.mel_to_wave is None:
             raise ValueError("mel input needs a mel_to_wave vocoder (leakloss.vocoder.MelToWave)")
-        from leakloss.vocoder import mel_lengths_to_samples
+        from leakloss.vocoder import mel_lengths_to_samples, silence_past_lengths
 
         if mels.dim() != 3:
             raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
@@ -243,13 +237,7 @@ class LeakPenalty(nn.Module):
         mels, bad = mask_nonfinite_items(mels, mel_lengths)  # before the vocoder: its backward would see NaN
         if mel_lengths is None:
             mel_lengths = torch.full((b,), n, dtype=torch.long, device=mels.device)
-        # The vocoder's receptive field reaches past an item's end: there it must hear the same silent frames
-        # whatever the batch pads with (zeros, log-silence, a model's x1_hat), and none of them gets gradient.
-        # VOCODER_TAIL_FRAMES more of them make an item alone vocode as it does in any batch.
-        mels = torch.nn.functional.pad(mels, (0, 0, 0, VOCODER_TAIL_FRAMES))
-        valid = torch.arange(mels.shape[1], device=mels.device)[None, :] < mel_lengths[:, None]
-        mels = torch.where(valid[..., None], mels, torch.full((), math.log(MEL_FLOOR), dtype=mels.dtype,
-                                                              device=mels.device))
+        mels = silence_past_lengths(mels, mel_lengths)  # the batch's padding never reaches an item
         waves = self.mel_to_wave(mels)
         blown = ~torch.isfinite(waves).all(-1) & ~bad  # finite but huge mels can overflow inside the vocoder
         if bool(blown.any()):  # vocode again without them, so that no graph we keep holds a non-finite value

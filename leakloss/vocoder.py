@@ -8,6 +8,7 @@ graph; this module calls ``head(backbone(mel))`` directly so gradients reach the
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +33,25 @@ def log_mel(wave: torch.Tensor) -> torch.Tensor:
                                                norm=None, mel_scale="htk").to(spec.device)
     mel = torch.matmul(spec.transpose(-1, -2), fb)  # [b, n, 100]
     return mel.clamp(min=MEL_FLOOR).log()
+
+
+#: Silent mel frames appended past every item before vocoding a batch (and written over its padding): more than
+#: the released 24 kHz Vocos reaches (embedding conv and 8 ConvNeXt blocks, kernel 7: 27 frames, plus the ISTFT's
+#: 4-frame window), so an item's samples do not depend on the batch it is vocoded in.
+VOCODER_TAIL_FRAMES = 32
+
+
+def silence_past_lengths(mels: torch.Tensor, mel_lengths: torch.Tensor,
+                         tail_frames: int = VOCODER_TAIL_FRAMES) -> torch.Tensor:
+    """``mels [b, n, d]`` -> ``[b, n + tail_frames, d]``: frames at and past ``mel_lengths [b]`` set to a silent
+    frame (``log(MEL_FLOOR)``, no gradient to them) and ``tail_frames`` more appended.
+
+    Vocode this, not the padded batch: what a batch pads with (zeros, a model's ``x1_hat``) then never reaches
+    an item's samples, and an item vocodes as it does alone."""
+    mels = torch.nn.functional.pad(mels, (0, 0, 0, tail_frames))
+    valid = torch.arange(mels.shape[1], device=mels.device)[None, :] < mel_lengths.to(mels.device)[:, None]
+    silent = torch.full((), math.log(MEL_FLOOR), dtype=mels.dtype, device=mels.device)
+    return torch.where(valid[..., None], mels, silent)
 
 
 def mel_lengths_to_samples(

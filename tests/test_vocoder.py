@@ -118,3 +118,18 @@ def test_embedded_vocoder_reconstructs_an_espeak_reading() -> None:
         out = vocoder.generate(mel)
     error = (log_mel(out)[:, : mel.shape[1]] - mel).abs().mean()  # log-mel L1; a random tiny Vocos gives ~2.0
     assert torch.isfinite(out).all() and error < 0.6, float(error)
+
+
+def test_silence_past_lengths_writes_silent_frames_over_padding_and_a_tail():
+    import math
+
+    from leakloss.constants import MEL_FLOOR
+    from leakloss.vocoder import VOCODER_TAIL_FRAMES, silence_past_lengths
+
+    mels = torch.randn(2, 6, 100, requires_grad=True)
+    out = silence_past_lengths(mels, torch.tensor([6, 2]))
+    assert out.shape == (2, 6 + VOCODER_TAIL_FRAMES, 100)
+    assert torch.equal(out[0, :6], mels[0]) and torch.equal(out[1, :2], mels[1, :2])
+    assert bool((out[1, 2:] == math.log(MEL_FLOOR)).all()) and bool((out[0, 6:] == math.log(MEL_FLOOR)).all())
+    out.sum().backward()
+    assert bool((mels.grad[1, 2:] == 0).all()) and bool((mels.grad[1, :2] == 1).all())
