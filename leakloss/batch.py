@@ -10,15 +10,18 @@ every item ends in a result: a problem with one item (a missing or truncated fil
 unexpected error) is a ``failed`` result with its reason, never a crash of the run.
 
 Resuming: an item counts as done only if its result file parses, follows the result format, belongs
-to the same id, query and text, and is not ``failed``; everything else (missing, empty, truncated,
-failed) is scored again. Recognizers and heads are loaded once per process; ``devices``/``strategy``
-spread the work over GPUs and nodes.
+to the same id, query, text and references, and is not ``failed``; everything else (missing, empty,
+truncated, failed, made with other references) is scored again. Recognizers and heads are loaded
+once per process; ``devices``/``strategy`` spread the work over GPUs and nodes (never more processes
+than items to score: a shorter run uses fewer devices).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sys
 import unicodedata
 from collections import Counter
 from pathlib import Path
@@ -33,6 +36,9 @@ from leakloss.schema import STATUSES, ResultError, load_result
 #: usual 255-byte file-name limit.
 MAX_ID_BYTES = 200
 _MAX_LISTED = 20  # manifest problems listed in one error message
+#: Most devices one ``--devices`` may name (a count or an index): more than any machine has, small enough
+#: that Lightning never overflows on it.
+MAX_DEVICES = 1024
 
 
 class BatchError(ValueError):
@@ -80,6 +86,31 @@ def _id_problem(value: str) -> str | None:
     return None
 
 
+@functools.cache
+def _site_finder():
+    from leakloss.text.sites import SiteFinder
+
+    return SiteFinder()  # loads the frontend: once per process, not per line
+
+
+def _text_problem(text: str) -> str | None:
+    """Why the scorer would fail on ``text`` whatever the audio (the check ``score`` makes on --text): a
+    rerun cannot fix it, so it is a manifest error, not a failed item."""
+    from leakloss.text.normalize import TextError
+
+    if not text.strip():
+        return "field 'text' is empty"
+    if bad := _unicode_problem(text):
+        return f"field 'text' {bad}"
+    try:
+        words = _site_finder()(text)
+    except (TextError, ValueError) as err:
+        return f"field 'text' cannot be read: {err}"
+    if not any(w.skipped is None for w in words):
+        return f"field 'text' has no Devanagari word to score: {text!r:.60}"
+    return None
+
+
 def _line_problems(d: object) -> list[str]:
     if not isinstance(d, dict):
         return [f"must be a JSON object {{\"id\", \"query\", \"text\", \"refs\"}}, got a {type(d).__name__}"]
@@ -95,9 +126,7 @@ def _line_problems(d: object) -> list[str]:
             problems.append(f"field {key!r} must be a string when given, got {d[key]!r:.60}")
     if problems:
         return problems
-    problems += [p for p in (_id_problem(d["id"]), _path_problem(d["query"], "query")) if p]
-    if not d["text"].strip():
-        problems.append("field 'text' is empty")
+    problems += [p for p in (_id_problem(d["id"]), _path_problem(d["query"], "query"), _text_problem(d["text"])) if p]
     problems += [p for i, r in enumerate(d["refs"]) if (p := _path_problem(r, f"refs[{i}]"))]
     return problems
 
@@ -108,7 +137,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
     Raises:
         BatchManifestError: unreadable file, no items, or bad lines: every bad line is listed with its
             number (not JSON, not an object, a missing or mistyped field, an id that is not a safe
-            file name, a duplicate id, a path with a NUL...).
+            file name, a duplicate id, a path with a NUL, a text with no Devanagari word to score...).
     """
     path = Path(path)
     try:
@@ -147,29 +176,28 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
 # --- the run configuration ------------------------------------------------------------------------
 
 def parse_devices(value: str | int | list[int]) -> int | str | list[int]:
-    """``--devices``: a positive count, ``-1`` (all), ``auto``, or a comma-separated list of indices.
+    """``--devices``: a count from 1 to :data:`MAX_DEVICES`, ``-1`` (all), ``auto``, or a comma-separated
+    list (or a list) of indices below :data:`MAX_DEVICES`.
 
     Raises:
         BatchConfigError: anything else.
     """
-    if isinstance(value, (int, list)) and not isinstance(value, bool):
-        return value
-    text = str(value).strip()
+    text = value.strip() if isinstance(value, str) else None
     if text == "auto":
         return "auto"
     try:
-        if "," in text:
-            ids = [int(x) for x in text.split(",")]
-            if all(i >= 0 for i in ids):
+        if isinstance(value, list) or (text is not None and "," in text):
+            ids = value if text is None else [int(x) for x in text.split(",")]
+            if ids and all(type(i) is int and 0 <= i < MAX_DEVICES for i in ids):  # bool is no index
                 return ids
         else:
-            n = int(text)
-            if n > 0 or n == -1:
+            n = value if text is None else int(text)
+            if type(n) is int and (0 < n <= MAX_DEVICES or n == -1):
                 return n
     except ValueError:
         pass
-    raise BatchConfigError(f"--devices must be a positive number, -1 (all), 'auto' or a comma-separated list of "
-                           f"device indices such as 0,1; got {value!r}")
+    raise BatchConfigError(f"--devices must be a number from 1 to {MAX_DEVICES}, -1 (all), 'auto' or a comma-separated "
+                           f"list of device indices such as 0,1; got {value!r:.60}")
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -192,7 +220,7 @@ def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> 
     naming the option at fault (tried alone: the accelerator, then with the devices, then the strategy)."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    refused = (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError)
+    refused = (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError, OverflowError)
     try:
         return _make_trainer(accelerator, devices, strategy, progress)
     except refused as err:
@@ -212,13 +240,18 @@ def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> 
 
 def result_is_done(path: str | Path, item: dict) -> bool:
     """True if ``path`` holds a finished result for ``item``: it parses, follows the result format,
-    has the item's id, query and text, and its status is not ``failed`` (failures are retried)."""
+    has the item's id, query, text and references, and its status is not ``failed`` (failures are retried)."""
     try:
         result = load_result(path)
     except ResultError:
         return False
-    return (result.get("status") != "failed" and result.get("id") == item["id"]
-            and result.get("query") == item["query"] and result.get("text") == item["text"])
+    if (result.get("status") == "failed" or result.get("id") != item["id"] or result.get("query") != item["query"]
+            or result.get("text") != item["text"]):
+        return False
+    # every reference given is in reference_checks, in order; a quarantined query never reaches its
+    # references (its result does not depend on them), so other references would not change it
+    checked = [c["reference"] for c in result.get("reference_checks", [])]
+    return result["status"] == "quarantined" or checked == item["refs"]
 
 
 def _failed_result(item: dict, reason: str) -> dict:
@@ -287,13 +320,27 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     items = read_batch_manifest(manifest)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
-    trainer = _build_trainer(accelerator, parse_devices(devices), strategy, progress)
+    devices = parse_devices(devices)
+    trainer = _build_trainer(accelerator, devices, strategy, progress)
+    from lightning.pytorch.accelerators import CPUAccelerator
+
+    cpus = os.cpu_count() or 1
+    if isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices > cpus:
+        raise BatchConfigError(f"--devices {devices}: {trainer.num_devices} processes on the CPU, but this machine has "
+                               f"{cpus} CPU{'s' if cpus > 1 else ''}; give at most {cpus}")
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d)]
     summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "processed": len(todo),
                **{s: 0 for s in STATUSES}, "failures": []}
     if not todo:
         return summary
+    if trainer.num_devices > len(todo):
+        # a process with no item to score breaks Lightning's distributed sampler: start one per item
+        if trainer.is_global_zero:
+            print(f"note: {len(todo)} item{'s' if len(todo) > 1 else ''} to score: using {len(todo)} of the "
+                  f"{trainer.num_devices} devices", file=sys.stderr)
+        trainer = _build_trainer(accelerator, devices[:len(todo)] if isinstance(devices, list) else len(todo),
+                                 strategy, progress)
     from lightning.pytorch.strategies import SingleDeviceStrategy
     from torch.utils.data import DataLoader
 

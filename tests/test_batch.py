@@ -7,12 +7,15 @@ import json
 import shutil
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from leakloss.batch import (
+    MAX_DEVICES,
     BatchConfigError,
     BatchManifestError,
     parse_devices,
@@ -43,6 +46,20 @@ def item(id_: str, query: str = "q.wav", refs=("r.wav",), text: str = TEXT) -> d
     return {"id": id_, "query": query, "text": text, "refs": list(refs)}
 
 
+@pytest.fixture
+def one_process(monkeypatch):
+    """Lets predict run only as one process (tests start no others); returns the process counts asked for."""
+    real, asked = L.Trainer.predict, []
+
+    def predict(self, *args, **kwargs):
+        asked.append(self.num_devices)
+        assert self.num_devices == 1, f"predict was started on {self.num_devices} processes"
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(L.Trainer, "predict", predict)
+    return asked
+
+
 # --- the manifest, checked up front -----------------------------------------------------------------
 
 @pytest.mark.parametrize("line, message", [
@@ -62,6 +79,11 @@ def item(id_: str, query: str = "q.wav", refs=("r.wav",), text: str = TEXT) -> d
     ('{"id": ".hidden", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
     ('{"id": "\\ud800", "query": "q.wav", "text": "आज", "refs": []}', "not valid Unicode"),
     ('{"id": 7, "query": "q.wav", "text": "आज", "refs": []}', "'id' must be a string"),
+    # texts the scorer can never score: a rerun cannot fix them, so they are manifest errors, not failures
+    ('{"id": "x", "query": "q.wav", "text": "hello world", "refs": []}', "'text' has no Devanagari word"),
+    ('{"id": "x", "query": "q.wav", "text": "।।", "refs": []}', "'text' has no Devanagari word"),
+    ('{"id": "x", "query": "q.wav", "text": "' + "क" * 101 + '", "refs": []}', "'text' cannot be read.*limit"),
+    ('{"id": "x", "query": "q.wav", "text": "आज \\ud800", "refs": []}', "'text' is not valid Unicode"),
 ])
 def test_bad_manifest_lines_are_clear_errors_with_line_numbers(tmp_path, line, message):
     path = write_manifest(tmp_path / "m.jsonl", [item("fine"), line])
@@ -100,7 +122,8 @@ def test_parse_devices(value, expected):
     assert parse_devices(value) == expected
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "", "1.5", "0,,1", "-2", "1,x"])
+@pytest.mark.parametrize("value", ["abc", "0", "", "1.5", "0,,1", "-2", "1,x", "9" * 23, str(MAX_DEVICES + 1),
+                                   "0," + "9" * 23, 0, -2, 10**23, True, 1.0, [], [True], [-1], [0, 10**23]])
 def test_parse_devices_rejects_nonsense(value):
     with pytest.raises(BatchConfigError, match="--devices"):
         parse_devices(value)
@@ -127,7 +150,26 @@ def test_unusable_devices_and_strategy_are_errors(tmp_path, models):
         score_batch(manifest, tmp_path / "out", devices="abc", **_kwargs(models))
     with pytest.raises(BatchConfigError, match="strategy 'nope'"):
         score_batch(manifest, tmp_path / "out", strategy="nope", **_kwargs(models))
+    with pytest.raises(BatchConfigError, match="--devices"):  # was an OverflowError from deep in Lightning
+        score_batch(manifest, tmp_path / "out", devices="9" * 23, **_kwargs(models))
     assert not (tmp_path / "out").exists()
+
+
+def test_more_cpu_processes_than_cpus_is_an_error(tmp_path, models, monkeypatch, one_process):
+    monkeypatch.setattr("leakloss.batch.os.cpu_count", lambda: 2)
+    manifest = write_manifest(tmp_path / "m.jsonl", [item(f"x{i}") for i in range(4)])
+    with pytest.raises(BatchConfigError, match="3 processes on the CPU.*2 CPUs; give at most 2"):
+        score_batch(manifest, tmp_path / "out", devices="3", **_kwargs(models))
+    assert not (tmp_path / "out").exists() and one_process == []
+
+
+def test_never_more_processes_than_items_to_score(tmp_path, models, monkeypatch, one_process, capsys):
+    monkeypatch.setattr("leakloss.batch.os.cpu_count", lambda: 8)
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("only", refs=[])])
+    summary = score_batch(manifest, tmp_path / "out", devices="2", **_kwargs(models))  # crashed on rank 1
+    assert one_process == [1] and summary["processed"] == 1 and summary["failed"] == 0
+    assert "note: 1 item to score: using 1 of the 2 devices" in capsys.readouterr().err
 
 
 # --- results, statuses and resuming ------------------------------------------------------------------
@@ -194,6 +236,34 @@ def test_result_is_done_only_when_valid_matching_and_not_failed(tmp_path, models
     (out / "x.json").write_text(json.dumps(result | {"status": "failed", "reason": "r"}), encoding="utf-8")
     assert not result_is_done(out / "x.json", entry)
     assert not result_is_done(out / "nothing.json", entry)
+
+
+def test_a_result_made_with_other_references_is_scored_again(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    write_clip(tmp_path / "r2.wav", seed=2)
+    out, kwargs = tmp_path / "out", _kwargs(models, word_check=lambda w, t: (True, "test"))
+
+    def run(refs):
+        summary = score_batch(write_manifest(tmp_path / "m.jsonl", [item("x", refs=refs)]), out, **kwargs)
+        checks = json.loads((out / "x.json").read_text(encoding="utf-8"))["reference_checks"]
+        return summary["skipped_existing"], [Path(c["reference"]).name for c in checks]
+
+    assert run([]) == (0, [])  # unscored: no reference given
+    assert run(["r.wav"]) == (0, ["r.wav"])  # the references came: scored again, not kept stale
+    assert run(["r.wav"]) == (1, ["r.wav"])  # unchanged: resumed
+    assert run(["r.wav", "r2.wav"]) == (0, ["r.wav", "r2.wav"])
+    assert run(["r2.wav", "r.wav"]) == (0, ["r2.wav", "r.wav"])
+
+
+def test_a_quarantined_result_does_not_depend_on_the_references(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    out = tmp_path / "out"
+    score_batch(write_manifest(tmp_path / "m.jsonl", [item("x", refs=[])]), out, **_kwargs(models))
+    assert json.loads((out / "x.json").read_text(encoding="utf-8"))["status"] == "quarantined"  # tiny models
+    (entry,) = read_batch_manifest(write_manifest(tmp_path / "m.jsonl", [item("x")]))
+    assert result_is_done(out / "x.json", entry)  # the query never reached its references: nothing to redo
 
 
 def test_results_are_written_atomically(tmp_path, models, monkeypatch):
@@ -284,11 +354,28 @@ def test_any_manifest_is_items_or_a_manifest_error(tmp_path, lines):
         assert all(isinstance(r, str) for r in d["refs"]) and isinstance(d["query"], str)
 
 
-@given(st.text(max_size=12))
+@given(st.text(max_size=12) | st.integers() | st.lists(st.integers(), max_size=3))
 def test_any_devices_text_parses_or_is_a_config_error(value):
     try:
         parsed = parse_devices(value)
     except BatchConfigError:
         return
-    assert parsed == "auto" or (isinstance(parsed, int) and (parsed > 0 or parsed == -1)) or (
-        isinstance(parsed, list) and all(isinstance(i, int) and i >= 0 for i in parsed))
+    assert parsed == "auto" or (isinstance(parsed, int) and (0 < parsed <= MAX_DEVICES or parsed == -1)) or (
+        isinstance(parsed, list) and parsed and all(isinstance(i, int) and 0 <= i < MAX_DEVICES for i in parsed))
+
+
+# --- the command line: bad input is one error line and exit 2, before any work -------------------------
+
+@pytest.mark.parametrize("text, extra, needle", [
+    ("hello world", [], "line 2: field 'text' has no Devanagari word"),
+    (TEXT, ["--devices", "9" * 23], "--devices must be a number"),
+])
+def test_cli_bad_text_or_devices_is_exit_2(tmp_path, models, one_process, text, extra, needle):
+    from leakloss.cli import app
+
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("ok", refs=[]), item("latin", refs=[], text=text)])
+    r = CliRunner().invoke(app, ["score-batch", str(manifest), "--out", str(tmp_path / "out"), "--recognizer-a",
+                                 str(models["a"]), "--recognizer-b", str(models["b"]), "--heads", str(models["heads"]),
+                                 *extra])
+    assert r.exit_code == 2 and "Traceback" not in r.output and r.stderr.startswith("error:"), r.output
+    assert needle in r.stderr and not (tmp_path / "out").exists() and one_process == []
