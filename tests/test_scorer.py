@@ -189,10 +189,10 @@ def test_no_reference_is_an_unscored_reading_with_a_reason(tiny_scorer, clips):
 
 
 def test_every_reference_rejected_by_the_word_check_is_unscored(tiny_scorer, clips):
-    ref_frames = sf.info(str(clips["ref"])).frames  # the query passes its word check, the reference fails it
-    tiny_scorer.word_check, saved = (lambda w, t: (w.shape[0] != ref_frames, "CER 0.9")), tiny_scorer.word_check
+    query_frames = sf.info(str(clips["teacher"])).frames  # the query passes its word check, the references fail it
+    tiny_scorer.word_check, saved = (lambda w, t: (w.shape[0] == query_frames, "CER 0.9")), tiny_scorer.word_check
     try:
-        r = tiny_scorer.score(clips["teacher"], TEXT, [clips["ref"], clips["ref"]])
+        r = tiny_scorer.score(clips["teacher"], TEXT, [clips["ref"], clips["other"]])
     finally:
         tiny_scorer.word_check = saved
     assert r["status"] == "unscored"
