@@ -7,6 +7,7 @@ minute-long check; ``data=manifest data.manifest=PATH`` trains on your own pairs
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import hydra
@@ -17,10 +18,17 @@ from leakloss.config import config_dir
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_heads")
 def main(cfg: DictConfig) -> None:
+    from omegaconf.errors import MissingMandatoryValue
+
+    from leakloss.pairs.schema import ManifestError
     from train_heads.pipeline import run
 
     start = time.time()
-    result = run(cfg)
+    try:
+        result = run(cfg)
+    except (ManifestError, MissingMandatoryValue) as err:  # the user's data or config: one line, exit 2
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps({"export_dir": str(result["export_dir"]), "minutes": round((time.time() - start) / 60, 1)}))
     print(result["heldout_markdown"])
 

@@ -37,6 +37,22 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     return manifest
 
 
+def check_manifest(cfg: DictConfig) -> None:
+    """A user manifest (``data.manifest``) must exist, follow the schema and hold at least one pair.
+
+    Raises:
+        ManifestError: it does not; the message names the file (and line)."""
+    from leakloss.pairs.schema import ManifestError, read_manifest
+
+    if cfg.data.manifest is None:
+        return
+    path = Path(cfg.data.manifest)
+    if not path.is_file():
+        raise ManifestError(f"data.manifest={path}: no such file")
+    if not read_manifest(path):
+        raise ManifestError(f"data.manifest={path}: no pairs in it (one JSON object per line)")
+
+
 def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
     """The embedded pairs (synthesis cached), natural pairs confirmed by recognizer B."""
     if cfg.data.manifest is not None:
@@ -64,6 +80,7 @@ def run(cfg: DictConfig) -> dict:
     What differs between heads comes from each head's ``recipe`` (:mod:`train_heads.recipes`)."""
     from leakloss.acoustic.recognizer import Recognizer
 
+    check_manifest(cfg)  # before any model loads
     L.seed_everything(cfg.seed, workers=True)
     torch.set_num_threads(cfg.num_threads)
     recognizers = {role: Recognizer.load(cfg.recognizer[role]) for role in ("a", "b")}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -23,15 +24,21 @@ from leakloss.acoustic.recognizer_training import (
     save_recognizer,
 )
 from leakloss.config import config_dir
-from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences, split_sentences
+from leakloss.speech.corpus import (
+    SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+)
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_recognizer")
 def main(cfg: DictConfig) -> None:
     torch.set_num_threads(cfg.num_threads)
     start = time.time()
-    sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
-    train, held = split_sentences(sentences, cfg.heldout_fraction)
+    try:  # before anything is built or saved: a bad run must never replace a shipped recognizer
+        sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
+        train, held = split_for_training(sentences, cfg.heldout_fraction)
+    except SentenceFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     corpus = build_corpus(train, Path(cfg.cache_dir).expanduser(), roles=list(cfg.roles),
                           readings_per_sentence=cfg.readings_per_sentence, seed=0)
     print(f"corpus: {len(corpus)} readings, {sum(i.duration for i in corpus.items) / 60:.1f} min, {time.time() - start:.0f}s")

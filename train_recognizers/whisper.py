@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -40,12 +41,14 @@ from leakloss.acoustic.whisper_training import (
 from leakloss.config import config_dir
 from leakloss.speech import festival
 from leakloss.speech.augment import augment_chain
-from leakloss.speech.corpus import build_corpus, builtin_sentences, read_sentences, split_sentences
+from leakloss.speech.corpus import (
+    SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+)
 
 
 def training_sentences(cfg) -> tuple[list[str], list[str]]:
     sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
-    train, held = split_sentences(sentences, cfg.heldout_fraction)
+    train, held = split_for_training(sentences, cfg.heldout_fraction)
     extra = Path(str(cfg.extra_sentences))
     if cfg.extra_sentence_limit and extra.is_file():
         held_set = set(held)
@@ -158,7 +161,11 @@ def main(cfg: DictConfig) -> None:
 
     torch.set_num_threads(cfg.num_threads)
     start = time.time()
-    train, held = training_sentences(cfg)
+    try:  # before anything is built or saved
+        train, held = training_sentences(cfg)
+    except SentenceFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     cache = Path(cfg.cache_dir).expanduser() / "corpus"
     voices = recorded_training_voices(cfg.recorded_voices)
     if not cfg.recorded_readings:  # no recorded-voice readings: the card and the log must not name any voice

@@ -58,10 +58,32 @@ def builtin_sentences() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
+class SentenceFileError(ValueError):
+    """A sentence file that cannot be read or holds no sentence."""
+
+
 def read_sentences(path: str | Path) -> list[str]:
-    """Sentences from a text file: one per line, or ``id<TAB>text`` lines (e.g. a prompts.tsv)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [line.split("\t", 1)[-1].strip() for line in lines if line.strip() and not line.startswith("#")]
+    """Sentences from a UTF-8 text file: one per line, or ``id<TAB>text`` lines (e.g. a prompts.tsv).
+
+    Raises:
+        SentenceFileError: the file is missing, unreadable, not UTF-8, or has no sentence."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SentenceFileError(f"cannot read the sentences file {path}: {getattr(err, 'strerror', None) or err}") from err
+    sentences = [line.split("\t", 1)[-1].strip() for line in lines if line.strip() and not line.startswith("#")]
+    if not any(sentences):
+        raise SentenceFileError(f"{path}: no sentence in it (one per line, or id<TAB>text)")
+    return [s for s in sentences if s]
+
+
+def split_for_training(sentences: Sequence[str], heldout_fraction: float) -> tuple[list[str], list[str]]:
+    """:func:`split_sentences` for a training run: at least one sentence must be left to train on."""
+    train, held = split_sentences(sentences, heldout_fraction)
+    if not train:
+        raise SentenceFileError(f"{len(sentences)} sentence(s), all held out at heldout_fraction={heldout_fraction}: "
+                                "nothing left to train on; give more sentences")
+    return train, held
 
 
 def split_sentences(sentences: Sequence[str], heldout_fraction: float = 0.1, seed: int = 0) -> tuple[list[str], list[str]]:

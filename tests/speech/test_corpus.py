@@ -76,3 +76,20 @@ def test_recorded_role_needs_voices(tmp_path):
 
     with pytest.raises(ValueError):
         build_corpus(builtin_sentences()[:1], tmp_path, roles=("recorded",), progress=False)
+
+
+def test_sentence_files_that_cannot_train_are_typed_errors(tmp_path):
+    import pytest
+
+    from leakloss.speech.corpus import SentenceFileError, read_sentences, split_for_training
+
+    with pytest.raises(SentenceFileError, match="cannot read"):
+        read_sentences(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("# only a comment\n\n", encoding="utf-8")
+    with pytest.raises(SentenceFileError, match="no sentence"):
+        read_sentences(tmp_path / "empty.txt")
+    (tmp_path / "bom.tsv").write_bytes("\ufeffp1\tनेकपा आयो\np2\t\nघर\n".encode("utf-8"))
+    assert read_sentences(tmp_path / "bom.tsv") == ["नेकपा आयो", "घर"]
+    with pytest.raises(SentenceFileError, match="nothing left to train on"):
+        split_for_training(["घर"], 0.1)
+    assert split_for_training(["घर", "नेकपा", "आयो"], 0.1)[0]

@@ -148,3 +148,21 @@ def test_smoke_experiment_end_to_end(tmp_path):
     assert {r["pair_kind"] for r in rows} == {"physical", "natural", "model", "short_vowel"}
     assert sum(r["total"] for r in rows) > 0
     assert not list((tmp_path / "export").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("content, needle", [(None, "no such file"), ("", "no pairs in it"), ("{not json\n", "not valid JSON")])
+def test_a_bad_user_manifest_stops_before_any_model_loads(tmp_path, monkeypatch, content, needle):
+    from leakloss.acoustic.recognizer import Recognizer
+    from leakloss.config import compose_config
+    from leakloss.pairs.schema import ManifestError
+    from train_heads.pipeline import run
+
+    manifest = tmp_path / "pairs.jsonl"
+    if content is not None:
+        manifest.write_text(content, encoding="utf-8")
+    monkeypatch.setattr(Recognizer, "load", lambda *a, **k: pytest.fail("a model loaded before the manifest was checked"))
+    cfg = compose_config("train_heads", ["experiment=smoke", "data=manifest", f"data.manifest={manifest}",
+                                         f"cache_dir={tmp_path}/cache", f"out_dir={tmp_path}/out"])
+    with pytest.raises(ManifestError, match=needle):
+        run(cfg)
+    assert not (tmp_path / "out").exists()
