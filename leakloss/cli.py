@@ -164,7 +164,7 @@ def sites(
 @app.command()
 def recognize(
     wav: Path = typer.Argument(..., help="audio file (WAV/FLAC)"),
-    recognizer: str = typer.Option("a", "--recognizer", help="embedded a|b, a local directory, or a hub id"),
+    recognizer: str = typer.Option("a", "--recognizer", help="embedded a, b or w (Whisper encoder, hears real speech), a local directory, or a hub id"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Greedy phone string from a CTC phone recognizer."""
