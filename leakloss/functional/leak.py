@@ -59,6 +59,10 @@ def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor,
         ValueError: ``masks`` not ``[n, g]`` for ``frame_logits [b, g]``, or ``item_of_row`` not ``[n]`` ids in ``[0, b)``.
     """
     _check_rows(frame_logits, masks, item_of_row)
+    return _pooled(frame_logits, masks, item_of_row, temperature)
+
+
+def _pooled(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperature: float = 4.0) -> Tensor:
     x = _at_least_fp32(frame_logits)[item_of_row] * temperature  # [n, g]
     x = x.masked_fill(~masks, -1e4)
     count = masks.sum(-1).clamp(min=1).to(x.dtype)
@@ -80,7 +84,7 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     if not bool(active.any()):
         x = _at_least_fp32(frame_logits)
         return x.sum() * 0.0, x.new_zeros(masks.shape[0])
-    logits = pooled_site_logits(frame_logits, masks, item_of_row)
+    logits = _pooled(frame_logits, masks, item_of_row)  # checked above: one host sync per call, not two
     return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)
 
 
