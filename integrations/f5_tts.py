@@ -367,9 +367,13 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     """``penalty`` on the crops of ``mels [b, n, d]`` around ``sites`` (see :mod:`leakloss.functional.crop`):
     vocode only the crops, score only their site regions. ``(loss, parts)``; ``parts`` None when no site lies
     inside its item (the full computation gives those no frames either). ``out_sites`` (a list) receives the
-    sites per crop, in the order of ``parts.site_probs``."""
+    sites per crop, in the order of ``parts.site_probs``.
+
+    As the whole-item path, the crops come from :func:`silence_past_lengths` of ``mels``: what the batch pads an
+    item with never reaches its crops, and a crop at an item's end sees the same silent tail."""
     from leakloss.functional.crop import gather_mel_crops, length_groups, plan_crops, trim_waves
 
+    mels = silence_past_lengths(mels, mel_lengths)
     crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=mels.shape[1])
     if out_sites is not None:
         out_sites[:] = shifted

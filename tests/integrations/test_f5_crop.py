@@ -13,7 +13,7 @@ import torchaudio.functional as AF  # noqa: E402
 from integrations.f5_tts import cropped_penalty, penalty_crop_context, tiny_f5  # noqa: E402
 from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE  # noqa: E402
 from leakloss.functional.crop import cropped_share, plan_crops  # noqa: E402
-from leakloss.vocoder import MelToWave, log_mel, mel_lengths_to_samples  # noqa: E402
+from leakloss.vocoder import MelToWave, log_mel, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
 from tests.conftest import needs_embedded  # noqa: E402
 
 pytestmark = needs_embedded
@@ -52,7 +52,7 @@ def test_cropped_loss_and_gradient_track_the_full_computation(batch):
     penalty, vocoder, x, lengths, sites = batch
     ctx = penalty_crop_context(penalty, vocoder)
     full_in = x.clone().requires_grad_(True)
-    waves = vocoder(full_in)
+    waves = vocoder(silence_past_lengths(full_in, lengths))  # as LeakAwareCFM's whole-item path
     full, full_parts = penalty(waves=waves, wave_lengths=mel_lengths_to_samples(lengths).clamp(max=waves.shape[-1]),
                                sites=sites)
     full.backward()
@@ -80,6 +80,7 @@ def test_crop_exact_with_the_whole_items_mean_and_rms(batch):
 
     penalty, vocoder, x, lengths, sites = batch
     ctx = penalty_crop_context(penalty, vocoder)
+    x = silence_past_lengths(x, lengths)  # both paths vocode the items' silent tails, not the batch padding
     with torch.no_grad():
         waves = vocoder(x)
         wl = mel_lengths_to_samples(lengths).clamp(max=waves.shape[-1])
@@ -94,6 +95,20 @@ def test_crop_exact_with_the_whole_items_mean_and_rms(batch):
                            wave_rms=rms[[c.item for c in crops]], wave_mean=mean[[c.item for c in crops]])
     assert float(crop) == pytest.approx(float(full), rel=1e-4)
     assert cp.site_probs.tolist() == pytest.approx(fp.site_probs.tolist(), abs=1e-4)
+
+
+def test_crops_do_not_see_the_batch_padding(batch):
+    """What pads an item (zeros here, a model's x1_hat in training) never reaches its crops' loss or sites."""
+    penalty, vocoder, x, lengths, sites = batch
+    ctx = penalty_crop_context(penalty, vocoder)
+    padding = torch.arange(x.shape[1])[None, :, None] >= lengths[:, None, None]
+    assert padding.any()
+    noisy = torch.where(padding, torch.randn_like(x) * 3.0, x)
+    with torch.no_grad():
+        clean, clean_parts = cropped_penalty(penalty, vocoder, x, lengths, sites, FR, ctx)
+        dirty, dirty_parts = cropped_penalty(penalty, vocoder, noisy, lengths, sites, FR, ctx)
+    assert float(dirty) == pytest.approx(float(clean), rel=1e-5)
+    assert dirty_parts.site_probs.tolist() == pytest.approx(clean_parts.site_probs.tolist(), abs=1e-5)
 
 
 def test_leak_aware_cfm_crop_flag_keeps_the_loss(batch):
