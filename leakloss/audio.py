@@ -33,6 +33,7 @@ import io
 import math
 import struct
 from dataclasses import dataclass
+from typing import Literal, get_args
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,7 @@ __all__ = [
     "prepare_waveform",
     "resample",
     "save_audio",
+    "WavSubtype",
     "audio_to_wav_bytes",
 ]
 
@@ -383,8 +385,11 @@ def _wav_truncation(path: Path, size: int) -> str | None:
     return None
 
 
-def _to_pcm16(wave: Tensor, what: str) -> np.ndarray:
-    """``[t]`` or ``[c, t]`` float audio -> int16 ``[t, c]`` (soundfile layout)."""
+WavSubtype = Literal["PCM_16", "FLOAT"]
+
+
+def _to_samples(wave: Tensor | np.ndarray, what: str) -> np.ndarray:
+    """``[t]`` or ``[c, t]`` float audio -> finite float64 ``[t, c]`` (soundfile layout)."""
     if not isinstance(wave, (Tensor, np.ndarray)):
         raise AudioError(f"{what}: wave must be a torch.Tensor or numpy.ndarray, got {type(wave).__name__}")
     is_float = wave.is_floating_point() if isinstance(wave, Tensor) else np.issubdtype(wave.dtype, np.floating)
@@ -399,34 +404,46 @@ def _to_pcm16(wave: Tensor, what: str) -> np.ndarray:
     n_bad = int((~np.isfinite(x)).sum())
     if n_bad:
         raise AudioError(f"{what}: wave contains {n_bad} NaN or Inf samples")
-    # Scale by 32768 to match how soundfile reads int16 back (k / 32768), so load/save round-trips exactly.
-    pcm = np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
-    return pcm.T if pcm.ndim == 2 else pcm
+    return x.T if x.ndim == 2 else x
 
 
-def save_audio(path: str | Path, wave: Tensor, sample_rate: int = SAMPLE_RATE) -> None:
-    """Write ``wave`` (``[t]`` or ``[c, t]``, float in [-1, 1]) as a 16-bit PCM WAV file, atomically.
+def _encode(x: np.ndarray, sample_rate: int, subtype: WavSubtype) -> bytes:
+    """Finite float64 samples ``[t, c]`` -> WAV bytes of ``subtype``."""
+    if subtype == "PCM_16":
+        # Scale by 32768 to match how soundfile reads int16 back (k / 32768), so load/save round-trips exactly.
+        data: np.ndarray = np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
+    else:
+        data = x.astype(np.float32)
+    buffer = io.BytesIO()
+    sf.write(buffer, data, sample_rate, format="WAV", subtype=subtype)
+    return buffer.getvalue()
 
+
+def save_audio(path: str | Path, wave: Tensor | np.ndarray, sample_rate: int = SAMPLE_RATE,
+               subtype: WavSubtype = "PCM_16") -> None:
+    """Write ``wave`` (``[t]`` or ``[c, t]``, float in [-1, 1]) as a WAV file, atomically.
+
+    ``subtype``: ``"PCM_16"`` (samples beyond [-1, 1) are clipped to the 16-bit range) or ``"FLOAT"``
+    (32-bit float, kept as they are: caches of synthesized speech that must read back bit for bit).
     Encoded in memory and written with :func:`leakloss.atomic.write_bytes_atomic`, so a reader
-    never sees a partial file and a failure leaves no file behind. Samples beyond [-1, 1) are
-    clipped to the 16-bit range.
+    never sees a partial file and a failure leaves no file behind.
 
     Raises:
-        AudioError: bad wave, non-``.wav`` name, missing destination folder or write failure.
+        AudioError: bad wave or subtype, non-``.wav`` name, missing destination folder or write failure.
     """
     p = Path(path)
     what = f"cannot save audio file '{p}'"
     sample_rate = _check_rate(sample_rate, f"{what}: sample rate")
+    if subtype not in get_args(WavSubtype):
+        raise AudioError(f"{what}: subtype must be one of {', '.join(get_args(WavSubtype))}, got {subtype!r}")
     if p.suffix.lower() != ".wav":
         raise AudioError(f"{what}: it is written as WAV, so the name must end in .wav")
-    pcm = _to_pcm16(wave, what)
+    x = _to_samples(wave, what)
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise AudioError(f"{what}: folder '{folder}' does not exist")
     try:
-        buffer = io.BytesIO()
-        sf.write(buffer, pcm, sample_rate, format="WAV", subtype="PCM_16")
-        write_bytes_atomic(p, buffer.getvalue())
+        write_bytes_atomic(p, _encode(x, sample_rate, subtype))
     except (OSError, RuntimeError, sf.SoundFileError) as exc:
         raise AudioError(f"{what}: {exc}") from exc
 
@@ -438,7 +455,4 @@ def audio_to_wav_bytes(wave: Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
     """
     what = "cannot encode audio as WAV"
     sample_rate = _check_rate(sample_rate, f"{what}: sample rate")
-    pcm = _to_pcm16(wave, what)
-    buf = io.BytesIO()
-    sf.write(buf, pcm, sample_rate, format="WAV", subtype="PCM_16")
-    return buf.getvalue()
+    return _encode(_to_samples(wave, what), sample_rate, "PCM_16")

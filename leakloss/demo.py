@@ -21,9 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import soundfile as sf
 from rich.console import Console
 
+from leakloss.atomic import write_text_atomic
+from leakloss.audio import save_audio
 from leakloss.constants import SAMPLE_RATE
 
 console = Console()
@@ -52,7 +53,7 @@ def _stamp(path: Path, key: str) -> bool:
 
 def _set_stamp(path: Path, key: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    (path / ".stamp").write_text(key)
+    write_text_atomic(path / ".stamp", key)
 
 
 def _hash(*parts) -> str:
@@ -136,15 +137,14 @@ def _readings(cfg: DemoConfig) -> list[dict]:
                               ("ref2", speak_phones(words, TRAIN_TEACHER_VOICES[(i + 2) % 5]))):
             paths[name] = str(folder / f"{sid}-{name}.wav")
             folder.mkdir(parents=True, exist_ok=True)
-            sf.write(paths[name], reading.waveform.numpy(), SAMPLE_RATE, subtype="PCM_16")
+            save_audio(paths[name], reading.waveform)
         items.append({"sentence_id": sid, "text": text, **paths})
-    manifest.write_text(json.dumps(items, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_text_atomic(manifest, json.dumps(items, ensure_ascii=False, indent=1))
     _set_stamp(folder, key)
     return items
 
 
 def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Path]:
-    from leakloss.atomic import write_text_atomic
     from leakloss.audio import load_audio
     from leakloss.report import render_report, write_report
     from leakloss.scorer import Scorer

@@ -361,6 +361,21 @@ def test_save_quantises_and_clips(tmp_path):
     assert data[:4].tolist() == [round(0.1234567 * 32768), 32767, -32768, 0]
 
 
+def test_save_float_keeps_samples_bit_for_bit(tmp_path):
+    """FLOAT: what a synthesis cache writes reads back exactly, beyond [-1, 1] included (no clipping)."""
+    wave = torch.tensor([0.1234567, 1.5, -2.0, 1e-9] * 400, dtype=torch.float32)
+    save_audio(tmp_path / "x.wav", wave, subtype="FLOAT")
+    data, rate = sf.read(str(tmp_path / "x.wav"), dtype="float32")
+    assert rate == SAMPLE_RATE and sf.info(str(tmp_path / "x.wav")).subtype == "FLOAT"
+    assert torch.equal(torch.from_numpy(data), wave)
+
+
+def test_save_refuses_an_unknown_subtype(tmp_path):
+    with pytest.raises(AudioError, match="subtype must be one of PCM_16, FLOAT"):
+        save_audio(tmp_path / "x.wav", torch.zeros(100), subtype="PCM_24")  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+
+
 def test_save_is_atomic_and_leaves_nothing_on_error(tmp_path, monkeypatch):
     target = tmp_path / "x.wav"
     save_audio(target, torch.from_numpy(tone().astype(np.float32)))

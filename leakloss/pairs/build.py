@@ -27,6 +27,7 @@ import soundfile as sf
 import torch
 from tqdm.auto import tqdm
 
+from leakloss.audio import save_audio
 from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, write_manifest
 from leakloss.pairs.splice import delete_span, replace_span, sham_span
@@ -105,7 +106,7 @@ class PairBuilder:
 
     def _save(self, name: str, wave: torch.Tensor) -> str:
         rel = f"audio/{name}.wav"
-        sf.write(self.out_dir / rel, wave.detach().cpu().numpy(), SAMPLE_RATE, subtype="FLOAT")
+        save_audio(self.out_dir / rel, wave, subtype="FLOAT")
         return rel
 
     def add_sentence(self, sentence_id: str, text: str, words: list[WordSites], voice: Voice, ref_voice: Voice,

@@ -27,6 +27,7 @@ import soundfile as sf
 from tqdm.auto import tqdm
 
 from leakloss.atomic import write_text_atomic
+from leakloss.audio import save_audio
 from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
@@ -253,7 +254,7 @@ def build_corpus(
             reading = speak_mnemonics(" ".join(_edit_mnemonics(w, rng) for w in mnemonic_words), voice)
         item_id = f"s{i:05d}-{role}-{r}-{voice.name}"
         rel = f"audio/{item_id}.wav"
-        sf.write(root / rel, reading.waveform.numpy(), SAMPLE_RATE, subtype="PCM_16")
+        save_audio(root / rel, reading.waveform)
         items.append(_item(item_id, i, sentence, role, voice, rel, words, reading))
     if unsayable:
         print(f"corpus: {len(unsayable)} recorded-role readings skipped: no voice said them phone for phone "

@@ -35,6 +35,8 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
+from leakloss.atomic import write_text_atomic
+from leakloss.audio import save_audio
 from leakloss.speech.festival import Segment, SynthesizerUnavailableError, VoiceReading
 from leakloss.speech.synth import SAMPLE_RATE
 from leakloss.text.phones import strip_nasal
@@ -196,11 +198,10 @@ def _cached(cache_dir, payload, make) -> VoiceReading:
                             phone_ends=[s.end for s in kept], segments=segs)
     r = make()
     path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(path.with_suffix(".wav"), r.waveform.numpy(), SAMPLE_RATE, subtype="FLOAT")
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"segments": [[s.name, s.start, s.end, s.word, s.label] for s in r.segments],
-                               "word_spans": [list(x) for x in r.word_spans]}, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path.with_suffix(".json"))
+    save_audio(path.with_suffix(".wav"), r.waveform, subtype="FLOAT")
+    write_text_atomic(path.with_suffix(".json"), json.dumps(
+        {"segments": [[s.name, s.start, s.end, s.word, s.label] for s in r.segments],
+         "word_spans": [list(x) for x in r.word_spans]}, ensure_ascii=False))
     return r
 
 
