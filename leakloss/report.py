@@ -310,6 +310,8 @@ def _relative_href(href: object, where: str) -> str:
     # Relative only: an index is moved and archived with its run folder.
     if parts.scheme or parts.netloc or href.startswith(("/", "\\")):
         raise ValueError(f"{where}: '{href}' must be a path relative to the index, not a URL or absolute path")
+    if ".." in parts.path.replace("\\", "/").split("/"):
+        raise ValueError(f"{where}: '{href}' leaves the run folder ('..'); link only to files inside it")
     return _e(quote(href, safe="/#?=&.-_~"))
 
 
@@ -368,7 +370,7 @@ def render_index(entries: list[dict], title: str) -> str:
 
     Raises:
         ValueError: an unknown kind, a missing field, a ragged table row, or a link that
-            is absolute or a URL (an index travels with its run folder).
+            is absolute, a URL or leaves the folder with ``..`` (an index travels with its run folder).
     """
     if not isinstance(title, str):
         raise ValueError(f"title must be a string, got {type(title).__name__}")

@@ -340,6 +340,9 @@ def test_index_escapes_text():
         ({"kind": "link", "href": "javascript:alert(1)"}, "relative"),
         ({"kind": "link", "href": "/etc/passwd"}, "relative"),
         ({"kind": "link", "href": ""}, "non-empty"),
+        ({"kind": "link", "href": "../other-run/index.html"}, "leaves the run folder"),
+        ({"kind": "link", "href": "reports/../../x.html"}, "leaves the run folder"),
+        ({"kind": "image", "src": "..\\secret.png"}, "leaves the run folder"),
         ({"kind": "image"}, "needs 'png'"),
         ({"kind": "image", "png": b""}, "non-empty PNG"),
         ({"kind": "table", "columns": ["a", "b"], "rows": [["1"]]}, "row 0 must be a list of 2"),
@@ -352,6 +355,11 @@ def test_index_escapes_text():
 def test_index_rejects_bad_entries(entry, message):
     with pytest.raises(ValueError, match=message):
         render_index([entry], "run")
+
+
+def test_index_keeps_links_with_dots_in_names():
+    page = render_index([{"kind": "link", "href": "reports/a..b.html"}, {"kind": "image", "src": "./x.png"}], "run")
+    assert 'href="reports/a..b.html"' in page and 'src="./x.png"' in page
 
 
 def test_empty_index_says_so():
