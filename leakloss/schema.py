@@ -210,6 +210,14 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     if not (isinstance(checks, list) and all(isinstance(c, Mapping) and isinstance(c.get("reference"), str)
                                              and isinstance(c.get("used"), bool) for c in checks)):
         raise ResultError(f"{where}: 'reference_checks' must be a list of {{reference, used, reason}} objects")
+    for k, check in enumerate(checks):
+        reason = check.get("reason")
+        if not (reason is None or isinstance(reason, str)):
+            raise ResultError(f"{where}: reference_checks[{k}].reason must be a string or null, got {reason!r}")
+        if not check["used"] and not (reason or "").strip():
+            raise ResultError(f"{where}: reference_checks[{k}] ('{check['reference']}') is not used but gives no reason")
+        if "audio" in check:
+            _check_audio(check["audio"], f"{where}: reference_checks[{k}].audio")
     if "audio" in result:
         _check_audio(result["audio"], f"{where}: audio")
     warnings = result.get("warnings", [])

@@ -63,6 +63,10 @@ def test_a_site_cannot_be_not_tested():
     ({"audio": {"original_rate": 16000, "sample_rate": 16000, "channels": 1, "duration_s": 1.0, "resampled": "no",
                 "downmixed": False, "clipped_fraction": 0.0, "warnings": []}}, r"audio\.resampled"),
     ({"warnings": "clipped"}, "'warnings' must be a list of strings"),
+    ({"reference_checks": [{"reference": "r.wav", "used": True, "reason": None, "audio": {"sample_rate": -1}}]},
+     r"reference_checks\[0\]\.audio\.original_rate"),
+    ({"reference_checks": [{"reference": "r.wav", "used": False, "reason": None}]}, "not used but gives no reason"),
+    ({"reference_checks": [{"reference": "r.wav", "used": True, "reason": 3}]}, r"reason must be a string or null"),
     ({"id": 5}, "id"),  # score-batch resumes by it
 ])
 def test_optional_blocks_are_checked(over, message):
