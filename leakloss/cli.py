@@ -45,7 +45,9 @@ def _echo_json(obj) -> None:
 def g2p(
     words: list[str] = typer.Argument(None, help="Devanagari words"),
     file: Optional[Path] = typer.Option(None, "--file", help="a UTF-8 file of words (whitespace-separated)"),
-    lexicon: Optional[Path] = typer.Option(None, "--lexicon", help="external lexicon TSV (Google format or IPA)"),
+    lexicon: Optional[Path] = typer.Option(
+        None, "--lexicon", help="external lexicon TSV: spelling<TAB>phones, Google symbols or IPA, '.' = syllable "
+                                "boundary; an entry whose phones do not fit its spelling is an error"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
 ) -> None:
     """Nepali pronunciation of words: phones (IPA), which step decided each inherent vowel (lexicon /

@@ -393,3 +393,18 @@ def test_small_cli_input_checks(tmp_path):
     bom.write_bytes("\ufeffनेकपा".encode("utf-8"))  # a byte-order mark is not part of the text
     r = runner.invoke(app, ["sites", "--file", str(bom), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["words"][0]["word"] == "नेकपा"
+
+
+def test_g2p_refuses_a_user_lexicon_entry_that_does_not_fit_its_spelling(tmp_path):
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("नेपाल\tn e . p aː l\nपाती\tp aː t i h aː l n e\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "नेपाल"])
+    assert_clean_error(r, f"{lex}:2:", "'पाती'", "vowel")
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1, r.stderr
+    assert r.stdout == ""
+    # '.' syllable marks are accepted; the fitting entry decides the pronunciation
+    lex.write_text("नेपाल\tn e . p aː l\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "--json", "नेपाल"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout.splitlines()[0])
+    assert (row["phones"], row["source"]) == (["n", "e", "p", "aː", "l"], "lexicon")

@@ -36,7 +36,8 @@ from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, st
 
 __all__ = [
     "Source", "Confidence", "Step", "VowelDecision", "Pronunciation", "NepaliFrontend", "LexiconError",
-    "load_lexicon", "iter_lexicon", "inherent_vowel_pattern", "parse_word", "google_to_ipa",
+    "LexiconEntryError",
+    "load_lexicon", "iter_lexicon", "check_lexicon_entry", "inherent_vowel_pattern", "parse_word", "google_to_ipa",
 ]
 
 Source = Literal["lexicon", "suffix", "rules", "model"]
@@ -50,6 +51,19 @@ BUILTIN_EXCEPTIONS = Path(__file__).resolve().parent.parent / "data" / "nepali_e
 
 class LexiconError(TextError):
     """A lexicon file that cannot be read; the message names the file and line."""
+
+
+class LexiconEntryError(LexiconError):
+    """A lexicon entry whose phones cannot belong to its spelling: they do not align to the written letters
+    (:func:`inherent_vowel_pattern` finds no alignment), so which inherent vowels the entry keeps or drops
+    is undefined. ``reason`` says what does not fit (vowel count, consonants)."""
+
+    def __init__(self, path: str | Path, line: int, word: str, phones: Sequence[str], reason: str) -> None:
+        self.path, self.line, self.word, self.phones, self.reason = str(path), line, word, tuple(phones), reason
+        super().__init__(
+            f"{path}:{line}: the phones {' '.join(phones)!r} cannot be a pronunciation of {word!r}: {reason}; "
+            "they do not align to the spelling, so the entry cannot say which inherent vowels are kept "
+            "(fix the phones or remove the line)")
 
 
 @dataclass(frozen=True)
@@ -440,7 +454,9 @@ _GOOGLE: dict[str, tuple[str, ...]] = {
     "m": ("m",), "n": ("n",), "ng": ("ŋ",), "s": ("s",), "h": ("h",), "y": ("j",), "r": ("r",),
     "l": ("l",), "w": ("w",), "nn": ("ɳ",),
 }
-_GOOGLE_SKIP = frozenset({".", "sil", "pau"})
+#: The syllable boundary of a lexicon's phone column (both formats): no phone, dropped when read.
+SYLLABLE_MARK = "."
+_GOOGLE_SKIP = frozenset({SYLLABLE_MARK, "sil", "pau"})
 
 
 def google_to_ipa(symbols: Sequence[str]) -> tuple[str, ...] | None:
@@ -484,18 +500,86 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
                 raise LexiconError(f"{where}: {e}") from None
             yield lineno, word, None
             continue
-        symbols = cols[1].split()
-        if not symbols:
+        if not cols[1].split():
             yield lineno, word, None
             continue
-        if all(s in NEPALI_PHONES or s == "." for s in symbols):
-            phones: tuple[str, ...] | None = tuple(s for s in symbols if s != ".")
+        # '.' is a syllable boundary (the Google lexicon writes it as its own token; IPA also writes it
+        # between two phones, ``ʌ.m``): it carries no phone and is dropped. No phone contains a '.'.
+        symbols = cols[1].replace(SYLLABLE_MARK, f" {SYLLABLE_MARK} ").split()
+        if all(s == SYLLABLE_MARK for s in symbols):
+            raise LexiconError(f"{where}: {word!r} has only syllable marks ('.') and no phones")
+        if all(s in NEPALI_PHONES or s == SYLLABLE_MARK for s in symbols):
+            phones: tuple[str, ...] | None = tuple(s for s in symbols if s != SYLLABLE_MARK)
         else:
             phones = google_to_ipa(symbols)
         if not phones:
-            bad = [s for s in symbols if s not in NEPALI_PHONES and s not in _GOOGLE and s not in _GOOGLE_SKIP]
-            raise LexiconError(f"{where}: unknown phone(s) {bad or symbols} for {word!r}")
+            raise LexiconError(f"{where}: {_unknown_phones(symbols)} for {word!r}; {_PHONE_FORMATS}")
         yield lineno, word, phones
+
+
+#: What a lexicon's phone column may hold (said by every error about it).
+_PHONE_FORMATS = ("phones are space-separated, on each line either all IPA phones of NEPALI_PHONES (b ʌ ɟ aː r) "
+                  "or all Google lexicon symbols (b ax jh aa r); '.' marks a syllable boundary and is ignored")
+
+
+def _is_google(s: str) -> bool:
+    return s in _GOOGLE or s.endswith("n") and s[:-1] in _GOOGLE and is_vowel(_GOOGLE[s[:-1]][0])
+
+
+def _unknown_phones(symbols: Sequence[str]) -> str:
+    """Why a phone column is neither all IPA nor all Google symbols (syllable marks never named)."""
+    bad = [s for s in symbols if s not in NEPALI_PHONES and not _is_google(s) and s not in _GOOGLE_SKIP]
+    if bad:
+        return f"unknown phone(s) {bad}"
+    ipa_only = [s for s in symbols if s in NEPALI_PHONES and not _is_google(s)]
+    google_only = [s for s in symbols if _is_google(s) and s not in NEPALI_PHONES]
+    if ipa_only and google_only:
+        return f"the line mixes IPA phones {ipa_only} with Google lexicon symbols {google_only}"
+    if all(s in _GOOGLE_SKIP for s in symbols):
+        return f"no phones, only the marks {list(symbols)}"
+    return f"Google's marks {[s for s in symbols if s in _GOOGLE_SKIP and s != SYLLABLE_MARK]} in a line of IPA phones"
+
+
+def check_lexicon_entry(path: str | Path, line: int, word: str, phones: Sequence[str]) -> None:
+    """Raise :class:`LexiconEntryError` when ``phones`` cannot be a pronunciation of ``word``: the
+    alignment that reads a lexicon entry's inherent-vowel decisions (:func:`inherent_vowel_pattern`,
+    the one the frontend reads every lexicon entry with) finds none."""
+    try:
+        _, units = _check_word(word)
+    except TextError as e:
+        raise LexiconError(f"{path}:{line}: {e}") from None
+    clean = tuple(p for p in phones if p not in (SYLLABLE_MARK, "", "|"))
+    if _align_pattern(units, clean) is None:
+        raise LexiconEntryError(path, line, word, clean, _misfit_reason(units, clean))
+
+
+def _misfit_reason(units: tuple[Unit, ...], phones: tuple[str, ...]) -> str:
+    """What in ``phones`` does not fit the spelling ``units`` (for an entry with no alignment): the
+    number or quality of its vowels and/or its consonants; approximate (diphthongs may merge vowels)."""
+    items = _items(units)
+    written = sum(1 for it in items if it.kind == "V")
+    slots = sum(1 for it in items if it.kind == "I")
+    vowels = [p for p in phones if is_vowel(p)]
+    other = [p for p in vowels if strip_nasal(p) not in _SCHWA]
+    why: list[str] = []
+    if not written <= len(vowels) <= written + slots:
+        expect = f"{written}" if not slots else f"{written} to {written + slots}"
+        why.append(f"{len(vowels)} vowel phone(s), where the spelling has {written} written vowel(s) and {slots} "
+                   f"inherent vowel(s) that may be kept or dropped ({expect} vowel phones)")
+    elif len(other) > written:
+        why.append(f"{len(other)} vowel phone(s) other than ʌ ({' '.join(other)}), where the spelling writes "
+                   f"{written} vowel(s) (an inherent vowel is ʌ or nothing)")
+    spelled = [p for p in units_to_phones(units, [True] * len(units)) if not is_vowel(p)]
+    said = [p for p in phones if not is_vowel(p)]
+    if len(spelled) != len(said) or any(strip_nasal(a) not in equivalents(b) for a, b in zip(said, spelled)):
+        why.append(f"its consonant phones {' '.join(said) or '(none)'!r} do not match the spelling's "
+                   f"{' '.join(spelled) or '(none)'!r}")
+    if not why:
+        wrote = [p for u in units if not u.inherent and u.vowel != VIRAMA
+                 for p in (INDEPENDENT[u.vowel] if u.cons is None else MATRAS[u.vowel]) if is_vowel(p)]
+        why.append(f"its vowels {' '.join(vowels)!r} do not match the spelling's written vowels "
+                   f"{' '.join(wrote) or '(none)'!r} (with ʌ or nothing for each inherent vowel)")
+    return " and ".join(why)
 
 
 def load_lexicon(path: str | Path) -> dict[str, tuple[str, ...]]:
@@ -888,6 +972,8 @@ class NepaliFrontend:
                 if phones is None:
                     self.lexicon_skipped.append((lineno, word))
                 else:
+                    # an entry that does not align to its spelling would decide its vowels as garbage
+                    check_lexicon_entry(lexicon_path, lineno, word, phones)
                     self.lexicon.setdefault(word, phones)
             if not self.lexicon:
                 raise LexiconError(f"{lexicon_path}: no entry with phones"

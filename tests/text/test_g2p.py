@@ -186,3 +186,84 @@ def test_confidence_classes(rules):
     assert rules.pronounce("सुन्दरता").confidence == "medium"  # stem before -ता
     assert rules.pronounce("पुत्र").confidence == "high"       # native conjunct at the end
     assert split_suffixes("दाता") == ("दाता", ())                # -ता after a vowel sign is no suffix
+
+
+# ----------------------------------------------------------------------------------------------------
+# User lexicon: '.' syllable marks, entries whose phones cannot belong to the spelling
+# ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("column", [
+    "b ʌ . ɟ aː r",      # IPA, '.' as its own token (as the shared Google lexicon writes it)
+    "b ʌ.ɟ aː r",        # IPA, '.' written between two phones without spaces
+    "b ax . jh aa r",    # Google symbols
+    ". b ʌ ɟ aː r .",    # leading / trailing marks
+])
+def test_lexicon_dot_is_a_syllable_boundary(tmp_path, column):
+    f = tmp_path / "lex.tsv"
+    f.write_text(f"बजार\t{column}\n", encoding="utf-8")
+    assert load_lexicon(f) == {"बजार": ph("b ʌ ɟ aː r")}
+    p = NepaliFrontend(f, use_builtin_exceptions=False).pronounce("बजार")
+    assert (p.phones, p.source) == (ph("b ʌ ɟ aː r"), "lexicon")
+    assert [(v.letter, v.kept) for v in p.vowels] == [("ब", True), ("र", False)]
+
+
+@pytest.mark.parametrize("column, needles", [
+    # IPA and Google symbols on one line: the error names the two formats, never '.' as a phone
+    ("b ʌ . ɟ aa r", ["mixes", "'aa'", "'ʌ'"]),
+    ("b ʌ . ɟ qq r", ["unknown phone(s) ['qq']"]),
+    (". .", ["only syllable marks"]),
+])
+def test_lexicon_dot_is_never_reported_as_an_unknown_phone(tmp_path, column, needles):
+    f = tmp_path / "lex.tsv"
+    f.write_text(f"# c\nबजार\t{column}\n", encoding="utf-8")
+    with pytest.raises(LexiconError) as info:
+        load_lexicon(f)
+    msg = str(info.value)
+    assert msg.startswith(f"{f}:2:"), msg
+    assert "'.'" not in msg.split("unknown phone(s)")[-1].split("]")[0] if "unknown phone(s)" in msg else True
+    assert "syllable" in msg, msg  # says what '.' is
+    for n in needles:
+        assert n in msg, msg
+
+
+@pytest.mark.parametrize("word, column, why", [
+    ("पाती", "p aː t i h aː l n e", "vowel"),   # a shared-lexicon line: two more vowels than the spelling holds
+    ("कमल", "k aː m", "vowel"),                 # a written vowel (none) pronounced, consonant ल missing
+    ("घर", "ɡʰ ʌ r ʌ m ʌ", "vowel"),            # more vowels than the inherent slots can give
+    ("नेपाल", "t e k aː s", "consonant"),       # right vowels, other consonants
+])
+def test_user_lexicon_refuses_an_entry_that_cannot_belong_to_the_spelling(tmp_path, word, column, why):
+    from leakloss.text.g2p import LexiconEntryError
+
+    f = tmp_path / "user.tsv"
+    f.write_text(f"# mine\nबजार\tb ʌ ɟ aː r\n\n{word}\t{column}\n", encoding="utf-8")
+    with pytest.raises(LexiconEntryError) as info:
+        NepaliFrontend(f, use_builtin_exceptions=False)
+    err = info.value
+    assert isinstance(err, LexiconError) and isinstance(err, TextError)
+    assert (err.path, err.line, err.word, err.phones) == (str(f), 4, word, ph(column))
+    msg = str(err)
+    assert msg.startswith(f"{f}:4: ") and repr(word) in msg and why in err.reason, msg
+    assert "inherent vowel" in msg
+
+
+def test_user_lexicon_good_entries_still_win_over_the_model(tmp_path):
+    # the model keeps the ड vowel of सडक (s ʌ ɖ ʌ k); a fitting user entry that drops it wins
+    f = tmp_path / "user.tsv"
+    f.write_text("सडक\ts ʌ ɖ . k\nकमल\tk ax . m ax l\n", encoding="utf-8")
+    fe_ = NepaliFrontend(f, use_builtin_exceptions=False)
+    assert fe_.lexicon == {"सडक": ph("s ʌ ɖ k"), "कमल": ph("k ʌ m ʌ l")}
+    p = fe_.pronounce("सडक")
+    assert (p.phones, p.source, p.confidence) == (ph("s ʌ ɖ k"), "lexicon", "high")
+    assert [(v.letter, v.kept, v.step) for v in p.vowels] == [("स", True, "lexicon"), ("ड", False, "lexicon"),
+                                                              ("क", False, "lexicon")]
+    assert NepaliFrontend(use_builtin_exceptions=False).pronounce("सडक").source == "model"
+    # the stem of a suffixed word is pronounced from the entry too
+    q = fe_.pronounce("सडकमा")
+    assert (q.phones, q.source) == (ph("s ʌ ɖ k m aː"), "suffix")
+
+
+def test_builtin_exceptions_align_to_their_spelling():
+    from leakloss.text.g2p import BUILTIN_EXCEPTIONS
+    for _, word, phones in iter_lexicon(BUILTIN_EXCEPTIONS):
+        assert inherent_vowel_pattern(word, phones) is not None, word
