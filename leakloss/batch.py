@@ -238,15 +238,19 @@ def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> 
 
 # --- results -------------------------------------------------------------------------------------
 
-def result_is_done(path: str | Path, item: dict) -> bool:
+def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> bool:
     """True if ``path`` holds a finished result for ``item``: it parses, follows the result format,
-    has the item's id, query, text and references, and its status is not ``failed`` (failures are retried)."""
+    has the item's id, query, text and references, and its status is not ``failed`` (failures are retried).
+    ``scorer``: a :attr:`leakloss.scorer.Scorer.fingerprint`; a result another scorer made (other heads,
+    recognizers, thresholds or frontend, or none recorded) is not done."""
     try:
         result = load_result(path)
     except ResultError:
         return False
     if (result.get("status") == "failed" or result.get("id") != item["id"] or result.get("query") != item["query"]
             or result.get("text") != item["text"]):
+        return False
+    if scorer is not None and result.get("scorer") != scorer:
         return False
     # every reference given is in reference_checks, in order; a quarantined query never reaches its
     # references (its result does not depend on them), so other references would not change it
@@ -328,8 +332,14 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     if isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices > cpus:
         raise BatchConfigError(f"--devices {devices}: {trainer.num_devices} processes on the CPU, but this machine has "
                                f"{cpus} CPU{'s' if cpus > 1 else ''}; give at most {cpus}")
+    from leakloss.scorer import Scorer
+
+    # load (and so check) the models once here, before any result is written: their fingerprint decides which
+    # results are done. A single CPU process scores with this scorer, any other setup loads its own per process
+    # (nothing big is pickled).
+    scorer = Scorer(**scorer_kwargs, device="cpu")
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d)]
+    todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d, scorer.fingerprint)]
     summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "processed": len(todo),
                **{s: 0 for s in STATUSES}, "failures": []}
     if not todo:
@@ -344,11 +354,6 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     from lightning.pytorch.strategies import SingleDeviceStrategy
     from torch.utils.data import DataLoader
 
-    from leakloss.scorer import Scorer
-
-    # load (and so check) the models once here, before any result is written; a single CPU process
-    # scores with this scorer, any other setup loads its own per process (nothing big is pickled)
-    scorer = Scorer(**scorer_kwargs, device="cpu")
     single_cpu = isinstance(trainer.strategy, SingleDeviceStrategy) and trainer.strategy.root_device.type == "cpu"
     module = ScoringModule(scorer_kwargs, out_dir, scorer=scorer if single_cpu else None)
     loader = DataLoader(_Items(todo), batch_size=1, collate_fn=list)

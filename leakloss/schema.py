@@ -86,6 +86,7 @@ class ReadingResult(TypedDict):
     reference_checks: NotRequired[list[ReferenceCheck]]  # every reference given, used or not, and why
     reason: NotRequired[str]
     id: NotRequired[str]  # the manifest item's id (score-batch resumes by it)
+    scorer: NotRequired[str]  # the scorer's fingerprint: heads, recognizers, thresholds, frontend (Scorer.fingerprint)
     system: NotRequired[str]
     sentence_id: NotRequired[str]
     audio: NotRequired[AudioCheck]  # the query's audio checks
@@ -189,7 +190,7 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
         raise ResultError(f"{where}: a result must be a JSON object, got {type(result).__name__}")
     _check_str(result, "query", where)
     _check_str(result, "text", where)
-    for key in ("id", "system", "sentence_id", "reason"):
+    for key in ("id", "system", "sentence_id", "reason", "scorer"):
         _check_str(result, key, where, optional=True)
     if result.get("status") not in STATUSES:
         raise ResultError(f"{where}: status must be one of {', '.join(STATUSES)}, got {result.get('status')!r}")

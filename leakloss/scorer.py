@@ -19,6 +19,7 @@ reading is ``status: "unscored"`` with the reason.
 What the audio checks found is part of the result: ``audio`` (the query's
 :meth:`leakloss.audio.AudioInfo.as_dict`: rates, channels, clipping, warnings), the same per
 reference in ``reference_checks``, and ``warnings``: every audio warning of the reading in words.
+``scorer`` is :attr:`Scorer.fingerprint` (heads, recognizers, thresholds, frontend): what made the result.
 """
 
 from __future__ import annotations
@@ -192,7 +193,20 @@ class Scorer:
         self.extractors = {k: EvidenceExtractor(r) for k, r in self.recognizers.items()}
         self.finder = SiteFinder(min_confidence=min_confidence)
         self.word_check = word_check
+        self.fingerprint = self._fingerprint(heads_dir)
         self._passes: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def _fingerprint(self, heads_dir: Path) -> str:
+        """What decides a result besides its inputs: the heads' files, the recognizers (their names carry their
+        weights' hash), thresholds, word-check limits and the site finder. Results carry it as ``scorer``, so a
+        resumed batch rescores what other models or settings made."""
+        import hashlib
+
+        heads = [hashlib.sha1((heads_dir / f"{kind}.safetensors").read_bytes()).hexdigest() for kind in KINDS]
+        check = "recognizer" if self.word_check is None else getattr(self.word_check, "__qualname__", repr(self.word_check))
+        parts = [*heads, *(self.recognizers[k].name for k in ("a", "b")), self.check_recognizer_name, check,
+                 repr((self.flag, self.no_change, self.query_max_per, self.reference_max_per)), self.finder.fingerprint]
+        return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
     def check_words(self, wave: Tensor, text: str, expected: list[str], max_per: float) -> tuple[bool, str]:
         """(passes, detail): the pluggable word check; default = the check recognizer's phone error rate."""
@@ -252,7 +266,7 @@ class Scorer:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         try:
-            return self._score(query, text, refs, query_name)
+            return self._score(query, text, refs, query_name) | {"scorer": self.fingerprint}
         finally:
             self._passes.clear()  # the recognizer passes of this reading only
 

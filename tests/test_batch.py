@@ -256,6 +256,38 @@ def test_a_result_made_with_other_references_is_scored_again(tmp_path, models):
     assert run(["r2.wav", "r.wav"]) == (0, ["r2.wav", "r.wav"])
 
 
+def test_a_result_made_by_another_scorer_is_scored_again(tmp_path, models):
+    """Results record the scorer's fingerprint: other heads or thresholds rescore, the same heads moved do not."""
+    from leakloss.heads import HeadCard, MLPHead, save_head
+
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    out = tmp_path / "out"
+    check = dict(word_check=lambda w, t: (True, "test"))
+
+    def run(**kwargs):
+        summary = score_batch(manifest, out, **(_kwargs(models, **check) | kwargs))
+        return summary["skipped_existing"], json.loads((out / "x.json").read_text(encoding="utf-8"))["scorer"]
+
+    skipped, first = run()
+    assert skipped == 0 and len(first) == 16
+    assert run() == (1, first)
+    moved = shutil.copytree(models["heads"], tmp_path / "moved-heads")
+    assert run(heads_dir=moved) == (1, first)  # the same files elsewhere: the same scorer
+    retrained = tmp_path / "retrained-heads"
+    for kind in ("deletion", "quality"):
+        save_head(retrained / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    skipped, other = run(heads_dir=retrained)
+    assert skipped == 0 and other != first
+    skipped, stricter = run(heads_dir=retrained, flag_threshold=0.9, no_change_threshold=0.1)
+    assert skipped == 0 and stricter not in (first, other)
+    result = json.loads((out / "x.json").read_text(encoding="utf-8"))
+    del result["scorer"]  # written before results recorded their scorer
+    (out / "x.json").write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
+    assert run(heads_dir=retrained, flag_threshold=0.9, no_change_threshold=0.1) == (0, stricter)
+
+
 def test_a_quarantined_result_does_not_depend_on_the_references(tmp_path, models):
     write_clip(tmp_path / "q.wav")
     write_clip(tmp_path / "r.wav", seed=1)
