@@ -11,6 +11,10 @@ and :func:`validate_result` is the single check of the format.
 - ``Status``: per reading: ``scored``; ``quarantined`` (the query failed its word check: not counted in
   any rate); ``unscored`` (readable, but nothing could be decided, e.g. every reference was rejected);
   ``failed`` (unreadable audio or text). Every status but ``scored`` carries a ``reason``.
+- ``PairKind``: how a contrast pair of the manifest was made (``physical`` splice, ``natural`` edited
+  reading, ``model`` Hindi voice); ``HeldoutKind`` adds ``short_vowel`` for the rows that count correct
+  short vowels (controls only). A held-out row (:class:`HeldoutRow`, :func:`validate_heldout_row`) names
+  the recorded-voice family it is restricted to in its own ``voice_family`` field, not in the kind.
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ Decision = Literal["flagged", "uncertain", "no_change", "unscored", "not_tested"
 SiteDecision = Literal["flagged", "uncertain", "no_change", "unscored"]
 Status = Literal["scored", "quarantined", "unscored", "failed"]
 PairKind = Literal["physical", "natural", "model"]
+#: What a feature-table row or a held-out row counts: a manifest pair kind, or ``short_vowel``: correct
+#: 40-60 ms vowels read fast by a teacher voice (no pair: control rows only, false flags, nothing to catch).
+HeldoutKind = Literal[PairKind, "short_vowel"]
 
 KINDS: tuple[Kind, ...] = get_args(Kind)
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SITE_DECISIONS: tuple[SiteDecision, ...] = get_args(SiteDecision)
 STATUSES: tuple[Status, ...] = get_args(Status)
 PAIR_KINDS: tuple[PairKind, ...] = get_args(PairKind)
+HELDOUT_KINDS: tuple[HeldoutKind, ...] = get_args(HeldoutKind)
+SHORT_VOWEL: HeldoutKind = "short_vowel"
 #: Decisions of a word that was actually tested (the denominator of every flag rate).
 TESTED: tuple[Decision, ...] = ("flagged", "uncertain", "no_change")
 
@@ -91,6 +100,19 @@ class ReadingResult(TypedDict):
     sentence_id: NotRequired[str]
     audio: NotRequired[AudioCheck]  # the query's audio checks
     warnings: NotRequired[list[str]]  # every audio warning of the query and the references, prefixed by whose
+
+
+class HeldoutRow(TypedDict):
+    """One line of a held-out table (``train_heads/evaluate.py``; a head card's ``heldout``)."""
+
+    head: str
+    pair_kind: HeldoutKind
+    caught: int  # queries flagged (0 for short_vowel: no queries)
+    total: int  # queries
+    false_flags: int  # controls flagged
+    shams: int  # controls
+    voice_family: NotRequired[str]  # the rows are of this voice family only (``espeak``, a Festival/flite family)
+    unseen: NotRequired[bool]  # with voice_family: voices of a family (or speaker) the heads never trained on
 
 
 class ResultError(ValueError):
@@ -225,6 +247,42 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
         raise ResultError(f"{where}: 'warnings' must be a list of strings, got {warnings!r}")
     return dict(result)  # type: ignore[return-value]
+
+
+_LEGACY_FAMILY = " — unseen"
+
+
+def validate_heldout_row(row: object, where: str = "held-out row") -> HeldoutRow:
+    """Check one held-out row and return it (a copy). A row written before ``voice_family`` existed
+    (``"pair_kind": "physical (<family>[ — unseen])"``, shipped head cards) is returned in the two fields.
+
+    Raises:
+        ResultError: not an object, a pair kind outside :data:`HELDOUT_KINDS`, a mistyped ``voice_family``
+            or ``unseen``, counts that are not non-negative integers or exceed their totals.
+    """
+    if not isinstance(row, Mapping):
+        raise ResultError(f"{where}: a held-out row must be an object, got {type(row).__name__}")
+    out = dict(row)
+    kind = out.get("pair_kind")
+    if isinstance(kind, str) and kind.startswith("physical (") and kind.endswith(")") and "voice_family" not in out:
+        family = kind[len("physical ("):-1]
+        out.update(pair_kind="physical", voice_family=family.removesuffix(_LEGACY_FAMILY),
+                   unseen=family.endswith(_LEGACY_FAMILY))
+    _check_str(out, "head", where)
+    _check_one_of(out, "pair_kind", HELDOUT_KINDS, where)
+    if "voice_family" in out and not (isinstance(out["voice_family"], str) and out["voice_family"]):
+        raise ResultError(f"{where}.voice_family must be a non-empty string, got {out['voice_family']!r}")
+    if "unseen" in out and ("voice_family" not in out or not isinstance(out["unseen"], bool)):
+        raise ResultError(f"{where}.unseen must be true or false, with a voice_family, got {out['unseen']!r}")
+    for key in ("caught", "total", "false_flags", "shams"):
+        if not _is_count(out.get(key)):
+            raise ResultError(f"{where}.{key} must be a non-negative integer, got {out.get(key)!r}")
+    if out["caught"] > out["total"] or out["false_flags"] > out["shams"]:
+        raise ResultError(f"{where}: caught/false_flags exceed total/shams ({out['caught']}/{out['total']}, "
+                          f"{out['false_flags']}/{out['shams']})")
+    if out["pair_kind"] == SHORT_VOWEL and out["total"]:
+        raise ResultError(f"{where}: a short_vowel row has no queries (total 0), got total={out['total']}")
+    return out  # type: ignore[return-value]
 
 
 def load_result(path: str | Path) -> ReadingResult:

@@ -1,4 +1,10 @@
-"""Held-out tables in the seed's form: caught / total and false flags on controls, per pair kind and head."""
+"""Held-out tables in the seed's form: caught / total and false flags on controls, per pair kind and head.
+
+Rows follow :class:`leakloss.schema.HeldoutRow` (checked by :func:`leakloss.schema.validate_heldout_row`
+when written): ``pair_kind`` is one of :data:`leakloss.schema.HELDOUT_KINDS`; a row restricted to one voice
+family says so in ``voice_family`` (and ``unseen``), and :func:`heldout_label` writes the table's label
+from the two (``physical (festival-hts — unseen)``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from leakloss.atomic import write_text_atomic
 from leakloss.decision import batch_decisions
 from leakloss.heads import MLPHead, RawConvHead
 from leakloss.pairs.features import ConvTable, FeatureTable
+from leakloss.schema import PAIR_KINDS, SHORT_VOWEL, HeldoutRow, validate_heldout_row
 from train_heads.data import collate_crops
 
 
@@ -38,32 +45,39 @@ def mlp_heldout_rows(head: MLPHead, head_name: str, own: FeatureTable, table_a: 
     scores = head.score(x) if len(ia) else torch.zeros(0)
     decisions = batch_decisions(scores, a.x[ia], b.x[ib], flag=flag, no_change=no_change)
     rows = []
-    for pair_kind in ("physical", "natural", "model"):
-        sel = [k for k, i in enumerate(ia) if a.meta[i]["pair_kind"] == pair_kind
-               and voice_family(a.meta[i].get("voice", "")) == "espeak"]
+
+    def row(sel: list[int], pair_kind: str, family: str, unseen: bool) -> dict:
         q = [k for k in sel if a.meta[ia[k]]["role"] == "query"]
         c = [k for k in sel if a.meta[ia[k]]["role"] == "control"]
-        rows.append({"head": head_name, "pair_kind": pair_kind, "caught": sum(decisions[k] == "flagged" for k in q),
-                     "total": len(q), "false_flags": sum(decisions[k] == "flagged" for k in c), "shams": len(c)})
-    families = sorted({voice_family(a.meta[i].get("voice", "")) for i in ia} - {"espeak"})
-    for family in families:  # one block per recorded-voice family (physical pairs only are built on them)
-        sel = [k for k, i in enumerate(ia) if voice_family(a.meta[i].get("voice", "")) == family]
-        q = [k for k in sel if a.meta[ia[k]]["role"] == "query"]
-        c = [k for k in sel if a.meta[ia[k]]["role"] == "control"]
-        rows.append({"head": head_name, "pair_kind": f"physical ({family})", "caught": sum(decisions[k] == "flagged" for k in q),
-                     "total": len(q), "false_flags": sum(decisions[k] == "flagged" for k in c), "shams": len(c)})
+        return {"head": head_name, "pair_kind": pair_kind, "voice_family": family, "unseen": unseen,
+                "caught": sum(decisions[k] == "flagged" for k in q), "total": len(q),
+                "false_flags": sum(decisions[k] == "flagged" for k in c), "shams": len(c)}
+
+    group = [(voice_family(a.meta[i].get("voice", "")), unseen_voice(a.meta[i].get("voice", ""))) for i in ia]
+    for pair_kind in PAIR_KINDS:
+        sel = [k for k, i in enumerate(ia) if a.meta[i]["pair_kind"] == pair_kind and group[k][0] == "espeak"]
+        rows.append(row(sel, pair_kind, "espeak", False))
+    # one block per recorded-voice family, seen and unseen apart (physical pairs only are built on them)
+    for family, unseen in sorted(set(group) - {("espeak", False)}):
+        sel = [k for k, i in enumerate(ia) if group[k] == (family, unseen) and a.meta[i]["pair_kind"] == "physical"]
+        rows.append(row(sel, "physical", family, unseen))
     return rows
 
 
 def voice_family(voice: str) -> str:
-    """``espeak`` for the espeak voices, else the Festival/flite family (the unseen one is marked)."""
+    """``espeak`` for the espeak voices, else the Festival/flite family (see :func:`unseen_voice`)."""
     from leakloss.speech import festival
 
     v = festival.VOICES_BY_NAME.get(voice)
-    if v is None:
-        return "espeak"
-    return v.family + (" — unseen" if v.family == festival.UNSEEN_FAMILY or voice in festival.UNSEEN_SPEAKER_TWINS
-                       else "")
+    return "espeak" if v is None else v.family
+
+
+def unseen_voice(voice: str) -> bool:
+    """A voice of the family the heads never train on, or the twin of one of its speakers."""
+    from leakloss.speech import festival
+
+    v = festival.VOICES_BY_NAME.get(voice)
+    return v is not None and (v.family == festival.UNSEEN_FAMILY or voice in festival.UNSEEN_SPEAKER_TWINS)
 
 
 @torch.no_grad()
@@ -78,28 +92,40 @@ def rawconv_heldout_rows(head: RawConvHead, table: ConvTable, short: ConvTable |
     held = table.select(split="heldout")
     scores = rawconv_scores(head, held)
     rows = []
-    for pair_kind in ("physical", "natural", "model"):
+    for pair_kind in PAIR_KINDS:
         q = [i for i, m in enumerate(held.meta) if m["pair_kind"] == pair_kind and m["role"] == "query"]
         c = [i for i, m in enumerate(held.meta) if m["pair_kind"] == pair_kind and m["role"] == "control"]
         rows.append({"head": "rawconv", "pair_kind": pair_kind, "caught": int((scores[q] >= flag).sum()),
                      "total": len(q), "false_flags": int((scores[c] >= flag).sum()), "shams": len(c)})
     if short is not None:
         s = rawconv_scores(head, short)
-        rows.append({"head": "rawconv", "pair_kind": "short_vowel", "caught": 0, "total": 0,
+        rows.append({"head": "rawconv", "pair_kind": SHORT_VOWEL, "caught": 0, "total": 0,
                      "false_flags": int((s >= flag).sum()), "shams": len(short)})
     return rows
 
 
+def heldout_label(row: HeldoutRow | dict) -> str:
+    """The table's label of a row: its pair kind, with the recorded-voice family it is restricted to
+    (``physical (flite-clustergen — unseen)``); espeak rows and pooled rows by the kind alone."""
+    r = validate_heldout_row(row)
+    family = r.get("voice_family", "espeak")
+    if family == "espeak":
+        return r["pair_kind"]
+    return f"{r['pair_kind']} ({family}{' — unseen' if r.get('unseen') else ''})"
+
+
 def heldout_markdown(rows: list[dict]) -> str:
     lines = ["| Head | Pair kind | Caught | False flags |", "|---|---|---|---|"]
-    for r in rows:
-        caught = "—" if r["pair_kind"] == "short_vowel" else f"{r['caught']} / {r['total']}"
-        lines.append(f"| {r['head']} | {r['pair_kind']} | {caught} | {r['false_flags']} / {r['shams']} |")
+    for i, row in enumerate(rows):
+        r = validate_heldout_row(row, f"held-out row {i}")
+        caught = "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}"
+        lines.append(f"| {r['head']} | {heldout_label(r)} | {caught} | {r['false_flags']} / {r['shams']} |")
     return "\n".join(lines) + "\n"
 
 
 def write_heldout(out_dir: str | Path, rows: list[dict]) -> None:
     out_dir = Path(out_dir)
+    rows = [validate_heldout_row(r, f"held-out row {i}") for i, r in enumerate(rows)]
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in (("heldout.md", heldout_markdown(rows)), ("heldout.json", json.dumps(rows, indent=1))):
         write_text_atomic(out_dir / name, text)

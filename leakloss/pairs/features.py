@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
 from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
+from leakloss.schema import SHORT_VOWEL
 
 CONV_LAYER = 4
 CONV_PAD_S = 0.06
@@ -34,7 +35,8 @@ SITE_PAD_S = 0.02
 class FeatureTable:
     x: torch.Tensor  # [n, 57]
     y: torch.Tensor  # [n] 1 = changed, 0 = control
-    meta: list[dict] = field(default_factory=list)  # pair_id, pair_kind, kind, contrast, split, word, role
+    #: pair_id, pair_kind (a :data:`leakloss.schema.HeldoutKind`), kind, contrast, split, word, role
+    meta: list[dict] = field(default_factory=list)
 
     def select(self, **conditions) -> "FeatureTable":
         keep = [i for i, m in enumerate(self.meta) if all(m[k] == v for k, v in conditions.items())]
@@ -314,7 +316,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     feats.append(f[:, g0:g1].contiguous())
                     masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
                     meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
-                                 "pair_kind": "short_vowel", "kind": site.kind, "contrast": site.contrast,
+                                 "pair_kind": SHORT_VOWEL, "kind": site.kind, "contrast": site.contrast,
                                  "split": split, "word": w.word, "role": "control", "sentence_id": text[:20]})
     table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
     if cache is not None:
