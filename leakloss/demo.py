@@ -261,12 +261,14 @@ def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
 
 def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict]) -> Path:
     from leakloss.report import render_index, write_report
+    from leakloss.schema import SHORT_VOWEL
+    from train_heads.evaluate import heldout_label
 
     entries = [{"kind": "text", "title": "What this is",
                 "text": "Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by word "
                         "against trusted teacher references. A flag is a candidate for a listener, not a verdict."},
                {"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
-                "rows": [[r["head"], r["pair_kind"], "—" if r["pair_kind"] == "short_vowel" else f"{r['caught']} / {r['total']}",
+                "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
                           f"{r['false_flags']} / {r['shams']}"] for r in heldout]},
                {"kind": "image", "title": "Teacher vs Hindi base: key words flagged", "src": "comparison/comparison.png"}]
     rows = []

@@ -220,6 +220,7 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
     _check_card_thresholds(card.thresholds, js)
+    card.heldout = _checked_heldout(card.heldout, js)
     try:
         tensors = load_file(str(st))
     except (SafetensorError, OSError) as err:
@@ -233,6 +234,19 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     except RuntimeError as err:
         raise HeadLoadError(f"{st}: tensors do not match the card's architecture ({err})") from err
     return head.eval(), card
+
+
+def _checked_heldout(rows: object, where: Path) -> list[dict]:
+    """The card's held-out rows, each validated (:func:`leakloss.schema.validate_heldout_row`; the old
+    ``physical (<family>)`` form read into its fields), or :class:`HeadLoadError` naming the row."""
+    from leakloss.schema import ResultError, validate_heldout_row
+
+    if not isinstance(rows, list):
+        raise HeadLoadError(f"{where}: 'heldout' must be a list of rows, got {type(rows).__name__}")
+    try:
+        return [dict(validate_heldout_row(r, f"{where}: heldout[{i}]")) for i, r in enumerate(rows)]
+    except ResultError as err:
+        raise HeadLoadError(str(err)) from err
 
 
 def check_recognizer(card: HeadCard, recognizer_name: str) -> None:

@@ -188,3 +188,30 @@ def test_shipped_head_cards_pass_the_threshold_check():
     assert cards
     for js in cards:
         _check_card_thresholds(json.loads(js.read_text(encoding="utf-8"))["thresholds"], js)
+
+
+@pytest.mark.parametrize("heldout, message", [
+    ({"head": "deletion"}, r"'heldout' must be a list of rows"),
+    ([{"head": "deletion", "pair_kind": "physical", "caught": 5, "total": 4, "false_flags": 0, "shams": 4}],
+     r"heldout\[0\]: caught/false_flags exceed"),
+    ([{"head": "deletion", "pair_kind": "spliced", "caught": 1, "total": 4, "false_flags": 0, "shams": 4}],
+     r"heldout\[0\].*pair_kind"),
+])
+def test_a_card_with_bad_heldout_rows_is_a_head_load_error(tmp_path, heldout, message):
+    """``leakloss heads`` and the demo print a card's rows: a bad one is a load error, not a traceback there."""
+    import json
+
+    save_head(tmp_path / "deletion", MLPHead(57, 8), HeadCard("deletion", {}, "b", "1"))
+    card = json.loads((tmp_path / "deletion.json").read_text())
+    card["heldout"] = heldout
+    (tmp_path / "deletion.json").write_text(json.dumps(card))
+    with pytest.raises(HeadLoadError, match=r"deletion\.json: " + message):
+        load_head(tmp_path / "deletion")
+
+
+def test_heldout_rows_in_the_old_form_load_as_fields(tmp_path):
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("deletion", {}, "b", "1", heldout=[
+        {"head": "deletion", "pair_kind": "physical (flite-clustergen — unseen)", "caught": 2, "total": 3,
+         "false_flags": 0, "shams": 3}]))
+    (row,) = load_head(tmp_path / "h")[1].heldout
+    assert (row["pair_kind"], row["voice_family"], row["unseen"]) == ("physical", "flite-clustergen", True)
