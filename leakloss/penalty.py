@@ -455,7 +455,8 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     from leakloss.scorer import phone_error_rate
 
     words = [w for w in finder(text) if w.skipped is None]
-    if not words:
+    expected = [p for w in words for p in w.nepali]
+    if not expected:
         return RewardResult(WORST_REWARD, "no_word", reason="no Devanagari word in the text")
     if wave.dim() != 1:
         raise PenaltyInputError(f"leak_reward takes waves [samples], got shape {tuple(wave.shape)}")
@@ -464,7 +465,7 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
     hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
-    per = phone_error_rate([p for w in words for p in w.nepali], hyp)
+    per = phone_error_rate(expected, hyp)
     if per > max_per:
         return RewardResult(WORST_REWARD, "unintelligible", per, reason=f"phone error rate {per:.2f} > {max_per:.2f}")
     placed = locate_sites(wave, text, recognizer, words=words)

@@ -55,25 +55,42 @@ QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 def phone_error_rate(reference: Sequence[str], hypothesis: Sequence[str],
                      phone_class: Callable[[str], str] = canonical) -> float:
-    """Levenshtein distance over phone classes / reference length (0 for two empty sequences). ``phone_class``:
-    :func:`leakloss.text.phones.canonical` (ʌ and ə one phone), or e.g. ``coarse`` to compare across voices."""
+    """Levenshtein distance over phone classes / reference length, in float64 (the word check compares it with
+    its limit exactly). ``phone_class``: :func:`leakloss.text.phones.canonical` (ʌ and ə one phone), or e.g.
+    ``coarse`` to compare across voices. :func:`leakloss.eval.metrics.phone_error_rate` is the corpus rate.
+
+    Raises:
+        ValueError: ``reference`` has no phones (a rate of nothing is undefined, as for a corpus)."""
+    errors, total = _phone_edits(reference, hypothesis, phone_class)
+    return errors / total
+
+
+def _phone_edits(reference: Sequence[str], hypothesis: Sequence[str],
+                 phone_class: Callable[[str], str]) -> tuple[int, int]:
     from torchaudio.functional import edit_distance
 
-    ref, hyp = [phone_class(p) for p in reference], [phone_class(p) for p in hypothesis]
-    return edit_distance(ref, hyp) / max(len(ref), 1)
+    if not reference:
+        raise ValueError("the reference has no phones: a phone error rate needs at least one")
+    return edit_distance([phone_class(p) for p in reference], [phone_class(p) for p in hypothesis]), len(reference)
 
 
 def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequence[Sequence[str]],
                             phone_class: Callable[[str], str] = canonical) -> float:
     """Greedy-CTC phone error rate over readings: edit distances summed / reference phones summed
-    (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; compared as ``phone_class``)."""
-    errors = total = 0.0
+    (``waves[i]`` 16 kHz ``[t]``, ``phones[i]`` its reference phones; compared as ``phone_class``).
+
+    Raises:
+        ValueError: not one reference per wave, or no reference phones at all."""
     if len(waves) != len(phones):
         raise ValueError(f"one phone sequence per wave: {len(waves)} waves, {len(phones)} references")
+    empty = [i for i, ref in enumerate(phones) if not ref]
+    if empty:
+        raise ValueError(f"reference {empty[0]} has no phones: a phone error rate needs at least one per reading")
+    errors = total = 0
     with torch.no_grad():
         for wave, ref in zip(waves, phones):
-            errors += phone_error_rate(ref, recognizer.greedy(wave[None])[0], phone_class) * len(ref)
-            total += len(ref)
+            e, n = _phone_edits(ref, recognizer.greedy(wave[None])[0], phone_class)
+            errors, total = errors + e, total + n
     return errors / max(total, 1)
 
 
@@ -214,6 +231,8 @@ class Scorer:
             return self.word_check(wave, text)
         from leakloss.acoustic.recognizer import greedy_phones
 
+        if not expected:  # nothing to check the reading against: it cannot pass
+            return False, "the text gives no phones to check the reading against"
         hyp = greedy_phones(*self._recognize(self.check_recognizer, wave), self.check_recognizer.phoneset)[0]
         per = phone_error_rate(expected, hyp)
         return per <= max_per, (f"phone error rate {per:.2f} (limit {max_per:.2f}, recognizer "

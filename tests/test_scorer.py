@@ -159,6 +159,27 @@ def test_asr_word_check_missing_model_is_a_clear_error():
         asr_word_check("someone/not-a-cached-asr-model")
 
 
+def test_phone_error_rate_of_no_reference_phones_is_an_error_as_for_a_corpus():
+    from leakloss.eval.metrics import phone_error_rate as corpus_rate
+    from leakloss.scorer import corpus_phone_error_rate
+
+    for hyp in ([], ["n"]):
+        with pytest.raises(ValueError, match="no phones"):
+            phone_error_rate([], hyp)
+        with pytest.raises(ValueError, match="empty"):
+            corpus_rate([[]], [hyp])
+    rec = type("Rec", (), {"greedy": lambda self, waves: [["n"]]})()
+    with pytest.raises(ValueError, match="reference 1 has no phones"):
+        corpus_phone_error_rate(rec, [torch.zeros(10)] * 2, [["n"], []])
+
+
+def test_phone_error_rate_agrees_with_the_corpus_metric():
+    from leakloss.eval.metrics import phone_error_rate as corpus_rate
+
+    ref, hyp = ["n", "e", "k", "ʌ", "p", "aː"], ["n", "e", "k", "ə", "p"]
+    assert phone_error_rate(ref, hyp) == pytest.approx(float(corpus_rate([ref], [hyp])))
+
+
 def test_corpus_phone_error_rate_weights_readings_by_their_length():
     from leakloss.scorer import corpus_phone_error_rate
 
