@@ -74,8 +74,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -448,14 +450,64 @@ def festival_phoneset(voice: RecordedVoice) -> tuple[str, list[str]]:
     """(phone set name, its phones) as the Festival voice itself declares them."""
     check_allowed(voice.voice_id)
     out = _run_festival(f"(voice_{voice.voice_id})\n(format t \"PHONESET %s %l\\n\" (Param.get 'PhoneSet) "
-                        "(mapcar car (cadr (assoc 'phones (PhoneSet.description '(phones))))))\n")
+                        "(mapcar car (cadr (assoc 'phones (PhoneSet.description '(phones))))))\n", voice=voice)
     m = re.search(r"PHONESET (\S+) \((.*)\)", out)
     if m is None:
         raise SynthesisError(f"festival did not describe the phone set of {voice.name}")
     return m.group(1), m.group(2).split()
 
 
-def _run_festival(script: str, timeout: float = 120) -> str:
+#: Seconds one synthesizer run may take; a hung run becomes a :class:`SynthesisError`, which callers skip.
+SYNTH_TIMEOUT_S = 120
+
+#: The scripts (first word of a letter's Unicode name) each voice language's text front end reads; the
+#: others are written in Latin letters. Festival's English front end dies by SIGSEGV on Devanagari.
+_LANGUAGE_SCRIPTS = {"ru": ("CYRILLIC",)}
+_LANGUAGE_NAMES = {"en": "English", "ca": "Catalan", "it": "Italian", "cs": "Czech", "fi": "Finnish", "ru": "Russian"}
+
+
+def _foreign_letters(text: str, language: str) -> list[str]:
+    """The letters and marks of ``text`` in no script ``language`` is written in, once each, in text order
+    (digits, spaces and punctuation are read by every front end; combining accents go with any letter)."""
+    scripts = _LANGUAGE_SCRIPTS.get(language, ("LATIN",)) + ("COMBINING",)
+    return list(dict.fromkeys(c for c in text if unicodedata.category(c)[0] in "LM"
+                              and not unicodedata.name(c, "").startswith(scripts)))
+
+
+def _input_size(text: str) -> str:
+    return f" on a text of {len(text)} characters" if text else ""
+
+
+def _failure(who: str, returncode: int, output: str, *, text: str = "", language: str = "") -> SynthesisError:
+    """One sentence on a failed run: its exit status or the signal that killed it, that it printed
+    nothing (a crash often does), the likely cause when the text is in a script the voice cannot read,
+    and last (it may run over lines) what it printed."""
+    if returncode < 0:
+        try:
+            how = f"was killed by signal {-returncode} ({signal.Signals(-returncode).name})"
+        except ValueError:  # not a signal this platform names
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"failed (exit {returncode})"
+    output = output.strip()[-500:]
+    message = f"{who} {how}{'' if output else ' with no error output'}{_input_size(text)}"
+    foreign = _foreign_letters(text, language) if language else []
+    if foreign:
+        scripts = sorted({unicodedata.name(c, "UNKNOWN").split()[0].title() for c in foreign})
+        letters = [c for c in foreign if unicodedata.category(c)[0] == "L"] or foreign  # a lone vowel sign reads badly
+        shown = " ".join(letters[:8]) + (" ..." if len(letters) > 8 else "")
+        message += (f"; likely cause: the text has {'/'.join(scripts)} letters ({shown}) that the "
+                    f"{_LANGUAGE_NAMES.get(language, language)} voice cannot read")
+    if output:
+        message += f"; it printed: {output}"
+    return SynthesisError(message)
+
+
+def _run_festival(script: str, timeout: float = SYNTH_TIMEOUT_S, *, voice: RecordedVoice | None = None,
+                  text: str = "") -> str:
+    """Run a Scheme script in ``festival --batch``; ``voice`` and ``text`` (what the script has it read)
+    only name the run in errors. Every file of the run is in a temporary directory, removed on any error."""
+    who = f"festival voice {voice.name}" if voice is not None else "festival"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.scm"
         path.write_text(script, encoding="utf-8")
@@ -463,9 +515,12 @@ def _run_festival(script: str, timeout: float = 120) -> str:
             proc = subprocess.run(["festival", "--batch", str(path)], capture_output=True, timeout=timeout)
         except FileNotFoundError as err:
             raise SynthesizerUnavailableError("festival is not installed") from err
+        except subprocess.TimeoutExpired as err:  # subprocess.run has killed it by now
+            raise SynthesisError(f"{who} timed out after {timeout:g} s{_input_size(text)}") from err
     out = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0 or "SIOD ERROR" in out:
-        raise SynthesisError(f"festival failed (exit {proc.returncode}): {(out + proc.stderr.decode('utf-8', 'replace'))[-500:]}")
+        raise _failure(who, proc.returncode, out + proc.stderr.decode("utf-8", "replace"),
+                       text=text, language=voice.language if voice is not None else "")
     return out
 
 
@@ -508,11 +563,14 @@ _SEG_SCHEME = """
 """
 
 
-def _festival_synth(voice: RecordedVoice, body: str) -> tuple[np.ndarray, int, list[tuple[str, float, float, int]]]:
+def _festival_synth(voice: RecordedVoice, body: str,
+                    text: str) -> tuple[np.ndarray, int, list[tuple[str, float, float, int]]]:
+    """Run ``body`` (which sets ``utt`` from ``text``) in the voice; the audio goes to a temporary
+    directory, removed on any error, so a killed or timed-out run leaves no partial file."""
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "out.wav"
         script = f"(voice_{voice.voice_id})\n" + body + _SEG_SCHEME.format(wav=_scheme_string(str(wav)))
-        out = _run_festival(script)
+        out = _run_festival(script, voice=voice, text=text)
         if not wav.exists():
             raise SynthesisError(f"festival wrote no audio for voice {voice.name}")
         audio, rate = sf.read(wav, dtype="float32")
@@ -530,15 +588,23 @@ def _festival_synth(voice: RecordedVoice, body: str) -> tuple[np.ndarray, int, l
 
 
 def _flite_synth(voice: RecordedVoice, phones: list[str]) -> tuple[np.ndarray, int, list[tuple[str, float, float]]]:
+    # the audio goes to a temporary directory, removed on any error: a killed run leaves no partial file
+    phone_string = " ".join(phones)
+    who = f"flite voice {voice.name}"
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "out.wav"
         try:
-            proc = subprocess.run(["flite", "-voice", voice.voice_id, "-psdur", "-p", " ".join(phones), "-o", str(wav)],
-                                  capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(["flite", "-voice", voice.voice_id, "-psdur", "-p", phone_string, "-o", str(wav)],
+                                  capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S)
         except FileNotFoundError as err:
             raise SynthesizerUnavailableError("flite is not installed") from err
-        if proc.returncode != 0 or not wav.exists():
-            raise SynthesisError(f"flite failed (exit {proc.returncode}): {proc.stderr[-300:]}")
+        except subprocess.TimeoutExpired as err:  # subprocess.run has killed it by now
+            raise SynthesisError(f"{who} timed out after {SYNTH_TIMEOUT_S:g} s on a phone string of "
+                                 f"{len(phone_string)} characters ({len(phones)} phones)") from err
+        if proc.returncode != 0:
+            raise _failure(who, proc.returncode, proc.stderr)
+        if not wav.exists():
+            raise SynthesisError(f"{who} exited 0 but wrote no audio: {proc.stderr.strip()[-300:] or 'no error output'}")
         audio, rate = sf.read(wav, dtype="float32")
     segs, prev = [], 0.0
     for tok in proc.stdout.split():
@@ -604,10 +670,11 @@ def speak_voice_phones(words: list[list[str]], voice: RecordedVoice, *, unsaid: 
         for k, w in enumerate(spoken):
             sylls = " ".join(f"(({' '.join(s)}) {stress})" for s, stress in _syllables(w, _VOWELS[voice.phoneset]))
             entries.append(f"(lex.add.entry '(\"{_word_name(k)}\" nil ({sylls})))")
+        text = " ".join(_word_name(k) for k in range(len(spoken)))
         body = ("(set! postlex_vowel_reduce_cart_tree nil)\n"  # the English voices would reduce unstressed vowels
                 + "\n".join(entries)
-                + f"\n(set! utt (utt.synth (Utterance Text {_scheme_string(' '.join(_word_name(k) for k in range(len(spoken))))})))\n")
-        audio, rate, segs = _festival_synth(voice, body)
+                + f"\n(set! utt (utt.synth (Utterance Text {_scheme_string(text)})))\n")
+        audio, rate, segs = _festival_synth(voice, body, text)
     else:
         flat = ["pau"] + [p for w in spoken for p in w] + ["pau"]
         audio, rate, raw = _flite_synth(voice, flat)
@@ -666,7 +733,8 @@ def speak_text(text: str, voice: RecordedVoice, *, cache_dir: str | os.PathLike 
     cached = _load_cached(path, voice.phoneset)
     if cached is not None:
         return cached
-    audio, rate, segs = _festival_synth(voice, f"(set! utt (utt.synth (Utterance Text {_scheme_string(text)})))\n")
+    audio, rate, segs = _festival_synth(voice, f"(set! utt (utt.synth (Utterance Text {_scheme_string(text)})))\n",
+                                        text)
     n_words = max((s[3] for s in segs if s[0] not in SILENCES[voice.phoneset]), default=-1) + 1
     return _store(path, _make_reading(audio, rate, segs, voice.phoneset, n_words, []))
 

@@ -1,6 +1,8 @@
 import itertools
 import json
 import math
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -356,3 +358,112 @@ def test_hindi_vowels_of_quality_donors_where_the_set_has_them():
             assert [F.VOICE_PHONES[phoneset][p] for p in said] == [hindi]  # labelled as the Hindi vowel it is
     with pytest.raises(KeyError):  # Finnish has no open-mid vowels: such a site is skipped, not approximated
         F.voice_phones_for(["ɔː"], "finnish")
+
+
+# --- failed runs: timeouts and crashes ------------------------------------------------------------
+
+DEVANAGARI = "नमस्ते संसार"
+
+
+def _written_paths(tmp_dir: Path) -> list[Path]:
+    return [p for p in tmp_dir.rglob("*") if p.is_file()]
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """Every temporary file of a run goes here, to see what a failed run leaves behind."""
+    tmp_dir = tmp_path / "tmp"
+    tmp_dir.mkdir()
+    monkeypatch.setattr(F.tempfile, "tempdir", str(tmp_dir))
+    return tmp_dir
+
+
+def _festival_wav(args) -> Path:
+    """The audio file the run's script asks Festival to write."""
+    script = Path(args[-1]).read_text(encoding="utf-8")
+    return Path(re.search(r'utt\.save\.wave utt "([^"]+)"', script).group(1))
+
+
+def test_festival_timeout_is_a_synthesis_error_and_leaves_no_partial_file(run_dir, tmp_path, monkeypatch):
+    def hangs(args, **kwargs):
+        _festival_wav(args).write_bytes(b"RIFF\0\0")  # a half-written wav, as a killed run leaves
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(F.subprocess, "run", hangs)
+    cache = tmp_path / "cache"
+    with pytest.raises(F.SynthesisError, match=r"festival voice fest-kal timed out after 120 s on a text of 11 "
+                                               r"characters"):
+        F.speak_text("hello world", F.get_voice("fest-kal"), cache_dir=cache)
+    with pytest.raises(F.SynthesisError, match=r"fest-it-pc timed out after 120 s"):  # phone input too
+        F.speak_phones(WORDS[:1], F.get_voice("fest-it-pc"), cache_dir=cache)
+    assert not _written_paths(run_dir) and not cache.exists()
+
+
+def test_flite_timeout_is_a_synthesis_error_and_leaves_no_partial_file(run_dir, tmp_path, monkeypatch):
+    def hangs(args, **kwargs):
+        Path(args[args.index("-o") + 1]).write_bytes(b"RIFF\0\0")
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(F.subprocess, "run", hangs)
+    with pytest.raises(F.SynthesisError, match=r"flite voice flite-kal16 timed out after 120 s on a phone string "
+                                               r"of 12 characters \(4 phones\)"):
+        F.speak_phones([["n", "ʌ"]], F.get_voice("flite-kal16"), cache_dir=tmp_path / "cache")
+    assert not _written_paths(run_dir) and not (tmp_path / "cache").exists()
+
+
+def _crashes(returncode: int, stderr: bytes | str = b""):
+    def run(args, **kwargs):
+        if args[0] == "festival":
+            _festival_wav(args).write_bytes(b"RIFF\0\0")
+        return subprocess.CompletedProcess(args, returncode, stdout=b"" if isinstance(stderr, bytes) else "",
+                                           stderr=stderr)
+    return run
+
+
+def test_festival_killed_by_a_signal_says_so_and_names_the_foreign_script(run_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(F.subprocess, "run", _crashes(-11))
+    with pytest.raises(F.SynthesisError) as err:
+        F.speak_text(DEVANAGARI, F.get_voice("fest-kal"), cache_dir=tmp_path / "cache")
+    message = str(err.value)
+    assert message.startswith("festival voice fest-kal was killed by signal 11 (SIGSEGV) with no error output "
+                              f"on a text of {len(DEVANAGARI)} characters; likely cause: the text has Devanagari")
+    assert "न म स त" in message and "English voice cannot read" in message and "\n" not in message
+    with pytest.raises(F.SynthesisError, match="Devanagari .* the Czech voice cannot read"):
+        F.speak_text(DEVANAGARI, F.get_voice("fest-cs-dita"))
+    with pytest.raises(F.SynthesisError, match="Devanagari .* the Russian voice cannot read"):
+        F.speak_text(DEVANAGARI, F.get_voice("fest-ru-nsh"))
+    assert not _written_paths(run_dir) and not (tmp_path / "cache").exists()
+
+
+def test_a_crash_on_readable_text_names_no_foreign_script(run_dir, monkeypatch):
+    monkeypatch.setattr(F.subprocess, "run", _crashes(-11))
+    for text, voice in (("dobrý den", "fest-cs-dita"), ("привет", "fest-ru-nsh"), ("hello, 42!", "fest-kal")):
+        with pytest.raises(F.SynthesisError, match=r"killed by signal 11 \(SIGSEGV\)") as err:
+            F.speak_text(text, F.get_voice(voice))
+        assert "likely cause" not in str(err.value)
+    monkeypatch.setattr(F.subprocess, "run", _crashes(3, b"SIOD ERROR: unbound variable\n"))
+    with pytest.raises(F.SynthesisError, match=r"failed \(exit 3\) on a text of 5 characters; it printed: SIOD ERROR"):
+        F.speak_text("hello", F.get_voice("fest-kal"))
+    assert not _written_paths(run_dir)
+
+
+def test_flite_killed_by_a_signal_says_so(run_dir, monkeypatch):
+    monkeypatch.setattr(F.subprocess, "run", _crashes(-6, ""))
+    with pytest.raises(F.SynthesisError, match=r"^flite voice flite-awb was killed by signal 6 \(SIGABRT\) with no "
+                                               r"error output$"):
+        F.speak_phones([["n", "ʌ"]], F.get_voice("flite-awb"))
+    monkeypatch.setattr(F.subprocess, "run", _crashes(-200, ""))  # no signal of that number: its number only
+    with pytest.raises(F.SynthesisError, match=r"killed by signal 200 with no error output$"):
+        F.speak_phones([["n", "ʌ"]], F.get_voice("flite-awb"))
+    assert not _written_paths(run_dir)
+
+
+@needs_festival
+def test_real_festival_on_devanagari_reads_it_or_fails_with_the_likely_cause():
+    voice = F.get_voice("fest-kal")
+    if not F.voice_available(voice):
+        pytest.skip("kal not installed")
+    try:
+        F.speak_text(DEVANAGARI, voice)  # Festival 2.5 dies by SIGSEGV here; a fixed one may read it
+    except F.SynthesisError as err:
+        assert "fest-kal" in str(err) and "likely cause: the text has Devanagari letters" in str(err), str(err)
