@@ -729,6 +729,11 @@ def speak_text(text: str, voice: RecordedVoice, *, cache_dir: str | os.PathLike 
         raise ValueError("nothing to speak: empty text")
     if voice.engine != "festival":
         raise ValueError(f"{voice.name}: text reading is only wired for Festival voices (flite has no word times)")
+    foreign = _foreign_letters(text, voice.language)
+    if foreign:  # refused up front: some voices crash on them, others spell each one out as "unknown"
+        raise ValueError(f"{voice.name} reads {_LANGUAGE_NAMES.get(voice.language, voice.language)} text; the text "
+                         f"has letters it cannot read ({' '.join(foreign[:8])}): give Nepali as phones "
+                         "(speak_phones) instead")
     path = _cache_path(cache_dir, voice, "text", text)
     cached = _load_cached(path, voice.phoneset)
     if cached is not None:

@@ -420,19 +420,39 @@ def _crashes(returncode: int, stderr: bytes | str = b""):
     return run
 
 
-def test_festival_killed_by_a_signal_says_so_and_names_the_foreign_script(run_dir, tmp_path, monkeypatch):
+def _synth_text(text: str, voice_id: str):
+    """What speak_text runs once its text passed the script check (the crash message is for any text that
+    reaches Festival, e.g. an override of the voice's language)."""
+    return F._festival_synth(F.get_voice(voice_id), f"(set! utt (utt.synth (Utterance Text {F._scheme_string(text)})))\n",
+                             text)
+
+
+def test_festival_killed_by_a_signal_says_so_and_names_the_foreign_script(run_dir, monkeypatch):
     monkeypatch.setattr(F.subprocess, "run", _crashes(-11))
     with pytest.raises(F.SynthesisError) as err:
-        F.speak_text(DEVANAGARI, F.get_voice("fest-kal"), cache_dir=tmp_path / "cache")
+        _synth_text(DEVANAGARI, "fest-kal")
     message = str(err.value)
     assert message.startswith("festival voice fest-kal was killed by signal 11 (SIGSEGV) with no error output "
                               f"on a text of {len(DEVANAGARI)} characters; likely cause: the text has Devanagari")
     assert "न म स त" in message and "English voice cannot read" in message and "\n" not in message
     with pytest.raises(F.SynthesisError, match="Devanagari .* the Czech voice cannot read"):
-        F.speak_text(DEVANAGARI, F.get_voice("fest-cs-dita"))
+        _synth_text(DEVANAGARI, "fest-cs-dita")
     with pytest.raises(F.SynthesisError, match="Devanagari .* the Russian voice cannot read"):
-        F.speak_text(DEVANAGARI, F.get_voice("fest-ru-nsh"))
-    assert not _written_paths(run_dir) and not (tmp_path / "cache").exists()
+        _synth_text(DEVANAGARI, "fest-ru-nsh")
+    assert not _written_paths(run_dir)
+
+
+@pytest.mark.parametrize("voice_id", ["fest-kal", "fest-cs-dita", "fest-ru-nsh", "fest-it-pc"])
+def test_speak_text_refuses_letters_the_voice_cannot_read_before_running_it(voice_id, tmp_path, monkeypatch):
+    """Festival's English voices crash on Devanagari and the Czech one says "neznámý" for each letter: refused."""
+    def never(*args, **kwargs):
+        raise AssertionError("Festival ran")
+
+    monkeypatch.setattr(F.subprocess, "run", never)
+    with pytest.raises(ValueError, match=rf"{voice_id} reads \w+ text; the text has letters it cannot read "
+                                         r"\(न म स .*\): give Nepali as phones"):
+        F.speak_text(DEVANAGARI, F.get_voice(voice_id), cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_crash_on_readable_text_names_no_foreign_script(run_dir, monkeypatch):
@@ -464,6 +484,6 @@ def test_real_festival_on_devanagari_reads_it_or_fails_with_the_likely_cause():
     if not F.voice_available(voice):
         pytest.skip("kal not installed")
     try:
-        F.speak_text(DEVANAGARI, voice)  # Festival 2.5 dies by SIGSEGV here; a fixed one may read it
+        _synth_text(DEVANAGARI, "fest-kal")  # Festival 2.5 dies by SIGSEGV here; a fixed one may read it
     except F.SynthesisError as err:
         assert "fest-kal" in str(err) and "likely cause: the text has Devanagari letters" in str(err), str(err)
