@@ -425,7 +425,10 @@ def voice_available(voice: RecordedVoice) -> bool:
     if voice.engine == "flite":
         if not flite_available():
             return False
-        out = subprocess.run(["flite", "-lv"], capture_output=True, text=True, timeout=30).stdout
+        try:
+            out = subprocess.run(["flite", "-lv"], capture_output=True, text=True, timeout=30).stdout
+        except subprocess.TimeoutExpired:
+            raise SynthesizerUnavailableError("flite did not list its voices within 30 s (`flite -lv` hangs)") from None
         return voice.voice_id in out.split()
     return festival_available() and voice.voice_id in festival_voices()
 

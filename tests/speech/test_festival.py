@@ -487,3 +487,13 @@ def test_real_festival_on_devanagari_reads_it_or_fails_with_the_likely_cause():
         _synth_text(DEVANAGARI, "fest-kal")  # Festival 2.5 dies by SIGSEGV here; a fixed one may read it
     except F.SynthesisError as err:
         assert "fest-kal" in str(err) and "likely cause: the text has Devanagari letters" in str(err), str(err)
+
+
+def test_a_hanging_flite_voice_list_is_an_unavailable_synthesizer(monkeypatch):
+    def hangs(args, **kwargs):
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(F, "flite_available", lambda: True)
+    monkeypatch.setattr(F.subprocess, "run", hangs)
+    with pytest.raises(F.SynthesizerUnavailableError, match="flite did not list its voices within 30 s"):
+        F.voice_available(F.get_voice("flite-awb"))
