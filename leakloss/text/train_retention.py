@@ -40,6 +40,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
+from leakloss.atomic import write_text_atomic
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
     RetentionModel, SlotPlan, plan_phones, plan_word, slot_features, word_probability,
@@ -469,9 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"}, memory)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "retention.json").write_text(json.dumps(spec, separators=(",", ":")), encoding="utf-8")
-    (args.out / "retention.card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    (args.out / "retention.md").write_text(card_markdown(card), encoding="utf-8")
+    # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a model)
+    write_text_atomic(args.out / "retention.json", json.dumps(spec, separators=(",", ":")))
+    write_text_atomic(args.out / "retention.card.json", json.dumps(card, ensure_ascii=False, indent=1) + "\n")
+    write_text_atomic(args.out / "retention.md", card_markdown(card))
     print(f"wrote {args.out / 'retention.json'} ({(args.out / 'retention.json').stat().st_size} bytes) "
           f"and the card ({time.time() - t0:.0f}s)")
     return 0
