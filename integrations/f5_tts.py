@@ -30,7 +30,7 @@ from f5_tts.model.utils import lens_to_mask
 from torch import nn
 from torch.utils.data import Dataset
 
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.timing import TimedSite
 from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths
 
@@ -44,9 +44,9 @@ SiteLookup = Callable[[str], Sequence[TimedSite]]
 
 #: F5's vocos-style mel settings (F5 configs: 24 kHz, n_fft 1024, hop 256, 100 mels).
 MEL_SPEC_KWARGS: dict[str, Any] = dict(
-    n_fft=1024,
+    n_fft=MEL_N_FFT,
     hop_length=MEL_HOP,
-    win_length=1024,
+    win_length=MEL_N_FFT,
     n_mel_channels=MEL_BINS,
     target_sample_rate=MEL_SAMPLE_RATE,
     mel_spec_type="vocos",

@@ -101,14 +101,15 @@ def load_vocoder(spec: str):
 
 
 def build_model(cfg: DictConfig, vocab: dict[str, int], **leak: Any):
-    """A ``LeakAwareCFM`` with the preset's ``DiT`` and F5's mel settings (``leak``: LeakAwareCFM's leak kwargs)."""
-    from f5_tts.model import DiT
+    """A ``LeakAwareCFM`` with the preset's backbone (``f5.backbone._target_``, F5's ``DiT`` in every shipped
+    preset) of ``f5.arch`` and F5's mel settings (``leak``: LeakAwareCFM's leak kwargs)."""
+    from hydra.utils import instantiate
 
     from integrations.f5_tts import MEL_SPEC_KWARGS, LeakAwareCFM
     from leakloss.constants import MEL_BINS
 
     arch = OmegaConf.to_container(cfg.f5.arch, resolve=True)
-    transformer = DiT(**arch, mel_dim=MEL_BINS, text_num_embeds=len(vocab))
+    transformer = instantiate(cfg.f5.backbone, **arch, mel_dim=MEL_BINS, text_num_embeds=len(vocab))
     return LeakAwareCFM(transformer, mel_spec_kwargs=MEL_SPEC_KWARGS, vocab_char_map=vocab, **leak)
 
 
@@ -229,6 +230,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from integrations.f5_dataset import PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k
     from integrations.f5_tts import MEL_SPEC_KWARGS, f5_probe, final_leak, load_indicf5_checkpoint, train_f5
     from integrations.leak_curves import ProbeSet
+    from leakloss.constants import MEL_DESCRIPTION
 
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
@@ -271,7 +273,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
-                    mel="vocos 24 kHz, n_fft 1024, hop 256, 100 bins")
+                    mel=MEL_DESCRIPTION)
         try:
             card["final_leak_penalty"] = final_leak(f5_run.leak_csv)
         except ValueError:  # no penalty step logged (e.g. leak.start_step beyond the run)

@@ -14,5 +14,7 @@ MEL_SAMPLE_RATE = 24_000
 MEL_HOP = 256
 MEL_N_FFT = 1024
 MEL_BINS = 100
+#: Those settings in words, as the model cards of the F5 trainers state them.
+MEL_DESCRIPTION = f"vocos {MEL_SAMPLE_RATE // 1000} kHz, n_fft {MEL_N_FFT}, hop {MEL_HOP}, {MEL_BINS} bins"
 #: Magnitude floor of the log mels (``log(clamp(x, MEL_FLOOR))``); ``log(MEL_FLOOR)`` is a silent frame.
 MEL_FLOOR = 1e-5

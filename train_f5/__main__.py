@@ -27,7 +27,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from leakloss.config import config_dir
-from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+from leakloss.constants import MEL_DESCRIPTION, MEL_HOP, MEL_SAMPLE_RATE
 
 CHECKPOINT = "checkpoint"
 OPTIMIZER = "optimizer"
@@ -172,7 +172,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
               f"({minutes:.0f} min in all)", flush=True)
         if final:
             card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model, resolve=True), "parameters": n_params,
-                    "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": "vocos 24 kHz, n_fft 1024, hop 256, 100 bins",
+                    "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": MEL_DESCRIPTION,
                     "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
                                      "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "
                                      "Apache 2.0); test words (train_f5.data.is_test_word) excluded",

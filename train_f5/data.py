@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,7 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.atomic import atomic_directory
-from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words, teacher_reading
 from leakloss.speech.synth import Voice, speak_text
 from leakloss.text.normalize import TextError
@@ -169,7 +170,7 @@ def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, st
                 break
             items.append((mel, text, list(sites)))
         n = max(m.shape[0] for m, _, _ in items)
-        batch = torch.full((len(items), n, items[0][0].shape[1]), float(torch.log(torch.tensor(1e-5))))
+        batch = torch.full((len(items), n, items[0][0].shape[1]), math.log(MEL_FLOOR))
         for k, (m, _, _) in enumerate(items):
             batch[k, : m.shape[0]] = m
         yield (batch, torch.tensor([m.shape[0] for m, _, _ in items]), [t for _, t, _ in items],

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from leakloss.constants import MEL_SAMPLE_RATE
+from leakloss.constants import MEL_FLOOR, MEL_SAMPLE_RATE
 from leakloss.timing import TimedSite
 
 ARMS = ("plain", "penalty", "reward")
@@ -262,7 +262,7 @@ def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table:
 
 def _pad(mels: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
     """``[n_i, 100]`` mels -> (``[b, max n, 100]`` padded with F5's silence log mel, lengths ``[b]``)."""
-    out = torch.full((len(mels), max(m.shape[0] for m in mels), mels[0].shape[1]), math.log(1e-5))
+    out = torch.full((len(mels), max(m.shape[0] for m in mels), mels[0].shape[1]), math.log(MEL_FLOOR))
     for k, m in enumerate(mels):
         out[k, : m.shape[0]] = m.detach()
     return out, torch.tensor([m.shape[0] for m in mels])

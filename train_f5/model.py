@@ -2,20 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from integrations.f5_tts import MEL_SPEC_KWARGS, LeakAwareCFM, devanagari_chars
 from leakloss.constants import MEL_BINS
 
 
+@dataclass(frozen=True)
+class HindiBaseArch:
+    """The Hindi base's ``DiT`` dims: the code's one home for them (the defaults of :func:`hindi_base_f5`).
+
+    The configs have their own one home, ``leakloss/conf/f5/embedded.yaml`` ``arch`` (``train_f5.yaml``'s
+    ``model`` interpolates it); ``tests/train_f5/test_model.py`` keeps the two equal. A saved model
+    carries its dims in its card (``model.json`` ``architecture``), so changing these never breaks loading it."""
+
+    dim: int = 192
+    depth: int = 4
+    heads: int = 4
+    dim_head: int = 48
+    ff_mult: int = 2
+    text_dim: int = 128
+    conv_layers: int = 2
+
+
 def devanagari_char_map() -> dict[str, int]:
     return {c: i for i, c in enumerate(devanagari_chars())}
 
 
-def hindi_base_f5(dim: int = 192, depth: int = 4, heads: int = 4, dim_head: int = 48, ff_mult: int = 2,
-                  text_dim: int = 128, conv_layers: int = 2, seed: int = 0, **leak: object) -> LeakAwareCFM:
-    """A ``LeakAwareCFM`` with a freshly initialised ``DiT``; ``leak`` goes to :class:`LeakAwareCFM` (``leak_penalty``,
-    ``leak_weight``, ``site_lookup``, ...; none: a plain ``CFM``)."""
+def hindi_base_f5(dim: int = HindiBaseArch.dim, depth: int = HindiBaseArch.depth, heads: int = HindiBaseArch.heads,
+                  dim_head: int = HindiBaseArch.dim_head, ff_mult: int = HindiBaseArch.ff_mult,
+                  text_dim: int = HindiBaseArch.text_dim, conv_layers: int = HindiBaseArch.conv_layers, seed: int = 0,
+                  **leak: object) -> LeakAwareCFM:
+    """A ``LeakAwareCFM`` with a freshly initialised ``DiT`` (dims: :class:`HindiBaseArch` unless given);
+    ``leak`` goes to :class:`LeakAwareCFM` (``leak_penalty``, ``leak_weight``, ``site_lookup``, ...; none: a
+    plain ``CFM``)."""
     from f5_tts.model import DiT
 
     vocab = devanagari_char_map()

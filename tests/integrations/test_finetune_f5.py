@@ -16,6 +16,7 @@ pytest.importorskip("f5_tts")
 pytest.importorskip("datasets")
 
 import torch  # noqa: E402
+from f5_tts.model import DiT  # noqa: E402
 
 from integrations.finetune_f5 import FinetuneError, build_model, prepare  # noqa: E402
 from leakloss.config import compose_config  # noqa: E402
@@ -23,6 +24,10 @@ from tests.conftest import needs_embedded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p.stem for p in (ROOT / "leakloss" / "conf" / "f5").glob("*.yaml"))
+
+
+class ChosenDiT(DiT):
+    """A backbone class a preset's ``f5.backbone._target_`` can name instead of F5's ``DiT``."""
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,15 @@ def test_every_preset_builds_f5s_dit(preset):
         model = build_model(cfg, {c: i for i, c in enumerate(" abc")})
     dim = model.transformer.dim
     assert dim == cfg.f5.arch.dim and len(model.transformer.transformer_blocks) == cfg.f5.arch.depth
+
+
+def test_build_model_takes_the_backbone_class_from_the_config():
+    cfg = compose_config("finetune_f5", ["f5=embedded"])
+    vocab = {c: i for i, c in enumerate(" abc")}
+    assert cfg.f5.backbone._target_ == "f5_tts.model.DiT" and type(build_model(cfg, vocab).transformer) is DiT
+    chosen = compose_config("finetune_f5", ["f5=embedded", f"f5.backbone._target_={__name__}.ChosenDiT"])
+    model = build_model(chosen, vocab)  # instantiate(f5.backbone), not a hard-coded DiT
+    assert type(model.transformer) is ChosenDiT and model.transformer.dim == cfg.f5.arch.dim
 
 
 def test_embedded_preset_is_the_hindi_base_class(base_ckpt):
