@@ -58,7 +58,7 @@ import torchaudio.functional as AF
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.heads import RawConvHead
 from leakloss.penalty import LeakPenalty
 from leakloss.timing import TimedSite
@@ -66,7 +66,6 @@ from leakloss.vocoder import MelToWave
 
 F5_BATCH_FRAMES = 38_400  # F5TTS_v1_Base.yaml: batch_size_per_gpu (frame-wise), max_samples 64
 FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # 93.75 mel frames per second
-VOCOS_N_FFT = 1024
 TARGET_SHARE = 0.05
 
 aten = torch.ops.aten
@@ -129,7 +128,7 @@ def fwd_bwd(module: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return run
 
 
-def irfft_flops(frames: int, n_fft: int = VOCOS_N_FFT) -> int:
+def irfft_flops(frames: int, n_fft: int = MEL_N_FFT) -> int:
     """Analytic: a real FFT of size N ~ 2.5 N log2 N flops; forward (irfft) + backward (its adjoint)."""
     return int(2 * frames * 2.5 * n_fft * math.log2(n_fft))
 
@@ -219,8 +218,17 @@ def released_vocos() -> MelToWave:
     with torch.random.fork_rng():
         torch.manual_seed(0)
         backbone = VocosBackbone(input_channels=MEL_BINS, dim=512, intermediate_dim=1536, num_layers=8)
-        head = ISTFTHead(dim=512, n_fft=VOCOS_N_FFT, hop_length=MEL_HOP, padding="same")
+        head = ISTFTHead(dim=512, n_fft=MEL_N_FFT, hop_length=MEL_HOP, padding="same")
     return MelToWave(backbone, head)
+
+
+def _v1_base_arch() -> dict:
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    text = resources.files("leakloss.conf").joinpath("f5/f5_v1_base.yaml").read_text(encoding="utf-8")
+    return OmegaConf.to_container(OmegaConf.create(text).arch)
 
 
 def f5_step_flops(batch: int, frames: int) -> int:
@@ -229,8 +237,8 @@ def f5_step_flops(batch: int, frames: int) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        dit = DiT(dim=1024, depth=22, heads=16, ff_mult=2, text_dim=512, text_mask_padding=True, conv_layers=4,
-                  mel_dim=MEL_BINS, text_num_embeds=2545)  # pinyin vocab size: embeddings cost no FLOPs anyway
+        # the shipped preset's arch (leakloss/conf/f5/f5_v1_base.yaml), so the benchmark times what finetune-f5 builds
+        dit = DiT(**_v1_base_arch(), mel_dim=MEL_BINS, text_num_embeds=2545)  # pinyin vocab: embeddings cost no FLOPs
         x1, x0 = torch.randn(batch, frames, MEL_BINS), torch.randn(batch, frames, MEL_BINS)
         t = torch.rand(batch)
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * x1
