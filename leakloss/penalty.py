@@ -94,6 +94,10 @@ class LeakPenalty(nn.Module):
         from leakloss.decision import check_thresholds
 
         check_thresholds(flag_threshold)
+        if isinstance(quiet_rms, bool) or not isinstance(quiet_rms, (int, float)) or not math.isfinite(quiet_rms) \
+                or quiet_rms <= 0:
+            # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
+            raise ValueError(f"quiet_rms must be a finite number > 0, got {quiet_rms!r}")
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
@@ -430,6 +434,14 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
     return waveforms
 
 
+def check_max_per(max_per: object) -> float:
+    """The word check's phone-error limit as a float, or ``ValueError``: NaN would pass every reading."""
+    if isinstance(max_per, bool) or not isinstance(max_per, (int, float)) or not math.isfinite(max_per) \
+            or max_per <= 0:
+        raise ValueError(f"max_per must be a finite number > 0 (a phone error rate limit), got {max_per!r}")
+    return float(max_per)
+
+
 @torch.no_grad()
 def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
                         recognizer=None, max_per: float | None = None, finder=None,
@@ -444,7 +456,7 @@ def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[st
     penalty = penalty or LeakPenalty.load()
     recognizer = recognizer or penalty.recognizer
     finder = finder or SiteFinder()
-    max_per = QUERY_MAX_PER if max_per is None else max_per
+    max_per = QUERY_MAX_PER if max_per is None else check_max_per(max_per)
     out = []
     for wave, text in zip(waveforms, texts, strict=True):
         out.append(_reward_one(wave, text, penalty, recognizer, finder, max_per))

@@ -120,7 +120,12 @@ class LeakRewardProvider(RewardProvider):
         if unknown:
             raise ValueError(f"unknown {self.name} setting(s): {', '.join(sorted(unknown))}")
         if "max_per" in self.cfg:
-            self.max_per = float(self.cfg["max_per"])
+            from leakloss.penalty import check_max_per
+
+            try:
+                self.max_per = check_max_per(float(self.cfg["max_per"]))
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"setup max_per: {err}") from None
 
     def supports_language(self, lang: str | None) -> bool:
         """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified."""

@@ -334,6 +334,22 @@ def test_bad_shapes_and_lengths_are_typed_errors(penalty):
         LeakPenalty(penalty.recognizer, penalty.head, flag_threshold=float("nan"))
 
 
+@pytest.mark.parametrize("quiet_rms", [0.0, -1e-3, float("nan"), float("inf"), "0.01", True])
+def test_a_quiet_rms_that_would_make_the_loss_nan_is_refused(penalty, quiet_rms):
+    """quiet_rms=0 gave a NaN loss and gradient as soon as an item was silent (0 / 0 in the gradient scale)."""
+    with pytest.raises(ValueError, match="quiet_rms must be a finite number > 0"):
+        LeakPenalty(penalty.recognizer, penalty.head, quiet_rms=quiet_rms)
+
+
+@pytest.mark.parametrize("max_per", [float("nan"), float("inf"), 0.0, -0.5, "0.3"])
+def test_a_word_check_limit_that_would_pass_everything_is_refused(penalty, max_per):
+    """max_per=NaN passed a reading of another text with reward 1.0 (per > NaN is never true)."""
+    from leakloss.penalty import leak_reward_details
+
+    with pytest.raises(ValueError, match="max_per must be a finite number > 0"):
+        leak_reward_details([torch.zeros(1600)], ["घर"], penalty, max_per=max_per)
+
+
 def test_loud_finite_input_gives_a_finite_loss_and_gradient(penalty):
     """Near the float32 maximum the squares of the quiet-gradient RMS overflowed: NaN, only with grad on."""
     torch.manual_seed(5)

@@ -34,6 +34,9 @@ def test_the_interface_mirrors_f5_tts_reward_types():
     assert provider.max_per == 0.3 and provider.penalty is None  # loads lazily
     with pytest.raises(ValueError, match="unknown leakloss_leak setting"):
         provider.setup({"max_pre": 0.3})
+    for bad in ("nan", "inf", -1, "x"):  # NaN turned the word check off
+        with pytest.raises(ValueError, match="setup max_per"):
+            LeakRewardProvider().setup({"max_per": bad})
     assert provider.supports_language(None) and provider.supports_language("ne") and provider.supports_language("ne-NP")
     assert not provider.supports_language("hi") and not provider.supports_language("en")
     assert provider.compute([]) == []
