@@ -238,6 +238,19 @@ def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> 
 
 # --- results -------------------------------------------------------------------------------------
 
+def _check_results_spare_inputs(manifest: str | Path, items: list[dict], out_dir: Path) -> None:
+    """No ``out_dir/<id>.json`` may be the manifest or an item's audio: writing it would destroy an input."""
+    inputs = {Path(manifest).resolve(): "the manifest"}
+    for d in items:
+        for key, path in [("query", d["query"]), *(("refs", r) for r in d["refs"])]:
+            inputs.setdefault(Path(path).resolve(), f"item {d['id']!r}'s {key}")
+    for d in items:
+        result = (out_dir / f"{d['id']}.json").resolve()
+        if result in inputs:
+            raise BatchManifestError(f"item {d['id']!r}: its result {result} is {inputs[result]}: writing it would "
+                                     "destroy it (choose another --out or id)")
+
+
 def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> bool:
     """True if ``path`` holds a finished result for ``item``: it parses, follows the result format,
     has the item's id, query, text and references, and its status is not ``failed`` (failures are retried).
@@ -324,6 +337,7 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     items = read_batch_manifest(manifest)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
+    _check_results_spare_inputs(manifest, items, out_dir)
     devices = parse_devices(devices)
     trainer = _build_trainer(accelerator, devices, strategy, progress)
     from lightning.pytorch.accelerators import CPUAccelerator

@@ -411,3 +411,18 @@ def test_cli_bad_text_or_devices_is_exit_2(tmp_path, models, one_process, text, 
                                  *extra])
     assert r.exit_code == 2 and "Traceback" not in r.output and r.stderr.startswith("error:"), r.output
     assert needle in r.stderr and not (tmp_path / "out").exists() and one_process == []
+
+
+def test_a_result_that_would_overwrite_an_input_is_refused(tmp_path, models):
+    """A manifest named manifest.json with an item "manifest" scored into its own folder was replaced by a result."""
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "manifest.json", [item("manifest", refs=[])])
+    before = manifest.read_bytes()
+    with pytest.raises(BatchManifestError, match="is the manifest: writing it would destroy it"):
+        score_batch(manifest, tmp_path, **_kwargs(models))
+    assert manifest.read_bytes() == before
+    (tmp_path / "q.json").write_bytes(b"RIFF")  # audio that happens to be named like a result
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("q", query="q.json", refs=[])])
+    with pytest.raises(BatchManifestError, match="item 'q''s query"):
+        score_batch(manifest, tmp_path, **_kwargs(models))
+    assert (tmp_path / "q.json").read_bytes() == b"RIFF"
