@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -138,6 +139,16 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     from leakloss.penalty import LeakPenalty, placement_id
     from leakloss.text.sites import SiteFinder
 
+    for key, low in (("steps", 1), ("data.num_workers", 1), ("leak.every", 1), ("leak.start_step", 0)):
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FinetuneError(f"{key} must be a whole number >= {low}, got {value!r}")
+    for key in ("leak.weight", "learning_rate", "max_grad_norm", "ema_decay"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            # a NaN weight trained a NaN model and exported it as a success
+            raise FinetuneError(f"{key} must be a finite number >= 0, got {value!r}")
     if cfg.steps < 1:
         raise FinetuneError(f"steps must be >= 1, got {cfg.steps}")
     if cfg.data.num_workers < 1:

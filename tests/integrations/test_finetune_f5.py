@@ -88,6 +88,20 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
         prepare(_cfg(prepared_dir, tmp_path / "none.safetensors"))
 
 
+@pytest.mark.parametrize("override, message", [
+    ("leak.weight=nan", r"leak.weight must be a finite number >= 0, got nan"),  # trained and exported a NaN model
+    ("leak.weight=inf", r"leak.weight must be a finite number"),
+    ("leak.weight=abc", r"leak.weight must be a finite number"),
+    ("learning_rate=-1", r"learning_rate must be a finite number >= 0"),
+    ("max_grad_norm=nan", r"max_grad_norm must be"),
+    ("steps=abc", r"steps must be a whole number >= 1, got 'abc'"),
+    ("steps=nan", r"steps must be a whole number"),
+])
+def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+
+
 def _prepare_folder(root: Path, rows: list[tuple[torch.Tensor, str]]) -> Path:
     import soundfile as sf
 
