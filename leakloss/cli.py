@@ -75,6 +75,9 @@ def g2p(
         shown = ", ".join(f"line {n} {w!r}" for n, w in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
         err_console.print(f"[yellow]warning:[/] {escape(f'{lexicon}: {entries} with no phones left out ({shown})')}",
                           soft_wrap=True)
+    if all(tok.skipped in ("punctuation", "symbol") for tok in tokens):  # as `sites`: nothing to pronounce
+        reasons = sorted({tok.skipped for tok in tokens})
+        fail(f"no Devanagari word to pronounce (all words skipped: {', '.join(reasons)})")
     table = Table("word", "phones", "source", "confidence", "vowels (step, P(keep))")
     status = 0
     for tok in tokens:

@@ -71,6 +71,13 @@ def test_g2p_non_devanagari_word_exits_nonzero():
     assert r.exit_code == 2 and "error" in json.loads(r.stdout.splitlines()[0])
 
 
+@pytest.mark.parametrize("text", ["।।", "😀", "! ?"])
+def test_g2p_of_punctuation_or_symbols_only_is_an_error_as_in_sites(text):
+    for command in ("g2p", "sites"):
+        r = runner.invoke(app, [command, text])
+        assert r.exit_code == 2 and "error: no Devanagari word" in r.stderr, (command, r.stderr)
+
+
 def test_recognize_missing_file():
     r = runner.invoke(app, ["recognize", "/nonexistent.wav"])
     assert r.exit_code == 2 and "error" in r.stderr
