@@ -87,6 +87,8 @@ def _read_rows(path: Path) -> tuple[list[dict], bool]:
             rows = [{**row, "line": reader.line_num} for row in reader]
     except UnicodeDecodeError as exc:
         raise ListenerDataError(f"labels file '{path}' is not UTF-8 text: {exc}") from exc
+    except csv.Error as exc:  # e.g. a field over the csv module's size limit, a NUL byte
+        raise ListenerDataError(f"labels file '{path}' line {reader.line_num}: not readable CSV ({exc})") from exc
     if not rows:
         raise ListenerDataError(f"labels file '{path}' has a header but no labels")
     return rows, "mos" in header

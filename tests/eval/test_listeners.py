@@ -179,6 +179,14 @@ def test_error_names_the_line(tmp_path):
         run(tmp_path, rows)
 
 
+def test_a_field_beyond_the_csv_limit_is_a_listener_error(tmp_path):
+    res = write_results(tmp_path / "res")
+    big = tmp_path / "big.csv"
+    big.write_text("word,reading,listener,label\nनेकपा,r1,L1," + "x" * 200_000 + "\n", encoding="utf-8")
+    with pytest.raises(ListenerDataError, match=r"line \d+: not readable CSV \(field larger than field limit"):
+        listener_agreement(big, res)
+
+
 def test_missing_or_empty_files(tmp_path):
     res = write_results(tmp_path / "res")
     with pytest.raises(ListenerDataError, match="does not exist"):
