@@ -278,8 +278,8 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _plot_png(result: Mapping, path: Path) -> None:
-    """Bar chart of key-word flag rates with Wilson whiskers, written atomically."""
+def _plot_png(result: Mapping) -> bytes:
+    """Bar chart of key-word flag rates with Wilson whiskers, as PNG bytes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import (
         Figure,  # no pyplot: no global state, no display needed
@@ -299,7 +299,7 @@ def _plot_png(result: Mapping, path: Path) -> None:
         label = f"{r['count']} of {r['total']}" if r["total"] else "no data"
         # Above the whisker, so a short bar's label never sits on its interval.
         ax.text(i, heights[i] + highs[i] + 2, label, ha="center", va="bottom", fontsize=9, color="#212121")
-    ax.set_xticks(list(x), names)
+    ax.set_xticks(list(x), names, parse_math=False)  # system names are text: "$x$" is no formula
     ax.set_ylabel("key words flagged (%)")
     ax.set_ylim(0, 100)
     ax.set_title("Key words flagged, 95% Wilson interval", fontsize=10)
@@ -307,7 +307,7 @@ def _plot_png(result: Mapping, path: Path) -> None:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    write_bytes_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
@@ -331,7 +331,10 @@ def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
     })
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "comparison.md", "json": out / "comparison.json", "png": out / "comparison.png"}
-    write_text_atomic(paths["json"], json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
-    write_text_atomic(paths["md"], _markdown(result))
-    _plot_png(result, paths["png"])
+    # everything is made before anything is written: a failure leaves no partial comparison
+    png, text, md = _plot_png(result), json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n", \
+        _markdown(result)
+    write_text_atomic(paths["json"], text)
+    write_text_atomic(paths["md"], md)
+    write_bytes_atomic(paths["png"], png)
     return paths

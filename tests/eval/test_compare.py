@@ -138,6 +138,27 @@ def test_all_quarantined_system_has_no_rate_but_is_reported(tmp_path):
     assert "| broken | 0 of 0 (no data) | — |" in paths["md"].read_text(encoding="utf-8")
 
 
+def test_system_names_are_plain_text_in_the_chart(tmp_path):
+    """A name like "x$\\bad{$" was parsed as mathtext: a traceback after json and md were already written."""
+    out = compare_results({"x$\\bad{$": write_dir(tmp_path / "s", [reading("flagged", "s1")])})
+    paths = write_comparison(out, tmp_path / "out")
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_failed_chart_writes_no_file(tmp_path, monkeypatch):
+    import leakloss.eval.compare as compare
+
+    out = compare_results({"swar": write_dir(tmp_path / "s", [reading("flagged", "s1")])})
+
+    def broken(result):
+        raise RuntimeError("no fonts")
+
+    monkeypatch.setattr(compare, "_plot_png", broken)
+    with pytest.raises(RuntimeError, match="no fonts"):
+        write_comparison(out, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_write_comparison_files(tmp_path):
     rs = [reading("flagged", f"s{i}") for i in range(3)] + [reading("no_change", f"s{i}") for i in range(3, 10)]
     out = compare_results({"swar": write_dir(tmp_path / "swar", rs),
