@@ -20,13 +20,15 @@ from leakloss.config import config_dir
 def main(cfg: DictConfig) -> None:
     from omegaconf.errors import MissingMandatoryValue
 
+    from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.pairs.schema import ManifestError
-    from train_heads.pipeline import run
+    from train_heads.pipeline import SettingsError, run
 
     start = time.time()
     try:
         result = run(cfg)
-    except (ManifestError, MissingMandatoryValue) as err:  # the user's data or config: one line, exit 2
+    except (ManifestError, MissingMandatoryValue, SettingsError, RecognizerLoadError) as err:
+        # the user's data, config or recognizer: one line, exit 2
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps({"export_dir": str(result["export_dir"]), "minutes": round((time.time() - start) / 60, 1)}))

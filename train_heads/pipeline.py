@@ -37,6 +37,24 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     return manifest
 
 
+class SettingsError(ValueError):
+    """A setting of the train_heads config that cannot work (named with the value given)."""
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Whole numbers where the run needs them, checked before any model loads.
+
+    Raises:
+        SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1."""
+    for key, low in (("seed", None), ("head_seed", None), ("num_threads", 1)):
+        value = cfg.get(key)
+        if key == "head_seed" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+            need = "a whole number" + (f" >= {low}" if low is not None else "")
+            raise SettingsError(f"{key} must be {need}, got {value!r}")
+
+
 def check_manifest(cfg: DictConfig) -> None:
     """A user manifest (``data.manifest``) must exist, follow the schema and hold at least one pair.
 
@@ -80,7 +98,8 @@ def run(cfg: DictConfig) -> dict:
     What differs between heads comes from each head's ``recipe`` (:mod:`train_heads.recipes`)."""
     from leakloss.acoustic.recognizer import Recognizer
 
-    check_manifest(cfg)  # before any model loads
+    check_settings(cfg)  # before any model loads
+    check_manifest(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_num_threads(cfg.num_threads)
     recognizers = {role: Recognizer.load(cfg.recognizer[role]) for role in ("a", "b")}

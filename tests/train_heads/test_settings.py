@@ -1,0 +1,48 @@
+"""train_heads settings that cannot work are one error line (exit 2) before any model loads or trains."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leakloss.config import compose_config
+from train_heads.pipeline import SettingsError, check_settings, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("num_threads=0", r"num_threads must be a whole number >= 1, got 0"),  # torch raised RuntimeError mid-run
+    ("num_threads=abc", r"num_threads must be a whole number >= 1, got 'abc'"),
+    ("seed=abc", r"seed must be a whole number, got 'abc'"),
+    ("head_seed=1.5", r"head_seed must be a whole number, got 1.5"),
+])
+def test_bad_settings_are_refused_before_any_model_loads(override, message, monkeypatch):
+    import leakloss.acoustic.recognizer as recognizer
+
+    monkeypatch.setattr(recognizer.Recognizer, "load", lambda *a, **k: pytest.fail("a recognizer loaded"))
+    cfg = compose_config("train_heads", ["experiment=smoke", override])
+    with pytest.raises(SettingsError, match=message):
+        run(cfg)
+
+
+def test_the_shipped_settings_pass():
+    check_settings(compose_config("train_heads", ["experiment=default"]))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("num_threads=0", "error: num_threads must be a whole number >= 1"),
+    ("recognizer.a=/nonexistent/recognizer", "error: "),  # RecognizerLoadError: was a traceback
+])
+def test_the_entry_point_prints_one_error_line_and_exits_2(tmp_path, override, message):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline")
+    r = subprocess.run([sys.executable, "-m", "train_heads", "experiment=smoke", override,
+                        f"hydra.run.dir={tmp_path / 'run'}", f"out_dir={tmp_path / 'out'}",
+                        f"export_dir={tmp_path / 'export'}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(message), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
