@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 from collections.abc import Iterator
@@ -136,6 +135,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
     from integrations.f5_dataset import (
         SITES_FILE, PreparedDatasetError, check_texts, open_prepared, place_prepared_sites, summarize)
+    from leakloss.decision import check_number
     from leakloss.penalty import LeakPenalty, placement_id
     from leakloss.text.sites import SiteFinder
 
@@ -145,10 +145,11 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             raise FinetuneError(f"{key} must be a whole number >= {low}, got {value!r}")
     for key in ("leak.weight", "learning_rate", "max_grad_norm", "ema_decay"):
         value = OmegaConf.select(cfg, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
-            # a NaN weight trained a NaN model and exported it as a success
-            raise FinetuneError(f"{key} must be a finite number >= 0, got {value!r}")
+        if value is not None:
+            try:  # a NaN weight trained a NaN model and exported it as a success
+                check_number(value, f"{key} must be a finite number >= 0", low=0.0)
+            except ValueError as err:
+                raise FinetuneError(str(err)) from err
     if cfg.steps < 1:
         raise FinetuneError(f"steps must be >= 1, got {cfg.steps}")
     if cfg.data.num_workers < 1:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.features import FEATURE_NAMES
-from leakloss.schema import Decision, SiteDecision
+from leakloss.schema import Decision, SiteDecision, is_finite_number
 
 REFERENCE_VOWEL_LOG = -1.5
 HINDI_PRESENT_LOG = -2.3  # log(0.1)
@@ -56,17 +56,22 @@ def gates_pass(features: Tensor) -> Tensor:
         hindi_realised(features)
 
 
+def check_number(value: object, message: str, *, low: float = float("-inf"), low_inclusive: bool = True,
+                 high: float = float("inf")) -> float:
+    """``value`` as a float, or ``ValueError(f"{message}, got {value!r}")`` unless it is a finite number in
+    ``[low, high]`` (``(low, high]`` with ``low_inclusive=False``). One check for every numeric setting a
+    training signal depends on: a NaN weight or limit passes ``<``/``>`` tests silently."""
+    if not is_finite_number(value) or value > high or (value < low if low_inclusive else value <= low):
+        raise ValueError(f"{message}, got {value!r}")
+    return float(value)
+
+
 def check_thresholds(flag: float, no_change: float | None = None) -> None:
     """``ValueError`` unless ``flag`` (and ``no_change``) are finite numbers in [0, 1] with ``no_change <= flag``:
     a NaN or a flag threshold above 1 would silently flag nothing."""
-    import math
-
     for name, value in (("flag threshold", flag), ("no-change threshold", no_change)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not 0.0 <= value <= 1.0:
-            raise ValueError(f"the {name} must be a probability in [0, 1], got {value!r}")
+        if value is not None:
+            check_number(value, f"the {name} must be a probability in [0, 1]", low=0.0, high=1.0)
     if no_change is not None and no_change > flag:
         raise ValueError(f"the no-change threshold ({no_change}) must not exceed the flag threshold ({flag})")
 

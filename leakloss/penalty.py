@@ -91,13 +91,11 @@ class LeakPenalty(nn.Module):
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
                  conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
                  flag_threshold: float = FLAG_THRESHOLD) -> None:
-        from leakloss.decision import check_thresholds
+        from leakloss.decision import check_number, check_thresholds
 
         check_thresholds(flag_threshold)
-        if isinstance(quiet_rms, bool) or not isinstance(quiet_rms, (int, float)) or not math.isfinite(quiet_rms) \
-                or quiet_rms <= 0:
-            # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
-            raise ValueError(f"quiet_rms must be a finite number > 0, got {quiet_rms!r}")
+        # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
+        check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
@@ -436,10 +434,10 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
 
 def check_max_per(max_per: object) -> float:
     """The word check's phone-error limit as a float, or ``ValueError``: NaN would pass every reading."""
-    if isinstance(max_per, bool) or not isinstance(max_per, (int, float)) or not math.isfinite(max_per) \
-            or max_per <= 0:
-        raise ValueError(f"max_per must be a finite number > 0 (a phone error rate limit), got {max_per!r}")
-    return float(max_per)
+    from leakloss.decision import check_number
+
+    return check_number(max_per, "max_per must be a finite number > 0 (a phone error rate limit)",
+                        low=0.0, low_inclusive=False)
 
 
 @torch.no_grad()

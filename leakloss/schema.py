@@ -119,8 +119,9 @@ class ResultError(ValueError):
     """A scorer result that does not follow the result format; the message names the field."""
 
 
-def _is_number(x: object) -> bool:
-    # bool is an int subclass; true/false is never a time or a score.
+def is_finite_number(x: object) -> bool:
+    """True for a finite int or float: ``bool`` (an int subclass) is never a time, score or setting, NaN/Inf
+    neither."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -150,7 +151,7 @@ def _check_site(site: object, where: str) -> None:
     if site.get("hindi") is not None:
         _check_str(site, "hindi", where)
     score = site.get("score")
-    if score is not None and not (_is_number(score) and 0.0 <= score <= 1.0):
+    if score is not None and not (is_finite_number(score) and 0.0 <= score <= 1.0):
         raise ResultError(f"{where}.score must be a number in [0, 1] or null, got {score!r}")
     _check_one_of(site, "decision", SITE_DECISIONS, where)
     if not _is_count(site.get("references_used")):
@@ -168,7 +169,7 @@ def _check_word(word: object, where: str) -> None:
     if (start is None) != (end is None):
         raise ResultError(f"{where}: start and end must both be numbers or both null, got {start!r}, {end!r}")
     if start is not None:
-        if not (_is_number(start) and _is_number(end)):
+        if not (is_finite_number(start) and is_finite_number(end)):
             raise ResultError(f"{where}: start and end must be finite numbers of seconds, got {start!r}, {end!r}")
         if not 0.0 <= start <= end:
             raise ResultError(f"{where}: need 0 <= start <= end, got start={start}, end={end}")
@@ -189,7 +190,7 @@ def _check_audio(audio: object, where: str) -> None:
         if not _is_count(audio.get(key)):
             raise ResultError(f"{where}.{key} must be a non-negative integer, got {audio.get(key)!r}")
     for key in ("duration_s", "clipped_fraction"):
-        if not (_is_number(audio.get(key)) and audio[key] >= 0):
+        if not (is_finite_number(audio.get(key)) and audio[key] >= 0):
             raise ResultError(f"{where}.{key} must be a non-negative number, got {audio.get(key)!r}")
     for key in ("resampled", "downmixed"):
         if not isinstance(audio.get(key), bool):
