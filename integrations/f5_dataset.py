@@ -80,13 +80,16 @@ def open_prepared(data_dir: str | os.PathLike) -> Prepared:
         raise PreparedDatasetError(
             f"{data_dir} lacks {' and '.join(missing)}: prepare it with "
             "`python -m f5_tts.train.datasets.prepare_csv_wavs metadata.csv OUT_DIR`")
-    rows = HFDataset.from_file(str(data_dir / "raw.arrow"))
+    try:
+        rows = HFDataset.from_file(str(data_dir / "raw.arrow"))
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid (a ValueError): empty or not an Arrow stream
+        raise PreparedDatasetError(f"{data_dir / 'raw.arrow'} is not an Arrow table F5 wrote: {err}") from err
     for column in ("audio_path", "text", "duration"):
         if column not in rows.column_names:
             raise PreparedDatasetError(f"{data_dir / 'raw.arrow'} has no {column!r} column (columns: {rows.column_names})")
     try:
         durations = json.loads((data_dir / "duration.json").read_text(encoding="utf-8"))["duration"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
         raise PreparedDatasetError(f"{data_dir / 'duration.json'} is not F5's {{'duration': [...]}}: {err}") from err
     if len(durations) != len(rows):
         raise PreparedDatasetError(f"{data_dir}: duration.json has {len(durations)} entries for {len(rows)} rows")
@@ -119,13 +122,27 @@ def check_texts(prepared: Prepared, vocab: Mapping[str, int], max_listed: int = 
         raise PreparedDatasetError(f"{len(unknown)} characters of the texts are not in the vocab: {shown}")
 
 
+def check_audio_files(prepared: Prepared, max_listed: int = 5) -> None:
+    """Every row's ``audio_path`` is a file (a missing one failed inside the site placement's loader).
+
+    Raises :class:`PreparedDatasetError` naming the first rows whose audio is missing."""
+    paths = list(prepared.rows["audio_path"])  # one column read, not a row read per item
+    missing = [i for i, path in enumerate(paths) if not Path(path).is_file()]
+    if missing:
+        shown = ", ".join(f"row {i} ({paths[i]})" for i in missing[:max_listed])
+        raise PreparedDatasetError(f"{len(missing)} of {len(prepared)} rows have no audio file: {shown}")
+
+
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     """``vocab.txt`` as F5's ``get_tokenizer(path, "custom")`` reads it (one token a line, line number = id)."""
     path = Path(path)
     if not path.is_file():
         raise PreparedDatasetError(f"no vocab file at {path} (the vocab.txt the dataset and checkpoint use)")
-    with path.open(encoding="utf-8") as f:
-        return {line[:-1] if line.endswith("\n") else line: i for i, line in enumerate(f)}
+    try:
+        with path.open(encoding="utf-8") as f:
+            return {line[:-1] if line.endswith("\n") else line: i for i, line in enumerate(f)}
+    except UnicodeDecodeError as err:
+        raise PreparedDatasetError(f"{path} is not UTF-8 text (one token a line): {err}") from err
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -136,7 +153,10 @@ def load_audio(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
     """``(wave [t] float32 mono, sample rate)``: soundfile, channels averaged (as F5's ``CustomDataset``)."""
     import soundfile as sf
 
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # [t, c]
+    try:
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # [t, c]
+    except (sf.LibsndfileError, OSError, RuntimeError) as err:
+        raise PreparedDatasetError(f"{path}: not readable audio: {err}") from err
     return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1))), int(rate)
 
 

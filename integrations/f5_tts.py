@@ -451,19 +451,40 @@ def _strip(key: str) -> str:
     return key
 
 
-def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A checkpoint's model weights: the EMA weights when present (what F5 infers with), else the model's."""
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+class CheckpointReadError(ValueError):
+    """A checkpoint file that cannot be read as F5 weights (not a safetensors/torch file, or no weight dict)."""
 
-        ckpt: Mapping[str, Any] = load_file(str(path), device="cpu")
-    else:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+
+def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A checkpoint's model weights: the EMA weights when present (what F5 infers with), else the model's.
+
+    Raises :class:`CheckpointReadError` naming the file when it is not a readable weight file."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            ckpt: Any = load_file(str(path), device="cpu")
+        else:  # weights_only: a pickle that is not plain tensors is refused, never run
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
+        if isinstance(err, pickle.UnpicklingError):  # torch's message is a page on weights_only
+            first = "torch.load(weights_only=True) cannot read it as plain tensors"
+        else:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointReadError(f"{path}: not a readable F5 checkpoint (.safetensors or a torch .pt of "
+                                  f"tensors): {first}") from err
     for key in ("ema_model_state_dict", "model_state_dict"):
-        if key in ckpt:
+        if isinstance(ckpt, Mapping) and key in ckpt:
             ckpt = ckpt[key]
             break
+    if not isinstance(ckpt, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                for k, v in ckpt.items()):
+        raise CheckpointReadError(f"{path}: holds a {type(ckpt).__name__}, not a dict of named weight tensors")
     return {_strip(k): v for k, v in ckpt.items() if _strip(k) not in _DROP}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -58,13 +59,16 @@ def resolve_vocab(cfg: DictConfig) -> tuple[dict[str, int], str]:
 
 def check_checkpoint(path: str | os.PathLike, vocab: dict[str, int], source: str) -> dict[str, torch.Tensor]:
     """The checkpoint's weights; refuses a missing file and a vocab whose size differs from its text embedding."""
-    from integrations.f5_tts import load_state
+    from integrations.f5_tts import CheckpointReadError, load_state
 
     path = Path(path)
     if not path.is_file():
         hint = " (train the embedded Hindi base: python -m train_f5)" if "f5_hindi_base" in str(path) else ""
         raise FinetuneError(f"no checkpoint at {path}{hint}")
-    state = load_state(path)
+    try:
+        state = load_state(path)
+    except CheckpointReadError as err:
+        raise FinetuneError(str(err)) from err
     embed = state.get(TEXT_EMBED_KEY)
     if embed is None:
         raise FinetuneError(f"{path} has no {TEXT_EMBED_KEY}: not an F5 (CFM + DiT) checkpoint")
@@ -123,41 +127,62 @@ def _probe_texts(cfg: DictConfig, prepared) -> list[str]:
 
 
 def _placement_trainer(cfg: DictConfig):
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.update(logger=False, enable_checkpointing=False, enable_model_summary=False)
     trainer_cfg.pop("log_every_n_steps", None)
-    return instantiate(trainer_cfg)
+    try:
+        return instantiate(trainer_cfg)
+    except InstantiationException as err:  # e.g. trainer.devices=0: Lightning's MisconfigurationException
+        cause = err.__cause__ or err
+        raise FinetuneError(f"trainer: {type(cause).__name__}: {cause}") from err
+
+
+#: whole-number settings and their least value (F5's Trainer keeps persistent workers: at least 1)
+WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "leak.start_step": 0,
+                         "leak.placement_batch_size": 1, "leak.placement_workers": 0, "batch_size_per_gpu": 1,
+                         "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
+                         "probe.nfe": 1, "num_warmup_updates": 0}
+#: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
+NUMBER_SETTINGS = {"leak.weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
+#: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
+CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
+OPTIONAL_SETTINGS = frozenset({"num_warmup_updates"})  # null: a tenth of the updates
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """:class:`FinetuneError` for a setting that could not work, before any data or model is read."""
+    from leakloss.decision import check_number
+
+    for key, low in WHOLE_NUMBER_SETTINGS.items():
+        value = OmegaConf.select(cfg, key)
+        if value is None and key in OPTIONAL_SETTINGS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise FinetuneError(f"{key} must be a whole number >= {low}, got {value!r}")
+    for key, high in NUMBER_SETTINGS.items():
+        value = OmegaConf.select(cfg, key)
+        bound = f" and <= {high:g}" if high < math.inf else ""
+        try:
+            check_number(value, f"{key} must be a finite number >= 0{bound}", low=0.0, high=high)
+        except ValueError as err:
+            raise FinetuneError(str(err)) from err
+    for key, choices in CHOICE_SETTINGS.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
-    from integrations.f5_dataset import (
-        SITES_FILE, PreparedDatasetError, check_texts, open_prepared, place_prepared_sites, summarize)
-    from leakloss.decision import check_number
+    from integrations.f5_dataset import (SITES_FILE, PreparedDatasetError, check_audio_files, check_texts,
+                                         open_prepared, place_prepared_sites, summarize)
     from leakloss.penalty import LeakPenalty, placement_id
     from leakloss.text.sites import SiteFinder
 
-    for key, low in (("steps", 1), ("data.num_workers", 1), ("leak.every", 1), ("leak.start_step", 0)):
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FinetuneError(f"{key} must be a whole number >= {low}, got {value!r}")
-    for key in ("leak.weight", "learning_rate", "max_grad_norm", "ema_decay"):
-        value = OmegaConf.select(cfg, key)
-        if value is not None:
-            try:  # a NaN weight trained a NaN model and exported it as a success
-                check_number(value, f"{key} must be a finite number >= 0", low=0.0)
-            except ValueError as err:
-                raise FinetuneError(str(err)) from err
-    if cfg.steps < 1:
-        raise FinetuneError(f"steps must be >= 1, got {cfg.steps}")
-    if cfg.data.num_workers < 1:
-        raise FinetuneError(f"data.num_workers must be >= 1 (F5's Trainer keeps persistent workers), got "
-                            f"{cfg.data.num_workers}")
-    if cfg.leak.weight < 0 or cfg.leak.every < 1 or cfg.leak.start_step < 0:
-        raise FinetuneError(f"need leak.weight >= 0, leak.every >= 1, leak.start_step >= 0 (got {cfg.leak.weight}, "
-                            f"{cfg.leak.every}, {cfg.leak.start_step})")
+    check_settings(cfg)
     try:
         prepared = open_prepared(cfg.data.dir)
     except PreparedDatasetError as err:
@@ -166,6 +191,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source)
     try:
         check_texts(prepared, vocab)
+        check_audio_files(prepared)
     except PreparedDatasetError as err:
         raise FinetuneError(f"{cfg.data.dir}: {err}") from err
     try:

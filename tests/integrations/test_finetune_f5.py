@@ -96,10 +96,80 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("max_grad_norm=nan", r"max_grad_norm must be"),
     ("steps=abc", r"steps must be a whole number >= 1, got 'abc'"),
     ("steps=nan", r"steps must be a whole number"),
+    ("ema_decay=2", r"ema_decay must be a finite number >= 0 and <= 1, got 2"),
+    ("max_samples=0", r"max_samples must be a whole number >= 1, got 0"),
+    ("probe.nfe=0", r"probe.nfe must be a whole number >= 1"),
+    ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
+    ("mixed_precision=zz", r"mixed_precision must be one of no, bf16, fp16, got 'zz'"),  # failed after placement
+    ("batch_size_type=zz", r"batch_size_type must be one of frame, sample, got 'zz'"),
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+
+
+def _rewrite_rows(src: Path, dst: Path, **column_values) -> Path:
+    """A copy of the prepared folder ``src`` whose raw.arrow has ``{column: {row: value}}`` replaced."""
+    from datasets import Dataset
+    from datasets.arrow_writer import ArrowWriter
+
+    shutil.copytree(src, dst)
+    rows = Dataset.from_file(str(src / "raw.arrow")).to_dict()
+    for column, changes in column_values.items():
+        for row, value in changes.items():
+            rows[column][row] = value
+    (dst / "raw.arrow").unlink()
+    with ArrowWriter(path=str(dst / "raw.arrow")) as writer:
+        for i in range(len(rows["text"])):
+            writer.write({k: rows[k][i] for k in rows})
+        writer.finalize()
+    return dst
+
+
+def _corrupt(case: str, data: Path, ckpt: Path, tmp: Path) -> tuple[Path, Path, list[str]]:
+    """``(data dir, checkpoint, extra overrides)`` with one unreadable input."""
+    if case == "pickle_checkpoint":
+        (tmp / "bad.pt").write_bytes(b"not a torch file")
+        return data, tmp / "bad.pt", []
+    if case == "list_checkpoint":
+        torch.save([torch.zeros(2)], tmp / "list.pt")
+        return data, tmp / "list.pt", []
+    if case == "safetensors_checkpoint":
+        (tmp / "bad.safetensors").write_bytes(b"\0" * 30)
+        return data, tmp / "bad.safetensors", []
+    if case == "latin1_vocab":
+        (tmp / "vocab.txt").write_bytes("\u00e9\n".encode("latin-1"))
+        return data, ckpt, [f"f5.vocab={tmp / 'vocab.txt'}"]
+    copy = tmp / "data"
+    if case == "missing_audio":
+        return _rewrite_rows(data, copy, audio_path={1: str(tmp / "gone.wav")}), ckpt, []
+    shutil.copytree(data, copy)
+    if case == "latin1_durations":
+        (copy / "duration.json").write_bytes(b'{"duration": "\xe9"}')
+    elif case == "empty_arrow":
+        (copy / "raw.arrow").write_bytes(b"")
+    return copy, ckpt, []
+
+
+@pytest.mark.parametrize("case, message", [
+    ("pickle_checkpoint", r"bad.pt: not a readable F5 checkpoint .*weights_only"),  # was an UnpicklingError
+    ("list_checkpoint", r"list.pt: holds a list, not a dict of named weight tensors"),
+    ("safetensors_checkpoint", r"bad.safetensors: not a readable F5 checkpoint"),
+    ("latin1_vocab", r"vocab.txt is not UTF-8 text"),
+    ("latin1_durations", r"duration.json is not F5's"),
+    ("empty_arrow", r"raw.arrow is not an Arrow table"),
+    ("missing_audio", r"1 of 20 rows have no audio file: row 1 \(.*gone.wav\)"),  # failed inside the placement
+])
+def test_unreadable_inputs_are_refused_by_name(prepared_dir, base_ckpt, tmp_path, case, message):
+    data, ckpt, extra = _corrupt(case, prepared_dir, base_ckpt, tmp_path)
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(data, ckpt, *extra))
+
+
+@needs_embedded
+def test_a_trainer_lightning_refuses_is_a_finetune_error(prepared_dir, base_ckpt):
+    with pytest.raises(FinetuneError, match=r"trainer: MisconfigurationException: .*devices=0"):
+        prepare(_cfg(prepared_dir, base_ckpt, "trainer.devices=0"))
 
 
 def _prepare_folder(root: Path, rows: list[tuple[torch.Tensor, str]]) -> Path:
@@ -137,10 +207,14 @@ def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_cli_error_and_exit_code_2_on_a_missing_dataset(tmp_path, base_ckpt):
+def test_cli_error_and_exit_code_2_on_a_missing_dataset_and_a_broken_checkpoint(tmp_path, base_ckpt, prepared_dir):
     result = _cli(f"data.dir={tmp_path}", f"f5.checkpoint={base_ckpt}", timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "error:" in result.stderr and "raw.arrow" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "bad.pt").write_bytes(b"not a torch file")
+    result = _cli(f"data.dir={prepared_dir}", f"f5.checkpoint={tmp_path / 'bad.pt'}", timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "bad.pt: not a readable F5 checkpoint" in result.stderr
 
 
 @pytest.mark.slow
