@@ -154,6 +154,7 @@ OPTIONAL_SETTINGS = frozenset({"num_warmup_updates"})  # null: a tenth of the up
 
 def check_settings(cfg: DictConfig) -> None:
     """:class:`FinetuneError` for a setting that could not work, before any data or model is read."""
+    from leakloss.atomic import output_folder_problem
     from leakloss.decision import check_number
 
     for key, low in WHOLE_NUMBER_SETTINGS.items():
@@ -173,6 +174,9 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    problem = output_folder_problem(str(cfg.out_dir))
+    if problem is not None:
+        raise FinetuneError(f"out_dir: {problem}")
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:

@@ -14,6 +14,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def output_folder_problem(path: str | Path) -> str | None:
+    """Why a run could not write into folder ``path`` (``None``: it is a writable folder, or it can be created
+    because its nearest existing parent is one). Checked before a run starts, so a path under a regular file
+    or in a read-only folder is one clear message, not an ``OSError`` after minutes of work."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            return f"{path} is a file: give a folder"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{path} is a folder that is not writable"
+        return None
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        return f"{path} cannot be created: {parent} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} cannot be created: folder {parent} is not writable"
+    return None
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 

@@ -255,17 +255,11 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
 def _check_output_folder(path: Path, option: str) -> Path:
     """A folder ``path`` exists and is writable, or can be created (its nearest existing parent is a
     writable folder)."""
-    if path.exists():
-        if not path.is_dir():
-            fail(f"{option} {path} is a file: give a folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            fail(f"cannot write {option} {path}: the folder is not writable")
-        return path
-    parent = next((p for p in path.parents if p.exists()), Path("."))
-    if not parent.is_dir():
-        fail(f"cannot create {option} {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        fail(f"cannot create {option} {path}: folder {parent} is not writable")
+    from leakloss.atomic import output_folder_problem
+
+    problem = output_folder_problem(path)
+    if problem is not None:
+        fail(f"{option} {problem}")
     return path
 
 
@@ -557,9 +551,14 @@ def _check_overrides(config_name: str, overrides: list[str]) -> None:
     from leakloss.config import compose_config
 
     try:
-        compose_config(config_name, overrides, return_hydra_config=True)
+        cfg = compose_config(config_name, overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         fail(f"{' '.join(overrides)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+    try:  # Hydra makes its run folder before the job starts: a path under a file was its traceback
+        run_dir = str(cfg.hydra.run.dir)
+    except OmegaConfBaseException:  # an interpolation only Hydra's runtime resolves: Hydra reports it
+        return
+    _check_output_folder(Path(run_dir), "hydra.run.dir")
 
 
 @app.command("train-heads", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

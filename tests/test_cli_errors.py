@@ -408,3 +408,11 @@ def test_g2p_refuses_a_user_lexicon_entry_that_does_not_fit_its_spelling(tmp_pat
     assert r.exit_code == 0, r.output
     row = json.loads(r.stdout.splitlines()[0])
     assert (row["phones"], row["source"]) == (["n", "e", "p", "aː", "l"], "lexicon")
+
+
+@pytest.mark.parametrize("command", ["train-heads", "finetune-f5"])
+def test_a_hydra_run_dir_under_a_file_is_one_error_line(tmp_path, command):
+    (tmp_path / "file").write_text("x")
+    r = runner.invoke(app, [command, f"hydra.run.dir={tmp_path / 'file' / 'run'}"])  # was Hydra's traceback
+    assert_clean_error(r, "hydra.run.dir")
+    assert "is not a folder" in r.output

@@ -45,7 +45,10 @@ def check_settings(cfg: DictConfig) -> None:
     """Whole numbers where the run needs them, checked before any model loads.
 
     Raises:
-        SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1."""
+        SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1,
+            ``cache_dir``/``out_dir``/``export_dir`` not folders the run can write (e.g. under a regular file)."""
+    from leakloss.atomic import output_folder_problem
+
     for key, low in (("seed", None), ("head_seed", None), ("num_threads", 1)):
         value = cfg.get(key)
         if key == "head_seed" and value is None:
@@ -53,6 +56,10 @@ def check_settings(cfg: DictConfig) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
             need = "a whole number" + (f" >= {low}" if low is not None else "")
             raise SettingsError(f"{key} must be {need}, got {value!r}")
+    for key in ("cache_dir", "out_dir", "export_dir"):
+        problem = output_folder_problem(str(cfg.get(key)))
+        if problem is not None:
+            raise SettingsError(f"{key}: {problem}")
 
 
 def check_manifest(cfg: DictConfig) -> None:

@@ -76,24 +76,31 @@ def read_manifest(path: str | Path) -> list[PairRecord]:
     """Load and validate a pair manifest; duplicates (same id, or same site on the same audio) are errors."""
     path = Path(path)
     records, ids, keys = [], {}, {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ManifestError(f"{where}: not valid JSON ({err.msg})") from err
-            if not isinstance(d, dict):
-                raise ManifestError(f"{where}: expected a JSON object")
-            rec = _check(d, where)
-            if rec.id in ids:
-                raise ManifestError(f"{where}: duplicate id {rec.id!r} (first on line {ids[rec.id]})")
-            if rec.key() in keys:
-                raise ManifestError(f"{where}: duplicate pair of line {keys[rec.key()]} (same site and audio)")
-            ids[rec.id], keys[rec.key()] = n, n
-            records.append(rec)
+    try:
+        raw_lines = path.read_bytes().splitlines()
+    except OSError as err:  # missing, a folder, unreadable
+        raise ManifestError(f"{path}: cannot read the manifest ({err.strerror or err})") from err
+    for n, raw in enumerate(raw_lines, 1):
+        where = f"{path}:{n}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ManifestError(f"{where}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r})") from err
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ManifestError(f"{where}: not valid JSON ({err.msg})") from err
+        if not isinstance(d, dict):
+            raise ManifestError(f"{where}: expected a JSON object")
+        rec = _check(d, where)
+        if rec.id in ids:
+            raise ManifestError(f"{where}: duplicate id {rec.id!r} (first on line {ids[rec.id]})")
+        if rec.key() in keys:
+            raise ManifestError(f"{where}: duplicate pair of line {keys[rec.key()]} (same site and audio)")
+        ids[rec.id], keys[rec.key()] = n, n
+        records.append(rec)
     return records
 
 

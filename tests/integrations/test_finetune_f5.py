@@ -108,6 +108,12 @@ def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, mes
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
 
 
+def test_an_out_dir_under_a_file_is_refused_before_any_data_is_read(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FinetuneError, match=r"out_dir: .*run cannot be created: .*file is not a folder"):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={tmp_path / 'file' / 'run'}"))
+
+
 def _rewrite_rows(src: Path, dst: Path, **column_values) -> Path:
     """A copy of the prepared folder ``src`` whose raw.arrow has ``{column: {row: value}}`` replaced."""
     from datasets import Dataset

@@ -72,6 +72,11 @@ def test_manifest_errors_name_line_and_field(small_manifest, tmp_path):
     (tmp_path / "j.jsonl").write_text("{not json", encoding="utf-8")
     with pytest.raises(ManifestError, match="j.jsonl:1: not valid JSON"):
         read_manifest(tmp_path / "j.jsonl")
+    (tmp_path / "l.jsonl").write_bytes(lines[0].encode("utf-8") + b"\n" + '{"word": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(ManifestError, match=r"l.jsonl:2: not UTF-8 text \(byte 13"):  # was a UnicodeDecodeError
+        read_manifest(tmp_path / "l.jsonl")
+    with pytest.raises(ManifestError, match="cannot read the manifest"):  # a folder: was IsADirectoryError
+        read_manifest(tmp_path)
 
 
 def test_nasalised_sites_nasalise_only_deletion_site_vowels():

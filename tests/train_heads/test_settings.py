@@ -30,6 +30,17 @@ def test_bad_settings_are_refused_before_any_model_loads(override, message, monk
         run(cfg)
 
 
+@pytest.mark.parametrize("key", ["cache_dir", "out_dir", "export_dir"])
+def test_folders_under_a_regular_file_are_refused_before_any_model_loads(key, tmp_path, monkeypatch):
+    import leakloss.acoustic.recognizer as recognizer
+
+    monkeypatch.setattr(recognizer.Recognizer, "load", lambda *a, **k: pytest.fail("a recognizer loaded"))
+    (tmp_path / "file").write_text("x")
+    cfg = compose_config("train_heads", ["experiment=smoke", f"{key}={tmp_path / 'file' / 'sub'}"])
+    with pytest.raises(SettingsError, match=rf"{key}: .*sub cannot be created: .*file is not a folder"):
+        run(cfg)
+
+
 def test_the_shipped_settings_pass():
     check_settings(compose_config("train_heads", ["experiment=default"]))
 

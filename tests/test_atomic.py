@@ -1,0 +1,33 @@
+"""leakloss.atomic: which output folders a run can write, checked before it starts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from leakloss.atomic import output_folder_problem
+
+
+def test_a_writable_or_creatable_folder_has_no_problem(tmp_path):
+    assert output_folder_problem(tmp_path) is None
+    assert output_folder_problem(tmp_path / "new" / "deeper") is None  # created by the run
+
+
+def test_a_file_or_a_folder_under_a_file_is_a_problem(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert output_folder_problem(tmp_path / "f") == f"{tmp_path / 'f'} is a file: give a folder"
+    assert output_folder_problem(tmp_path / "f" / "a" / "b") == \
+        f"{tmp_path / 'f' / 'a' / 'b'} cannot be created: {tmp_path / 'f'} is not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_a_read_only_folder_is_a_problem(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert "is a folder that is not writable" in output_folder_problem(ro)
+        assert "folder" in output_folder_problem(ro / "new") and "not writable" in output_folder_problem(ro / "new")
+    finally:
+        ro.chmod(0o700)
