@@ -26,6 +26,12 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def os_error_text(err: OSError) -> str:
+    """``strerror (file)``: which file failed matters as much as why (a disk full, a folder made read-only)."""
+    why = err.strerror or str(err)
+    return f"{why} ({err.filename})" if err.filename and str(err.filename) not in why else why
+
+
 def read_text_file(path: Path) -> str:
     try:
         data = path.read_bytes()
@@ -349,7 +355,7 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
     except OSError as err:
         for path in written:  # all the outputs or none
             path.unlink(missing_ok=True)
-        fail(f"cannot write the outputs: {err.strerror or err}")
+        fail(f"cannot write the outputs: {os_error_text(err)}")
     if json_out != "-":
         _print_result(result)
 
@@ -393,7 +399,7 @@ def score_batch_cmd(
     except (BatchError, RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
     except OSError as err:
-        fail(f"cannot write results to {out}: {err.strerror or err}")
+        fail(f"score-batch stopped on a file it could not read or write: {os_error_text(err)}")
     failures = summary.pop("failures")
     console.print(summary)
     for f in failures:
@@ -430,7 +436,7 @@ def compare(
     try:
         paths = write_comparison(result, out)
     except OSError as err:
-        fail(f"cannot write the comparison to {out}: {err.strerror or err}")
+        fail(f"cannot write the comparison to {out}: {os_error_text(err)}")
     console.print((out / "comparison.md").read_text(encoding="utf-8"))
     console.print({k: str(v) for k, v in paths.items()})
 
@@ -453,7 +459,7 @@ def listeners(
     try:
         write_listener_report(result, out)
     except OSError as err:
-        fail(f"cannot write the listener report to {out}: {err.strerror or err}")
+        fail(f"cannot write the listener report to {out}: {os_error_text(err)}")
     console.print((out / "listeners.md").read_text(encoding="utf-8"))
 
 
@@ -588,7 +594,7 @@ def demo(
     try:
         run_demo(cfg)
     except OSError as err:  # a full disk, a folder made read-only meanwhile, a file missing from the install
-        fail(f"the demo stopped: {err.strerror or err}" + (f" ({err.filename})" if err.filename else ""))
+        fail(f"the demo stopped: {os_error_text(err)}")
 
 
 @app.command("finetune-f5", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

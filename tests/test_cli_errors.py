@@ -416,3 +416,25 @@ def test_a_hydra_run_dir_under_a_file_is_one_error_line(tmp_path, command):
     r = runner.invoke(app, [command, f"hydra.run.dir={tmp_path / 'file' / 'run'}"])  # was Hydra's traceback
     assert_clean_error(r, "hydra.run.dir")
     assert "is not a folder" in r.output
+
+
+def test_a_file_error_in_score_batch_names_the_file(tmp_path, monkeypatch):
+    import errno
+
+    import leakloss.batch
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "item7.json"))
+
+    monkeypatch.setattr(leakloss.batch, "score_batch", full_disk)
+    (tmp_path / "m.jsonl").write_text("{}\n")
+    r = runner.invoke(app, ["score-batch", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")])
+    assert_clean_error(r, "No space left on device", "item7.json")  # the file was not named
+
+
+def test_os_error_text_names_the_file_once():
+    from leakloss.cli import os_error_text
+
+    assert os_error_text(OSError(13, "Permission denied", "/a/b.json")) == "Permission denied (/a/b.json)"
+    assert os_error_text(OSError("cannot write '/a/b': folder '/a' does not exist")) == \
+        "cannot write '/a/b': folder '/a' does not exist"
