@@ -155,7 +155,7 @@ OPTIONAL_SETTINGS = frozenset({"num_warmup_updates"})  # null: a tenth of the up
 def check_settings(cfg: DictConfig) -> None:
     """:class:`FinetuneError` for a setting that could not work, before any data or model is read."""
     from leakloss.atomic import output_folder_problem
-    from leakloss.decision import check_number
+    from leakloss.checks import check_number
 
     for key, low in WHOLE_NUMBER_SETTINGS.items():
         value = OmegaConf.select(cfg, key)

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.features import FEATURE_NAMES
-from leakloss.schema import Decision, SiteDecision, is_finite_number
+from leakloss.checks import check_number
+from leakloss.schema import Decision, SiteDecision
 
 REFERENCE_VOWEL_LOG = -1.5
 HINDI_PRESENT_LOG = -2.3  # log(0.1)
@@ -54,16 +55,6 @@ def gates_pass(features: Tensor) -> Tensor:
     Hindi realisation is present (:func:`hindi_realised`)."""
     return (features[..., _I["margin_reference_max"]] < 0) & (features[..., _I["margin_query_min"]] > 0) & \
         hindi_realised(features)
-
-
-def check_number(value: object, message: str, *, low: float = float("-inf"), low_inclusive: bool = True,
-                 high: float = float("inf")) -> float:
-    """``value`` as a float, or ``ValueError(f"{message}, got {value!r}")`` unless it is a finite number in
-    ``[low, high]`` (``(low, high]`` with ``low_inclusive=False``). One check for every numeric setting a
-    training signal depends on: a NaN weight or limit passes ``<``/``>`` tests silently."""
-    if not is_finite_number(value) or value > high or (value < low if low_inclusive else value <= low):
-        raise ValueError(f"{message}, got {value!r}")
-    return float(value)
 
 
 def check_thresholds(flag: float, no_change: float | None = None) -> None:

@@ -61,10 +61,11 @@ class LeakParts(NamedTuple):
     per_contrast: dict  # e.g. "ʌ->∅", "ʌi̯->ɛː" -> scalar
     active_sites: Tensor  # number of sites with frames in the input
     site_probs: Tensor  # [k]
-    frame_probs: Tensor  # [b, g] per-frame leak probability (5 ms)
+    frame_probs: Tensor  # [b, g] per-frame leak probability (5 ms); 0 past an item's frame_counts
     nonfinite_items: Tensor  # items masked out for NaN/Inf among their valid samples (or mel frames)
     quiet_items: Tensor  # items quieter than QUIET_RMS, whose gradient was scaled down
     site_active: Tensor  # [k] bool: the site has frames in its (finite) item
+    frame_counts: Tensor  # [b] valid frames of each item (0 for a masked item): frame_probs[i, :frame_counts[i]]
 
 
 class LeakPenalty(nn.Module):
@@ -91,7 +92,8 @@ class LeakPenalty(nn.Module):
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
                  conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
                  flag_threshold: float = FLAG_THRESHOLD) -> None:
-        from leakloss.decision import check_number, check_thresholds
+        from leakloss.checks import check_number
+        from leakloss.decision import check_thresholds
 
         check_thresholds(flag_threshold)
         # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
@@ -108,13 +110,15 @@ class LeakPenalty(nn.Module):
         return super().train(False)
 
     @classmethod
-    def load(cls, recognizer: str = "a", head_path: str | Path | None = None, mel_to_wave: nn.Module | None = None,
-             device: str | torch.device = "cpu") -> "LeakPenalty":
+    def load(cls, recognizer: str | None = None, head_path: str | Path | None = None,
+             mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu") -> "LeakPenalty":
+        """The raw-conv head at ``head_path`` (default: the shipped one) on ``recognizer`` (default: the one its
+        card names; another is loaded as given, with a warning when its weights differ from the card's)."""
         from leakloss.acoustic.recognizer import Recognizer
         from leakloss.heads import check_recognizer
 
         head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
-        rec = Recognizer.load(recognizer if head_path else card.recognizer, device=device)
+        rec = Recognizer.load(card.recognizer if recognizer is None else recognizer, device=device)
         check_recognizer(card, rec.name)
         return cls(rec, head, mel_to_wave, flag_threshold=card.thresholds["flag"]).to(device)
 
@@ -174,6 +178,12 @@ class LeakPenalty(nn.Module):
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
                 wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, LeakParts]:
         bad = None
+        for name, value in (("waves", waves), ("mels", mels), ("wave_rms", wave_rms), ("wave_mean", wave_mean)):
+            if value is not None and not isinstance(value, Tensor):
+                raise PenaltyInputError(f"{name} must be a tensor, got {type(value).__name__}"
+                                        + (" (pad a list of waves into [batch, samples] with wave_lengths)"
+                                           if name in ("waves", "mels") else ""))
+        source = mels if mels is not None else waves
         if mels is not None and (waves is not None or wave_lengths is not None):
             raise PenaltyInputError("give waves (with wave_lengths) or mels (with mel_lengths), not both")
         if mel_lengths is not None and mels is None:
@@ -181,14 +191,11 @@ class LeakPenalty(nn.Module):
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
         if waves is None:
-            raise ValueError("give waves or mels")
+            raise PenaltyInputError("give waves or mels")
         if waves.dim() != 2:
             raise PenaltyInputError(f"waves must be [batch, samples], got shape {tuple(waves.shape)}")
         b, t = waves.shape
-        if len(sites) != b:
-            raise ValueError(f"sites must have one list per item: {len(sites)} lists for {b} items")
-        if any(isinstance(item_sites, TimedSite) for item_sites in sites):
-            raise ValueError("sites must have one list of TimedSite per item, not TimedSites: e.g. sites=[[site, ...]]")
+        check_site_lists(sites, b)
         if wave_lengths is not None:
             wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths", waves.device)
         if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
@@ -209,7 +216,9 @@ class LeakPenalty(nn.Module):
         item = torch.tensor([i for i, _ in index], dtype=torch.long, device=logits.device)
         loss, probs = leak_penalty_from_logits(logits, masks, item)
         active = masks.any(-1)
-        parts = self._parts(loss, probs, active, index, logits)
+        if source.numel() == 0 and source.requires_grad:  # an empty batch: a zero loss still on the input's graph
+            loss = loss + source.sum().float() * 0
+        parts = self._parts(loss, probs, active, index, logits, frames)
         return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=((quiet < 1) & ~bad).sum().detach())
 
     def _vocode(self, mels: Tensor, mel_lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -250,7 +259,7 @@ class LeakPenalty(nn.Module):
         return waves[:, : int(wave_lengths.max()) if b else 0], wave_lengths, bad
 
     @staticmethod
-    def _parts(loss, probs, active, index, logits) -> LeakParts:
+    def _parts(loss, probs, active, index, logits, frames) -> LeakParts:
         def mean_where(keep: list[bool]) -> Tensor:
             sel = torch.tensor(keep, dtype=torch.bool, device=probs.device) & active
             return probs[sel].mean().detach() if bool(sel.any()) else probs.new_zeros(())
@@ -259,8 +268,28 @@ class LeakPenalty(nn.Module):
         contrasts = sorted({s.contrast for _, s in index})
         per_contrast = {c: mean_where([s.contrast == c for _, s in index]) for c in contrasts}
         zero = active.sum().detach() * 0
+        valid = torch.arange(logits.shape[-1], device=logits.device) < frames.to(logits.device)[:, None]
+        frame_probs = torch.where(valid, torch.sigmoid(logits), torch.zeros((), device=logits.device))
         return LeakParts(loss.detach(), per_kind, per_contrast, active.sum().detach(), probs.detach(),
-                         torch.sigmoid(logits).detach(), zero, zero, active.detach())
+                         frame_probs.detach(), zero, zero, active.detach(), frames.detach())
+
+
+def check_site_lists(sites: object, b: int) -> None:
+    """``sites``: one sequence of :class:`TimedSite` per item of a ``b``-item batch, else PenaltyInputError."""
+    if isinstance(sites, (str, bytes)) or not isinstance(sites, Sequence):
+        raise PenaltyInputError(f"sites must be one list of TimedSite per item, got {type(sites).__name__}")
+    if any(isinstance(item_sites, TimedSite) for item_sites in sites):
+        raise PenaltyInputError("sites must have one list of TimedSite per item, not TimedSites: "
+                                "e.g. sites=[[site, ...]]")
+    if len(sites) != b:
+        raise PenaltyInputError(f"sites must have one list per item: {len(sites)} lists for {b} items")
+    for i, item_sites in enumerate(sites):
+        if isinstance(item_sites, (str, bytes)) or not isinstance(item_sites, Sequence):
+            raise PenaltyInputError(f"sites[{i}] must be a list of TimedSite, got {type(item_sites).__name__}")
+        for site in item_sites:
+            if not isinstance(site, TimedSite):
+                hint = " (a cache row: TimedSite(**row))" if isinstance(site, dict) else ""
+                raise PenaltyInputError(f"sites[{i}] holds a {type(site).__name__}, not a TimedSite{hint}")
 
 
 def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
@@ -427,6 +456,9 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
         if waveforms.shape[0] > 1:  # its zero padding would be scored as part of each shorter reading
             raise PenaltyInputError(f"a padded batch {tuple(waveforms.shape)} needs wave_lengths [b] (or pass a "
                                     "list of [samples] waves): padding would be scored as trailing silence")
+    elif isinstance(waveforms, Tensor):  # one bare [t] wave read as t one-sample readings
+        raise PenaltyInputError(f"waveforms must be a list of [samples] waves or a [b, samples] batch, got a tensor "
+                                f"of shape {tuple(waveforms.shape)} (one reading: [wave] or wave[None])")
     elif wave_lengths is not None:
         raise PenaltyInputError("wave_lengths goes with a padded [b, samples] batch; a list of waves has its own lengths")
     return waveforms
@@ -434,7 +466,7 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
 
 def check_max_per(max_per: object) -> float:
     """The word check's phone-error limit as a float, or ``ValueError``: NaN would pass every reading."""
-    from leakloss.decision import check_number
+    from leakloss.checks import check_number
 
     return check_number(max_per, "max_per must be a finite number > 0 (a phone error rate limit)",
                         low=0.0, low_inclusive=False)
@@ -511,8 +543,8 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
     :func:`leak_reward_details` gives each reading's status, phone error rate and reason.
     """
     results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per, wave_lengths=wave_lengths)
-    ref = waveforms[0] if len(waveforms) else torch.zeros(())
-    return torch.tensor([r.reward for r in results], dtype=torch.float32, device=ref.device)
+    device = waveforms.device if isinstance(waveforms, Tensor) else (waveforms[0].device if len(waveforms) else None)
+    return torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
 
 
 leak_reward.higher_is_better = True  # type: ignore[attr-defined]

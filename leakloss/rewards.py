@@ -133,11 +133,8 @@ class LeakRewardProvider(RewardProvider):
 
     def _penalty(self) -> LeakPenalty:
         if self.penalty is None:
-            kwargs = {"device": self.cfg.get("device", "cpu")}
-            if self.cfg.get("head_path"):
-                kwargs["head_path"] = self.cfg["head_path"]
-                kwargs["recognizer"] = self.cfg.get("recognizer", "a")
-            self.penalty = LeakPenalty.load(**kwargs)
+            self.penalty = LeakPenalty.load(recognizer=self.cfg.get("recognizer"), head_path=self.cfg.get("head_path"),
+                                            device=self.cfg.get("device", "cpu"))
         return self.penalty
 
     def score(self, batch: Sequence[RewardInput]) -> list[RewardResult]:

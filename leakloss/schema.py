@@ -20,11 +20,12 @@ and :func:`validate_result` is the single check of the format.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict, get_args
+
+from leakloss.checks import is_finite_number
 
 Kind = Literal["deletion", "quality"]
 Decision = Literal["flagged", "uncertain", "no_change", "unscored", "not_tested"]
@@ -119,12 +120,6 @@ class ResultError(ValueError):
     """A scorer result that does not follow the result format; the message names the field."""
 
 
-def is_finite_number(x: object) -> bool:
-    """True for a finite int or float: ``bool`` (an int subclass) is never a time, score or setting, NaN/Inf
-    neither."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _is_count(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -154,6 +149,8 @@ def _check_site(site: object, where: str) -> None:
     if score is not None and not (is_finite_number(score) and 0.0 <= score <= 1.0):
         raise ResultError(f"{where}.score must be a number in [0, 1] or null, got {score!r}")
     _check_one_of(site, "decision", SITE_DECISIONS, where)
+    if site["decision"] == "flagged" and score is None:  # a flag is a score at or above the head's threshold
+        raise ResultError(f"{where}: a flagged site must carry its score, got null")
     if not _is_count(site.get("references_used")):
         raise ResultError(f"{where}.references_used must be a non-negative integer, got {site.get('references_used')!r}")
     _check_str(site, "reason", where, optional=True)
@@ -217,7 +214,7 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
         _check_str(result, key, where, optional=True)
     if result.get("status") not in STATUSES:
         raise ResultError(f"{where}: status must be one of {', '.join(STATUSES)}, got {result.get('status')!r}")
-    if result["status"] != "scored" and not result.get("reason"):
+    if result["status"] != "scored" and not (result.get("reason") or "").strip():
         raise ResultError(f"{where}: a result with status {result['status']!r} must say why in 'reason'")
     words = result.get("words")
     if not isinstance(words, list):

@@ -66,19 +66,3 @@ def test_thresholds_that_could_never_flag_are_refused(flag, no_change):
     check_thresholds(0.5, 0.2)  # a usable pair
     check_thresholds(0.5)
 
-
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), True, "0.5", None, -0.1, 0.0, 1.5])
-def test_check_number_refuses_what_is_not_a_finite_number_in_range(value):
-    from leakloss.decision import check_number
-
-    with pytest.raises(ValueError, match=r"^w must be in \(0, 1\], got "):
-        check_number(value, "w must be in (0, 1]", low=0.0, low_inclusive=False, high=1.0)
-
-
-@pytest.mark.parametrize("value", [1e-12, 0.5, 1, 1.0])
-def test_check_number_returns_a_float_for_a_number_in_range(value):
-    from leakloss.decision import check_number
-
-    out = check_number(value, "w", low=0.0, low_inclusive=False, high=1.0)
-    assert out == value and type(out) is float
-    assert check_number(0, "w", low=0.0) == 0.0  # low is inclusive by default

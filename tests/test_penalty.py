@@ -429,6 +429,15 @@ def test_reward_of_a_padded_batch_needs_its_lengths(penalty):
     assert cut == leak_reward_details([a, b], ["घर", "घर"], penalty)
 
 
+def test_reward_refuses_one_bare_wave_and_keeps_the_device_of_an_empty_batch(penalty):
+    from leakloss.penalty import PenaltyInputError, leak_reward
+
+    with pytest.raises(PenaltyInputError, match=r"got a tensor of shape \(16000,\) \(one reading: \[wave\]"):
+        leak_reward(torch.randn(16000) * 0.1, ["घर"], penalty)  # was "16000 readings, 1 texts"
+    out = leak_reward(torch.zeros(0, 10, device="meta"), [], penalty)
+    assert out.shape == (0,) and out.device.type == "meta"  # was cpu
+
+
 # --- with the embedded recognizer, head and espeak speech -----------------------------------------------------------
 
 TEXT = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"  # two testable sites
@@ -605,3 +614,61 @@ def test_property_loss_and_gradients_are_always_finite(penalty, good, drawn, pad
     # items with no finite audio contribute zero: dropping their sites changes nothing
     kept = [[] if dead else s for s, dead in zip(sites, no_finite_audio, strict=True)]
     assert torch.equal(run(kept)[0].detach(), loss.detach())
+
+
+def test_inputs_of_the_wrong_type_are_typed_errors(penalty):
+    from leakloss.penalty import PenaltyInputError
+
+    wave = torch.randn(1, 8000)
+    with pytest.raises(PenaltyInputError, match=r"waves must be a tensor, got list \(pad a list"):
+        penalty(waves=[wave[0]], sites=[SITES])  # was AttributeError: 'list' object has no attribute 'dim'
+    with pytest.raises(PenaltyInputError, match="wave_rms must be a tensor, got list"):
+        penalty(waves=wave, sites=[SITES], wave_rms=[0.1])
+    row = {"start": 0.2, "end": 0.3, "kind": "deletion", "contrast": "ʌ->∅", "word": ""}
+    with pytest.raises(PenaltyInputError, match=r"sites\[0\] holds a dict, not a TimedSite \(.*TimedSite\(\*\*row\)"):
+        penalty(waves=wave, sites=[[row]])  # rows read back from a site cache
+    with pytest.raises(PenaltyInputError, match="not TimedSites"):  # the hint came after the count check
+        penalty(waves=wave, sites=SITES)
+    loss, _ = penalty(waves=wave, wave_lengths=[8000], sites=[SITES])  # lengths as a list are fine
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("mode", ["waves", "mels"])
+def test_an_empty_batch_gives_a_zero_loss_on_the_inputs_graph(penalty, mode):
+    x = torch.zeros(0, 100) if mode == "waves" else torch.zeros(0, 20, 100)
+    x.requires_grad_(True)
+    loss, parts = penalty(**{mode: x}, sites=[])
+    loss.backward()  # was: element 0 of tensors does not require grad
+    assert float(loss.detach()) == 0.0 and x.grad.shape == x.shape and parts.frame_counts.shape == (0,)
+
+
+def test_frame_probs_are_zero_past_each_items_frames(penalty):
+    waves = torch.randn(2, 16000) * 0.1
+    lengths = torch.tensor([16000, 6000])
+    _, parts = penalty(waves=waves, wave_lengths=lengths, sites=[SITES, SITES])
+    short, full = int(parts.frame_counts[1]), int(parts.frame_counts[0])
+    assert 0 < short < full <= parts.frame_probs.shape[-1]
+    assert torch.all(parts.frame_probs[1, short:] == 0)  # was sigmoid(0) = 0.5, the flag threshold
+    assert torch.all(parts.frame_probs[1, :short] > 0)
+    _, alone = penalty(waves=waves[1:, :6000], sites=[SITES])
+    torch.testing.assert_close(parts.frame_probs[1, :short], alone.frame_probs[0, :short])
+
+
+class _Asked(Exception):
+    """Raised by a stand-in Recognizer.load: which recognizer LeakPenalty.load asked for."""
+
+
+def test_load_uses_the_recognizer_its_card_names_unless_told(monkeypatch):
+    import leakloss.acoustic.recognizer as recognizer_module
+    from leakloss.heads import load_head
+    from leakloss.penalty import SHIPPED_HEADS
+
+    def asked(name, device="cpu"):
+        raise _Asked(name)
+
+    monkeypatch.setattr(recognizer_module.Recognizer, "load", staticmethod(asked))
+    card = load_head(SHIPPED_HEADS / "rawconv.safetensors")[1]
+    with pytest.raises(_Asked, match=f"^{card.recognizer}$"):
+        LeakPenalty.load()
+    with pytest.raises(_Asked, match="^b$"):
+        LeakPenalty.load(recognizer="b")  # was silently dropped for the shipped head

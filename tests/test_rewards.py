@@ -42,6 +42,18 @@ def test_the_interface_mirrors_f5_tts_reward_types():
     assert provider.compute([]) == []
 
 
+def test_the_provider_loads_the_recognizer_it_is_set_up_with(monkeypatch):
+    from leakloss.rewards import LeakRewardProvider
+
+    seen = []
+    monkeypatch.setattr("leakloss.penalty.LeakPenalty.load",
+                        classmethod(lambda cls, **kwargs: seen.append(kwargs) or "penalty"))
+    provider = LeakRewardProvider()
+    provider.setup({"recognizer": "b"})  # was dropped unless head_path was set too
+    assert provider._penalty() == "penalty"
+    assert seen == [{"recognizer": "b", "head_path": None, "device": "cpu"}]
+
+
 def test_to_16k_mono():
     t = torch.arange(24_000) / 24_000
     stereo = torch.stack([torch.sin(2 * torch.pi * 440 * t), torch.sin(2 * torch.pi * 440 * t)])

@@ -49,6 +49,17 @@ def test_every_status_but_scored_needs_a_reason(status):
     assert validate_result(result(status=status, reason="every reference rejected"))["status"] == status
 
 
+def test_huge_numbers_and_a_flag_without_a_score_are_result_errors():
+    r = result()
+    r["words"][0]["end"] = 10**400
+    with pytest.raises(ResultError, match="finite numbers of seconds"):
+        validate_result(r)
+    r = result()
+    r["words"][0]["sites"][0]["score"] = None
+    with pytest.raises(ResultError, match="a flagged site must carry its score"):
+        validate_result(r)
+
+
 def test_a_site_cannot_be_not_tested():
     r = result()
     r["words"][0]["sites"][0]["decision"] = "not_tested"
@@ -68,6 +79,10 @@ def test_a_site_cannot_be_not_tested():
     ({"reference_checks": [{"reference": "r.wav", "used": False, "reason": None}]}, "not used but gives no reason"),
     ({"reference_checks": [{"reference": "r.wav", "used": True, "reason": 3}]}, r"reason must be a string or null"),
     ({"id": 5}, "id"),  # score-batch resumes by it
+    ({"status": "failed", "reason": "   "}, "must say why"),
+    ({"audio": {"original_rate": 16000, "sample_rate": 16000, "channels": 1, "duration_s": 10**400,
+                "resampled": False, "downmixed": False, "clipped_fraction": 0.0, "warnings": []}},
+     r"audio\.duration_s must be a non-negative number"),  # was OverflowError from math.isfinite
 ])
 def test_optional_blocks_are_checked(over, message):
     with pytest.raises(ResultError, match=message):

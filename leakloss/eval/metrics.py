@@ -60,10 +60,27 @@ def _text_update(references: str | Sequence[str], hypotheses: str | Sequence[str
     return _edit_counts([split(t) for t in refs], [split(t) for t in hyps])
 
 
+def _as_phone_lists(sequences: Sequence[Sequence[str]], name: str) -> list[list[str]]:
+    """A corpus of phone lists; a str where a phone list belongs is refused (``["a", "b"]`` as one utterance's
+    phones would otherwise be read as two utterances of single-character phones: a wrong rate, no error)."""
+    if isinstance(sequences, str) or not isinstance(sequences, Sequence):
+        raise TypeError(f"{name} must be a list of phone lists, got {type(sequences).__name__}")
+    out = []
+    for i, phones in enumerate(sequences):
+        if isinstance(phones, str) or not isinstance(phones, Sequence):
+            raise TypeError(f"{name}[{i}] must be a list of phones, got {type(phones).__name__} {phones!r:.40}: "
+                            f"one utterance is [[phone, ...]]")
+        for phone in phones:
+            if not isinstance(phone, str):
+                raise TypeError(f"{name}[{i}] holds a {type(phone).__name__}, not a phone string")
+        out.append(list(phones))
+    return out
+
+
 def _phone_update(references: Sequence[Sequence[str]], hypotheses: Sequence[Sequence[str]],
                   phone_class: Callable[[str], str]) -> tuple[Tensor, Tensor]:
-    return _edit_counts([[phone_class(p) for p in r] for r in references],
-                        [[phone_class(p) for p in h] for h in hypotheses])
+    return _edit_counts([[phone_class(p) for p in r] for r in _as_phone_lists(references, "references")],
+                        [[phone_class(p) for p in h] for h in _as_phone_lists(hypotheses, "hypotheses")])
 
 
 def _compute(errors: Tensor, total: Tensor) -> Tensor:

@@ -141,7 +141,9 @@ def gather_mel_crops(mels: Tensor, crops: Sequence[Crop], phase: int = 3) -> tup
     the same as zero frames fed through the stack): crops ending at ``n`` are right-aligned so that they end at
     ``L`` too (their left pad is a multiple of ``phase``: all of them have ``n - mel_start = n (mod phase)``, and
     ``L = n (mod phase)``); crops starting at 0 start at 0; a crop touching both ends makes ``L = n``. Other
-    zeros lie at least the vocoder context away from the scored region."""
+    zeros lie at least the vocoder context away from the scored region. ``ValueError`` for no crops."""
+    if not crops:
+        raise ValueError("gather_mel_crops needs at least one crop (plan_crops found none: nothing to vocode)")
     n = mels.shape[1]
     longest = max(c.mel_frames for c in crops)
     if any(c.mel_start == 0 and c.mel_end == n for c in crops):
@@ -160,7 +162,9 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
 
     ``samples(k)``: output samples of ``k`` mel frames (``leakloss.vocoder.mel_lengths_to_samples``); exact at
     the region start because ``pad + start - mel_start`` is a multiple of the resampler phase. ``pads``: the left
-    pads of :func:`gather_mel_crops`."""
+    pads of :func:`gather_mel_crops`. ``ValueError`` for no crops."""
+    if not crops:
+        raise ValueError("trim_waves needs at least one crop")
     pads = pads or [0] * len(crops)
     bounds = [(samples(p + c.start - c.mel_start), min(samples(p + c.end - c.mel_start), waves.shape[-1]))
               for c, p in zip(crops, pads)]

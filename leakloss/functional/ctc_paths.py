@@ -39,6 +39,7 @@ Shape legend (einops style)::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -375,8 +376,14 @@ def paths_from_token_sets(token_sets: Sequence[Sequence[Sequence[int]]], vocab_s
     allowed = torch.zeros(b, s_max, vocab_size, dtype=torch.bool)
     for i, path in enumerate(token_sets):
         for k, tokens in enumerate(path):
-            for tok in tokens:
-                if not 0 <= int(tok) < vocab_size:
+            for given in tokens:
+                try:  # int, numpy or 0-d integer tensor ids; 1.7 was read as token 1, True as 1
+                    tok = None if isinstance(given, bool) else operator.index(given)
+                except TypeError:
+                    tok = None
+                if tok is None:
+                    raise TypeError(f"token {given!r} (item {i}, position {k}) is not a whole token id")
+                if not 0 <= tok < vocab_size:
                     raise ValueError(f"token {tok} (item {i}, position {k}) is outside "
                                      f"the vocabulary of size {vocab_size}")
                 allowed[i, k, int(tok)] = True

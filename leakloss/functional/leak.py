@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from leakloss.checks import check_number
 from leakloss.timing import TimedSite
 
 
@@ -27,6 +28,8 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
 
     A site entirely beyond the item's valid frames gets an empty mask (and contributes nothing).
     """
+    check_number(hop_s, "hop_s must be a finite number of seconds > 0", low=0.0, low_inclusive=False)
+    check_number(pad_s, "pad_s must be a finite number of seconds >= 0", low=0.0)
     index = [(b, s) for b, item in enumerate(sites) for s in item]
     if frame_lengths is not None and len(frame_lengths) != len(sites):
         raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
@@ -41,6 +44,15 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
 
 
 def _check_rows(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> None:
+    for name, value in (("frame_logits", frame_logits), ("masks", masks), ("item_of_row", item_of_row)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
+    if not frame_logits.is_floating_point():
+        raise TypeError(f"frame_logits must be a float tensor, got {frame_logits.dtype}")
+    if masks.dtype != torch.bool:
+        raise TypeError(f"masks must be a bool tensor (site_masks), got {masks.dtype}")
+    if item_of_row.dtype == torch.bool or item_of_row.is_floating_point() or item_of_row.is_complex():
+        raise TypeError(f"item_of_row must be an integer tensor of item ids, got {item_of_row.dtype}")
     if frame_logits.dim() != 2 or masks.dim() != 2 or masks.shape[1] != frame_logits.shape[1]:
         raise ValueError(f"masks {tuple(masks.shape)} must be [sites, {frame_logits.shape[-1]}] for frame_logits "
                          f"{tuple(frame_logits.shape)} [batch, frames]")
@@ -58,7 +70,9 @@ def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor,
     Raises:
         ValueError: ``masks`` not ``[n, g]`` for ``frame_logits [b, g]``, or ``item_of_row`` not ``[n]`` ids in ``[0, b)``.
     """
+    from leakloss.checks import check_number
     _check_rows(frame_logits, masks, item_of_row)
+    check_number(temperature, "temperature must be a finite number > 0", low=0.0, low_inclusive=False)
     return _pooled(frame_logits, masks, item_of_row, temperature)
 
 
@@ -76,14 +90,15 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     The penalty is the mean over active sites of ``-log(1 - p) = softplus(pooled logit)``: the binary
     cross-entropy towards "no leak". Unlike the mean probability it does not saturate, so a site the
     head is sure about (p ~ 1, where the signal matters most) still gets a gradient of ~1 per logit.
-    With no active site the penalty is ``0 * frame_logits.sum()``: zero, finite, and a zero gradient
-    of the right shape.
+    With no active site the penalty is ``0 * frame_logits.sum()`` over the finite logits: zero, finite (NaN
+    logits included), and a zero gradient of the right shape.
     """
     _check_rows(frame_logits, masks, item_of_row)
     active = masks.any(-1)
     if not bool(active.any()):
         x = _at_least_fp32(frame_logits)
-        return x.sum() * 0.0, x.new_zeros(masks.shape[0])
+        finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        return finite.sum() * 0.0, x.new_zeros(masks.shape[0])
     logits = _pooled(frame_logits, masks, item_of_row)  # checked above: one host sync per call, not two
     return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)
 

@@ -42,7 +42,9 @@ MAX_TEXT_CHARS = 1_000_000
 
 def check_text_length(text: str) -> None:
     """Raise :class:`TextTooLongError` for a text over :data:`MAX_TEXT_CHARS` (words over
-    :data:`MAX_WORD_CHARS` are refused where they are pronounced)."""
+    :data:`MAX_WORD_CHARS` are refused where they are pronounced); :class:`TextError` for a non-string."""
+    if not isinstance(text, str):
+        raise TextError(f"expected a string, got {type(text).__name__}")
     if len(text) > MAX_TEXT_CHARS:
         raise TextTooLongError(f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
 

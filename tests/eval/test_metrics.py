@@ -77,3 +77,17 @@ def test_bad_input_is_a_clear_error():
         word_error_rate(["क", "ख"], ["क"])
     with pytest.raises(TypeError, match="sequence of str"):
         char_error_rate(["क"], [None])
+
+
+def test_one_utterances_phones_unwrapped_are_refused_not_misread():
+    ref, hyp = ["b", "ʌi̯", "ʈʰ", "ʌ"], ["b", "ɛː", "ʈʰ", "ə"]
+    assert float(phone_error_rate([ref], [hyp])) == pytest.approx(0.25)
+    with pytest.raises(TypeError, match=r"references\[0\] must be a list of phones, got str"):
+        phone_error_rate(ref, hyp)  # each phone string was split into characters: 0.3636, no error
+    metric = PhoneErrorRate()
+    with pytest.raises(TypeError, match="one utterance is"):
+        metric.update(ref, hyp)
+    with pytest.raises(TypeError, match=r"hypotheses\[0\] holds a NoneType, not a phone string"):
+        phone_error_rate([ref], [["b", None]])
+    with pytest.raises(TypeError, match="list of phone lists, got str"):
+        phone_error_rate("bʌ", "bə")

@@ -149,3 +149,10 @@ def test_conv_output_frames_matches_the_convs(samples):
         h = c(h) if h.shape[-1] >= c.kernel_size[0] else h[..., :0]
     assert conv_output_frames(samples, kernels, strides) == h.shape[-1]
     assert conv_output_frames(torch.tensor([samples]), kernels, strides).tolist() == [h.shape[-1]]
+
+
+def test_no_crops_is_a_clear_error():
+    with pytest.raises(ValueError, match="at least one crop"):  # was "max() arg is an empty sequence"
+        gather_mel_crops(torch.zeros(1, 10, 100), [])
+    with pytest.raises(ValueError, match="at least one crop"):
+        trim_waves(torch.zeros(1, 100), [], lambda k: k)

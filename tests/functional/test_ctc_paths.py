@@ -626,3 +626,16 @@ def test_cuda_matches_cpu():
     gpu = frame_fit(lp.cuda(), allowed.cuda(), fl.cuda(), pl.cuda())
     assert gpu.device.type == "cuda"
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("token", [1.7, True, "1", None])
+def test_token_ids_that_are_not_whole_numbers_are_refused(token):
+    with pytest.raises(TypeError, match="is not a whole token id"):  # 1.7 was token 1, True token 1
+        paths_from_token_sets([[[token]]], 5)
+
+
+def test_numpy_and_tensor_token_ids_are_accepted():
+    import numpy as np
+
+    allowed, lengths = paths_from_token_sets([[[np.int64(2), torch.tensor(3)], [1]]], 5)
+    assert allowed[0, 0].nonzero().flatten().tolist() == [2, 3] and lengths.tolist() == [2]

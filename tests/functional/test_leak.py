@@ -132,3 +132,35 @@ def test_row_shapes_and_items_are_checked():
     site = TimedSite(0.1, 0.2, "deletion", "ʌ->∅")
     with pytest.raises(ValueError, match="one length per item"):
         site_masks([[site], [site]], 10, hop_s=0.02, frame_lengths=torch.tensor([10]))
+
+
+def test_row_dtypes_and_settings_are_checked():
+    from leakloss.functional.leak import leak_penalty_from_logits, pooled_site_logits, site_masks
+    from leakloss.timing import TimedSite
+
+    logits, masks, item = torch.zeros(2, 10), torch.ones(3, 10, dtype=torch.bool), torch.tensor([0, 1, 1])
+    with pytest.raises(TypeError, match="masks must be a bool tensor"):
+        leak_penalty_from_logits(logits, masks.float(), item)  # was "~ not supported for float"
+    with pytest.raises(TypeError, match="item_of_row must be an integer tensor"):
+        leak_penalty_from_logits(logits, masks, item.float())
+    with pytest.raises(TypeError, match="frame_logits must be a float tensor"):
+        leak_penalty_from_logits(logits.long(), masks, item)
+    with pytest.raises(TypeError, match="masks must be a tensor, got list"):
+        leak_penalty_from_logits(logits, masks.tolist(), item)
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0, got 0"):
+        pooled_site_logits(logits, masks, item, temperature=0)  # was ZeroDivisionError
+    site = TimedSite(0.1, 0.2, "deletion", "ʌ->∅")
+    for hop in (0.0, float("nan"), -0.02):  # NaN made every mask empty: the site silently inactive
+        with pytest.raises(ValueError, match="hop_s must be a finite number of seconds > 0"):
+            site_masks([[site]], 10, hop_s=hop)
+    with pytest.raises(ValueError, match="pad_s must be"):
+        site_masks([[site]], 10, hop_s=0.02, pad_s=float("nan"))
+
+
+def test_no_active_site_gives_a_finite_zero_even_for_nan_logits():
+    from leakloss.functional.leak import leak_penalty_from_logits
+
+    logits = torch.tensor([[0.0, float("nan"), 1.0]], requires_grad=True)
+    loss, probs = leak_penalty_from_logits(logits, torch.zeros(1, 3, dtype=torch.bool), torch.tensor([0]))
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))  # 0 * NaN was NaN

@@ -149,6 +149,14 @@ def test_text_length_limit(finder):
         finder("नेकपा " * (MAX_TEXT_CHARS // 6 + 1))
 
 
+@pytest.mark.parametrize("text", [None, 123, ["नेकपा"]])
+def test_a_text_that_is_not_a_string_is_a_text_error(finder, text):
+    from leakloss.text.normalize import TextError
+
+    with pytest.raises(TextError, match=f"expected a string, got {type(text).__name__}"):
+        finder(text)  # was TypeError: object of type 'NoneType' has no len()
+
+
 def test_longest_lexicon_word_is_within_the_limit(finder):
     words = finder("अन्तर्राष्ट्रियकरणसम्बन्धी")  # long real compounds still pass
     assert words[0].skipped is None and words[0].nepali

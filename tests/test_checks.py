@@ -1,0 +1,33 @@
+"""leakloss.checks: the one check of numeric settings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leakloss.checks import check_number, is_finite_number
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), True, "0.5", None, -0.1, 0.0, 1.5,
+                                   10**400])  # 10**400: math.isfinite raised OverflowError
+def test_check_number_refuses_what_is_not_a_finite_number_in_range(value):
+    with pytest.raises(ValueError, match=r"^w must be in \(0, 1\], got "):
+        check_number(value, "w must be in (0, 1]", low=0.0, low_inclusive=False, high=1.0)
+
+
+@pytest.mark.parametrize("value", [1e-12, 0.5, 1, 1.0])
+def test_check_number_returns_a_float_for_a_number_in_range(value):
+    out = check_number(value, "w", low=0.0, low_inclusive=False, high=1.0)
+    assert out == value and type(out) is float
+    assert check_number(0, "w", low=0.0) == 0.0  # low is inclusive by default
+
+
+@given(st.one_of(st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
+                 st.text(max_size=3)))
+def test_is_finite_number_never_raises_and_matches_its_definition(x):
+    import math
+
+    expected = (isinstance(x, (int, float)) and not isinstance(x, bool)
+                and (abs(x) <= 2**1023 if isinstance(x, int) else math.isfinite(x)))
+    assert is_finite_number(x) == expected
