@@ -21,7 +21,7 @@ finite floor :data:`NEG_INF_FINITE` instead of ``-inf``, so nothing returns ``-i
 A path that cannot be aligned (more positions than frames allow, or a position with an empty
 set) scores exactly ``NEG_INF_FINITE`` with zero gradient; so does a path whose log-likelihood
 underflows the floor. Frames beyond ``frame_lengths`` and positions beyond ``path_lengths`` are
-ignored (they may hold garbage, even NaN). The result of one batch item never depends on
+ignored (they may hold garbage, even NaN); a NaN or +inf inside the valid frames reads as the floor. The result of one batch item never depends on
 another. The recursion loops over time only; batch and states are vectorised (internally in a
 states-major ``[t, n, b]`` layout). ``frame_lengths`` must not exceed ``t``. There is one host
 sync per call (the largest set size, to size the gather in :func:`set_emissions`).
@@ -143,10 +143,16 @@ def _set_emissions(log_probs: Tensor, allowed: Tensor, valid_frame: Tensor | Non
         if valid_frame is not None:
             # padding frames may hold garbage (even NaN): replace it before any log op
             keep = keep & valid_frame[..., None]
-        # clamp: -inf inputs would give NaN gradients in logaddexp
-        x = torch.where(keep, x.clamp_min(NEG_INF_FINITE), unused)
+        x = torch.where(keep, _floored(x), unused)
         out = x if out is None else torch.logaddexp(out, x)
     return out.clamp_min(NEG_INF_FINITE)
+
+
+def _floored(x: Tensor) -> Tensor:
+    """Log-probabilities at or above :data:`NEG_INF_FINITE`: -inf (which would give NaN gradients in logaddexp),
+    and NaN/+inf (no log-probability: a caller's bug, never a log_softmax output) read as the floor, each with
+    zero gradient, so one bad frame cannot turn an item's score or gradient into NaN."""
+    return torch.where(torch.isnan(x) | (x == float("inf")), NEG_INF_FINITE, x).clamp_min(NEG_INF_FINITE)
 
 
 class _Lattice(NamedTuple):
@@ -185,7 +191,7 @@ def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_len
     # padding garbage (even NaN) is replaced before any log op, so it cannot reach gradients
     em_pos = rearrange(_set_emissions(log_probs, allowed, valid_frame), "b t s -> t s b")
     em_blank = torch.where(valid_frame, log_probs[..., blank].to(dtype), 0.0)
-    em_blank = em_blank.clamp_min(NEG_INF_FINITE).T[:, None, :]  # [t, 1, b]
+    em_blank = _floored(em_blank).T[:, None, :]  # [t, 1, b]
     em = torch.cat(
         [rearrange([em_blank.expand(t, s, b), em_pos], "two t s b -> t (s two) b"), em_blank],
         dim=1,

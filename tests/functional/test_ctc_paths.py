@@ -639,3 +639,20 @@ def test_numpy_and_tensor_token_ids_are_accepted():
 
     allowed, lengths = paths_from_token_sets([[[np.int64(2), torch.tensor(3)], [1]]], 5)
     assert allowed[0, 0].nonzero().flatten().tolist() == [2, 3] and lengths.tolist() == [2]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_log_probability_in_a_valid_frame_keeps_score_and_gradient_finite(bad):
+    torch.manual_seed(0)
+    log_probs = torch.randn(2, 12, 6).log_softmax(-1)
+    log_probs[0, 4, 2] = bad  # a caller's bug: NaN gave a NaN gradient, +inf a NaN score
+    log_probs.requires_grad_(True)
+    allowed, path_lengths = paths_from_token_sets([[[2], [3, 4]], [[2], [3, 4]]], 6)
+    ll = ctc_set_log_likelihood(log_probs, allowed, torch.tensor([12, 12]), path_lengths)
+    ll.sum().backward()
+    assert torch.isfinite(ll).all() and torch.isfinite(log_probs.grad).all()
+    assert log_probs.grad[0, 4, 2] == 0  # read as the floor: an impossible token
+    torch.manual_seed(0)
+    ref = torch.randn(2, 12, 6).log_softmax(-1)[1:]
+    torch.testing.assert_close(ll[1:], ctc_set_log_likelihood(ref, allowed[1:], torch.tensor([12]),
+                                                              path_lengths[1:]))  # the other item is untouched
