@@ -6,6 +6,7 @@ kept as it was). Every artefact leakloss writes (audio, heads, recognizers, cach
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -39,10 +40,20 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     A reader never sees a half-written file and a failure leaves no file behind (an
     existing file is kept as it was).
 
+    A symlink is written through (its target is replaced, the link stays); a folder, device, pipe or socket
+    in the way is refused, never replaced by a regular file (``--json /dev/null`` replaced /dev/null).
+
     Raises:
-        OSError: the folder does not exist (named in the message) or the write fails.
+        OSError: the folder does not exist, ``path`` is not a regular file (each named in the message), or the
+            write fails.
     """
     p = Path(path)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(p))
+    if p.exists() and not p.is_file():
+        raise FileExistsError(errno.EEXIST, "is not a regular file (a device, pipe or socket)", str(p))
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot write '{p}': folder '{folder}' does not exist")

@@ -239,9 +239,13 @@ def score(
 
 
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """A file ``path`` can be written: its folder exists and is writable, it is not a folder itself."""
+    """A file ``path`` can be written: its folder exists and is writable, it is not a folder, device or pipe
+    (a symlink to a file is written through)."""
     if path.is_dir():
         fail(f"{option} {path} is a folder: give a file name")
+    if path.exists() and not path.is_file():
+        fail(f"{option} {path} is not a regular file (a device, pipe or socket): give a file name"
+             + (" (--json - writes to standard output)" if option == "--json" else ""))
     if suffixes and path.suffix.lower() not in suffixes:
         fail(f"{option} {path} must end in {' or '.join(suffixes)}")
     folder = path.parent

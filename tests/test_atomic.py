@@ -31,3 +31,27 @@ def test_a_read_only_folder_is_a_problem(tmp_path):
         assert "folder" in output_folder_problem(ro / "new") and "not writable" in output_folder_problem(ro / "new")
     finally:
         ro.chmod(0o700)
+
+
+def test_a_symlink_is_written_through_and_kept(tmp_path):
+    from leakloss.atomic import write_text_atomic
+
+    (tmp_path / "target.json").write_text("old")
+    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
+    write_text_atomic(tmp_path / "link.json", "new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "target.json").read_text() == "new"
+
+
+def test_a_pipe_or_a_folder_in_the_way_is_refused_not_replaced(tmp_path):
+    from leakloss.atomic import write_text_atomic
+
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(FileExistsError, match="not a regular file") as err:
+        write_text_atomic(tmp_path / "pipe", "x")
+    assert err.value.filename == str(tmp_path / "pipe")
+    assert not (tmp_path / "pipe").is_file()  # still the pipe (was replaced by a regular file)
+    (tmp_path / "r.json").mkdir()
+    with pytest.raises(IsADirectoryError) as err:  # named the temporary file, not the folder
+        write_text_atomic(tmp_path / "r.json", "x")
+    assert err.value.filename == str(tmp_path / "r.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "r.json"]  # no temporary file left

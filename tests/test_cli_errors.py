@@ -208,9 +208,15 @@ def test_score_with_a_broken_recognizer_is_an_error(tmp_path, models, clips):
     (["--json", "{tmp}", "--html", "{tmp}/ok.html"], "is a folder"),
     (["--json", "{tmp}/file/r.json"], "not a folder"),
     (["--json", "{tmp}/same.html", "--html", "{tmp}/same.html"], "same file"),
+    (["--json", "{tmp}/pipe"], "is not a regular file"),  # was replaced by a regular file (so was /dev/null)
+    (["--json", "{tmp}/ok.json", "--html", "{tmp}/pipe.html"], "is not a regular file"),
 ])
 def test_score_output_paths_are_checked_before_scoring(tmp_path, models, clips, no_scoring, opts, needle):
+    import os
+
     (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "pipe")
+    os.mkfifo(tmp_path / "pipe.html")
     opts = [o.replace("{tmp}", str(tmp_path)) for o in opts]
     r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, *opts, *model_args(models)])
     assert_clean_error(r, needle)
