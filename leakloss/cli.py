@@ -441,7 +441,7 @@ def compare(
         paths = write_comparison(result, out)
     except OSError as err:
         fail(f"cannot write the comparison to {out}: {os_error_text(err)}")
-    console.print((out / "comparison.md").read_text(encoding="utf-8"))
+    console.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False)  # names are plain text
     console.print({k: str(v) for k, v in paths.items()})
 
 
@@ -464,7 +464,7 @@ def listeners(
         write_listener_report(result, out)
     except OSError as err:
         fail(f"cannot write the listener report to {out}: {os_error_text(err)}")
-    console.print((out / "listeners.md").read_text(encoding="utf-8"))
+    console.print((out / "listeners.md").read_text(encoding="utf-8"), markup=False)  # reasons may hold [brackets]
 
 
 @app.command()
@@ -542,11 +542,12 @@ def heads_cmd(
             _echo_json(c)
         return
     for c in cards:
-        console.print(f"[bold]{c['head']}[/] recognizer={c['recognizer']} schema={c['feature_schema_version']} "
-                      f"thresholds={c['thresholds']} arch={c['architecture']}")
+        console.print(f"[bold]{escape(str(c['head']))}[/] " + escape(
+            f"recognizer={c['recognizer']} schema={c['feature_schema_version']} thresholds={c['thresholds']} "
+            f"arch={c['architecture']}"))
     from train_heads.evaluate import heldout_markdown
 
-    console.print(heldout_markdown(cards[0]["heldout"]))
+    console.print(heldout_markdown(cards[0]["heldout"]), markup=False)
 
 
 def _check_overrides(config_name: str, overrides: list[str]) -> None:

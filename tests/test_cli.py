@@ -125,3 +125,22 @@ def test_sites_one_very_long_word_is_an_error(tmp_path):
     assert r.exit_code == 2 and "error:" in r.output and "characters" in r.output
     r = runner.invoke(app, ["g2p", "क" * 500, "--json"])
     assert r.exit_code == 2 and "error" in json.loads(r.stdout.splitlines()[0])
+
+
+def test_names_and_texts_in_brackets_are_printed_as_they_are(tmp_path):
+    """A '[/x]' in a system name, a reason or a card was rich markup: a MarkupError traceback, or eaten."""
+    from tests.test_schema import result
+
+    rows = [{"head": "deletion", "pair_kind": "physical", "voice_family": "[/v]", "caught": 5, "total": 6,
+             "false_flags": 0, "shams": 6}]
+    save_head(tmp_path / "heads" / "deletion", MLPHead(), HeadCard("[/x]", {}, "b", "1", heldout=rows))
+    r = runner.invoke(app, ["heads", "--dir", str(tmp_path / "heads")])
+    assert r.exit_code == 0, r.output
+    assert "[/x]" in r.stdout and "[/v]" in r.stdout
+    for system in ("a", "b"):
+        (tmp_path / system).mkdir()
+        (tmp_path / system / "r1.json").write_text(json.dumps(result(), ensure_ascii=False), encoding="utf-8")
+    r = runner.invoke(app, ["compare", f"[/x]={tmp_path / 'a'}", f"f5[v1]={tmp_path / 'b'}",
+                            "--out", str(tmp_path / "cmp")])
+    assert r.exit_code == 0, r.output
+    assert "[/x]" in r.stdout and "f5[v1]" in r.stdout
