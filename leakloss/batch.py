@@ -239,16 +239,23 @@ def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> 
 # --- results -------------------------------------------------------------------------------------
 
 def _check_results_spare_inputs(manifest: str | Path, items: list[dict], out_dir: Path) -> None:
-    """No ``out_dir/<id>.json`` may be the manifest or an item's audio: writing it would destroy an input."""
+    """No ``out_dir/<id>.json`` may be the manifest or an item's audio (writing it would destroy an input), nor a
+    folder, device or pipe (the run would stop at that item)."""
     inputs = {Path(manifest).resolve(): "the manifest"}
     for d in items:
         for key, path in [("query", d["query"]), *(("refs", r) for r in d["refs"])]:
             inputs.setdefault(Path(path).resolve(), f"item {d['id']!r}'s {key}")
+    blocked = []
     for d in items:
         result = (out_dir / f"{d['id']}.json").resolve()
         if result in inputs:
             raise BatchManifestError(f"item {d['id']!r}: its result {result} is {inputs[result]}: writing it would "
                                      "destroy it (choose another --out or id)")
+        if result.exists() and not result.is_file():  # a folder or pipe there stopped the run mid-way
+            blocked.append(f"{d['id']!r} ({result} is a {'folder' if result.is_dir() else 'device or pipe'})")
+    if blocked:
+        raise BatchManifestError(f"{len(blocked)} item(s) cannot write their result: {', '.join(blocked[:5])}"
+                                 + (" ..." if len(blocked) > 5 else "") + "; remove it or choose another --out")
 
 
 def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> bool:

@@ -426,3 +426,14 @@ def test_a_result_that_would_overwrite_an_input_is_refused(tmp_path, models):
     with pytest.raises(BatchManifestError, match="item 'q''s query"):
         score_batch(manifest, tmp_path, **_kwargs(models))
     assert (tmp_path / "q.json").read_bytes() == b"RIFF"
+
+
+def test_a_folder_where_a_result_goes_is_refused_before_any_item_is_scored(tmp_path, models):
+    """OUT/<id>.json as a folder stopped the run at that item, naming a temporary file that did not exist."""
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("first", refs=[]), item("blocked", refs=[])])
+    (tmp_path / "out" / "blocked.json").mkdir(parents=True)
+    with pytest.raises(BatchManifestError, match=r"1 item\(s\) cannot write their result: 'blocked' \(.*blocked.json "
+                                                 r"is a folder\)"):
+        score_batch(manifest, tmp_path / "out", **_kwargs(models))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["blocked.json"]  # "first" was not scored
