@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
 from leakloss.penalty import SITE_CACHE_VERSION, placement_id, site_key
+from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
 SITES_FILE = "leak_sites.jsonl"
@@ -353,7 +354,7 @@ def _known_keys(cache_path: Path) -> set[str]:
     known: set[str] = set()
     for path in [cache_path, *_parts(cache_path)]:
         if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
+            for line in text_lines(path.read_text(encoding="utf-8")):
                 if line.strip():
                     try:
                         row = json.loads(line)
@@ -373,7 +374,7 @@ def merge_parts(cache_path: str | os.PathLike) -> int:
     for path in [cache_path, *_parts(cache_path)]:
         if not path.is_file():
             continue
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in text_lines(path.read_text(encoding="utf-8")):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:

@@ -31,6 +31,7 @@ from torch.utils.data import Dataset
 
 from leakloss.atomic import write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result
+from leakloss.textfile import text_lines
 
 #: Longest id in UTF-8 bytes: ``.<id>.json.<random>.tmp`` (the atomic write) must stay under the
 #: usual 255-byte file-name limit.
@@ -141,7 +142,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = text_lines(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as err:
         raise BatchManifestError(f"cannot read manifest {path}: {err}") from err
     items, problems, first_line = [], [], {}

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from leakloss.textfile import text_lines
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find where Nepali TTS still sounds Hindi.")
 console = Console()
 err_console = Console(stderr=True)
@@ -478,7 +480,7 @@ def rerank(
     from leakloss.rewards import rerank as rerank_readings
 
     entries = []
-    for n, line in enumerate(read_text_file(manifest).splitlines(), 1):
+    for n, line in enumerate(text_lines(read_text_file(manifest)), 1):
         if not line.strip():
             continue
         try:

@@ -39,6 +39,7 @@ from leakloss.functional.leak import (
 )
 from leakloss.heads import FLAG_THRESHOLD, RawConvHead, load_head
 from leakloss.schema import KINDS
+from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
@@ -400,7 +401,7 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     known: dict[str, list[TimedSite]] = {}
     if cache is not None and cache.exists():
         unreadable = 0
-        for line in cache.read_bytes().decode("utf-8", errors="replace").splitlines():
+        for line in text_lines(cache.read_bytes().decode("utf-8", errors="replace")):
             try:
                 row = json.loads(line)
                 if row.get("version") == SITE_CACHE_VERSION:

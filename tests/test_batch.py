@@ -114,6 +114,14 @@ def test_a_good_manifest_resolves_paths_against_its_folder(tmp_path):
     assert d["refs"] == [str(tmp_path / "r1.wav"), str(tmp_path / "sub" / "r2.wav")]
 
 
+def test_a_text_holding_a_unicode_line_separator_is_one_manifest_line(tmp_path):
+    """str.splitlines broke such a line in two ("Unterminated string"), and shifted every later line number."""
+    path = write_manifest(tmp_path / "m.jsonl", [item("a", text=TEXT + "\u2028"), item("b"), "{bad"])
+    with pytest.raises(BatchManifestError, match=r"line 3: not valid JSON") as err:
+        read_batch_manifest(path)
+    assert "line 1" not in str(err.value) and "line 2" not in str(err.value)
+
+
 # --- run configuration, checked before any work --------------------------------------------------------
 
 @pytest.mark.parametrize("value, expected", [("1", 1), ("4", 4), ("auto", "auto"), ("-1", -1), ("0,1", [0, 1]),

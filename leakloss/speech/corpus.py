@@ -31,6 +31,7 @@ from leakloss.audio import save_audio
 from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
+from leakloss.textfile import text_lines
 
 CORPUS_VERSION = 2  # 2: nasal vowels spoken with espeak one-letter mnemonics
 ROLES = ("teacher", "hindi", "variant", "recorded", "piper")
@@ -56,7 +57,7 @@ class CorpusItem:
 def builtin_sentences() -> list[str]:
     """The project's own Nepali sentences (written for leakloss, rich in contrast sites)."""
     text = resources.files("leakloss.data").joinpath("sentences_ne.txt").read_text(encoding="utf-8")
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return [line.strip() for line in text_lines(text) if line.strip() and not line.startswith("#")]
 
 
 class SentenceFileError(ValueError):
@@ -69,7 +70,7 @@ def read_sentences(path: str | Path) -> list[str]:
     Raises:
         SentenceFileError: the file is missing, unreadable, not UTF-8, or has no sentence."""
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+        lines = text_lines(Path(path).read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as err:
         raise SentenceFileError(f"cannot read the sentences file {path}: {getattr(err, 'strerror', None) or err}") from err
     sentences = [line.split("\t", 1)[-1].strip() for line in lines if line.strip() and not line.startswith("#")]

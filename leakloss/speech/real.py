@@ -16,6 +16,8 @@ from pathlib import Path
 
 from torch import Tensor
 
+from leakloss.textfile import text_lines
+
 #: Attribution per source (clip id prefix) of the recordings.
 ATTRIBUTIONS = {
     "slr54-": ("OpenSLR 54, Large Nepali ASR training data set (Google, CC BY-SA 4.0), clips sampled through "
@@ -65,7 +67,7 @@ def real_clips(folder: str | Path | None = None, split: str | None = None) -> li
     if not manifest.is_file():
         return []
     clips = []
-    for line in manifest.read_text(encoding="utf-8").splitlines():
+    for line in text_lines(manifest.read_text(encoding="utf-8")):
         if line.strip():
             row = json.loads(line)
             clips.append(RealClip(row["id"], folder / row["audio"], row["text"], row["speaker"],

@@ -33,6 +33,7 @@ from typing import Iterator, Literal, Sequence
 
 from leakloss.text.normalize import MAX_WORD_CHARS, NUKTA, TextError, TextTooLongError, normalize_devanagari
 from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, strip_nasal
+from leakloss.textfile import text_lines
 
 __all__ = [
     "Source", "Confidence", "Step", "VowelDecision", "Pronunciation", "NepaliFrontend", "LexiconError",
@@ -485,7 +486,7 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise LexiconError(f"cannot read lexicon {path}: {e}") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text_lines(text), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cols = line.split("\t")

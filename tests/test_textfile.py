@@ -1,0 +1,28 @@
+"""leakloss.textfile: lines split at newlines only."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leakloss.textfile import text_lines
+
+
+def test_json_strings_with_unicode_line_separators_stay_one_line():
+    rows = [{"text": "नेकपा\u2028हैन\u0085\x0c"}, {"text": "तरकारी\u2029"}]
+    text = "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n"
+    assert len(text.splitlines()) > 2  # what the readers used
+    assert [json.loads(line) for line in text_lines(text)] == rows
+
+
+def test_crlf_and_a_missing_final_newline():
+    assert text_lines("a\r\nb\r\n") == ["a", "b"] and text_lines("a\nb") == ["a", "b"] and text_lines("") == []
+    assert text_lines("a\n\nb\n") == ["a", "", "b"]  # blank lines keep their numbers
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r")), max_size=6))
+def test_the_lines_written_are_the_lines_read(lines):
+    assert text_lines("".join(f"{line}\n" for line in lines)) == lines
+    assert text_lines("".join(f"{line}\r\n" for line in lines)) == lines
