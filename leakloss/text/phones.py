@@ -85,6 +85,7 @@ ESPEAK_MNEMONIC: dict[str, str] = {
     "ɽ": "r.", "ɽʰ": "r.#", "f": "f", "z": "z",
 }
 
+LONG = "ː"  # IPA length mark
 _STRESS = str.maketrans("", "", "ˈˌ'")
 
 
@@ -103,10 +104,26 @@ def is_vowel(phone: str) -> bool:
 
 def clean_espeak_ipa(phone: str) -> str:
     """Normalise one espeak IPA phone: NFC, no stress marks, ``g`` -> ``ɡ``, espeak's diphthongs
-    ``ʌɪ``/``ʌʊ`` -> ``ʌi̯``/``ʌu̯``."""
+    ``ʌɪ``/``ʌʊ`` -> ``ʌi̯``/``ʌu̯``, and its prolonged vowels (avagraha ``ऽ``, letter names) to the vowel they
+    prolong: ``ʌː`` -> ``ʌ``, ``oːː`` -> ``oː``, ``əə`` -> ``ə`` (an unknown symbol read as a consonant made
+    the aligner report a deletion Hindi never makes: लऽ)."""
     phone = unicodedata.normalize("NFC", phone).translate(_STRESS).strip()
     phone = phone.replace("g", "ɡ")
-    return {"ʌɪ": "ʌi̯", "ʌʊ": "ʌu̯"}.get(phone, phone)
+    phone = {"ʌɪ": "ʌi̯", "ʌʊ": "ʌu̯"}.get(phone, phone)
+    return phone if is_vowel(phone) else _prolonged_vowel(phone)
+
+
+def _prolonged_vowel(phone: str) -> str:
+    """The vowel an over-long espeak symbol prolongs, or ``phone`` unchanged when it is no such symbol."""
+    half = len(phone) // 2
+    if len(phone) % 2 == 0 and half and phone[:half] == phone[half:] and is_vowel(phone[:half]):
+        return phone[:half]  # əə
+    shorter = phone
+    while shorter.endswith(LONG) and len(shorter) > 1:
+        shorter = shorter[:-1]
+        if is_vowel(shorter):
+            return shorter  # ʌː, oːː
+    return phone
 
 
 def equivalents(phone: str) -> frozenset[str]:

@@ -139,11 +139,21 @@ def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet
     return pairs[::-1]
 
 
+#: Hindi phones beyond the Nepali word's that still make a reading of the same word (see :func:`find_sites`)
+MAX_EXTRA_HINDI_PHONES = 2
+
+
 def find_sites(
     nepali: Sequence[str], hindi: Sequence[str], *, confidence: str = "high", phoneset: PhoneSet | None = None,
     min_confidence: str = "medium",
 ) -> list[Site]:
-    """Deletion and quality sites of one word, testable when ``confidence >= min_confidence``."""
+    """Deletion and quality sites of one word, testable when ``confidence >= min_confidence``.
+
+    None when the Hindi side has more than :data:`MAX_EXTRA_HINDI_PHONES` phones beyond the Nepali one: espeak
+    then spells out a letter's name (ॲ read "akshar ..."), not the word, and any alignment is noise (no word
+    of the 2,064 shared prompts comes near: Hindi drops vowels, it rarely adds any)."""
+    if len(hindi) > len(nepali) + MAX_EXTRA_HINDI_PHONES:
+        return []
     testable = CONFIDENCE_ORDER[confidence] >= CONFIDENCE_ORDER[min_confidence]
     sites = []
     for i, j in align_phones(nepali, hindi, phoneset):

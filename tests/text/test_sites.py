@@ -157,6 +157,22 @@ def test_a_text_that_is_not_a_string_is_a_text_error(finder, text):
         finder(text)  # was TypeError: object of type 'NoneType' has no len()
 
 
+@pytest.mark.parametrize("word", ["लऽ", "हऽ", "ॲ", "ऄ", "ऩ"])
+def test_prolonged_vowels_and_letter_names_are_no_contrast(finder, word):
+    """espeak's ʌː (avagraha) was read as a gap: a 'testable deletion' Hindi never makes; a letter name read
+    for ॲ aligned into a 'quality' site."""
+    (w,) = finder(word)
+    assert w.skipped is None and w.sites == []
+
+
+def test_a_hindi_side_far_longer_than_the_nepali_has_no_sites():
+    from leakloss.text.sites import MAX_EXTRA_HINDI_PHONES, find_sites
+
+    nepali = ["e"]
+    assert find_sites(nepali, ["oː"])  # a real quality contrast
+    assert find_sites(nepali, ["oː", *["k"] * (MAX_EXTRA_HINDI_PHONES + 1)]) == []
+
+
 def test_longest_lexicon_word_is_within_the_limit(finder):
     words = finder("अन्तर्राष्ट्रियकरणसम्बन्धी")  # long real compounds still pass
     assert words[0].skipped is None and words[0].nepali
