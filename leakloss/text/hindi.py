@@ -7,7 +7,7 @@ import functools
 import os
 from collections.abc import Sequence
 
-from leakloss.text.phones import clean_espeak_ipa
+from leakloss.text.phones import clean_espeak_ipa, unprolonged
 
 
 @functools.lru_cache(maxsize=4)
@@ -29,5 +29,7 @@ def espeak_phonemes(words: Sequence[str], language: str = "hi") -> list[list[str
     from phonemizer.separator import Separator
 
     out = _backend(language).phonemize(list(words), separator=Separator(phone=" ", word=" | "), strip=True)
-    return [[clean_espeak_ipa(p) for p in o.replace("|", " ").split() if clean_espeak_ipa(p)] for o in out]
+    # unprolonged: an unknown ʌː read as a consonant made the aligner report a deletion Hindi never makes (लऽ)
+    return [[unprolonged(clean_espeak_ipa(p)) for p in o.replace("|", " ").split() if clean_espeak_ipa(p)]
+            for o in out]
 

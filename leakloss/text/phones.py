@@ -104,17 +104,18 @@ def is_vowel(phone: str) -> bool:
 
 def clean_espeak_ipa(phone: str) -> str:
     """Normalise one espeak IPA phone: NFC, no stress marks, ``g`` -> ``ɡ``, espeak's diphthongs
-    ``ʌɪ``/``ʌʊ`` -> ``ʌi̯``/``ʌu̯``, and its prolonged vowels (avagraha ``ऽ``, letter names) to the vowel they
-    prolong: ``ʌː`` -> ``ʌ``, ``oːː`` -> ``oː``, ``əə`` -> ``ə`` (an unknown symbol read as a consonant made
-    the aligner report a deletion Hindi never makes: लऽ)."""
+    ``ʌɪ``/``ʌʊ`` -> ``ʌi̯``/``ʌu̯``."""
     phone = unicodedata.normalize("NFC", phone).translate(_STRESS).strip()
     phone = phone.replace("g", "ɡ")
-    phone = {"ʌɪ": "ʌi̯", "ʌʊ": "ʌu̯"}.get(phone, phone)
-    return phone if is_vowel(phone) else _prolonged_vowel(phone)
+    return {"ʌɪ": "ʌi̯", "ʌʊ": "ʌu̯"}.get(phone, phone)
 
 
-def _prolonged_vowel(phone: str) -> str:
-    """The vowel an over-long espeak symbol prolongs, or ``phone`` unchanged when it is no such symbol."""
+def unprolonged(phone: str) -> str:
+    """The vowel an over-long espeak vowel prolongs (avagraha ``ऽ``, letter names): ``ʌː`` -> ``ʌ``, ``oːː`` ->
+    ``oː``, ``əə`` -> ``ə``; any other phone unchanged. For espeak's pronunciation of a word only (a
+    recognizer's vocabulary keeps its own long vowels, e.g. ``ɜː``)."""
+    if is_vowel(phone):
+        return phone
     half = len(phone) // 2
     if len(phone) % 2 == 0 and half and phone[:half] == phone[half:] and is_vowel(phone[:half]):
         return phone[:half]  # əə
