@@ -77,6 +77,10 @@ def _read_rows(path: Path) -> tuple[list[dict], bool]:
                 raise ListenerDataError(f"labels file '{path}' is empty; expected a header {','.join(REQUIRED_COLUMNS)}")
             # Header names are matched case- and space-insensitively ("Label ", "MOS").
             header = [(_norm(h).lower() if h else "") for h in reader.fieldnames]
+            twice = sorted({h for h in header if h and header.count(h) > 1})
+            if twice:  # DictReader keeps the last one silently: a swapped label column flipped the result
+                raise ListenerDataError(f"labels file '{path}': column(s) {', '.join(twice)} appear more than once "
+                                        "in the header")
             missing = [c for c in REQUIRED_COLUMNS if c not in header]
             if missing:
                 raise ListenerDataError(
@@ -84,7 +88,12 @@ def _read_rows(path: Path) -> tuple[list[dict], bool]:
                     f"found {', '.join(header) or 'none'}, need {','.join(REQUIRED_COLUMNS)}[,mos]"
                 )
             reader.fieldnames = header
-            rows = [{**row, "line": reader.line_num} for row in reader]
+            rows = []
+            for row in reader:
+                if None in row:  # DictReader's rest key: fields beyond the header would vanish
+                    raise ListenerDataError(f"labels file '{path}' line {reader.line_num}: "
+                                            f"{len(header) + len(row[None])} fields, the header has {len(header)}")
+                rows.append({**row, "line": reader.line_num})
     except UnicodeDecodeError as exc:
         raise ListenerDataError(f"labels file '{path}' is not UTF-8 text: {exc}") from exc
     except csv.Error as exc:  # e.g. a field over the csv module's size limit, a NUL byte
@@ -102,6 +111,10 @@ def _parse_row(row: Mapping, path: Path, has_mos: bool) -> dict:
         if value is None or not _norm(value):
             raise ListenerDataError(f"{where}: '{col}' is empty")
         out[col] = _norm(value)
+    reading = out["reading"]
+    if "/" in reading or "\\" in reading or reading in (".", ".."):  # a name in the results folder, not a path
+        raise ListenerDataError(f"{where}: reading must be a result name (<reading>.json in the results folder), "
+                                f"not a path: {reading!r}")
     out["label"] = out["label"].lower()
     if out["label"] not in LABELS:
         raise ListenerDataError(f"{where}: label must be accepted or rejected, got {out['label']!r}")
@@ -182,11 +195,14 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
     rows = [_parse_row(r, path, has_mos) for r in raw]
 
     readings = sorted({r["reading"] for r in rows})
-    missing = [name for name in readings if not (folder / f"{name}.json").is_file()]
+    # by the normalised name on both sides: NFC rewrites some letters (क़ U+0958 -> क + nukta), so the file
+    # a result was written under need not be the name as the CSV spells it
+    files = {_norm(p.stem): p for p in folder.glob("*.json") if p.is_file()}
+    missing = [name for name in readings if name not in files]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ListenerDataError(f"no result in '{folder}' for reading(s) {shown} (expected <reading>.json)")
-    results = {name: load_result(folder / f"{name}.json") for name in readings}
+    results = {name: load_result(files[name]) for name in readings}
 
     seen: dict[tuple, str] = {}
     units = []

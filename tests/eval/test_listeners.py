@@ -165,12 +165,26 @@ def test_mos_undefined_is_a_note(tmp_path):
         ([("नेकपा", "r1", "L1", "rejected", "2"), ("र", "r1", "L1", "accepted", "4")],
          "word,reading,listener,label,mos", "mos 4 here but 2"),
         ([], None, "no labels"),
+        ([("नेकपा", "r1", "L1", "rejected", "EXTRA")], None, "line 2: 5 fields, the header has 4"),  # dropped
+        ([("नेकपा", "r1", "L1", "rejected", "accepted")], "word,reading,listener,label,label",
+         "label appear more than once"),  # the last label column was used silently
+        ([("नेकपा", "../res/r1", "L1", "rejected")], None, "not a path"),  # read results outside the folder
+        ([("नेकपा", "/tmp/r1", "L1", "rejected")], None, "not a path"),
     ],
 )
 def test_bad_labels_are_clear_errors(tmp_path, rows, header, message):
     kw = {"header": header} if header else {}
     with pytest.raises(ListenerDataError, match=message):
         run(tmp_path, rows, **kw)
+
+
+def test_a_reading_is_found_whatever_unicode_form_its_file_name_has(tmp_path):
+    """NFC rewrites क़ (U+0958) as क + nukta: a result saved under the precomposed name was not found."""
+    name = "\u0958लम"
+    write_results(tmp_path / "res", {name: RESULTS["r1"]})
+    labels = write_csv(tmp_path / "labels.csv", [("नेकपा", name, "L1", "rejected")])
+    out = listener_agreement(labels, tmp_path / "res")
+    assert out["n_labels"] == 1 and out["n_readings"] == 1
 
 
 def test_error_names_the_line(tmp_path):
