@@ -339,22 +339,29 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         raise AudioError(f"{name} is truncated: {problem} (the file was cut short, e.g. by an interrupted copy)")
     try:
         with sf.SoundFile(str(p)) as fh:
-            declared, rate = fh.frames, fh.samplerate
-            # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
-            # reported as such by prepare_waveform, not turned into Inf by the read and reported as Inf
-            dtype = "float64" if fh.subtype == "DOUBLE" else "float32"
-            data = fh.read(dtype=dtype, always_2d=True)
+            unchecked = fh.format_info if fh.format in UNCHECKABLE_FORMATS else None
+            if unchecked is None:
+                declared, rate = fh.frames, fh.samplerate
+                # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
+                # reported as such by prepare_waveform, not turned into Inf by the read and reported as Inf
+                dtype = "float64" if fh.subtype == "DOUBLE" else "float32"
+                data = fh.read(dtype=dtype, always_2d=True)
     except (sf.SoundFileError, RuntimeError, OSError, ValueError) as exc:
         reason = getattr(exc, "error_string", None) or str(exc)
         raise AudioError(
             f"{name} could not be read as WAV or FLAC audio (file damaged or not audio: {reason})"
         ) from exc
+    if unchecked is not None:
+        raise AudioError(f"{name} is {unchecked}: a compressed stream cut short reads as a shorter clip with no "
+                         "sign of it, so only WAV, FLAC or AIFF audio is read; convert it (e.g. ffmpeg -i IN OUT.wav)")
     if data.shape[0] < declared:
         raise AudioError(f"{name} is truncated: only {data.shape[0]} of {declared} frames could be decoded")
     # soundfile gives [frames, channels]; we work channels first.
     return prepare_waveform(data.T, rate, sample_rate, path=path)
 
 
+#: libsndfile formats whose length is not declared up front (Ogg Vorbis/Opus, MP3): truncation is undetectable
+UNCHECKABLE_FORMATS = frozenset({"OGG", "MP3"})
 _UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streamed WAVs (pipes) and RF64 leave the size to be found from the file
 
 

@@ -547,3 +547,15 @@ def test_wav_even_one_byte_short_is_truncated(tmp_path):
     (tmp_path / "a.wav").write_bytes(data[:-1])  # soundfile would quietly drop the last, partial sample
     with pytest.raises(AudioError, match=f"declares {declared} bytes.*holds only {declared - 1}"):
         load_audio(tmp_path / "a.wav")
+
+
+@pytest.mark.parametrize("fmt, subtype", [("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")])
+def test_compressed_streams_whose_truncation_cannot_be_seen_are_refused(tmp_path, fmt, subtype):
+    """Half an OGG file was read as a shorter clip (9 of 36 phones) and scored."""
+    path = tmp_path / f"x.{fmt.lower()}"
+    try:
+        sf.write(path, tone(), SAMPLE_RATE, format=fmt, subtype=subtype)
+    except (sf.LibsndfileError, TypeError, ValueError) as err:  # a libsndfile built without the codec
+        pytest.skip(f"libsndfile cannot write {fmt}: {err}")
+    with pytest.raises(AudioError, match=r"compressed stream cut short .* convert it"):
+        load_audio(path)
