@@ -112,6 +112,10 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
+#: the fields of one score-batch manifest line (the last two are optional labels copied into the result)
+MANIFEST_FIELDS = ("id", "query", "text", "refs", "system", "sentence_id")
+
+
 def _line_problems(d: object) -> list[str]:
     if not isinstance(d, dict):
         return [f"must be a JSON object {{\"id\", \"query\", \"text\", \"refs\"}}, got a {type(d).__name__}"]
@@ -125,6 +129,9 @@ def _line_problems(d: object) -> list[str]:
     for key in ("system", "sentence_id"):
         if key in d and not isinstance(d[key], str):
             problems.append(f"field {key!r} must be a string when given, got {d[key]!r:.60}")
+    unknown = sorted(set(d) - set(MANIFEST_FIELDS))
+    if unknown:  # a misspelt "sytem" or "sentence-id" vanished from every result
+        problems.append(f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(MANIFEST_FIELDS)})")
     if problems:
         return problems
     problems += [p for p in (_id_problem(d["id"]), _path_problem(d["query"], "query"), _text_problem(d["text"])) if p]

@@ -84,6 +84,7 @@ def one_process(monkeypatch):
     ('{"id": "x", "query": "q.wav", "text": "।।", "refs": []}', "'text' has no Devanagari word"),
     ('{"id": "x", "query": "q.wav", "text": "' + "क" * 101 + '", "refs": []}', "'text' cannot be read.*limit"),
     ('{"id": "x", "query": "q.wav", "text": "आज \\ud800", "refs": []}', "'text' is not valid Unicode"),
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [], "sytem": "f5"}', "unknown field.*'sytem'"),  # was dropped
 ])
 def test_bad_manifest_lines_are_clear_errors_with_line_numbers(tmp_path, line, message):
     path = write_manifest(tmp_path / "m.jsonl", [item("fine"), line])
