@@ -261,6 +261,9 @@ def prepare_waveform(
     channels, frames = x.shape
     # A [time, channels] array is the usual mistake; more channels than samples is never real audio.
     if channels > frames:
+        if path is not None:  # a file: soundfile's layout is known, so the clip is just too short to be speech
+            raise AudioError(f"{name} has {frames} sample(s) in each of its {channels} channels: far too short to "
+                             "be speech")
         raise AudioError(
             f"{name} has shape {tuple(x.shape)}, which looks like [time, channels]; "
             "pass channels first ([channels, time]), e.g. wave.T"
@@ -331,6 +334,8 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         size = p.stat().st_size
     except OSError as exc:
         raise AudioError(f"{name} cannot be accessed: {exc.strerror or exc}") from exc
+    if not p.is_file():  # a pipe or device has size 0: "empty" was the wrong reason
+        raise AudioError(f"{name} is not a regular file (a pipe, device or socket): give an audio file")
     if size == 0:
         raise AudioError(f"{name} is empty (0 bytes)")
     # libsndfile quietly reads a WAV cut short as a shorter clip: half a sentence would be scored.

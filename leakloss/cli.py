@@ -22,6 +22,18 @@ err_console = Console(stderr=True)
 EXAMPLE_SENTENCE = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
 
 
+@app.callback()
+def _cli_setup() -> None:
+    # a library warning is one "warning:" line, not Python's "file.py:205: UserWarning: ..." report
+    import warnings
+
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> None:
     # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
@@ -123,7 +135,8 @@ def g2p(
     if not as_json:
         console.print(table)
     if status:
-        err_console.print("[bold red]error:[/] some words could not be pronounced (see the table)")
+        where = "each has an \"error\" line above" if as_json else "see the table"
+        err_console.print(f"[bold red]error:[/] some words could not be pronounced ({where})")
     raise typer.Exit(status)
 
 
@@ -154,6 +167,8 @@ def sites(
         words = finder(text)
     except (TextError, ValueError) as err:
         fail(str(err))
+    if not words:  # only invisible characters (ZWJ, ZWNJ, a byte-order mark, a soft hyphen)
+        fail("the text has no visible characters")
     if not any(w.skipped is None for w in words):
         reasons = sorted({w.skipped for w in words if w.skipped})
         fail(f"no Devanagari word to analyse (all words skipped: {', '.join(reasons)})")
@@ -431,7 +446,8 @@ def compare(
         if not name or not folder:  # Path("") would be the current folder
             fail(f"{item}: give NAME=DIR with both parts, or a folder")
         if not Path(folder).is_dir():
-            fail(f"{folder} is not a folder of results")
+            hint = f" (a folder named {str(item)!r}: write it as NAME={item})" if Path(str(item)).is_dir() else ""
+            fail(f"{folder} is not a folder of results{hint}")
         if name in dirs:
             fail(f"two systems are named {name!r}: name them apart as NAME=DIR")
         dirs[name] = Path(folder)

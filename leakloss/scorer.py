@@ -24,6 +24,7 @@ reference in ``reference_checks``, and ``warnings``: every audio warning of the 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,8 +202,14 @@ class Scorer:
         self.check_recognizer_name = self.check_recognizer.name
         limits = getattr(self.check_recognizer, "word_check_limits", None)
         self.query_max_per, self.reference_max_per = limits or (QUERY_MAX_PER, REFERENCE_MAX_PER)
-        for kind in KINDS:
-            check_head_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
+        with warnings.catch_warnings(record=True) as caught:  # kept: every result says it, not only stderr
+            warnings.simplefilter("always")
+            for kind in KINDS:
+                check_head_recognizer(self.cards[kind], self.recognizers["b" if kind == "deletion" else "a"].name)
+        #: warnings about this scorer's setup (heads trained on other recognizer weights), in every result
+        self.setup_warnings = [str(w.message) for w in caught]
+        for message in self.setup_warnings:
+            warnings.warn(message, stacklevel=2)
         self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
         self.no_change = (no_change_threshold if no_change_threshold is not None
                           else self.cards["deletion"].thresholds["no_change"])
@@ -295,10 +302,10 @@ class Scorer:
 
         q = _read(query, query_name)
         result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": [],
-                  "reference_checks": []}
+                  "reference_checks": [], "warnings": list(self.setup_warnings)}
         if q.info is not None:
             result["audio"] = q.info.as_dict()
-            result["warnings"] = [f"query: {w}" for w in q.info.warnings]
+            result["warnings"] += [f"query: {w}" for w in q.info.warnings]
         try:
             all_words = self.finder(text)
         except TextError as err:

@@ -444,3 +444,36 @@ def test_os_error_text_names_the_file_once():
     assert os_error_text(OSError(13, "Permission denied", "/a/b.json")) == "Permission denied (/a/b.json)"
     assert os_error_text(OSError("cannot write '/a/b': folder '/a' does not exist")) == \
         "cannot write '/a/b': folder '/a' does not exist"
+
+
+def test_small_messages_say_what_is_wrong(tmp_path):
+    """From an outside check: each message named the wrong cause or none."""
+    import os
+
+    import numpy as np
+    import soundfile as sf
+
+    assert_clean_error(runner.invoke(app, ["sites", "\u200d"]), "no visible characters")  # "skipped: )"
+    (tmp_path / "run=1").mkdir()
+    assert_clean_error(runner.invoke(app, ["compare", str(tmp_path / "run=1")]), "write it as NAME=")
+    r = runner.invoke(app, ["g2p", "कै", "ै", "--json"])
+    assert r.exit_code == 2 and "see the table" not in r.stderr and '"error"' in r.stdout
+    os.mkfifo(tmp_path / "pipe.wav")
+    assert_clean_error(runner.invoke(app, ["recognize", str(tmp_path / "pipe.wav")]), "not a regular file")
+    sf.write(tmp_path / "six.wav", np.zeros((5, 6)), 16000)
+    r = runner.invoke(app, ["recognize", str(tmp_path / "six.wav")])
+    assert_clean_error(r, "far too short to be speech")
+    assert "wave.T" not in r.stderr  # API advice given to a file user
+
+
+def test_a_library_warning_is_one_warning_line(capsys):
+    """Python printed "…/scorer.py:205: UserWarning: …" to a CLI user."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert runner.invoke(app, ["sites", "नेकपा"]).exit_code == 0  # the callback runs before every command
+        capsys.readouterr()
+        warnings.warn("heads trained on [/x] weights", UserWarning)
+    err = capsys.readouterr().err
+    assert err.strip() == "warning: heads trained on [/x] weights" and "UserWarning" not in err

@@ -331,3 +331,19 @@ def test_phone_error_rate_compares_the_given_phone_classes():
 
     assert phone_error_rate(["ʌ", "i"], ["ɜː", "i"]) == 0.5  # canonical keeps the long central vowel apart
     assert phone_error_rate(["ʌ", "i"], ["ɜː", "i"], phone_class=coarse) == 0.0  # coarse: one schwa class
+
+
+def test_heads_trained_on_other_recognizer_weights_are_said_in_every_result(tmp_path):
+    """The mismatch was only Python's raw UserWarning on stderr; a result read later did not say it."""
+    root = _tiny_models(tmp_path / "tiny", names=("a",))
+    for kind in ("deletion", "quality"):
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "a@00000000", "1"))
+    with pytest.warns(UserWarning, match="trained on recognizer a@00000000"):
+        scorer = Scorer(str(root / "a"), str(root / "a"), heads_dir=root / "heads",
+                        word_check=lambda w, t: (True, "test"))
+    assert len(scorer.setup_warnings) == 2
+    result = scorer.score(torch.zeros(16000), "hello", [])  # failed early: the warning is still there
+    assert result["status"] == "failed" and result["warnings"] == scorer.setup_warnings
+    from leakloss.schema import validate_result
+
+    validate_result(result)
