@@ -111,8 +111,9 @@ def clean_espeak_ipa(phone: str) -> str:
 
 
 def unprolonged(phone: str) -> str:
-    """The vowel an over-long espeak vowel prolongs (avagraha ``ऽ``, letter names): ``ʌː`` -> ``ʌ``, ``oːː`` ->
-    ``oː``, ``əə`` -> ``ə``; any other phone unchanged. For espeak's pronunciation of a word only (a
+    """The inventory vowel an espeak long vowel outside the inventory lengthens: ``ʌː`` (avagraha ``ऽ``) ->
+    ``ʌ``, ``oːː`` -> ``oː``, ``əə`` -> ``ə``, espeak ``ne``'s ``ɪː`` -> ``ɪ``; any other phone unchanged (read as
+    a consonant, they made vowels vanish from the alignment). For espeak's pronunciation of a word only (a
     recognizer's vocabulary keeps its own long vowels, e.g. ``ɜː``)."""
     if is_vowel(phone):
         return phone
