@@ -144,12 +144,12 @@ def _placement_trainer(cfg: DictConfig):
 WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "leak.start_step": 0,
                          "leak.placement_batch_size": 1, "leak.placement_workers": 0, "batch_size_per_gpu": 1,
                          "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
-                         "probe.nfe": 1, "num_warmup_updates": 0}
+                         "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0}
 #: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
 NUMBER_SETTINGS = {"leak.weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
 #: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
 CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
-OPTIONAL_SETTINGS = frozenset({"num_warmup_updates"})  # null: a tenth of the updates
+OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads"})  # null: a tenth of the updates; torch's
 
 
 def check_settings(cfg: DictConfig) -> None:
