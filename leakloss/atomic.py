@@ -85,12 +85,21 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """``with atomic_directory(out) as tmp: <write files into tmp>``: ``out`` appears whole or not at all.
 
     The files are written into a fresh temporary folder beside ``out``; on success it takes ``out``'s
-    place (an existing ``out`` is replaced), on any error it is removed and ``out`` is left as it was.
+    place (an existing ``out`` folder is replaced), on any error it is removed and ``out`` is left as it was.
+
+    Raises:
+        NotADirectoryError: ``out`` exists and is not a folder (a file there was deleted and replaced), before
+            anything is written.
     """
     p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder: it is not replaced", str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent))
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private; give it what a plain mkdir would
         yield tmp
         old = None
         if p.exists():  # a folder cannot be replaced by rename while it has files: move it aside first

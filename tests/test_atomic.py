@@ -55,3 +55,19 @@ def test_a_pipe_or_a_folder_in_the_way_is_refused_not_replaced(tmp_path):
         write_text_atomic(tmp_path / "r.json", "x")
     assert err.value.filename == str(tmp_path / "r.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "r.json"]  # no temporary file left
+
+
+def test_atomic_directory_refuses_to_replace_a_file_and_makes_a_normal_folder(tmp_path):
+    from leakloss.atomic import atomic_directory
+
+    (tmp_path / "out").write_text("keep me")
+    with pytest.raises(NotADirectoryError):  # the file was deleted and replaced by a folder
+        with atomic_directory(tmp_path / "out") as tmp:
+            (tmp / "x").write_text("x")
+    assert (tmp_path / "out").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    mask = os.umask(0)
+    os.umask(mask)
+    with atomic_directory(tmp_path / "made") as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / "made").stat().st_mode & 0o777 == 0o777 & ~mask  # was 0700 (mkdtemp's)
