@@ -24,3 +24,50 @@ def check_number(value: object, message: str, *, low: float = float("-inf"), low
     if not is_finite_number(value) or value > high or (value < low if low_inclusive else value <= low):
         raise ValueError(f"{message}, got {value!r}")
     return float(value)
+
+
+class SettingsError(ValueError):
+    """A setting of an entry point's config that cannot work (named with the value given), found before any
+    model loads or data is built."""
+
+
+def check_config(cfg, *, whole: dict[str, int | None] | None = None,
+                 numbers: dict[str, tuple[float, float, bool]] | None = None,
+                 folders: tuple[str, ...] = (), optional: frozenset[str] = frozenset()) -> None:
+    """Check an entry point's settings before it does any work; :class:`SettingsError` names the first bad one.
+
+    ``whole``: ``{key: least value or None}`` for whole numbers; ``numbers``: ``{key: (low, high, low_inclusive)}`` for
+    finite numbers in that range; ``folders``: keys of output folders the run must be able to create or write
+    (:func:`leakloss.atomic.output_folder_problem`); ``optional``: keys that may be null. Keys are dotted
+    (``heads.deletion.max_epochs``); a missing key counts as null."""
+    from omegaconf import OmegaConf
+
+    from leakloss.atomic import output_folder_problem
+
+    def value_of(key: str):
+        return OmegaConf.select(cfg, key, default=None)
+
+    for key, low in (whole or {}).items():
+        value = value_of(key)
+        if value is None and key in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+            bound = "" if low is None else f" >= {low}"
+            raise SettingsError(f"{key} must be a whole number{bound}, got {value!r}")
+    for key, (low, high, low_inclusive) in (numbers or {}).items():
+        value = value_of(key)
+        if value is None and key in optional:
+            continue
+        left, right = "[" if low_inclusive else "(", "]" if high < math.inf else ")"
+        try:
+            check_number(value, f"{key} must be a finite number in {left}{low:g}, {high:g}{right}", low=low,
+                         low_inclusive=low_inclusive, high=high)
+        except ValueError as err:
+            raise SettingsError(str(err)) from None
+    for key in folders:
+        value = value_of(key)
+        if value is None and key in optional:
+            continue
+        problem = output_folder_problem(str(value))
+        if problem is not None:
+            raise SettingsError(f"{key}: {problem}")

@@ -22,7 +22,8 @@ def main(cfg: DictConfig) -> None:
 
     from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.pairs.schema import ManifestError
-    from train_heads.pipeline import SettingsError, run
+    from leakloss.checks import SettingsError
+    from train_heads.pipeline import run
 
     start = time.time()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import lightning as L
@@ -37,29 +38,27 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     return manifest
 
 
-class SettingsError(ValueError):
-    """A setting of the train_heads config that cannot work (named with the value given)."""
-
-
 def check_settings(cfg: DictConfig) -> None:
-    """Whole numbers where the run needs them, checked before any model loads.
+    """The run's settings, checked before any model loads.
 
     Raises:
         SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1,
-            ``cache_dir``/``out_dir``/``export_dir`` not folders the run can write (e.g. under a regular file)."""
-    from leakloss.atomic import output_folder_problem
+            ``cache_dir``/``out_dir``/``export_dir`` not folders the run can write (e.g. under a regular file),
+            or a head's ``batch_size``/``max_epochs`` not whole numbers >= 1, ``module.lr`` not a finite number
+            > 0, ``module.weight_decay``/``module.outside_weight`` not finite numbers >= 0 (``max_epochs=-1``
+            trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights)."""
+    from leakloss.checks import check_config
 
-    for key, low in (("seed", None), ("head_seed", None), ("num_threads", 1)):
-        value = cfg.get(key)
-        if key == "head_seed" and value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
-            need = "a whole number" + (f" >= {low}" if low is not None else "")
-            raise SettingsError(f"{key} must be {need}, got {value!r}")
-    for key in ("cache_dir", "out_dir", "export_dir"):
-        problem = output_folder_problem(str(cfg.get(key)))
-        if problem is not None:
-            raise SettingsError(f"{key}: {problem}")
+    positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
+    whole = {"seed": None, "head_seed": None, "num_threads": 1}
+    numbers = {}
+    for name in cfg.get("heads") or {}:
+        whole |= {f"heads.{name}.batch_size": 1, f"heads.{name}.max_epochs": 1}
+        numbers |= {f"heads.{name}.module.lr": positive, f"heads.{name}.module.weight_decay": non_negative}
+        if OmegaConf.select(cfg, f"heads.{name}.module.outside_weight") is not None:
+            numbers[f"heads.{name}.module.outside_weight"] = non_negative
+    check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
+                 optional=frozenset({"head_seed"}))
 
 
 def check_manifest(cfg: DictConfig) -> None:

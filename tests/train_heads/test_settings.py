@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from leakloss.config import compose_config
-from train_heads.pipeline import SettingsError, check_settings, run
+from leakloss.checks import SettingsError
+from train_heads.pipeline import check_settings, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
     ("num_threads=abc", r"num_threads must be a whole number >= 1, got 'abc'"),
     ("seed=abc", r"seed must be a whole number, got 'abc'"),
     ("head_seed=1.5", r"head_seed must be a whole number, got 1.5"),
+    ("heads.deletion.max_epochs=-1", r"heads.deletion.max_epochs must be a whole number >= 1, got -1"),  # forever
+    ("heads.deletion.max_epochs=0", r"heads.deletion.max_epochs must be a whole number >= 1"),  # exported untrained
+    ("heads.quality.batch_size=0", r"heads.quality.batch_size must be a whole number >= 1"),
+    ("heads.deletion.module.lr=nan", r"heads.deletion.module.lr must be a finite number in \(0, inf\), got nan"),
+    ("heads.rawconv.module.outside_weight=nan", r"outside_weight must be a finite number in \[0, inf\)"),  # NaN head
 ])
 def test_bad_settings_are_refused_before_any_model_loads(override, message, monkeypatch):
     import leakloss.acoustic.recognizer as recognizer
