@@ -71,3 +71,10 @@ def check_config(cfg, *, whole: dict[str, int | None] | None = None,
         problem = output_folder_problem(str(value))
         if problem is not None:
             raise SettingsError(f"{key}: {problem}")
+
+
+def nonfinite_tensors(tensors) -> list[str]:
+    """Names of the tensors of ``{name: tensor}`` holding NaN or Inf (a diverged training's weights)."""
+    import torch
+
+    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]

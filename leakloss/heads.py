@@ -23,6 +23,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
+from leakloss.checks import nonfinite_tensors
 from leakloss.functional.leak import pooled_site_logits
 
 FLAG_THRESHOLD = 0.5
@@ -159,6 +160,9 @@ def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     card.architecture = head.architecture()
     tensors = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    bad = nonfinite_tensors(tensors)
+    if bad:  # an outside_weight=nan run exported an all-NaN head as a success
+        raise ValueError(f"{path}: weights {', '.join(bad[:3])} hold NaN/Inf: a diverged head is not saved")
     data = save(tensors, metadata={"leakloss_head": card.head})  # both encoded before either file is touched
     text = json.dumps(asdict(card), ensure_ascii=False, indent=1)
     write_bytes_atomic(path.with_suffix(".safetensors"), data)
@@ -225,6 +229,9 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         tensors = load_file(str(st))
     except (SafetensorError, OSError) as err:
         raise HeadLoadError(f"{st}: not a readable safetensors file ({err})") from err
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        raise HeadLoadError(f"{st}: weights {', '.join(bad[:3])} hold NaN/Inf (a diverged training)")
     try:  # the card's architecture builds the module: a wrong key, type or size is the card's fault
         head = _build(card.architecture)
     except (TypeError, AttributeError, ValueError, KeyError, RuntimeError) as err:

@@ -215,3 +215,19 @@ def test_heldout_rows_in_the_old_form_load_as_fields(tmp_path):
          "false_flags": 0, "shams": 3}]))
     (row,) = load_head(tmp_path / "h")[1].heldout
     assert (row["pair_kind"], row["voice_family"], row["unseen"]) == ("physical", "flite-clustergen", True)
+
+
+def test_a_diverged_head_is_neither_saved_nor_loaded(tmp_path):
+    """outside_weight=nan trained an all-NaN raw-conv head; it was exported and loaded as a working one."""
+    from safetensors.torch import save_file
+
+    head = MLPHead()
+    with torch.no_grad():
+        next(head.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match="hold NaN/Inf: a diverged head is not saved"):
+        save_head(tmp_path / "deletion", head, HeadCard("deletion", {}, "b", "1"))
+    assert not list(tmp_path.iterdir())
+    good = save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "b", "1"))
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(good))
+    with pytest.raises(HeadLoadError, match="hold NaN/Inf"):
+        load_head(good)

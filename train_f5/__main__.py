@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -90,8 +92,12 @@ def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
     from safetensors.torch import save_file
 
     from leakloss.atomic import write_text_atomic
+    from leakloss.checks import nonfinite_tensors
 
     state = {k: (ema[k] if k in ema else v).detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    bad = nonfinite_tensors(state)
+    if bad:  # ema_decay=nan made every EMA weight NaN, and it was exported with exit 0
+        raise FloatingPointError(f"{out_dir}: weights {', '.join(bad[:3])} hold NaN/Inf: not saved")
     tmp = out_dir / ".model.safetensors.tmp"
     save_file(state, str(tmp))
     tmp.replace(out_dir / "model.safetensors")
@@ -218,7 +224,24 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_f5")
 def main(cfg: DictConfig) -> None:
-    print(json.dumps(run(cfg)))
+    from leakloss.checks import SettingsError, check_config
+
+    positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
+    try:  # before the corpus is built: ema_decay=nan exported an all-NaN model, log_every=0 divided by zero
+        check_config(cfg, whole={"data.max_texts": 1, "data.max_frames": 1, "log_every": 1, "num_threads": 1},
+                     numbers={"lr": positive, "min_lr": non_negative, "grad_clip": positive,
+                              "ema_decay": (0.0, 1.0, True), "max_minutes": positive,
+                              "checkpoint_minutes": positive},
+                     folders=("out_dir",))
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        result = run(cfg)
+    except FloatingPointError as err:  # a diverged run: nothing non-finite is saved
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -164,3 +164,23 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path):
     saved = json.loads((tmp_path / "out" / "checkpoint.json").read_text())
     assert saved["step"] == info["step"] and (tmp_path / "out" / "model.safetensors").is_file()
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
+
+
+@pytest.mark.parametrize("override, message", [
+    ("ema_decay=nan", "ema_decay must be a finite number in [0, 1], got nan"),  # exported an all-NaN model
+    ("log_every=0", "log_every must be a whole number >= 1, got 0"),  # ZeroDivisionError mid-run
+    ("lr=nan", "lr must be a finite number in (0, inf), got nan"),
+])
+def test_settings_that_cannot_work_are_one_error_line_before_the_corpus(tmp_path, override, message):
+    import os
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "train_f5", override, f"hydra.run.dir={tmp_path / 'run'}",
+                        f"out_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"], cwd=root,
+                       env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"error: {message}", r.stderr[-2000:]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
