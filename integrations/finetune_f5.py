@@ -337,7 +337,7 @@ def main() -> None:
         try:
             result = run(cfg)
         except (FinetuneError, PreparedDatasetError, MissingMandatoryValue) as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # OmegaConf adds full_key/object_type lines
             sys.exit(2)
         if _is_main_process():
             print(json.dumps(result, ensure_ascii=False))
