@@ -31,6 +31,36 @@ class SettingsError(ValueError):
     model loads or data is built."""
 
 
+class ResumeError(ValueError):
+    """A checkpoint a run would continue from that cannot be read, or that another run wrote (other data,
+    settings or architecture): continuing from it would mix two trainings under one card."""
+
+
+class UntrainedError(RuntimeError):
+    """A training that took no step, or whose weights hold NaN/Inf: it is never saved (its default output is a
+    shipped model, which it would replace)."""
+
+
+def check_trained(steps: int, tensors, what: str) -> None:
+    """Raise :class:`UntrainedError` unless ``steps`` > 0 and every tensor of ``{name: tensor}`` is finite."""
+    if steps <= 0:
+        raise UntrainedError(f"{what}: no training step ran (a budget too small for one step?): nothing saved")
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        raise UntrainedError(f"{what}: weights {', '.join(bad[:3])} hold NaN/Inf (the training diverged): nothing saved")
+
+
+def check_choices(cfg, key: str, allowed, *, least: int = 1) -> None:
+    """:class:`SettingsError` unless ``cfg[key]`` is a list of at least ``least`` items, each one of ``allowed``."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key, default=None)
+    items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else None
+    if items is None or len(items) < least or any(v not in allowed for v in items):
+        raise SettingsError(f"{key} must be a list of {', '.join(map(str, allowed))} "
+                            f"(at least {least}), got {value!r}")
+
+
 def check_config(cfg, *, whole: dict[str, int | None] | None = None,
                  numbers: dict[str, tuple[float, float, bool]] | None = None,
                  folders: tuple[str, ...] = (), optional: frozenset[str] = frozenset()) -> None:

@@ -31,3 +31,28 @@ def test_is_finite_number_never_raises_and_matches_its_definition(x):
     expected = (isinstance(x, (int, float)) and not isinstance(x, bool)
                 and (abs(x) <= 2**1023 if isinstance(x, int) else math.isfinite(x)))
     assert is_finite_number(x) == expected
+
+
+def test_check_trained_refuses_no_steps_and_nonfinite_weights():
+    import torch
+
+    from leakloss.checks import UntrainedError, check_trained
+
+    check_trained(1, {"w": torch.ones(2), "steps": torch.tensor([3])}, "out")
+    with pytest.raises(UntrainedError, match="out: no training step ran"):
+        check_trained(0, {"w": torch.ones(2)}, "out")
+    with pytest.raises(UntrainedError, match="weights w hold NaN/Inf"):
+        check_trained(5, {"w": torch.tensor([1.0, float("nan")]), "b": torch.ones(1)}, "out")
+
+
+def test_check_choices_needs_a_list_of_allowed_items():
+    from omegaconf import OmegaConf
+
+    from leakloss.checks import SettingsError, check_choices
+
+    cfg = OmegaConf.create({"roles": ["a", "b"], "one": "a", "empty": []})
+    check_choices(cfg, "roles", ["a", "b"])
+    check_choices(cfg, "empty", ["a"], least=0)
+    for key, allowed in (("roles", ["a"]), ("one", ["a"]), ("empty", ["a"]), ("missing", ["a"])):
+        with pytest.raises(SettingsError, match=f"{key} must be a list of"):
+            check_choices(cfg, key, allowed)

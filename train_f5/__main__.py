@@ -69,11 +69,25 @@ def save_checkpoint(out_dir: Path, model, ema: dict, opt, meta: dict) -> None:
 
 
 def load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict | None:
-    from safetensors.torch import load_file
+    """The counters of the checkpoint in ``out_dir`` after loading it into ``model``/``ema``/``opt`` (None: no
+    checkpoint there); :class:`~leakloss.checks.ResumeError` when it cannot be read or another architecture wrote it."""
+    from leakloss.checks import ResumeError
 
     path = out_dir / f"{CHECKPOINT}.safetensors"
     if not path.is_file():
         return None
+    try:
+        return _load_checkpoint(out_dir, model, ema, opt)
+    except Exception as err:  # safetensors, json and load_state_dict each raise their own kind
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise ResumeError(f"out_dir={out_dir}: its checkpoint cannot be continued ({type(err).__name__}: {first}); "
+                          "delete it, or give another out_dir, to start afresh") from None
+
+
+def _load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict:
+    from safetensors.torch import load_file
+
+    path = out_dir / f"{CHECKPOINT}.safetensors"
     tensors = load_file(str(path))
     meta = json.loads((out_dir / f"{CHECKPOINT}.json").read_text(encoding="utf-8"))
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
@@ -145,17 +159,17 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     device = torch.device(cfg.device)
     out_dir = Path(cfg.out_dir)
     start = time.time()
+    model = instantiate(cfg.model).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    # before the corpus: a checkpoint that cannot be continued is one error line, not a traceback minutes later
+    meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
     sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
     texts = phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
     corpus = build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir)
     print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * MEL_HOP / MEL_SAMPLE_RATE / 3600:.2f} h, "
           f"{time.time() - start:.0f}s", flush=True)
-
-    model = instantiate(cfg.model).to(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
     step, done_minutes = meta["step"], meta["minutes"]
     if step:
         print(f"resumed at step {step} ({done_minutes:.0f} min of training so far)", flush=True)
@@ -224,7 +238,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_f5")
 def main(cfg: DictConfig) -> None:
-    from leakloss.checks import SettingsError, check_config
+    from leakloss.checks import ResumeError, SettingsError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
     try:  # before the corpus is built: ema_decay=nan exported an all-NaN model, log_every=0 divided by zero
@@ -238,6 +252,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     try:
         result = run(cfg)
+    except ResumeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     except FloatingPointError as err:  # a diverged run: nothing non-finite is saved
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -23,22 +24,59 @@ from leakloss.acoustic.recognizer_training import (
     collate_ctc,
     save_recognizer,
 )
+from leakloss.checks import (
+    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained,
+)
 from leakloss.config import config_dir
 from leakloss.speech.corpus import (
-    SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+    ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
 )
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """:class:`~leakloss.checks.SettingsError` for a setting that cannot work (``batch_size=0``, ``lr=nan``, an
+    unknown role, ...) or :class:`~leakloss.checks.ResumeError` for an ``init_from`` that cannot be continued."""
+    positive = (0.0, math.inf, False)
+    check_config(cfg, whole={"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "num_threads": 1,
+                             "progress_every": 1, "readings_per_sentence": 1, "recognizer_arch.seed": None},
+                 numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
+                 folders=("cache_dir", "out_dir"))
+    check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"])  # recorded voices: train_recognizers.whisper
+    if cfg.get("init_from"):
+        folder = Path(cfg.init_from)
+        try:
+            json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+            json.loads((folder / "card.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ResumeError(f"init_from={folder}: not a saved recognizer folder ({err})") from None
+
+
+def continue_from(model, folder: Path, vocab: dict[str, int]) -> None:
+    """Load the weights of the saved recognizer ``folder`` into ``model``; :class:`ResumeError` when its
+    vocabulary or architecture is not this run's, or its weights cannot be read."""
+    from transformers import Wav2Vec2ForCTC
+
+    vocab_saved = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    if vocab_saved != vocab:
+        raise ResumeError(f"init_from={folder}: its vocabulary differs from this corpus's; cannot continue from it")
+    try:
+        model.load_state_dict(Wav2Vec2ForCTC.from_pretrained(str(folder)).state_dict())
+    except Exception as err:  # missing/corrupt weights (SafetensorError is its own kind), another architecture
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ResumeError(f"init_from={folder}: its weights cannot be loaded into this architecture ({first})") from None
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_recognizer")
 def main(cfg: DictConfig) -> None:
-    torch.set_num_threads(cfg.num_threads)
     start = time.time()
     try:  # before anything is built or saved: a bad run must never replace a shipped recognizer
+        check_settings(cfg)
         sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
         train, held = split_for_training(sentences, cfg.heldout_fraction)
-    except SentenceFileError as err:
+    except (SettingsError, ResumeError, SentenceFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    torch.set_num_threads(cfg.num_threads)
     corpus = build_corpus(train, Path(cfg.cache_dir).expanduser(), roles=list(cfg.roles),
                           readings_per_sentence=cfg.readings_per_sentence, seed=0)
     print(f"corpus: {len(corpus)} readings, {sum(i.duration for i in corpus.items) / 60:.1f} min, {time.time() - start:.0f}s")
@@ -52,14 +90,18 @@ def main(cfg: DictConfig) -> None:
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                               total_steps=cfg.max_steps, budget_minutes=cfg.max_minutes)
     if cfg.get("init_from"):  # continue from a saved recognizer (same vocabulary), e.g. to extend a budget
-        from transformers import Wav2Vec2ForCTC
-
-        module.model.load_state_dict(Wav2Vec2ForCTC.from_pretrained(cfg.init_from).state_dict())
-        vocab_saved = json.loads((Path(cfg.init_from) / "vocab.json").read_text(encoding="utf-8"))
-        if vocab_saved != vocab:
-            raise SystemExit(f"{cfg.init_from}: vocabulary differs from this corpus's; cannot continue from it")
+        try:
+            continue_from(module.model, Path(cfg.init_from), vocab)
+        except ResumeError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
     trainer = instantiate(cfg.trainer, callbacks=[PrintProgress(every=cfg.progress_every)])
     trainer.fit(module, loader)
+    try:  # the default out_dir is the shipped recognizer: an untrained or diverged model never replaces it
+        check_trained(trainer.global_step, module.model.state_dict(), str(cfg.out_dir))
+    except UntrainedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
     minutes = (time.time() - start) / 60
     n_params = sum(p.numel() for p in module.model.parameters())
     card = {

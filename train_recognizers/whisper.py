@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from leakloss.acoustic.recognizer import EMBEDDED_DIR
@@ -38,11 +39,14 @@ from leakloss.acoustic.whisper_training import (
     load_checkpoint,
     save_checkpoint,
 )
+from leakloss.checks import (
+    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained,
+)
 from leakloss.config import config_dir
 from leakloss.speech import festival
 from leakloss.speech.augment import augment_chain
 from leakloss.speech.corpus import (
-    SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+    ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
 )
 
 
@@ -155,21 +159,68 @@ def card_markdown(card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """:class:`~leakloss.checks.SettingsError` for a setting that cannot work (``batch_size=0``, ``lr=nan``,
+    an unknown role, ``checkpoint_every=0``, ...), before anything is built."""
+    positive = (0.0, math.inf, False)
+    check_config(cfg, whole={"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "checkpoint_every": 1,
+                             "progress_every": 1, "num_threads": 1, "seed": None, "augmentations": 0,
+                             "recorded_readings": 0, "extra_sentence_limit": 0, "real_augmentations": -1},
+                 numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
+                 folders=("cache_dir", "out_dir", "checkpoint_dir"))
+    check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
+
+
+def run_identity(cfg: DictConfig, train: list[str], voices) -> dict:
+    """What a checkpoint must have been trained on to be continued: the sentences, voices, augmentation,
+    real clips, head, seed and batching (the budget, LR and logging may change between runs)."""
+    from leakloss.acoustic.whisper_recognizer import encoder_digest
+    from leakloss.speech.real import real_clips
+
+    real = [c.id for c in real_clips(cfg.real_dir, split="train")] if cfg.real_augmentations >= 0 else []
+    return {"train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
+            "roles": list(cfg.roles), "recorded_voices": [v.name for v in voices],
+            "recorded_readings": cfg.recorded_readings, "augmentations": cfg.augmentations,
+            "real_augmentations": cfg.real_augmentations, "real_clips": real,
+            "head": OmegaConf.to_container(cfg.head, resolve=True), "seed": cfg.seed, "batch_size": cfg.batch_size,
+            "labels_version": festival.LABELS_VERSION, "encoder_sha256": encoder_digest()}
+
+
+def check_resumable(ckpt_dir: Path, identity: dict) -> None:
+    """:class:`~leakloss.checks.ResumeError` when ``ckpt_dir`` holds a checkpoint that cannot be read or that a
+    run on other data or settings wrote (continuing from it would ship its weights under this run's card)."""
+    state_file = ckpt_dir / "state.json"
+    if not state_file.exists():
+        return
+    try:
+        saved = json.loads(state_file.read_text(encoding="utf-8")).get("run")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        raise ResumeError(f"checkpoint_dir={ckpt_dir}: unreadable checkpoint ({err}); delete it to start afresh") from None
+    if saved != identity:
+        changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
+        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "
+                          "delete it, or give another checkpoint_dir, to start afresh")
+
+
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_whisper_recognizer")
 def main(cfg: DictConfig) -> None:
     import numpy as np
 
-    torch.set_num_threads(cfg.num_threads)
     start = time.time()
+    ckpt_dir = Path(cfg.checkpoint_dir).expanduser()
     try:  # before anything is built or saved
+        check_settings(cfg)
         train, held = training_sentences(cfg)
-    except SentenceFileError as err:
-        print(f"error: {err}", file=sys.stderr)
+        voices = recorded_training_voices(cfg.recorded_voices)
+        if not cfg.recorded_readings:  # no recorded-voice readings: the card and the log must not name any voice
+            voices = []
+        identity = run_identity(cfg, train, voices)
+        check_resumable(ckpt_dir, identity)
+    except (SettingsError, SentenceFileError, ResumeError, ValueError, KeyError, OSError) as err:  # OSError: no encoder
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         sys.exit(2)
+    torch.set_num_threads(cfg.num_threads)
     cache = Path(cfg.cache_dir).expanduser() / "corpus"
-    voices = recorded_training_voices(cfg.recorded_voices)
-    if not cfg.recorded_readings:  # no recorded-voice readings: the card and the log must not name any voice
-        voices = []
     corpora = [build_corpus(train, cache, roles=list(cfg.roles), seed=0)]
     if voices:
         corpora.append(build_corpus(train, cache, roles=["recorded"], recorded_voices=voices,
@@ -188,12 +239,20 @@ def main(cfg: DictConfig) -> None:
         unk += labels.count(vocab[UNK])
         items.append(StatesItem(path, labels, int(np.load(path, mmap_mode="r").shape[1]), group))
     print(f"states: {len(items)} ({time.time() - start:.0f}s); <unk> labels: {unk}")
+    if not items:
+        print("error: nothing to train on: no reading in roles, no recorded voice installed or asked for, "
+              "no real speech", file=sys.stderr)
+        sys.exit(2)
     n_states, dim = np.load(items[0].path, mmap_mode="r").shape[0], np.load(items[0].path, mmap_mode="r").shape[2]
     torch.manual_seed(cfg.seed)
     head = instantiate(cfg.head, n_states=n_states, dim=dim, vocab_size=len(vocab))
     optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=1e-2)
-    ckpt_dir = Path(cfg.checkpoint_dir).expanduser()
-    state = load_checkpoint(ckpt_dir, head, optimizer) or {"step": 0, "minutes": 0.0, "epoch": 0}
+    try:
+        state = load_checkpoint(ckpt_dir, head, optimizer) or {"step": 0, "minutes": 0.0, "epoch": 0, "run": identity}
+    except Exception as err:  # a corrupt or truncated checkpoint (safetensors, torch and json each raise their own)
+        print(f"error: checkpoint_dir={ckpt_dir}: cannot be loaded ({type(err).__name__}: "
+              f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); delete it to start afresh", file=sys.stderr)
+        sys.exit(2)
     if state["step"]:
         print(f"resuming at step {state['step']} ({state['minutes']:.1f} min spent)")
     dataset = StatesDataset(items, augment=True, seed=cfg.seed)
@@ -233,6 +292,11 @@ def main(cfg: DictConfig) -> None:
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
     state["minutes"] = spent_before + (time.time() - run_start) / 60
+    try:  # the default out_dir is the shipped recognizer: an untrained or diverged head never replaces it
+        check_trained(state["step"], head.state_dict(), str(cfg.out_dir))
+    except UntrainedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
     save_checkpoint(ckpt_dir, head, optimizer, state)
     head.eval()
     groups = sorted({it.group for it in items})

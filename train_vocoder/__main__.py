@@ -1,4 +1,5 @@
-"""Train the embedded tiny Vocos: ``python -m train_vocoder [minutes=6] [out=DIR]`` (Hydra, ``conf/train_vocoder.yaml``).
+"""Train the embedded tiny Vocos: ``python -m train_vocoder [minutes=6] [out=STEM]`` (Hydra, ``conf/train_vocoder.yaml``;
+``out=models/voc`` writes ``models/voc.safetensors`` + ``models/voc.json``; the default is the embedded vocoder).
 
 A small Vocos generator (ConvNeXt backbone + ISTFT head, the released 24 kHz model's I/O: 100 log-mel
 bins, n_fft 1024, hop 256) fitted to espeak readings of the training sentences (teacher and Hindi-base
@@ -14,6 +15,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from leakloss.acoustic.recognizer import Recognizer
+from leakloss.atomic import output_folder_problem
+from leakloss.checks import SettingsError, UntrainedError, check_config, check_trained
 from leakloss.config import config_dir
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.scorer import corpus_phone_error_rate
@@ -96,8 +100,33 @@ def heldout_per(vocoder: MelToWave, sentences: list[str]) -> tuple[float, float,
     return corpus_phone_error_rate(recognizer, originals, phones), corpus_phone_error_rate(recognizer, vocoded, phones), len(sentences)
 
 
+def output_stem(cfg: DictConfig) -> Path:
+    """Where the vocoder goes: ``STEM.safetensors`` + ``STEM.json`` (``out``, or the embedded vocoder's stem)."""
+    return Path(cfg.out) if cfg.out is not None else EMBEDDED_VOCODER
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """:class:`~leakloss.checks.SettingsError` for a setting that cannot work (``batch=0``, ``lr=nan``, ``out`` in a
+    folder that cannot be written, ...), before any audio is synthesised."""
+    positive = (0.0, math.inf, False)
+    check_config(cfg, whole={"batch": 1, "frames": 1, "heldout_sentences": 1, "num_threads": 1, "seed": None},
+                 numbers={"minutes": positive, "audio_minutes": positive, "lr": positive})
+    stem = output_stem(cfg)
+    if stem.name in ("", ".", "..") or stem.is_dir():
+        raise SettingsError(f"out={cfg.out}: give a file stem (out=models/voc writes models/voc.safetensors), not a folder")
+    problem = output_folder_problem(stem.parent)
+    if problem is not None:
+        raise SettingsError(f"out: {problem}")
+
+
 def run(cfg: DictConfig) -> dict:
-    """Fit the vocoder of ``cfg`` (a composed ``train_vocoder`` config) and save it with its card."""
+    """Fit the vocoder of ``cfg`` (a composed ``train_vocoder`` config) and save it with its card.
+
+    Raises:
+        SettingsError: a setting that cannot work (before any work).
+        UntrainedError: no step ran, or the weights hold NaN/Inf (nothing saved).
+    """
+    check_settings(cfg)
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -126,6 +155,8 @@ def run(cfg: DictConfig) -> dict:
         if step % 200 == 0:
             print(f"step {step}  loss {loss.item():.3f}  {elapsed:.0f}s", flush=True)
 
+    stem = output_stem(cfg)
+    check_trained(step, vocoder.state_dict(), str(stem))  # the default stem is the shipped vocoder
     per_original, per_vocoded, n_heldout = heldout_per(vocoder.eval(), held[: cfg.heldout_sentences])
     card = {
         "class": "Vocos (VocosBackbone + ISTFTHead)", "dim": cfg.vocoder.dim,
@@ -138,15 +169,18 @@ def run(cfg: DictConfig) -> dict:
         "heldout_per_recognizer_a": {"original": round(per_original, 4), "vocoded": round(per_vocoded, 4),
                                      "sentences": n_heldout, "voice": HELDOUT_TEACHER_VOICE.name},
     }
-    out = Path(cfg.out) if cfg.out is not None else EMBEDDED_VOCODER
-    save_vocoder(out, vocoder, card)
+    save_vocoder(stem, vocoder, card)
     print(json.dumps(card, indent=1))
     return card
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_vocoder")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except (SettingsError, UntrainedError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2 if isinstance(err, SettingsError) else 1)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,10 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     (tmp_path / "out" / "optimizer.safetensors").unlink()  # a committed checkpoint: weights only
     third = run(compose_config("train_f5", overrides[:-5] + ["max_steps=6"] + overrides[-4:]))
     assert third["step"] == 6 and third["runs"] == 3
+    from leakloss.checks import ResumeError
+
+    with pytest.raises(ResumeError, match="its checkpoint cannot be continued"):  # another architecture
+        run(compose_config("train_f5", ["model.dim=48"] + overrides[1:]))
     card = json.loads((tmp_path / "out" / "model.json").read_text())
     assert card["steps"] == 6 and card["parameters"] > 0 and 0 <= card["probe_per_recognizer_a"]
     from safetensors.torch import load_file
@@ -184,3 +188,20 @@ def test_settings_that_cannot_work_are_one_error_line_before_the_corpus(tmp_path
                        env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"error: {message}", r.stderr[-2000:]
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_that_cannot_be_read_is_one_error_line_before_the_corpus(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "checkpoint.safetensors").write_bytes(b"truncated")
+    r = subprocess.run([sys.executable, "-m", "train_f5", f"hydra.run.dir={tmp_path / 'run'}",
+                        f"out_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"], cwd=root,
+                       env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: out_dir={tmp_path / 'out'}: its checkpoint cannot be continued")
+    assert "Traceback" not in r.stderr and not (tmp_path / "cache").exists()

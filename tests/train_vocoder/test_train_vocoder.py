@@ -23,3 +23,62 @@ def test_train_vocoder_writes_a_loadable_vocoder(tmp_path):
     assert 0 <= card["heldout_per_recognizer_a"]["vocoded"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.json", "v.safetensors"]
     assert MelToWave.embedded(tmp_path / "v").card == card
+
+
+@pytest.mark.parametrize("override, message", [
+    ("batch=0", r"batch must be a whole number >= 1, got 0"),
+    ("lr=nan", r"lr must be a finite number in \(0, inf\), got nan"),
+    ("minutes=-1", r"minutes must be a finite number in \(0, inf\)"),
+    ("frames=0", r"frames must be a whole number >= 1"),
+])
+def test_settings_that_cannot_work_are_refused_before_any_audio(override, message, monkeypatch):
+    import train_vocoder.__main__ as entry
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: pytest.fail("audio was synthesised"))
+    with pytest.raises(SettingsError, match=message):
+        entry.run(compose_config("train_vocoder", [override]))
+
+
+def test_out_is_a_file_stem_in_a_writable_folder(tmp_path, monkeypatch):
+    import train_vocoder.__main__ as entry
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: pytest.fail("audio was synthesised"))
+    with pytest.raises(SettingsError, match="give a file stem"):
+        entry.run(compose_config("train_vocoder", [f"out={tmp_path}"]))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SettingsError, match="is not a folder"):
+        entry.run(compose_config("train_vocoder", [f"out={tmp_path / 'file' / 'sub' / 'v'}"]))
+    entry.check_settings(compose_config("train_vocoder"))  # the shipped settings pass
+
+
+def test_a_run_that_took_no_step_saves_nothing(tmp_path, monkeypatch):
+    """Its default output is the shipped vocoder: a budget too small for one step saved an untrained one."""
+    import torch
+
+    import train_vocoder.__main__ as entry
+    from leakloss.checks import UntrainedError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: [torch.zeros(24_000)])
+    with pytest.raises(UntrainedError, match="no training step ran"):
+        entry.run(compose_config("train_vocoder", ["minutes=1e-9", "vocoder.dim=16", "vocoder.num_layers=1",
+                                                   "vocoder.intermediate_dim=48", f"out={tmp_path / 'v'}"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_entry_point_prints_one_error_line_and_exits_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "train_vocoder", "lr=nan", f"out={tmp_path / 'v'}",
+                        f"hydra.run.dir={tmp_path / 'h'}"], cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "error: lr must be a finite number in (0, inf), got nan"
+    assert "Traceback" not in r.stderr and not (tmp_path / "v.safetensors").exists()

