@@ -22,7 +22,7 @@ def main(cfg: DictConfig) -> None:
 
     from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.pairs.schema import ManifestError
-    from leakloss.checks import SettingsError
+    from leakloss.checks import SettingsError, UntrainedError
     from train_heads.pipeline import run
 
     start = time.time()
@@ -32,6 +32,9 @@ def main(cfg: DictConfig) -> None:
         # the user's data, config or recognizer: one line, exit 2
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
+    except UntrainedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
     print(json.dumps({"export_dir": str(result["export_dir"]), "minutes": round((time.time() - start) / 60, 1)}))
     print(result["heldout_markdown"])
 

@@ -12,8 +12,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
+from leakloss.checks import UntrainedError
 from leakloss.heads import HeadCard, save_head
-from leakloss.pairs.features import manifest_sha256, site_feature_table
+from leakloss.pairs.features import check_pairs, manifest_sha256, site_feature_table
 from train_heads.evaluate import heldout_markdown, write_heldout
 from train_heads.recipes import Context
 
@@ -24,7 +25,9 @@ def embedded_manifest(cfg: DictConfig) -> Path:
 
     recorded = list(cfg.data.get("recorded_voices") or [])
     heldout_recorded = list(cfg.data.get("heldout_recorded_voices") or [])
-    key = f"pairs-v1-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
+    # v2 for a capped build: it takes a quarter held-out sentences, not the first N (all held out, nothing to train)
+    version = "v1" if cfg.data.max_sentences is None else "v2"
+    key = f"pairs-{version}-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
     if recorded or heldout_recorded:  # espeak-only keys unchanged, so their caches stay valid
         # v2: the voices' phone-input tables say the Hindi vowels, so quality pairs exist in recorded voices
         key += f"-rec2-{'-'.join(recorded)}-held-{'-'.join(heldout_recorded)}"
@@ -38,16 +41,36 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     return manifest
 
 
+def export_folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot take a head export (None: absent, empty, or a previous export). The export replaces
+    the whole folder, so that no head of an earlier run stays beside this run's; a folder holding anything but
+    ``NAME.safetensors`` + ``NAME.json`` pairs and ``heldout.json``/``heldout.md`` is refused, never emptied."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    entries = list(path.iterdir())
+    names = {e.name for e in entries}
+    for entry in entries:
+        stem, suffix = entry.stem, entry.suffix
+        paired = (suffix == ".safetensors" and f"{stem}.json" in names) or (
+            suffix == ".json" and (f"{stem}.safetensors" in names or entry.name == "heldout.json"))
+        if entry.is_dir() or entry.is_symlink() or not (paired or entry.name == "heldout.md"):
+            return (f"{path} holds {entry.name!r}, which is not part of a head export; the export replaces the "
+                    "whole folder: give an empty or new folder, or a previous export")
+    return None
+
+
 def check_settings(cfg: DictConfig) -> None:
     """The run's settings, checked before any model loads.
 
     Raises:
         SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1,
             ``cache_dir``/``out_dir``/``export_dir`` not folders the run can write (e.g. under a regular file),
+            ``export_dir`` a folder holding anything but a previous export (:func:`export_folder_problem`),
             or a head's ``batch_size``/``max_epochs`` not whole numbers >= 1, ``module.lr`` not a finite number
             > 0, ``module.weight_decay``/``module.outside_weight`` not finite numbers >= 0 (``max_epochs=-1``
             trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights)."""
-    from leakloss.checks import check_config
+    from leakloss.checks import SettingsError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
     whole = {"seed": None, "head_seed": None, "num_threads": 1}
@@ -59,10 +82,14 @@ def check_settings(cfg: DictConfig) -> None:
             numbers[f"heads.{name}.module.outside_weight"] = non_negative
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
                  optional=frozenset({"head_seed"}))
+    problem = export_folder_problem(cfg.export_dir)
+    if problem is not None:
+        raise SettingsError(f"export_dir: {problem}")
 
 
 def check_manifest(cfg: DictConfig) -> None:
-    """A user manifest (``data.manifest``) must exist, follow the schema and hold at least one pair.
+    """A user manifest (``data.manifest``) must exist, follow the schema, hold at least one pair, and name
+    audio files that exist and words/sites of its texts (:func:`leakloss.pairs.features.check_pairs`).
 
     Raises:
         ManifestError: it does not; the message names the file (and line)."""
@@ -73,8 +100,10 @@ def check_manifest(cfg: DictConfig) -> None:
     path = Path(cfg.data.manifest)
     if not path.is_file():
         raise ManifestError(f"data.manifest={path}: no such file")
-    if not read_manifest(path):
+    records = read_manifest(path)
+    if not records:
         raise ManifestError(f"data.manifest={path}: no pairs in it (one JSON object per line)")
+    check_pairs(path, records)  # audio files and word/site indices: before any model loads, not mid-run
 
 
 def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
@@ -154,8 +183,13 @@ def run(cfg: DictConfig) -> dict:
             notes=f"recognizers a={recognizers['a'].name} b={recognizers['b'].name}; config: "
                   + OmegaConf.to_yaml(hcfg).replace("\n", "; "),
         )
-    for name, head in heads.items():
-        cards[name].heldout = rows  # every card carries the whole held-out table
-        save_head(export_dir / name, head, cards[name])
-    write_heldout(export_dir, rows)
+    if not heads:  # an export of no head would replace the previous export's heads with nothing
+        raise UntrainedError(f"no head had training rows (skipped: {', '.join(cfg.heads)}): nothing exported")
+    from leakloss.atomic import atomic_directory
+
+    with atomic_directory(export_dir) as folder:  # one export, whole: no head of an earlier run stays beside these
+        for name, head in heads.items():
+            cards[name].heldout = rows  # every card carries the whole held-out table
+            save_head(folder / name, head, cards[name])
+        write_heldout(folder, rows)
     return {"export_dir": export_dir, "heldout": rows, "heldout_markdown": heldout_markdown(rows)}

@@ -309,7 +309,8 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
     ``heldout`` wherever they occur. With ``recorded_voices`` (Festival/flite names), each training and dev
     sentence also gets physical pairs in one of them (drawn with the seed); each held-out sentence gets them in
     every voice of ``heldout_recorded_voices`` (e.g. the unseen family), so the held-out table has a block per
-    voice family.
+    voice family. ``max_sentences`` caps the build for quick runs: a quarter of them (at least one) held-out
+    sentences, the rest training/dev ones, so a capped run still has pairs to train on.
     """
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import (
@@ -325,9 +326,12 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
     all_sentences = list(sentences) if sentences is not None else builtin_sentences()
     train, held = split_sentences(all_sentences)
     rng = random.Random(seed)
-    jobs = [(s, "heldout") for s in held] + [(s, "dev" if rng.random() < 0.1 else "train") for s in train]
-    if max_sentences is not None:
-        jobs = jobs[:max_sentences]
+    held_jobs = [(s, "heldout") for s in held]
+    train_jobs = [(s, "dev" if rng.random() < 0.1 else "train") for s in train]
+    if max_sentences is not None:  # a sample of both: a quarter held out (at least one), the rest to train on
+        n_held = min(len(held_jobs), max(1, max_sentences // 4), max_sentences)
+        held_jobs, train_jobs = held_jobs[:n_held], train_jobs[: max_sentences - n_held]
+    jobs = held_jobs + train_jobs
     finder = SiteFinder()
     builder = PairBuilder(out_dir, confirm=confirm, heldout_words=heldout_words, seed=seed)
     for n, (text, split) in enumerate(tqdm(jobs, desc="building pairs", disable=not progress)):

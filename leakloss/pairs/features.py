@@ -130,6 +130,34 @@ def _meta(r: PairRecord, role: str) -> dict:
             "word": r.word, "role": role, "sentence_id": r.sentence_id, "voice": r.voice}
 
 
+def check_pairs(manifest: str | Path, records: list[PairRecord] | None = None) -> list[PairRecord]:
+    """The records of ``manifest`` after checking what the schema cannot: every audio file exists and each
+    ``word_index``/``site_position`` names a word of its text the frontend reads and a phone of that word.
+
+    Raises:
+        ManifestError: the first pair that fails, named by its id (a missing clip was a traceback after the
+            first heads had trained)."""
+    from leakloss.pairs.schema import ManifestError
+
+    manifest = Path(manifest)
+    records = read_manifest(manifest) if records is None else records
+    sentences = _Sentences()
+    for r in records:
+        where = f"{manifest}: pair {r.id!r}"
+        for field_name in ("query", "control", "reference"):
+            audio = resolve(manifest, getattr(r, field_name))
+            if not audio.is_file():
+                raise ManifestError(f"{where}: {field_name} audio {audio} is not a file")
+        words = {w.index: w for w in sentences(r.text)}
+        if r.word_index not in words:
+            raise ManifestError(f"{where}: word_index {r.word_index} is not a word the frontend reads in its text "
+                                f"(readable words: {sorted(words)})")
+        phones = words[r.word_index].nepali
+        if r.site_position >= len(phones):
+            raise ManifestError(f"{where}: site_position {r.site_position} is past the word's {len(phones)} phones")
+    return records
+
+
 def site_feature_table(manifest: str | Path, recognizer, *, cache_dir: str | Path | None = None,
                        progress: bool = True) -> tuple[FeatureTable, dict]:
     """57-feature rows for every pair of ``manifest`` with ``recognizer``; returns (table, stats)."""

@@ -50,7 +50,9 @@ def test_embedded_builder_writes_all_three_kinds(small_manifest):
     for r in records:
         assert (path.parent / r.query).exists() and (path.parent / r.control).exists()
         assert r.voice not in r.reference  # the reference is another voice
-    assert all(r.split == "heldout" for r in records)  # the first sentences are the held-out ones
+    # a capped build samples both: one of the 6 sentences held out, the rest to train on (not 6 held-out ones)
+    assert {r.split for r in records} - {"dev"} == {"heldout", "train"}
+    assert len({r.sentence_id for r in records if r.split == "heldout"}) == 1
 
 
 def test_manifest_errors_name_line_and_field(small_manifest, tmp_path):

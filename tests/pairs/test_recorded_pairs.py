@@ -34,10 +34,10 @@ def test_recorded_sentence_gives_cut_and_sham_at_the_site(tmp_path):
 
 @needs_flite
 def test_heldout_sentences_get_every_heldout_voice(tmp_path):
-    path, _ = build_embedded_pairs(tmp_path, max_sentences=3, progress=False,
+    path, _ = build_embedded_pairs(tmp_path, max_sentences=12, progress=False,  # 3 held-out sentences
                                    heldout_recorded_voices=["flite-slt", "flite-awb"])
     voices = {r.voice for r in read_manifest(path) if r.voice.startswith("flite")}
-    assert voices == {"flite-slt", "flite-awb"}  # the first jobs are the held-out sentences
+    assert voices == {"flite-slt", "flite-awb"}  # the capped build's 3 held-out sentences, each in every held-out voice
     assert all(r.split == "heldout" for r in read_manifest(path) if r.voice.startswith("flite"))
 
 

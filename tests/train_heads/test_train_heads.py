@@ -136,12 +136,21 @@ def test_smoke_experiment_end_to_end(tmp_path):
     import sys
 
     root = ROOT
+    stale = tmp_path / "export"  # a previous export with a head this run does not make: it must not stay
+    stale.mkdir()
+    (stale / "oldhead.safetensors").write_bytes(b"x")
+    (stale / "oldhead.json").write_text("{}")
     out = subprocess.run(
         [sys.executable, "-m", "train_heads", "experiment=smoke", f"cache_dir={tmp_path / 'cache'}",
          f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}", "progress=false"],
         cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "head rawconv: kept best-epoch=" in out.stdout
+    # a capped build holds training sentences too: every head trains (the first 12 were all held out: no MLP head)
+    assert "no training rows" not in out.stdout
+    assert sorted(p.name for p in stale.iterdir()) == sorted(
+        [f"{h}.{ext}" for h in ("deletion", "quality", "rawconv") for ext in ("json", "safetensors")]
+        + ["heldout.json", "heldout.md"])
     head, card = load_head(tmp_path / "export" / "rawconv")
     assert isinstance(head, RawConvHead) and card.recognizer.startswith("a@")
     rows = json.loads((tmp_path / "export" / "heldout.json").read_text())
@@ -166,3 +175,56 @@ def test_a_bad_user_manifest_stops_before_any_model_loads(tmp_path, monkeypatch,
     with pytest.raises(ManifestError, match=needle):
         run(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def _pair(**change) -> dict:
+    record = {"id": "p1", "pair_kind": "physical", "kind": "deletion", "contrast": "ʌ->∅", "text": "नेकपा आयो",
+              "sentence_id": "s1", "word_index": 0, "word": "नेकपा", "site_position": 3, "nepali": "ʌ", "hindi": None,
+              "query": "q.wav", "control": "c.wav", "reference": "r.wav", "voice": "v", "split": "train"}
+    return record | change
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"query": "missing.wav"}, r"pair 'p1': query audio .*missing.wav is not a file"),
+    ({"word_index": 7}, r"pair 'p1': word_index 7 is not a word the frontend reads in its text \(readable words: \[0, 1\]\)"),
+    ({"site_position": 40}, r"pair 'p1': site_position 40 is past the word's \d+ phones"),
+])
+def test_a_manifest_naming_missing_audio_or_words_stops_before_any_model_loads(tmp_path, monkeypatch, change, needle):
+    import json
+
+    from leakloss.acoustic.recognizer import Recognizer
+    from leakloss.config import compose_config
+    from leakloss.pairs.schema import ManifestError
+    from tests.tiny_models import write_clip
+    from train_heads.pipeline import run
+
+    for name in ("q", "c", "r"):
+        write_clip(tmp_path / f"{name}.wav")
+    manifest = tmp_path / "pairs.jsonl"
+    manifest.write_text(json.dumps(_pair(**change), ensure_ascii=False) + "\n", encoding="utf-8")
+    monkeypatch.setattr(Recognizer, "load", lambda *a, **k: pytest.fail("a model loaded before the manifest was checked"))
+    cfg = compose_config("train_heads", ["experiment=smoke", "data=manifest", f"data.manifest={manifest}",
+                                         f"cache_dir={tmp_path}/cache", f"out_dir={tmp_path}/out"])
+    with pytest.raises(ManifestError, match=needle):
+        run(cfg)
+    from leakloss.pairs.features import check_pairs
+
+    manifest.write_text(json.dumps(_pair(), ensure_ascii=False) + "\n", encoding="utf-8")
+    assert [r.id for r in check_pairs(manifest)] == ["p1"]  # the same pair, unchanged, passes
+
+
+def test_an_export_folder_holding_other_files_is_refused_not_emptied(tmp_path):
+    from train_heads.pipeline import export_folder_problem
+
+    assert export_folder_problem(tmp_path / "new") is None and export_folder_problem(tmp_path) is None
+    for name in ("deletion.safetensors", "deletion.json", "heldout.json", "heldout.md"):
+        (tmp_path / name).write_text("x")
+    assert export_folder_problem(tmp_path) is None  # a previous export: replaced whole
+    (tmp_path / "notes.txt").write_text("mine")
+    assert "holds 'notes.txt', which is not part of a head export" in export_folder_problem(tmp_path)
+    (tmp_path / "notes.txt").unlink()
+    (tmp_path / "lonely.json").write_text("{}")  # a JSON file with no weights beside it is not a head card
+    assert "holds 'lonely.json'" in export_folder_problem(tmp_path)
+    (tmp_path / "lonely.json").unlink()
+    (tmp_path / "sub").mkdir()
+    assert "holds 'sub'" in export_folder_problem(tmp_path)
