@@ -346,4 +346,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from leakloss.config import exit_on_bad_overrides
+
+    exit_on_bad_overrides("finetune_f5")  # a mistyped override is one error line, not Hydra's report
     main()

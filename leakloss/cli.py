@@ -569,25 +569,12 @@ def heads_cmd(
 
 
 def _check_overrides(config_name: str, overrides: list[str]) -> None:
-    """Compose ``config_name`` with ``overrides`` before the run starts: a mistyped key or group is one
-    ``error:`` line (exit 2), not Hydra's multi-line report. Hydra's own flags (``--multirun``, ``--cfg``...)
-    are left to Hydra."""
-    if any(arg.startswith("-") for arg in overrides):
-        return
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    """:func:`leakloss.config.override_problem` as one ``error:`` line (exit 2)."""
+    from leakloss.config import override_problem
 
-    from leakloss.config import compose_config
-
-    try:
-        cfg = compose_config(config_name, overrides, return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException, ValueError) as err:
-        fail(f"{' '.join(overrides)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
-    try:  # Hydra makes its run folder before the job starts: a path under a file was its traceback
-        run_dir = str(cfg.hydra.run.dir)
-    except OmegaConfBaseException:  # an interpolation only Hydra's runtime resolves: Hydra reports it
-        return
-    _check_output_folder(Path(run_dir), "hydra.run.dir")
+    problem = override_problem(config_name, overrides)
+    if problem is not None:
+        fail(problem)
 
 
 @app.command("train-heads", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

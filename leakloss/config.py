@@ -29,3 +29,38 @@ def compose_config(config_name: str, overrides: Sequence[str] = (), return_hydra
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return compose(config_name=config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def override_problem(config_name: str, overrides: Sequence[str]) -> str | None:
+    """Why ``overrides`` cannot run ``config_name`` (a mistyped key or group, a bad value, ``hydra.run.dir`` that
+    cannot be created), or None. Entry points check it before ``@hydra.main`` runs, so the problem is one line
+    instead of Hydra's multi-line report or traceback; Hydra's own flags (``--multirun``, ``--cfg``...) are left
+    to Hydra."""
+    if any(arg.startswith("-") for arg in overrides):
+        return None
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from leakloss.atomic import output_folder_problem
+
+    try:
+        cfg = compose_config(config_name, overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        return f"{' '.join(overrides)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+    try:  # Hydra makes its run folder before the job starts: a path under a file was its traceback
+        run_dir = str(cfg.hydra.run.dir)
+    except OmegaConfBaseException:  # an interpolation only Hydra's runtime resolves: Hydra reports it
+        return None
+    problem = output_folder_problem(run_dir)
+    return None if problem is None else f"hydra.run.dir {problem}"
+
+
+def exit_on_bad_overrides(config_name: str) -> None:
+    """For ``if __name__ == "__main__":`` of a Hydra entry point: the command line's overrides checked by
+    :func:`override_problem`; a problem is one ``error:`` line on stderr and exit 2."""
+    import sys
+
+    problem = override_problem(config_name, sys.argv[1:])
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)

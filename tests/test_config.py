@@ -82,3 +82,31 @@ def test_whisper_recognizer_config_builds_its_head():
     assert isinstance(head, WhisperPhoneHead) and head.config["hidden"] == 16 and head.config["dropout"] == 0.15
     assert cfg.name in EMBEDDED and Path(cfg.out_dir).parts[-3:] == ("assets", "recognizers", cfg.name)
     assert cfg.max_minutes > 0 and cfg.warmup_steps < cfg.max_steps
+
+
+def test_override_problem_names_a_mistyped_key_a_bad_group_and_a_run_dir_under_a_file(tmp_path):
+    from leakloss.config import override_problem
+
+    assert override_problem("train_heads", ["experiment=smoke"]) is None
+    assert override_problem("train_heads", ["--cfg", "job"]) is None  # Hydra's own flags: left to Hydra
+    assert override_problem("train_heads", ["nosuchkey=1"]).startswith("nosuchkey=1: Could not override 'nosuchkey'")
+    assert "experiment=nosuch" in override_problem("train_heads", ["experiment=nosuch"])
+    (tmp_path / "file").write_text("x")
+    problem = override_problem("train_vocoder", [f"hydra.run.dir={tmp_path / 'file' / 'run'}"])
+    assert problem.startswith("hydra.run.dir ") and "is not a folder" in problem
+
+
+@pytest.mark.parametrize("module", ["train_heads", "train_recognizers", "train_recognizers.whisper", "train_vocoder",
+                                    "train_f5", "integrations.finetune_f5"])
+def test_python_dash_m_entry_points_report_a_mistyped_override_in_one_line(module, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", module, "nosuchkey=1", f"hydra.run.dir={tmp_path / 'run'}"], cwd=root,
+                       env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]  # Hydra printed a multi-line report and exited 1
+    assert r.stderr.strip().splitlines() == [r.stderr.strip().splitlines()[0]]
+    assert r.stderr.startswith("error: nosuchkey=1 ") and "Could not override 'nosuchkey'" in r.stderr
+    assert not (tmp_path / "run").exists()

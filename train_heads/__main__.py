@@ -40,4 +40,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from leakloss.config import exit_on_bad_overrides
+
+    exit_on_bad_overrides("train_heads")  # a mistyped override is one error line, not Hydra's report
     main()

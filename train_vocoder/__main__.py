@@ -184,4 +184,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from leakloss.config import exit_on_bad_overrides
+
+    exit_on_bad_overrides("train_vocoder")  # a mistyped override is one error line, not Hydra's report
     main()
