@@ -139,6 +139,10 @@ def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet
     return pairs[::-1]
 
 
+#: Bumped whenever :func:`find_sites` finds other sites for the same phones (part of every finder's fingerprint, so
+#: no cache keeps sites of older rules); 2: prolonged vowels and letter-name readings have none.
+SITE_RULES_VERSION = 2
+
 #: Hindi phones beyond the Nepali word's that still make a reading of the same word (see :func:`find_sites`)
 MAX_EXTRA_HINDI_PHONES = 2
 
@@ -151,8 +155,12 @@ def find_sites(
 
     None when the Hindi side has more than :data:`MAX_EXTRA_HINDI_PHONES` phones beyond the Nepali one: espeak
     then spells out a letter's name (ॲ read "akshar ..."), not the word, and any alignment is noise (no word
-    of the 2,064 shared prompts comes near: Hindi drops vowels, it rarely adds any)."""
+    of the 2,064 shared prompts comes near: Hindi drops vowels, it rarely adds any). None too when the Nepali word
+    starts with a consonant and the Hindi reading with a vowel: a lone ङ is read by its letter name "ʌŋɡaː" (within
+    the length rule), ॠ as "ʌrr"; Hindi never puts a vowel before a word's first consonant."""
     if len(hindi) > len(nepali) + MAX_EXTRA_HINDI_PHONES:
+        return []
+    if nepali and hindi and not is_vowel(nepali[0]) and is_vowel(hindi[0]):
         return []
     testable = CONFIDENCE_ORDER[confidence] >= CONFIDENCE_ORDER[min_confidence]
     sites = []
@@ -186,12 +194,13 @@ class SiteFinder:
 
     @property
     def fingerprint(self) -> str:
-        """The settings that decide which sites this finder finds (frontend, confidence floor, phone set)."""
+        """The settings that decide which sites this finder finds (frontend, confidence floor, phone set, the
+        rules' :data:`SITE_RULES_VERSION`)."""
         import hashlib
 
         frontend = getattr(self.frontend, "fingerprint", type(self.frontend).__qualname__)
         phones = None if self.phoneset is None else sorted(self.phoneset.vocab.items())
-        return hashlib.sha1(f"{frontend}|{self.min_confidence}|{phones}".encode()).hexdigest()[:16]
+        return hashlib.sha1(f"{frontend}|{self.min_confidence}|{phones}|rules={SITE_RULES_VERSION}".encode()).hexdigest()[:16]
 
     def __call__(self, text: str) -> list[WordSites]:
         from leakloss.text.hindi import espeak_phonemes

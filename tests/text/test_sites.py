@@ -157,10 +157,10 @@ def test_a_text_that_is_not_a_string_is_a_text_error(finder, text):
         finder(text)  # was TypeError: object of type 'NoneType' has no len()
 
 
-@pytest.mark.parametrize("word", ["लऽ", "हऽ", "ॲ", "ऄ", "ऩ"])
+@pytest.mark.parametrize("word", ["लऽ", "हऽ", "ॲ", "ऄ", "ऩ", "ङ", "ॠतुमा"])
 def test_prolonged_vowels_and_letter_names_are_no_contrast(finder, word):
     """espeak's ʌː (avagraha) was read as a gap: a 'testable deletion' Hindi never makes; a letter name read
-    for ॲ aligned into a 'quality' site."""
+    for ॲ aligned into a 'quality' site, and so did ङ's ("ʌŋɡaː", within the length rule)."""
     (w,) = finder(word)
     assert w.skipped is None and w.sites == []
 
@@ -173,6 +173,22 @@ def test_a_hindi_side_far_longer_than_the_nepali_has_no_sites():
     assert find_sites(nepali, ["oː", *["k"] * (MAX_EXTRA_HINDI_PHONES + 1)]) == []
 
 
+def test_a_hindi_vowel_before_the_first_consonant_is_no_reading_of_the_word():
+    from leakloss.text.sites import find_sites
+
+    assert find_sites(["ŋ", "ʌ"], ["ŋ", "aː"])  # the same letters: a quality contrast
+    assert find_sites(["ŋ", "ʌ"], ["ʌ", "ŋ", "ɡ", "aː"]) == []  # ङ's letter name
+    assert find_sites(["ʌ", "k", "ʌ"], ["ʌ", "k"])  # and keeps its deletion site
+
+
 def test_longest_lexicon_word_is_within_the_limit(finder):
     words = finder("अन्तर्राष्ट्रियकरणसम्बन्धी")  # long real compounds still pass
     assert words[0].skipped is None and words[0].nepali
+
+
+def test_the_fingerprint_changes_with_the_site_rules(monkeypatch):
+    import leakloss.text.sites as sites
+
+    before = sites.SiteFinder().fingerprint
+    monkeypatch.setattr(sites, "SITE_RULES_VERSION", sites.SITE_RULES_VERSION + 1)
+    assert sites.SiteFinder().fingerprint != before  # cached sites of older rules are never reused
