@@ -442,7 +442,8 @@ def compare(
     _check_output_folder(out, "--out")
     dirs = {}
     for item in results:
-        name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name, "", str(item))
+        # a bare folder is named by its last part; "." and ".." by the folder they stand for
+        name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name or item.resolve().name, "", str(item))
         if not name or not folder:  # Path("") would be the current folder
             fail(f"{item}: give NAME=DIR with both parts, or a folder")
         if not Path(folder).is_dir():

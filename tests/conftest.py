@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
+import lightning  # noqa: F401  first imported here, not inside a CliRunner: its log handler keeps the stderr it
+import pytest     # saw at import, and a CliRunner's stream is closed after the command ("--- Logging error ---")
 import torch
 
 

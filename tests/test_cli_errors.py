@@ -327,6 +327,17 @@ def test_compare_refuses_two_systems_of_one_name(tmp_path):
     assert_clean_error(runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a")]), "two systems are named 'a'")
 
 
+def test_compare_of_the_current_folder_names_the_system_by_it(tmp_path, monkeypatch):
+    """`leakloss compare .` said ".: give NAME=DIR with both parts, or a folder" of a folder."""
+    from tests.eval.test_compare import reading, write_dir
+
+    res = write_dir(tmp_path / "swar", [reading("flagged", "s1"), reading("no_change", "s2")])
+    monkeypatch.chdir(res)
+    r = runner.invoke(app, ["compare", ".", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert list(json.loads((tmp_path / "out" / "comparison.json").read_text(encoding="utf-8"))["systems"]) == ["swar"]
+
+
 def test_rerank_checks_each_text_as_score_does(tmp_path):
     manifest = tmp_path / "m.jsonl"
     lines = [{"text": "घर", "candidates": ["a.wav"]}, {"text": "घर " + "क" * 500, "candidates": ["a.wav"]}]

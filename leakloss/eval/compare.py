@@ -8,7 +8,10 @@ independent: the same text invites the same slip).
 
 Counted words ("units"): the words marked ``"key": true`` in a reading; a reading with no
 key word contributes every word the scorer tested (decision other than ``not_tested``).
-Uncertain and unscored units are counted in the total and reported, never as flags.
+A rate counts the units the scorer judged (:data:`leakloss.schema.TESTED`: flagged, uncertain,
+no_change); uncertain ones are in the total, never flags; unscored and not-tested key words are
+reported beside the rate, never in it (counting them as "not flagged" would lower it). Words and
+sentences are compared in NFC (results written by other tools may use another Unicode form).
 Readings that are not ``scored`` (``quarantined``, ``unscored``, ``failed``) are left out of
 every rate; the report counts each of them, with their reasons, per system.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,7 +32,7 @@ from leakloss.eval.stats import (
     rate_with_interval,
     wilson_interval,
 )
-from leakloss.schema import DECISIONS, KINDS, STATUSES, load_result
+from leakloss.schema import DECISIONS, KINDS, STATUSES, TESTED, load_result
 
 __all__ = ["OutputFolderError", "check_output_folder", "compare_results", "write_comparison", "format_rate",
            "key_units"]
@@ -137,18 +141,19 @@ def _system_summary(name: str, folder: Path) -> dict:
         units, marked = key_units(r)
         if not marked:
             unmarked.append(f.name)
-        if not units:
-            no_unit.append(f.name)
         # Sentence = the cluster; a sentence_id survives edits to punctuation, the text is the fallback.
-        sentence = r.get("sentence_id") or r["text"]
-        for w in units:
+        sentence = r.get("sentence_id") or unicodedata.normalize("NFC", r["text"])
+        decisions.update(w["decision"] for w in units)
+        judged = [w for w in units if w["decision"] in TESTED]
+        if not judged:
+            no_unit.append(f.name)
+        for w in judged:
             flagged = w["decision"] == "flagged"
             flags.append(flagged)
             clusters.append(sentence)
-            decisions[w["decision"]] += 1
-            by_word[w["word"]].append(flagged)
+            by_word[unicodedata.normalize("NFC", w["word"])].append(flagged)
             for kind in KINDS:
-                sites = [s for s in w["sites"] if s["kind"] == kind]
+                sites = [s for s in w["sites"] if s["kind"] == kind and s["decision"] in TESTED]
                 if sites:
                     # A word counts once per kind, flagged if any site of that kind is.
                     by_kind[kind][0].append(any(s["decision"] == "flagged" for s in sites))
@@ -224,11 +229,13 @@ def _markdown(result: Mapping) -> str:
         "",
         "Words: the key words of scored readings (every tested word where a reading marks no key word); "
         "95 % Wilson interval in brackets, cluster bootstrap over sentences "
-        f"({result['n_resamples']:,} resamples) alongside. Quarantined, unscored and failed readings are "
-        "left out of every rate; the table of readings counts them.",
+        f"({result['n_resamples']:,} resamples, none with one sentence) alongside. A rate counts the words the "
+        "scorer judged (uncertain ones in the total, never as flags); unscored and not-tested words are counted "
+        "beside it, never in it. Quarantined, unscored and failed readings are left out of every rate; the "
+        "table of readings counts them.",
         "",
-        "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words |",
-        "|---|---|---|---|---|",
+        "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words | Not-tested words |",
+        "|---|---|---|---|---|---|",
     ]
     for name, s in result["systems"].items():
         k = s["key_flagged"]
@@ -236,7 +243,7 @@ def _markdown(result: Mapping) -> str:
         boot_txt = f"[{100 * boot['low']:.1f}–{100 * boot['high']:.1f}]" if boot else "—"
         lines.append(
             f"| {_md(name)} | {format_rate(k)} | {boot_txt} | {s['decisions']['uncertain']} "
-            f"| {s['decisions']['unscored']} |"
+            f"| {s['decisions']['unscored']} | {s['decisions']['not_tested']} |"
         )
     lines += [
         "",
@@ -269,7 +276,7 @@ def _markdown(result: Mapping) -> str:
         empty = s.get("readings_without_counted_word") or []
         if empty:
             lines += ["", f"{len(empty)} scored reading{'s' if len(empty) != 1 else ''} gave no word to count "
-                      "(no key word and no tested word): " + ", ".join(_md(f) for f in empty)]
+                      "(no key word or tested word the scorer judged): " + ", ".join(_md(f) for f in empty)]
     return "\n".join(lines) + "\n"
 
 

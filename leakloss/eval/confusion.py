@@ -7,8 +7,8 @@ pairs, ``"-"`` standing for the missing side: ``("ʌ", "a")`` a substitution, ``
 with the fewest vowel-for-consonant substitutions is taken (``kʌt`` heard as ``ka`` is ʌ->a and t deleted,
 not t->a and ʌ deleted); remaining ties prefer substitutions, then deletions (deterministic).
 
-    >>> sorted(phone_confusions(["k", "ʌ", "t"], ["k", "a"]).items())
-    [(('t', '-'), 1), (('ʌ', 'a'), 1)]
+    >>> sorted(phone_confusions(["k", "ʌ", "t"], ["k", "a"]).items())  # named as canonical phones
+    [(('t', '-'), 1), (('ʌ', 'aː'), 1)]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from leakloss.text.phones import is_vowel
+from leakloss.text.phones import canonical, is_vowel
 
 GAP = "-"
 
@@ -24,11 +24,12 @@ __all__ = ["GAP", "phone_confusions", "corpus_confusions"]
 
 
 def phone_confusions(reference: Sequence[str], hypothesis: Sequence[str],
-                     phone_class: Callable[[str], str] | None = None) -> Counter:
-    """The edits turning ``reference`` into ``hypothesis`` (compared as ``phone_class``, if given), as a
-    ``Counter`` of ``(reference phone, hypothesis phone)``; ``sum(counts) == edit distance``."""
-    ref = [phone_class(p) for p in reference] if phone_class else list(reference)
-    hyp = [phone_class(p) for p in hypothesis] if phone_class else list(hypothesis)
+                     phone_class: Callable[[str], str] = canonical) -> Counter:
+    """The edits turning ``reference`` into ``hypothesis``, compared and named as ``phone_class`` (by default
+    :func:`leakloss.text.phones.canonical`, as every phone error rate: ʌ heard as ə is no edit), as a ``Counter`` of
+    ``(reference phone, hypothesis phone)``; ``sum(counts) == edit distance``."""
+    ref = [phone_class(p) for p in reference]
+    hyp = [phone_class(p) for p in hypothesis]
     n, m = len(ref), len(hyp)
     # cost = (edits, vowel-for-consonant substitutions): the first is the edit distance, the second breaks ties
     ref_v, hyp_v = [is_vowel(p) for p in ref], [is_vowel(p) for p in hyp]
@@ -61,7 +62,7 @@ def phone_confusions(reference: Sequence[str], hypothesis: Sequence[str],
 
 
 def corpus_confusions(pairs: Iterable[tuple[Sequence[str], Sequence[str]]],
-                      phone_class: Callable[[str], str] | None = None) -> tuple[Counter, int]:
+                      phone_class: Callable[[str], str] = canonical) -> tuple[Counter, int]:
     """Confusions summed over ``(reference, hypothesis)`` pairs, and the reference phones counted
     (``sum(confusions) / phones`` is :func:`leakloss.scorer.corpus_phone_error_rate` of the same hypotheses)."""
     total: Counter = Counter()

@@ -197,7 +197,13 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
     readings = sorted({r["reading"] for r in rows})
     # by the normalised name on both sides: NFC rewrites some letters (क़ U+0958 -> क + nukta), so the file
     # a result was written under need not be the name as the CSV spells it
-    files = {_norm(p.stem): p for p in folder.glob("*.json") if p.is_file()}
+    files: dict[str, Path] = {}
+    for p in sorted(folder.glob("*.json")):
+        if p.is_file():
+            if _norm(p.stem) in files:  # one would silently stand for the other and take its labels
+                raise ListenerDataError(f"'{files[_norm(p.stem)].name}' and '{p.name}' in '{folder}' are the same "
+                                        "reading name in another Unicode form: rename one")
+            files[_norm(p.stem)] = p
     missing = [name for name in readings if name not in files]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -246,7 +252,8 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
                                          n_resamples=N_RESAMPLES, seed=SEED)
         detection = {k: point[k] for k in ("tp", "fp", "fn", "tn", "n")}
         detection.update({k: _iv(v) for k, v in boot.items()})
-        detection["note"] = None
+        detection["listeners"] = len({u["listener"] for u in judged})  # the bootstrap's clusters
+        detection["note"] = None if detection["listeners"] > 1 else "one listener: no bootstrap interval"
 
     uncertain = [u for u in judged if u["decision"] == "uncertain"]
     not_judged = [u for u in scored if u["decision"] not in TESTED]
@@ -312,14 +319,18 @@ def _mos_agreement(units: list[dict], results: Mapping[str, Mapping]) -> dict:
     return out
 
 
-def _fmt_iv(iv: Mapping | None) -> str:
-    if iv is None:
+def _fmt_iv(iv: Mapping | None, k: int, n: int, n_listeners: int) -> str:
+    """The estimate with its bootstrap interval; ``k``/``n`` when there is no interval (one listener)."""
+    if iv is not None:
+        return f"{iv['estimate']:.3f} [{iv['low']:.3f}–{iv['high']:.3f}]"
+    if not n:
         return "undefined"
-    return f"{iv['estimate']:.3f} [{iv['low']:.3f}–{iv['high']:.3f}]"
+    return f"{k / n:.3f} [no interval: {n_listeners} listener]" if n_listeners < 2 else "undefined"
 
 
 def _markdown(result: Mapping) -> str:
     d = result["detection"]
+    nl = d.get("listeners", result["n_listeners"])
     lines = [
         "# Scorer against listeners",
         "",
@@ -333,9 +344,9 @@ def _markdown(result: Mapping) -> str:
         lines += [
             "| Measure | Estimate [95% interval] | Counts |",
             "|---|---|---|",
-            f"| Precision | {_fmt_iv(d['precision'])} | {d['tp']} of {d['tp'] + d['fp']} flags rejected by the listener |",
-            f"| Recall | {_fmt_iv(d['recall'])} | {d['tp']} of {d['tp'] + d['fn']} rejected words flagged |",
-            f"| False-alarm rate | {_fmt_iv(d['false_alarm_rate'])} | {d['fp']} of {d['fp'] + d['tn']} accepted words flagged |",
+            f"| Precision | {_fmt_iv(d['precision'], d['tp'], d['tp'] + d['fp'], nl)} | {d['tp']} of {d['tp'] + d['fp']} flags rejected by the listener |",
+            f"| Recall | {_fmt_iv(d['recall'], d['tp'], d['tp'] + d['fn'], nl)} | {d['tp']} of {d['tp'] + d['fn']} rejected words flagged |",
+            f"| False-alarm rate | {_fmt_iv(d['false_alarm_rate'], d['fp'], d['fp'] + d['tn'], nl)} | {d['fp']} of {d['fp'] + d['tn']} accepted words flagged |",
             "",
         ]
     else:

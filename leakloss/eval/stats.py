@@ -90,6 +90,12 @@ def _group_clusters(clusters: Sequence[Hashable], n: int) -> list[np.ndarray]:
     return [np.asarray(ix, dtype=np.int64) for ix in groups.values()]
 
 
+def _check_resamplable(groups: list[np.ndarray]) -> None:
+    if len(groups) < 2:
+        raise ValueError(f"a cluster bootstrap needs at least 2 clusters, got {len(groups)}: one cluster resamples "
+                         "to itself, a zero-width interval")
+
+
 def _percentile_interval(estimate: float, draws: np.ndarray, confidence: float) -> Interval:
     """Percentile interval from bootstrap draws ``[n_resamples]``; non-finite draws are counted."""
     ok = np.isfinite(draws)
@@ -123,7 +129,8 @@ def cluster_bootstrap(
     ``estimate`` is ``statistic(values)``. Deterministic for a given ``seed``.
 
     Raises:
-        ValueError: empty or non-finite values, length mismatch, a non-finite estimate,
+        ValueError: empty or non-finite values, length mismatch, fewer than 2 clusters (one cluster
+            resamples to itself: a zero-width interval that measures nothing), a non-finite estimate,
             or a statistic that is non-finite in any resample.
     """
     x = np.asarray(values, dtype=np.float64)
@@ -133,6 +140,7 @@ def cluster_bootstrap(
         raise ValueError(f"values contain {int((~np.isfinite(x)).sum())} NaN or Inf entries")
     confidence = _check_confidence(confidence)
     groups = _group_clusters(clusters, x.size)
+    _check_resamplable(groups)
     estimate = float(statistic(x))
     if not math.isfinite(estimate):
         raise ValueError(f"statistic of the full sample is not finite ({estimate})")
@@ -202,8 +210,9 @@ def detection_rates_bootstrap(
 
     Returns:
         ``{"precision", "recall", "false_alarm_rate"}`` -> :class:`Interval`, or ``None`` when
-        the ratio is undefined on the full data. Resamples where a ratio is undefined are
-        left out of its interval and counted in ``Interval.n_undefined``.
+        the ratio is undefined on the full data or there is only one cluster (it resamples to itself).
+        Resamples where a ratio is undefined are left out of its interval and counted in
+        ``Interval.n_undefined``.
     """
     point = detection_rates(pred, truth)
     p, t = _as_bools("pred", pred), _as_bools("truth", truth)
@@ -211,6 +220,8 @@ def detection_rates_bootstrap(
     confidence = _check_confidence(confidence)
     # Per-cluster confusion counts [n_clusters, 4] make each resample a sum, not a re-scan.
     cells = np.stack([p & t, p & ~t, ~p & t, ~p & ~t], axis=1).astype(np.int64)
+    if len(groups) < 2:
+        return {key: None for key in ("precision", "recall", "false_alarm_rate")}
     per_cluster = np.stack([cells[g].sum(axis=0) for g in groups])
     sums = per_cluster[_resample_indices(len(groups), n_resamples, seed)].sum(axis=1)
     tp, fp, fn, tn = (sums[:, i].astype(np.float64) for i in range(4))
@@ -323,7 +334,7 @@ def rate_with_interval(
     Returns:
         ``{"count": k, "total": n, "rate": k / n, "wilson": Interval,
         "bootstrap": Interval | None, "text": "k of n (r%)"}``; ``bootstrap`` is ``None``
-        when ``clusters`` is not given.
+        when ``clusters`` is not given or names only one cluster (no interval to resample).
 
     Raises:
         ValueError: empty or non-boolean flags, or clusters of the wrong length.
@@ -333,7 +344,7 @@ def rate_with_interval(
         raise ValueError("flags is empty; a rate needs at least one observation")
     k, n = int(f.sum()), int(f.size)
     boot = None
-    if clusters is not None:
+    if clusters is not None and len(_group_clusters(clusters, n)) >= 2:
         boot = cluster_bootstrap(
             f.astype(np.float64), clusters, np.mean,
             n_resamples=n_resamples, confidence=confidence, seed=seed,

@@ -66,9 +66,9 @@ def test_counts_key_words_of_scored_readings_only(tmp_path):
     s = out["systems"]["swar"]
     assert (s["readings"], s["scored"], s["quarantined"]) == (13, 11, 2)
     k = s["key_flagged"]
-    # the always-flagged non-key word and the quarantined flags do not count
-    assert (k["count"], k["total"], k["text"]) == (4, 11, "4 of 11 (36.4%)")
-    w = wilson_interval(4, 11)
+    # the always-flagged non-key word, the quarantined flags and the unscored key word do not count
+    assert (k["count"], k["total"], k["text"]) == (4, 10, "4 of 10 (40.0%)")
+    w = wilson_interval(4, 10)
     assert (k["wilson"]["low"], k["wilson"]["high"]) == (w.low, w.high)
     assert k["bootstrap"]["low"] <= k["rate"] <= k["bootstrap"]["high"]
     assert s["decisions"] == {"flagged": 4, "uncertain": 1, "no_change": 5, "unscored": 1, "not_tested": 0}
@@ -83,7 +83,7 @@ def test_bootstrap_resamples_sentences_not_readings(tmp_path):
     many = compare_results({"a": write_dir(tmp_path / "b", [reading(d, f"s{i}") for i, d in enumerate(flags)])})
     b_one = one["systems"]["a"]["key_flagged"]["bootstrap"]
     b_many = many["systems"]["a"]["key_flagged"]["bootstrap"]
-    assert b_one["low"] == b_one["high"] == pytest.approx(3 / 8)  # one cluster: no spread
+    assert b_one is None  # one cluster resamples to itself: no interval (it was a zero-width [37.5–37.5])
     expected = rate_with_interval([d == "flagged" for d in flags], [f"s{i}" for i in range(8)])["bootstrap"]
     assert (b_many["low"], b_many["high"]) == (expected.low, expected.high)
 
@@ -242,8 +242,8 @@ def test_report_shows_readings_of_every_status_apart_from_words(tmp_path):
                            "ok": write_dir(tmp_path / "ok", [reading("flagged", "s1")])})
     md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
     # word columns say they count words; reading counts have their own table, one column per status
-    assert "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words |" in md
-    assert "| bo2 | 0 of 1 (0.0%) [0.0–79.3] | [0.0–0.0] | 0 | 1 |" in md
+    assert "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words | Not-tested words |" in md
+    assert "| bo2 | 0 of 0 (no data) | — | 0 | 1 | 0 |" in md  # its one key word is unscored: beside the rate, not in it
     assert "| System | Readings | Scored | Quarantined | Unscored | Failed |" in md
     assert "| bo2 | 8 | 1 | 1 | 2 | 4 |" in md
     assert "| ok | 1 | 1 | 0 | 0 | 0 |" in md
@@ -258,7 +258,7 @@ def test_scored_reading_with_nothing_to_count_is_named(tmp_path):
     out = compare_results({"a": write_dir(tmp_path / "a", [reading("flagged", "s2"), empty])})
     assert out["systems"]["a"]["readings_without_counted_word"] == ["r001.json"]
     md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
-    assert "1 scored reading gave no word to count (no key word and no tested word): r001.json" in md
+    assert "1 scored reading gave no word to count (no key word or tested word the scorer judged): r001.json" in md
 
 
 @pytest.mark.parametrize("where, relation", [("{res}", "is"), ("{res}/sub", "is inside"), ("{tmp}", "contains")])
@@ -293,3 +293,25 @@ def test_cli_compare_refuses_its_results_folder_as_out(tmp_path):
     assert sorted(p.name for p in res.iterdir()) == ["r000.json"]
     # the folder still compares
     assert CliRunner().invoke(app, ["compare", str(res), "--out", str(tmp_path / "cmp")]).exit_code == 0
+
+
+def test_unjudged_key_words_are_reported_beside_the_rate_not_in_it(tmp_path):
+    """A not-tested or unscored key word counted as "not flagged" lowered the rate (schema.TESTED is the
+    denominator of every flag rate)."""
+    r = reading("flagged", "s1")
+    r["words"].append(word(3, "घर", "not_tested", key=True))
+    s = compare_results({"a": write_dir(tmp_path / "a", [r, reading("unscored", "s2")])})["systems"]["a"]
+    assert s["key_flagged"]["text"] == "1 of 1 (100.0%)"
+    assert (s["decisions"]["not_tested"], s["decisions"]["unscored"]) == (1, 1)
+    md = write_comparison({"systems": {"a": s}, "n_resamples": 2000, "seed": 0}, tmp_path / "out")["md"]
+    assert "| a | 1 of 1 (100.0%) [20.7–100.0] | — | 0 | 1 | 1 |" in md.read_text(encoding="utf-8")
+
+
+def test_words_and_sentences_are_compared_in_nfc(tmp_path):
+    nfc, nfd = "\u0929ाम", "\u0928\u093cाम"  # ऩ precomposed, and न + nukta
+    a, b = reading("flagged", "s1", key_word=nfc, sentence_id=False), reading("no_change", "s1", key_word=nfd,
+                                                                             sentence_id=False)
+    assert a["text"] != b["text"]  # the same sentence, spelt in the other form: one cluster, one word
+    s = compare_results({"a": write_dir(tmp_path / "a", [a, b])})["systems"]["a"]
+    assert list(s["by_word"]) == [nfc]  # NFC composes न + nukta into ऩ
+    assert next(iter(s["by_word"].values()))["text"] == "1 of 2 (50.0%)" and s["sentences"] == 1

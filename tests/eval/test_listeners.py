@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,15 @@ def test_uncertain_not_judged_and_quarantined_are_reported_separately(tmp_path):
 
 
 def test_bootstrap_is_over_listeners(tmp_path):
-    # one listener: every resample is the same listener, so the interval is the point
+    # one listener: every resample is the same listener, a zero-width interval that measures nothing: none
     rows = [r for r in LABELS if r[2] == "L1"]
-    d = run(tmp_path, rows)["detection"]
-    # L1 alone: recall 2 of 3 (अरू missed); resampling words instead would spread it
-    assert d["recall"]["low"] == d["recall"]["high"] == d["recall"]["estimate"] == pytest.approx(2 / 3)
+    out = run(tmp_path, rows)
+    d = out["detection"]
+    assert d["recall"] is None and d["listeners"] == 1 and d["note"] == "one listener: no bootstrap interval"
+    assert (d["tp"], d["fn"]) == (2, 1)  # L1 alone: recall 2 of 3 (अरू missed), as a count
+    from leakloss.eval.listeners import _markdown
+
+    assert "| Recall | 0.667 [no interval: 1 listener] |" in _markdown(out)
     d3 = run(tmp_path, LABELS)["detection"]
     assert d3["recall"]["low"] < d3["recall"]["high"]
 
@@ -336,3 +341,13 @@ def test_cli_listeners_refuses_its_results_folder_as_out(tmp_path):
     assert r.exit_code == 2, r.output
     assert "error:" in r.stderr and "is the results folder" in r.stderr and "Traceback" not in r.output
     assert sorted(p.name for p in res.iterdir()) == sorted(f"{n}.json" for n in RESULTS)
+
+
+def test_result_files_that_are_one_name_in_two_unicode_forms_are_an_error(tmp_path):
+    """Both files stood for one reading: one was silently dropped and its labels scored against the other."""
+    excluded, composed = "\u095bाम", "\u091c\u093cाम"  # ज़ as U+095B (NFC decomposes it) and as ज + nukta
+    assert unicodedata.normalize("NFC", excluded) == composed
+    res = write_results(tmp_path / "res", {excluded: RESULTS["r2"], composed: RESULTS["r3"]})
+    labels = [("हैन", excluded, "L1", "rejected"), ("र", composed, "L1", "accepted")]
+    with pytest.raises(ListenerDataError, match="same reading name in another Unicode form"):
+        listener_agreement(write_csv(tmp_path / "labels.csv", labels), res)

@@ -426,3 +426,15 @@ def test_spearman_matches_scipy_with_and_without_ties():
     for _ in range(20):
         x, y = rng.integers(0, 6, 30).astype(float), rng.normal(size=30)
         assert spearman_rho(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_one_cluster_gives_no_bootstrap_interval():
+    """One cluster resamples to itself: the interval was [estimate, estimate], printed beside a real Wilson one."""
+    flags = [True] * 10 + [False] * 30
+    with pytest.raises(ValueError, match="at least 2 clusters, got 1"):
+        cluster_bootstrap([float(f) for f in flags], ["s1"] * 40)
+    r = rate_with_interval(flags, ["s1"] * 40)
+    assert r["bootstrap"] is None and r["wilson"].low < 0.25 < r["wilson"].high
+    assert rate_with_interval(flags, ["s1", "s2"] * 20)["bootstrap"] is not None
+    boot = detection_rates_bootstrap([True, False] * 30, [True, True, False] * 20, ["L1"] * 60)
+    assert boot == {"precision": None, "recall": None, "false_alarm_rate": None}
