@@ -110,7 +110,7 @@ def g2p(
                            | ({} if tok.skipped in ("punctuation", "symbol") else {"error": f"{tok.text!r}: {tok.skipped}"}))
             else:
                 style = "dim" if tok.skipped in ("punctuation", "symbol") else "red"
-                table.add_row(tok.text, f"[{style}]skipped: {tok.skipped}[/]", "", "", "")
+                table.add_row(escape(tok.text), f"[{style}]skipped: {escape(tok.skipped)}[/]", "", "", "")
             continue
         try:
             p = frontend.pronounce(tok.text)
@@ -119,7 +119,7 @@ def g2p(
             if as_json:
                 _echo_json({"word": tok.text, "error": str(err)})
             else:
-                table.add_row(tok.text, f"[red]{err}[/]", "", "", "")
+                table.add_row(escape(tok.text), f"[red]{escape(str(err))}[/]", "", "", "")
             continue
         vowels = [{"unit": v.unit, "letter": v.letter, "kept": v.kept, "step": v.step, "p_keep": v.p_keep}
                   for v in p.vowels]
@@ -131,7 +131,7 @@ def g2p(
                 f"{v['letter']}:{'keep' if v['kept'] else 'drop' if v['kept'] is not None else '?'} {v['step']}"
                 + (f" {v['p_keep']:.2f}" if v["p_keep"] is not None else "") for v in vowels) or "-"
             conf = p.confidence + (f" ({p.probability:.3f})" if p.probability is not None else "")
-            table.add_row(p.word, " ".join(p.phones), p.source, conf, desc)
+            table.add_row(escape(p.word), " ".join(p.phones), p.source, conf, escape(desc))
     if not as_json:
         console.print(table)
     if status:
@@ -178,12 +178,12 @@ def sites(
     table = Table("#", "word", "Nepali", "Hindi (espeak hi)", "conf.", "sites")
     for w in words:
         if w.skipped:
-            table.add_row(str(w.index), w.word, "", "", "", f"[dim]skipped: {w.skipped}[/]")
+            table.add_row(str(w.index), escape(w.word), "", "", "", f"[dim]skipped: {escape(w.skipped)}[/]")
             continue
         desc = ", ".join(
-            f"{'[bold]' if s.testable else '[dim]'}{s.kind} @{s.position} {s.contrast}{'[/]'}" for s in w.sites
+            f"{'[bold]' if s.testable else '[dim]'}{s.kind} @{s.position} {escape(s.contrast)}{'[/]'}" for s in w.sites
         ) or "-"
-        table.add_row(str(w.index), w.word, " ".join(w.nepali), " ".join(w.hindi), w.confidence or "", desc)
+        table.add_row(str(w.index), escape(w.word), " ".join(w.nepali), " ".join(w.hindi), w.confidence or "", desc)
     console.print(table)
     n_testable = sum(len(w.testable_sites) for w in words)
     console.print(f"{n_testable} testable site(s) in {sum(1 for w in words if w.testable_sites)} word(s)")
@@ -391,7 +391,7 @@ def _print_result(result: dict) -> None:
         sites = ", ".join(f"{s['kind']} {s['nepali']}->{s['hindi'] or '∅'} "
                           f"{'-' if s['score'] is None else format(s['score'], '.2f')} ({s['references_used']})"
                           for s in w["sites"])
-        table.add_row(str(w["index"]), w["word"], f"[{colors.get(w['decision'], '')}]{w['decision']}[/]", sites)
+        table.add_row(str(w["index"]), escape(w["word"]), f"[{colors.get(w['decision'], '')}]{w['decision']}[/]", sites)
     console.print(table)
 
 
@@ -531,7 +531,8 @@ def rerank(
         return
     table = Table("text", "best", "reward", "reason")
     for (_, _, paths), c in zip(entries, choices, strict=True):
-        table.add_row(c.text, "—" if c.best is None else str(paths[c.best]), f"{c.reward:.3f}", c.reason)
+        table.add_row(escape(c.text), "—" if c.best is None else escape(str(paths[c.best])), f"{c.reward:.3f}",
+                      escape(c.reason))
     console.print(table)
 
 

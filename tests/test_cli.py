@@ -144,3 +144,12 @@ def test_names_and_texts_in_brackets_are_printed_as_they_are(tmp_path):
                             "--out", str(tmp_path / "cmp")])
     assert r.exit_code == 0, r.output
     assert "[/x]" in r.stdout and "f5[v1]" in r.stdout
+
+
+@pytest.mark.parametrize("command", ["g2p", "sites"])
+@pytest.mark.parametrize("token", ["[/]", "[#]", "[/]!"])
+def test_bracketed_punctuation_is_shown_as_typed(command, token):
+    """`leakloss g2p नेपाल "[/]"` was a MarkupError traceback; "[#]" printed an empty word cell."""
+    r = runner.invoke(app, [command, f"नेपाल {token}"])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert token in r.stdout
