@@ -26,6 +26,8 @@ chandrabindu = a nasalised vowel. Nukta letters: क़ ख़ ग़ fold to k 
 
 from __future__ import annotations
 
+import unicodedata
+
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -149,6 +151,14 @@ class Unit:
         return (self.cons is not None and self.vowel == INHERENT) or (self.cons is None and self.vowel == "अ")
 
 
+#: An independent vowel + a vowel sign, typed for the vowel they render as.
+_TYPED_VOWELS = {("अ", "ो"): "ओ", ("अ", "ौ"): "औ", ("अ", "े"): "ए", ("अ", "ै"): "ऐ", ("ए", "े"): "ऐ",
+                 ("आ", "े"): "ओ", ("आ", "ै"): "औ", ("अ", "ा"): "आ"}
+#: Otherwise the sign is read as its own vowel.
+_SIGN_VOWEL = {"ा": "आ", "ि": "इ", "ी": "ई", "ु": "उ", "ू": "ऊ", "ृ": "ऋ", "ॄ": "ॠ", "े": "ए", "ै": "ऐ", "ो": "ओ",
+               "ौ": "औ", "ॅ": "ऍ", "ॆ": "ऎ", "ॉ": "ऑ", "ॊ": "ऒ", "ॢ": "ऌ", "ॣ": "ॡ"}
+
+
 def parse_word(word: str) -> tuple[Unit, ...]:
     """Normalised Devanagari word -> units. Raises TextError on anything that is not a Devanagari word."""
     if not word:
@@ -174,11 +184,11 @@ def parse_word(word: str) -> tuple[Unit, ...]:
             units += [Unit(None, "ओ"), Unit("म", VIRAMA)]
             i += 1
             continue
-        elif ch in MATRAS and units and units[-1].cons is None and not units[-1].nasal:
-            # Vowel sign after an independent vowel (अो, एे typed for ओ, ऐ): read the sign.
-            units[-1] = Unit(None, {"ा": "आ", "ो": "ओ", "ौ": "औ", "े": "ए", "ै": "ऐ"}.get(ch, units[-1].vowel))
+        elif ch in MATRAS and units and units[-1].cons is None and not units[-1].nasal and not units[-1].visarga:
+            # Vowel sign after an independent vowel (अो, एे, आे typed for ओ, ऐ, ओ): the vowel they render as,
+            # with any nasal sign or visarga after it (अैं)
+            cons, vowel = None, _TYPED_VOWELS.get((units.pop().vowel, ch), _SIGN_VOWEL[ch])
             i += 1
-            continue
         elif ch == AVAGRAHA:
             i += 1  # marks a prolonged/elided vowel; no phone of its own
             continue
@@ -194,6 +204,8 @@ def parse_word(word: str) -> tuple[Unit, ...]:
                 nasal = ANUSVARA if ANUSVARA in (nasal, word[i]) else CHANDRABINDU
             i += 1
         units.append(Unit(cons, vowel, nasal, visarga))
+    if not units:  # avagrahas only: as split_words says, no letter to pronounce
+        raise TextError(f"{word!r}: no letter to pronounce")
     return tuple(units)
 
 
@@ -506,7 +518,8 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
             continue
         # '.' is a syllable boundary (the Google lexicon writes it as its own token; IPA also writes it
         # between two phones, ``ʌ.m``): it carries no phone and is dropped. No phone contains a '.'.
-        symbols = cols[1].replace(SYLLABLE_MARK, f" {SYLLABLE_MARK} ").split()
+        symbols = [_PHONE_SPELLINGS.get(unicodedata.normalize("NFD", s), s)  # ĩ precomposed or i + U+0303
+                   for s in cols[1].replace(SYLLABLE_MARK, f" {SYLLABLE_MARK} ").split()]
         if all(s == SYLLABLE_MARK for s in symbols):
             raise LexiconError(f"{where}: {word!r} has only syllable marks ('.') and no phones")
         if all(s in NEPALI_PHONES or s == SYLLABLE_MARK for s in symbols):
@@ -517,6 +530,9 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
             raise LexiconError(f"{where}: {_unknown_phones(symbols)} for {word!r}; {_PHONE_FORMATS}")
         yield lineno, word, phones
 
+
+#: A phone of the inventory by its canonical decomposition: a file's ĩ may be NFC (U+0129) or i + U+0303.
+_PHONE_SPELLINGS = {unicodedata.normalize("NFD", p): p for p in NEPALI_PHONES}
 
 #: What a lexicon's phone column may hold (said by every error about it).
 _PHONE_FORMATS = ("phones are space-separated, on each line either all IPA phones of NEPALI_PHONES (b ʌ ɟ aː r) "
@@ -1033,10 +1049,14 @@ class NepaliFrontend:
             return Pronunciation(norm, phones, "suffix", "high", vowels)
         if self.retention is not None:
             p_keep = self.retention.predict_plan(plan)
-            kept = [bool(p >= 0.5) for p in p_keep]
-            prob = word_probability(p_keep)
-            vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))
-                           for k, kk, p in zip(plan.slots, kept, p_keep))
+            # an independent अ is always said, and a written nasal sign needs its vowel: the rules fix those
+            # slots (the model's "drop" was reported but never said, or silently lost the nasal)
+            forced = [plan.units[k].cons is None or bool(plan.units[k].nasal) for k in plan.slots]
+            kept = [f or bool(p >= 0.5) for f, p in zip(forced, p_keep)]
+            prob = word_probability([p for f, p in zip(forced, p_keep) if not f])
+            vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") if f else
+                           VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))
+                           for k, kk, p, f in zip(plan.slots, kept, p_keep, forced))
             return Pronunciation(norm, plan_phones(plan, kept), "model", self.retention.confidence(prob),  # type: ignore[arg-type]
                                  vowels, prob)
         vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") for k, kk in zip(plan.slots, plan.rule_kept))

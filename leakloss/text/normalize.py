@@ -6,7 +6,7 @@ Normal form (what :func:`normalize_devanagari` returns):
   exclusions, so NFC always writes them as base letter + NUKTA (U+093C); ऩ ऱ ऴ stay precomposed. Either
   input spelling therefore gives the same string.
 * ZWJ / ZWNJ (they only select a glyph shape: half forms, eyelash र), soft hyphen and BOM removed.
-* ``अ`` + ``ा`` (a common typing error for आ) folded to ``आ``; ``ा`` + ``े``/``ै`` to ``ो``/``ौ``; a
+* ``अ`` + ``ा`` (a common typing error for आ) folded to ``आ``, and likewise अो, अौ, आे, आै, एे to ओ, औ, ओ, औ, ऐ; ``ा`` + ``े``/``ै`` to ``ो``/``ौ``; a
   doubled vowel sign or virama written once; a virama directly before a vowel sign dropped; ASCII ``:`` after a Devanagari letter is
   the visarga typed on a Latin keyboard and becomes ``ः``.
 * Devanagari digits are kept as they are; runs of whitespace become one space; ends stripped.
@@ -75,7 +75,24 @@ def normalize_devanagari(text: str) -> str:
     if not isinstance(text, str):
         raise TextError(f"expected a string, got {type(text).__name__}")
     text = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
-    text = text.replace("\u0905\u093e", "\u0906")
+    # One fold can make another (removing a virama joins ा+े; the first ':' made visarga leaves a doubled
+    # one): repeat to the fixed point, so that normalising twice changes nothing. Each pass shortens the text
+    # or leaves it as it was.
+    while True:
+        folded = _fold_once(text)
+        if folded == text:
+            break
+        text = folded
+    return _WS.sub(" ", text).strip()
+
+
+#: An independent vowel + a vowel sign that renders as another independent vowel (अ+ो looks like ओ).
+_TYPED_INDEPENDENT = {"अा": "आ", "अो": "ओ", "अौ": "औ", "आे": "ओ", "आै": "औ", "एे": "ऐ"}
+
+
+def _fold_once(text: str) -> str:
+    for typed, vowel in _TYPED_INDEPENDENT.items():
+        text = text.replace(typed, vowel)
     # Typing errors that render like the intended word: ा+े / ा+ै typed for ो / ौ, a doubled sign,
     # a virama left before a vowel sign (्‍ा after the ZWJ is gone).
     text = text.replace("\u093e\u0947", "\u094b").replace("\u093e\u0948", "\u094c")
@@ -83,8 +100,7 @@ def normalize_devanagari(text: str) -> str:
     text = _VIRAMA_MATRA.sub(r"\1", text)
     text = _COLON_VISARGA.sub("\u0903", text)
     # Removing ZWJ can leave sequences NFC would order differently; normalise once more.
-    text = unicodedata.normalize("NFC", text)
-    return _WS.sub(" ", text).strip()
+    return unicodedata.normalize("NFC", text)
 
 
 @dataclass(frozen=True)

@@ -140,8 +140,10 @@ def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet
 
 
 #: Bumped whenever :func:`find_sites` finds other sites for the same phones (part of every finder's fingerprint, so
-#: no cache keeps sites of older rules); 2: prolonged vowels and letter-name readings have none.
-SITE_RULES_VERSION = 2
+#: no cache keeps sites of older rules); 2: prolonged vowels and letter-name readings have none; 3: the frontend
+#: keeps the vowel of an independent अ and of a written nasal sign (the model could drop them), a misspelt word is
+#: skipped with its reason instead of failing the text.
+SITE_RULES_VERSION = 3
 
 #: Hindi phones beyond the Nepali word's that still make a reading of the same word (see :func:`find_sites`)
 MAX_EXTRA_HINDI_PHONES = 2
@@ -203,9 +205,14 @@ class SiteFinder:
         return hashlib.sha1(f"{frontend}|{self.min_confidence}|{phones}|rules={SITE_RULES_VERSION}".encode()).hexdigest()[:16]
 
     def __call__(self, text: str) -> list[WordSites]:
+        """Every token of ``text`` (:func:`leakloss.text.normalize.split_words`) with its pronunciations and sites;
+        a token the frontend cannot pronounce (कािी: a vowel sign after a vowel sign) is ``skipped`` with the reason.
+
+        Raises:
+            TextError: ``text`` is not a string, or it or one of its words is too long."""
         from leakloss.text.hindi import espeak_phonemes
         from leakloss.text.normalize import (
-            MAX_WORD_CHARS, TextTooLongError, check_text_length, normalize_devanagari, split_words,
+            MAX_WORD_CHARS, TextError, TextTooLongError, check_text_length, normalize_devanagari, split_words,
         )
 
         check_text_length(text)
@@ -215,10 +222,17 @@ class SiteFinder:
                 raise TextTooLongError(f"word {t.index} has {len(t.text)} characters (limit {MAX_WORD_CHARS}): "
                                        f"{t.text[:20]!r}...")
         words = [WordSites(t.index, t.text, skipped=t.skipped) for t in tokens]
+        prons = {}
+        for w in words:
+            if w.skipped is None:
+                try:
+                    prons[w.index] = self.frontend.pronounce(w.word)
+                except TextError as err:  # a misspelt word (कािी) is skipped with the reason, not the whole text
+                    w.skipped = f"cannot be pronounced: {str(err).removeprefix(repr(w.word) + ': ')}"
         todo = [w for w in words if w.skipped is None]
         hindi = espeak_phonemes([w.word for w in todo], "hi")
         for w, h in zip(todo, hindi):
-            pron = self.frontend.pronounce(w.word)
+            pron = prons[w.index]
             w.nepali, w.hindi, w.confidence, w.source = list(pron.phones), h, pron.confidence, pron.source
             w.sites = find_sites(w.nepali, w.hindi, confidence=pron.confidence, phoneset=self.phoneset,
                                  min_confidence=self.min_confidence)

@@ -1,14 +1,13 @@
 import hashlib
-import random
 import unicodedata
 from pathlib import Path
 
 import pytest
 
 from leakloss.text.g2p import (
-    LexiconError, NepaliFrontend, inherent_vowel_pattern, iter_lexicon, load_lexicon, split_suffixes,
+    LexiconError, NepaliFrontend, inherent_vowel_pattern, iter_lexicon, load_lexicon, parse_word, split_suffixes,
 )
-from leakloss.text.normalize import TextError
+from leakloss.text.normalize import TextError, normalize_devanagari
 from leakloss.text.phones import NEPALI_PHONES
 
 SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
@@ -153,13 +152,13 @@ def test_builtin_exceptions_are_inventory_phones():
 def test_agreement_on_held_out_sample(rules):
     held = [(w, p) for _, w, p in iter_lexicon(SHARED_LEXICON, strict=False)
             if p and hashlib.sha1(w.encode()).hexdigest()[-1] in "012"]
-    sample = random.Random(0).sample(held, 1000)
+    # every held-out word, not a sample: a sample of 1,000 moved by +-0.01 when 4 spellings were normalised
     ok = sum(
-        1 for w, p in sample
+        1 for w, p in held
         if (ref := inherent_vowel_pattern(w, p)) is not None
         and inherent_vowel_pattern(w, rules.pronounce(w).phones) == ref
     )
-    assert ok / len(sample) >= 0.92
+    assert ok / len(held) >= 0.92  # 0.924 on all 6,415
 
 
 @pytest.mark.parametrize("word, last", [
@@ -267,3 +266,38 @@ def test_builtin_exceptions_align_to_their_spelling():
     from leakloss.text.g2p import BUILTIN_EXCEPTIONS
     for _, word, phones in iter_lexicon(BUILTIN_EXCEPTIONS):
         assert inherent_vowel_pattern(word, phones) is not None, word
+
+
+@pytest.mark.parametrize("typed, phones", [  # अैं, अों, अौँ raised TextError
+    ("एे", ("ʌi\u032f",)), ("आे", ("o",)), ("अैं", ("ʌi\u032f\u0303",)), ("अों", ("o\u0303",)), ("अौँ", ("ʌu\u032f\u0303",)),
+])
+def test_a_vowel_sign_typed_after_an_independent_vowel_reads_as_the_vowel_it_renders(rules, typed, phones):
+    assert rules.pronounce(typed).phones == phones
+    assert parse_word(typed) == parse_word(normalize_devanagari(typed))
+
+
+@pytest.mark.parametrize("word", ["ऽ", "ऽऽऽ"])
+def test_a_word_with_no_letter_is_a_text_error(fe, word):
+    """It was 'pronounced' as no phones with high confidence; split_words already skips it."""
+    with pytest.raises(TextError, match="no letter to pronounce"):
+        fe.pronounce(word)
+
+
+@pytest.mark.parametrize("word", ["कअ", "गअ", "नेपालअ", "चीटंछेँ", "संसार"])
+def test_slots_the_phones_fix_are_decided_by_the_rule_not_reported_as_the_models(fe, word):
+    """An independent अ is always said and a written nasal sign needs its vowel: the model's 'drop' there was
+    reported though the phones kept ʌ (गअ), or it silently lost the nasal (चीटंछेँ -> c i ʈ cʰ ẽ)."""
+    p = fe.pronounce(word)
+    units = parse_word(p.word)
+    for v in p.vowels:
+        if units[v.unit].cons is None or units[v.unit].nasal:
+            assert v.kept is True and v.step == "rule" and v.p_keep is None
+    if word == "चीटंछेँ":  # the ं of ट is said, as the nasal before छ
+        assert p.phones == ("c", "i", "ʈ", "ʌ", "ɲ", "cʰ", "e\u0303")
+
+
+def test_lexicon_phones_in_nfc_are_the_same_phones(tmp_path):
+    """A precomposed ĩ (U+0129) was an 'unknown phone' beside an identical-looking valid one."""
+    f = tmp_path / "lex.tsv"
+    f.write_text("सिंह\ts \u0129 h\n", encoding="utf-8")
+    assert load_lexicon(f)["सिंह"] == ("s", "i\u0303", "h")

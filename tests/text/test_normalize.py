@@ -1,6 +1,8 @@
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leakloss.text.normalize import TextError, WordToken, normalize_devanagari, split_words
 
@@ -60,3 +62,23 @@ def test_signs_without_a_letter_are_skipped_with_a_reason():
     toks = split_words(normalize_devanagari("नेकपा ऽ सोऽहम् ॐ"))
     assert [(t.text, t.skipped) for t in toks] == [("नेकपा", None), ("ऽ", "no letter to pronounce"),
                                                    ("सोऽहम्", None), ("ॐ", None)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("हा्ेइन", "होइन"),  # removing the virama joined ा+े: was left as हाेइन, and pronounce() normalised it again
+    ("अ्ा", "आ"),
+    ("क::", "कः"),
+])
+def test_folds_that_make_other_folds_reach_the_normal_form(text, expected):
+    assert normalize_devanagari(text) == expected
+
+
+DEVANAGARI_ISH = st.text(st.sampled_from([chr(c) for c in range(0x0900, 0x0980)] + ["\u200d", "\u200c", ":", " "]),
+                         max_size=12)
+
+
+@given(DEVANAGARI_ISH)
+@settings(max_examples=400, deadline=None)
+def test_normalising_twice_changes_nothing(text):
+    once = normalize_devanagari(text)
+    assert normalize_devanagari(once) == once

@@ -192,3 +192,10 @@ def test_the_fingerprint_changes_with_the_site_rules(monkeypatch):
     before = sites.SiteFinder().fingerprint
     monkeypatch.setattr(sites, "SITE_RULES_VERSION", sites.SITE_RULES_VERSION + 1)
     assert sites.SiteFinder().fingerprint != before  # cached sites of older rules are never reused
+
+
+def test_a_misspelt_word_is_skipped_with_its_reason_not_the_whole_text(finder):
+    """'नेपाल कािी' (a vowel sign after a vowel sign) raised TextError: नेपाल lost its sites too."""
+    words = finder("नेकपा कािी")
+    assert words[0].skipped is None and words[0].testable_sites
+    assert words[1].skipped.startswith("cannot be pronounced: sign 'ि'") and words[1].sites == []
