@@ -108,7 +108,9 @@ def _text_problem(text: str) -> str | None:
     except (TextError, ValueError) as err:
         return f"field 'text' cannot be read: {err}"
     if not any(w.skipped is None for w in words):
-        return f"field 'text' has no Devanagari word to score: {text!r:.60}"
+        from leakloss.text.sites import no_word_reason
+
+        return f"field 'text' has {no_word_reason(words)}: {text!r:.60}"
     return None
 
 

@@ -323,7 +323,9 @@ def _text_problem(text: str) -> str | None:
     except (TextError, ValueError) as err:
         return f"cannot be read: {err}"
     if not any(w.skipped is None for w in words):
-        return "has no Devanagari word to score"
+        from leakloss.text.sites import no_word_reason
+
+        return f"has {no_word_reason(words)}"
     return None
 
 
@@ -443,7 +445,8 @@ def compare(
     dirs = {}
     for item in results:
         # a bare folder is named by its last part; "." and ".." by the folder they stand for
-        name, _, folder = str(item).partition("=") if "=" in str(item) else (item.name or item.resolve().name, "", str(item))
+        bare = item.name if item.name not in ("", ".", "..") else item.resolve().name
+        name, _, folder = str(item).partition("=") if "=" in str(item) else (bare, "", str(item))
         if not name or not folder:  # Path("") would be the current folder
             fail(f"{item}: give NAME=DIR with both parts, or a folder")
         if not Path(folder).is_dir():

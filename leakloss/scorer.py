@@ -312,7 +312,9 @@ class Scorer:
             return result | {"status": "failed", "reason": f"text: {err}"}
         words = [w for w in all_words if w.skipped is None]
         if not words:
-            return result | {"status": "failed", "reason": "no Devanagari word in the text"}
+            from leakloss.text.sites import no_word_reason
+
+            return result | {"status": "failed", "reason": f"text: {no_word_reason(all_words)}"}
         if q.wave is None:
             return result | {"status": "failed", "reason": f"query: {q.error}"}
         expected = [p for w in words for p in w.nepali]

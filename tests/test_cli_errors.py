@@ -332,10 +332,12 @@ def test_compare_of_the_current_folder_names_the_system_by_it(tmp_path, monkeypa
     from tests.eval.test_compare import reading, write_dir
 
     res = write_dir(tmp_path / "swar", [reading("flagged", "s1"), reading("no_change", "s2")])
-    monkeypatch.chdir(res)
-    r = runner.invoke(app, ["compare", ".", "--out", str(tmp_path / "out")])
-    assert r.exit_code == 0, r.output
-    assert list(json.loads((tmp_path / "out" / "comparison.json").read_text(encoding="utf-8"))["systems"]) == ["swar"]
+    (res / "sub").mkdir()
+    for where, arg in ((res, "."), (res / "sub", "..")):  # ".." was named ".."
+        monkeypatch.chdir(where)
+        r = runner.invoke(app, ["compare", arg, "--out", str(tmp_path / "out")])
+        assert r.exit_code == 0, r.output
+        assert list(json.loads((tmp_path / "out" / "comparison.json").read_text(encoding="utf-8"))["systems"]) == ["swar"]
 
 
 def test_rerank_checks_each_text_as_score_does(tmp_path):

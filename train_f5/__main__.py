@@ -182,6 +182,10 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
         return learning_rate(s, cfg.lr, cfg.warmup_steps, warm_from, cfg.decay_start, cfg.decay_steps, cfg.min_lr)
 
     def checkpoint(final: bool) -> dict:
+        if final:  # a budget too small for one step: neither a checkpoint nor an untrained model is written
+            from leakloss.checks import check_trained
+
+            check_trained(step, {}, str(out_dir))
         minutes = done_minutes + (time.time() - run_start) / 60
         info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
                 "loss_recent": round(sum(recent) / max(len(recent), 1), 4)}
@@ -238,11 +242,12 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_f5")
 def main(cfg: DictConfig) -> None:
-    from leakloss.checks import ResumeError, SettingsError, check_config
+    from leakloss.checks import ResumeError, SettingsError, UntrainedError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
     try:  # before the corpus is built: ema_decay=nan exported an all-NaN model, log_every=0 divided by zero
-        check_config(cfg, whole={"data.max_texts": 1, "data.max_frames": 1, "log_every": 1, "num_threads": 1},
+        check_config(cfg, whole={"data.max_texts": 1, "data.max_frames": 1, "log_every": 1, "num_threads": 1,
+                                 "max_steps": 1},
                      numbers={"lr": positive, "min_lr": non_negative, "grad_clip": positive,
                               "ema_decay": (0.0, 1.0, True), "max_minutes": positive,
                               "checkpoint_minutes": positive},
@@ -255,7 +260,7 @@ def main(cfg: DictConfig) -> None:
     except ResumeError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except FloatingPointError as err:  # a diverged run: nothing non-finite is saved
+    except (FloatingPointError, UntrainedError) as err:  # a diverged or untrained run: nothing is saved
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     print(json.dumps(result))

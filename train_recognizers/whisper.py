@@ -169,6 +169,10 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
+    voices = cfg.get("recorded_voices")
+    if voices is not None and not OmegaConf.is_list(voices):  # recorded_voices=fest-kal was read as 'f', 'e', ...
+        raise SettingsError(f"recorded_voices must be a list of voice names (recorded_voices=[fest-kal]) or null, "
+                            f"got {voices!r}")
 
 
 def run_identity(cfg: DictConfig, train: list[str], voices) -> dict:
@@ -196,6 +200,10 @@ def check_resumable(ckpt_dir: Path, identity: dict) -> None:
         saved = json.loads(state_file.read_text(encoding="utf-8")).get("run")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
         raise ResumeError(f"checkpoint_dir={ckpt_dir}: unreadable checkpoint ({err}); delete it to start afresh") from None
+    if saved is None:
+        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written before checkpoints recorded their run (data, head, "
+                          "seed), so it cannot be told apart from another run's; delete it, or give another "
+                          "checkpoint_dir, to start afresh")
     if saved != identity:
         changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
         raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "

@@ -114,6 +114,9 @@ def check_settings(cfg: DictConfig) -> None:
     stem = output_stem(cfg)
     if stem.name in ("", ".", "..") or stem.is_dir():
         raise SettingsError(f"out={cfg.out}: give a file stem (out=models/voc writes models/voc.safetensors), not a folder")
+    if stem.suffix:  # run-0.5 would write run-0.safetensors, another stem's files
+        raise SettingsError(f"out={cfg.out}: a file stem has no '.' in its last part (it would be cut at "
+                            f"{stem.suffix!r}); e.g. out={stem.with_name(stem.name.replace('.', '_'))}")
     problem = output_folder_problem(stem.parent)
     if problem is not None:
         raise SettingsError(f"out: {problem}")

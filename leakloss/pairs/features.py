@@ -138,6 +138,7 @@ def check_pairs(manifest: str | Path, records: list[PairRecord] | None = None) -
         ManifestError: the first pair that fails, named by its id (a missing clip was a traceback after the
             first heads had trained)."""
     from leakloss.pairs.schema import ManifestError
+    from leakloss.text.normalize import TextError
 
     manifest = Path(manifest)
     records = read_manifest(manifest) if records is None else records
@@ -148,7 +149,10 @@ def check_pairs(manifest: str | Path, records: list[PairRecord] | None = None) -
             audio = resolve(manifest, getattr(r, field_name))
             if not audio.is_file():
                 raise ManifestError(f"{where}: {field_name} audio {audio} is not a file")
-        words = {w.index: w for w in sentences(r.text)}
+        try:
+            words = {w.index: w for w in sentences(r.text)}
+        except TextError as err:  # e.g. a word too long for the frontend
+            raise ManifestError(f"{where}: its text cannot be read: {err}") from None
         if r.word_index not in words:
             raise ManifestError(f"{where}: word_index {r.word_index} is not a word the frontend reads in its text "
                                 f"(readable words: {sorted(words)})")

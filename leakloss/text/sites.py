@@ -180,6 +180,14 @@ def find_sites(
     return sites
 
 
+def no_word_reason(words: Sequence[WordSites]) -> str:
+    """Why a text whose every word is ``skipped`` gets no score: the skip reasons, each once (a misspelt word's
+    own reason, not only "no Devanagari word")."""
+    reasons = list(dict.fromkeys(w.skipped for w in words if w.skipped))
+    shown = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+    return "no Devanagari word to score" + (f" (all words skipped: {shown})" if reasons else "")
+
+
 class SiteFinder:
     """Text -> words with Nepali and Hindi pronunciations and their contrast sites."""
 

@@ -199,3 +199,12 @@ def test_a_misspelt_word_is_skipped_with_its_reason_not_the_whole_text(finder):
     words = finder("नेकपा कािी")
     assert words[0].skipped is None and words[0].testable_sites
     assert words[1].skipped.startswith("cannot be pronounced: sign 'ि'") and words[1].sites == []
+
+
+def test_a_text_of_only_misspelt_words_says_why_it_has_none_to_score():
+    from leakloss.batch import _text_problem
+    from leakloss.text.sites import SiteFinder, no_word_reason
+
+    reason = no_word_reason(SiteFinder()("कािी"))
+    assert reason.startswith("no Devanagari word to score (all words skipped: cannot be pronounced: sign 'ि'")
+    assert "cannot be pronounced" in _text_problem("कािी")

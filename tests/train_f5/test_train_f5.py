@@ -174,6 +174,7 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path):
     ("ema_decay=nan", "ema_decay must be a finite number in [0, 1], got nan"),  # exported an all-NaN model
     ("log_every=0", "log_every must be a whole number >= 1, got 0"),  # ZeroDivisionError mid-run
     ("lr=nan", "lr must be a finite number in (0, inf), got nan"),
+    ("max_steps=0", "max_steps must be a whole number >= 1, got 0"),  # saved a 0-step model with exit 0
 ])
 def test_settings_that_cannot_work_are_one_error_line_before_the_corpus(tmp_path, override, message):
     import os
@@ -205,3 +206,17 @@ def test_a_checkpoint_that_cannot_be_read_is_one_error_line_before_the_corpus(tm
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].startswith(f"error: out_dir={tmp_path / 'out'}: its checkpoint cannot be continued")
     assert "Traceback" not in r.stderr and not (tmp_path / "cache").exists()
+
+
+def test_a_budget_too_small_for_one_step_saves_nothing(tmp_path):
+    from leakloss.checks import UntrainedError
+    from leakloss.config import compose_config
+    from train_f5.__main__ import run
+
+    overrides = ["model.dim=32", "model.depth=1", "model.heads=2", "model.dim_head=16", "model.text_dim=16",
+                 "model.conv_layers=1", "data.max_texts=4", "data.max_frames=400", "max_minutes=1e-9",
+                 f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}"]
+    with pytest.raises(UntrainedError, match="no training step ran"):
+        run(compose_config("train_f5", overrides))
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+    assert not (tmp_path / "out" / "checkpoint.safetensors").exists()

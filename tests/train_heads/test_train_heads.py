@@ -188,6 +188,7 @@ def _pair(**change) -> dict:
     ({"query": "missing.wav"}, r"pair 'p1': query audio .*missing.wav is not a file"),
     ({"word_index": 7}, r"pair 'p1': word_index 7 is not a word the frontend reads in its text \(readable words: \[0, 1\]\)"),
     ({"site_position": 40}, r"pair 'p1': site_position 40 is past the word's \d+ phones"),
+    ({"text": "क" * 120 + " नेपाल"}, r"pair 'p1': its text cannot be read: word 0 has 120 characters"),  # traceback
 ])
 def test_a_manifest_naming_missing_audio_or_words_stops_before_any_model_loads(tmp_path, monkeypatch, change, needle):
     import json

@@ -68,6 +68,7 @@ def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
     ("augmentations=-1", r"augmentations must be a whole number >= 0"),
     ("lr=inf", r"lr must be a finite number"),
     ("roles=[teacher,recorded]", r"roles must be a list of"),  # recorded voices come from recorded_voices
+    ("recorded_voices=fest-kal", r"recorded_voices must be a list of voice names"),  # was "unknown voice 'f'"
 ])
 def test_whisper_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.whisper import check_settings
@@ -86,7 +87,7 @@ def test_whisper_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ResumeError, match=r"other head, train_sentences_sha256"):
         check_resumable(tmp_path, {**identity, "train_sentences_sha256": "def", "head": {"hidden": 32}})
     (tmp_path / "state.json").write_text(json.dumps({"step": 5}), encoding="utf-8")  # written before identities
-    with pytest.raises(ResumeError, match="written by a run with other"):
+    with pytest.raises(ResumeError, match="written before checkpoints recorded their run"):
         check_resumable(tmp_path, identity)
     (tmp_path / "state.json").write_text("{trunc", encoding="utf-8")
     with pytest.raises(ResumeError, match="unreadable checkpoint"):

@@ -52,6 +52,8 @@ def test_out_is_a_file_stem_in_a_writable_folder(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
     with pytest.raises(SettingsError, match="is not a folder"):
         entry.run(compose_config("train_vocoder", [f"out={tmp_path / 'file' / 'sub' / 'v'}"]))
+    with pytest.raises(SettingsError, match=r"no '\.' in its last part"):  # run-0.5 wrote run-0.safetensors
+        entry.run(compose_config("train_vocoder", [f"out={tmp_path / 'run-0.5'}"]))
     entry.check_settings(compose_config("train_vocoder"))  # the shipped settings pass
 
 
