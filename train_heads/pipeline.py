@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -187,6 +188,11 @@ def run(cfg: DictConfig) -> dict:
         raise UntrainedError(f"no head had training rows (skipped: {', '.join(cfg.heads)}): nothing exported")
     from leakloss.atomic import atomic_directory
 
+    earlier = sorted(p.stem for p in export_dir.glob("*.safetensors")) if export_dir.is_dir() else []
+    dropped = [name for name in earlier if name not in heads]
+    if dropped:  # the export is one run's set: say which heads of the earlier one go
+        print(f"warning: {export_dir}: the earlier export's head(s) {', '.join(dropped)} are not in this run "
+              "and are removed with it", file=sys.stderr)
     with atomic_directory(export_dir) as folder:  # one export, whole: no head of an earlier run stays beside these
         for name, head in heads.items():
             cards[name].heldout = rows  # every card carries the whole held-out table

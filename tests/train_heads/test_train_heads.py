@@ -146,6 +146,7 @@ def test_smoke_experiment_end_to_end(tmp_path):
         cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "head rawconv: kept best-epoch=" in out.stdout
+    assert "warning: " in out.stderr and "head(s) oldhead are not in this run and are removed" in out.stderr
     # a capped build holds training sentences too: every head trains (the first 12 were all held out: no MLP head)
     assert "no training rows" not in out.stdout
     assert sorted(p.name for p in stale.iterdir()) == sorted(
