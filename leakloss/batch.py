@@ -131,6 +131,8 @@ def _line_problems(d: object) -> list[str]:
     for key in ("system", "sentence_id"):
         if key in d and not isinstance(d[key], str):
             problems.append(f"field {key!r} must be a string when given, got {d[key]!r:.60}")
+        elif key in d and (bad := _unicode_problem(d[key])):  # copied into the result: its write failed the run
+            problems.append(f"field {key!r} {bad}")
     unknown = sorted(set(d) - set(MANIFEST_FIELDS))
     if unknown:  # a misspelt "sytem" or "sentence-id" vanished from every result
         problems.append(f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(MANIFEST_FIELDS)})")

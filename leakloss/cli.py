@@ -316,8 +316,12 @@ def _text_problem(text: str) -> str | None:
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
 
+    from leakloss.batch import _unicode_problem
+
     if not text.strip():
         return "is empty"
+    if bad := _unicode_problem(text):  # a byte that is not UTF-8 in argv: the result's write failed after scoring
+        return bad
     try:
         words = SiteFinder()(text)
     except (TextError, ValueError) as err:

@@ -223,6 +223,13 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         card = HeadCard(**card_dict)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
+    for name in ("head", "recognizer", "feature_schema_version", "training_data_sha256", "notes"):
+        if not isinstance(getattr(card, name), str):  # "recognizer": 12 was an AttributeError in the scorer
+            raise HeadLoadError(f"{js}: field {name!r} must be a string, got {getattr(card, name)!r:.60}")
+    for name, kind in (("architecture", dict), ("feature_names", list)):
+        if not isinstance(getattr(card, name), kind):
+            raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
+                                f"got {getattr(card, name)!r:.60}")
     _check_card_thresholds(card.thresholds, js)
     card.heldout = _checked_heldout(card.heldout, js)
     try:

@@ -441,7 +441,7 @@ class RewardResult:
 
     reward: float  # in [0, 1], 1 = no leak; WORST_REWARD for a reading that cannot be scored
     status: str  # "scored" | "no_testable_site" | "unintelligible" | "not_finite" | "too_short"
-                 # | "alignment_failed" | "no_word"
+                 # | "alignment_failed" | "no_word" | "bad_text"
     phone_error_rate: float | None = None  # recognizer's greedy phones vs the text's Nepali phones
     sites: int = 0  # sites scored
     reason: str = ""
@@ -497,10 +497,17 @@ def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[st
 def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finder, max_per: float) -> RewardResult:
     from leakloss.scorer import phone_error_rate
 
-    words = [w for w in finder(text) if w.skipped is None]
+    from leakloss.text.normalize import TextError
+    from leakloss.text.sites import no_word_reason
+
+    try:
+        all_words = finder(text)
+    except TextError as err:  # e.g. a word too long for the frontend: this reading, not the whole batch
+        return RewardResult(WORST_REWARD, "bad_text", reason=f"text: {err}")
+    words = [w for w in all_words if w.skipped is None]
     expected = [p for w in words for p in w.nepali]
     if not expected:
-        return RewardResult(WORST_REWARD, "no_word", reason="no Devanagari word in the text")
+        return RewardResult(WORST_REWARD, "no_word", reason=no_word_reason(all_words))
     if wave.dim() != 1:
         raise PenaltyInputError(f"leak_reward takes waves [samples], got shape {tuple(wave.shape)}")
     if not bool(torch.isfinite(wave).all()):

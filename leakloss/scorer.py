@@ -315,13 +315,17 @@ class Scorer:
             from leakloss.text.sites import no_word_reason
 
             return result | {"status": "failed", "reason": f"text: {no_word_reason(all_words)}"}
+        # a misspelt, Latin or number word is spoken but neither aligned nor checked: say so, it can sink the check
+        result["warnings"] += [f"word {w.index} {w.word!r} is not read ({w.skipped}): left out of the word check "
+                               "and the alignment" for w in all_words if w.skipped not in (None, "punctuation", "symbol")]
         if q.wave is None:
             return result | {"status": "failed", "reason": f"query: {q.error}"}
         expected = [p for w in words for p in w.nepali]
         ok, detail = self.check_words(q.wave, text, expected, self.query_max_per)
         if not ok:
             return result | {"status": "quarantined", "reason": f"query failed the word check: {detail}",
-                             "words": [self._word_json(w, None, [], "unscored") for w in all_words]}
+                             "words": [self._word_json(w, None, [], "unscored" if w.skipped is None and w.testable_sites
+                                                       else "not_tested") for w in all_words]}
         q_ev = self._evidence(q.wave, words)
         ref_evs, ref_notes = [], []
         heard: list[tuple[str, Tensor]] = [(q.name, q.wave)]  # the same audio twice is one piece of evidence

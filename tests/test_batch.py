@@ -85,6 +85,9 @@ def one_process(monkeypatch):
     ('{"id": "x", "query": "q.wav", "text": "' + "क" * 101 + '", "refs": []}', "'text' cannot be read.*limit"),
     ('{"id": "x", "query": "q.wav", "text": "आज \\ud800", "refs": []}', "'text' is not valid Unicode"),
     ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [], "sytem": "f5"}', "unknown field.*'sytem'"),  # was dropped
+    # copied into the result: the write's UnicodeEncodeError stopped the whole run, traceback, no result written
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [], "system": "f5\\udc80"}', "'system' is not valid Unicode"),
+    ('{"id": "x", "query": "q.wav", "text": "आज", "refs": [], "sentence_id": "\\ud800"}', "'sentence_id' is not valid"),
 ])
 def test_bad_manifest_lines_are_clear_errors_with_line_numbers(tmp_path, line, message):
     path = write_manifest(tmp_path / "m.jsonl", [item("fine"), line])

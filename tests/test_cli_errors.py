@@ -490,3 +490,11 @@ def test_a_library_warning_is_one_warning_line(capsys):
         warnings.warn("heads trained on [/x] weights", UserWarning)
     err = capsys.readouterr().err
     assert err.strip() == "warning: heads trained on [/x] weights" and "UserWarning" not in err
+
+
+def test_a_text_with_a_byte_that_is_not_utf8_is_refused_before_scoring():
+    """`leakloss score ... --text $'नेकपा \\xff'` scored for 9 s, then the result's write raised UnicodeEncodeError."""
+    from leakloss.cli import _text_problem
+
+    assert _text_problem("नेकपा \udcff") == "is not valid Unicode (a lone surrogate)"
+    assert _text_problem("नेकपा") is None

@@ -231,3 +231,17 @@ def test_a_diverged_head_is_neither_saved_nor_loaded(tmp_path):
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(good))
     with pytest.raises(HeadLoadError, match="hold NaN/Inf"):
         load_head(good)
+
+
+def test_a_card_field_of_the_wrong_type_is_a_head_load_error(tmp_path):
+    """"recognizer": 12 reached the scorer's .split('@'): an AttributeError traceback."""
+    import json
+
+    from leakloss.heads import HeadLoadError
+
+    save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "b@1", "1"))
+    card = json.loads((tmp_path / "deletion.json").read_text(encoding="utf-8"))
+    for field_name, value in (("recognizer", 12), ("architecture", []), ("feature_names", "x")):
+        (tmp_path / "deletion.json").write_text(json.dumps(card | {field_name: value}), encoding="utf-8")
+        with pytest.raises(HeadLoadError, match=f"field '{field_name}' must be"):
+            load_head(tmp_path / "deletion")

@@ -518,6 +518,8 @@ def test_reward_rule_for_texts_without_testable_sites(embedded_penalty):
     assert (intelligible.status, intelligible.reward) == ("no_testable_site", 1.0)
     assert (noise.status, noise.reward) == ("unintelligible", 0.0)
     assert (no_word.status, no_word.reward) == ("no_word", 0.0)
+    long_word = leak_reward_details([reading], ["क" * 101], embedded_penalty)[0]  # raised: the whole batch failed
+    assert (long_word.status, long_word.reward) == ("bad_text", 0.0) and "limit" in long_word.reason
 
 
 def test_hindi_reading_gets_a_lower_reward_than_the_nepali_one(embedded_penalty, readings):

@@ -120,7 +120,17 @@ def test_quarantine_when_the_word_check_fails(tmp_path, clips, tiny_scorer):
     finally:
         tiny_scorer.word_check = saved
     assert r["status"] == "quarantined" and "word check" in r["reason"]
-    assert all(w["decision"] in ("unscored", "not_tested") for w in r["words"])
+    # a word (or danda) with no testable site is not_tested there too: it was "unscored", a tested vowel
+    finder_words = tiny_scorer.finder(TEXT)
+    assert [w["decision"] for w in r["words"]] == [
+        "unscored" if w.skipped is None and w.testable_sites else "not_tested" for w in finder_words]
+    assert "not_tested" in [w["decision"] for w in r["words"]] and "unscored" in [w["decision"] for w in r["words"]]
+
+
+def test_a_word_that_is_not_read_is_named_in_the_warnings(tmp_path, clips, tiny_scorer):
+    r = tiny_scorer.score(clips["teacher"], TEXT + " कािी hello", [clips["ref"]])
+    warned = [w for w in r["warnings"] if "is not read" in w]
+    assert len(warned) == 2 and "cannot be pronounced" in warned[0] and "not Devanagari" in warned[1]
 
 
 def test_phone_error_rate_counts_open_central_vowels_as_one():
