@@ -373,15 +373,21 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
         sys.stdout.write(text + "\n")
         for w in result.get("warnings", []):
             err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    targets = [(p, t) for p, t in ((json_out, text), (html_out, page)) if isinstance(p, Path) and t is not None]
+    # all the outputs or none: a file a failed run replaced gets its old content back (it was deleted)
+    before = {p: (p.read_bytes() if p.is_file() else None) for p, _ in targets}
     written = []
     try:
-        if isinstance(json_out, Path):
-            written.append(write_text_atomic(json_out, text))
-        if page is not None:
-            written.append(write_text_atomic(html_out, page))
+        for path, content in targets:
+            written.append(write_text_atomic(path, content))
     except OSError as err:
-        for path in written:  # all the outputs or none
-            path.unlink(missing_ok=True)
+        from leakloss.atomic import write_bytes_atomic
+
+        for path in written:
+            if before[path] is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_bytes_atomic(path, before[path])
         fail(f"cannot write the outputs: {os_error_text(err)}")
     if json_out != "-":
         _print_result(result)

@@ -498,3 +498,31 @@ def test_a_text_with_a_byte_that_is_not_utf8_is_refused_before_scoring():
 
     assert _text_problem("नेकपा \udcff") == "is not valid Unicode (a lone surrogate)"
     assert _text_problem("नेकपा") is None
+
+
+def test_a_failed_html_write_gives_the_existing_json_file_its_content_back(tmp_path, monkeypatch):
+    """The rollback deleted the user's old --json file instead of restoring it."""
+    import typer
+
+    import leakloss.atomic as atomic
+    import leakloss.report as report
+    from leakloss.cli import _emit_result
+
+    old = tmp_path / "r.json"
+    old.write_text('{"old": 1}', encoding="utf-8")
+    real_write = atomic.write_text_atomic
+
+    def failing_html(path, text):
+        if str(path).endswith(".html"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_write(path, text)
+
+    monkeypatch.setattr(atomic, "write_text_atomic", failing_html)
+    monkeypatch.setattr(report, "render_report", lambda result, wave: "<html></html>")
+    with pytest.raises(typer.Exit):
+        _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed"}, (old, tmp_path / "r.html"))
+    assert old.read_text(encoding="utf-8") == '{"old": 1}' and not (tmp_path / "r.html").exists()
+    new = tmp_path / "new.json"
+    with pytest.raises(typer.Exit):
+        _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed"}, (new, tmp_path / "r.html"))
+    assert not new.exists()  # a file the run made is removed
