@@ -326,8 +326,12 @@ class ScoringModule(L.LightningModule):
     def predict_step(self, batch: list[dict], batch_idx: int) -> list[tuple[str, str]]:
         done = []
         for item in batch:
+            # a reference not there yet fails the item, so the next run retries it (as a missing query): scored
+            # without it, the result counted as done and the reference was never used
+            missing = [ref for ref in item["refs"] if not Path(ref).is_file()]
             try:
-                result = self.scorer.score(item["query"], item["text"], item["refs"])
+                result = (_failed_result(item, f"reference {missing[0]} does not exist or is not a file") if missing
+                          else self.scorer.score(item["query"], item["text"], item["refs"]))
             except Exception as err:  # noqa: BLE001 - one bad item must not end the run; it is recorded
                 result = _failed_result(item, f"unexpected error while scoring: {type(err).__name__}: {err}")
             result["id"] = item["id"]

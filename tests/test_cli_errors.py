@@ -128,6 +128,19 @@ def test_score_batch_missing_file_is_failed_exit_1_and_retried(tmp_path, models)
     assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"
 
 
+def test_score_batch_missing_reference_is_failed_and_retried(tmp_path, models):
+    """It was 'unscored: every reference rejected' with exit 0, counted as done: the reference was never used."""
+    write_clip(tmp_path / "q.wav")
+    lines = [json.dumps({"id": "late", "query": "q.wav", "text": TEXT, "refs": ["later.wav"]}, ensure_ascii=False)]
+    r = _batch(tmp_path, models, lines)
+    assert r.exit_code == 1 and "'failed': 1" in r.stdout, r.output
+    assert "later.wav does not exist" in r.stderr
+    write_clip(tmp_path / "later.wav", seed=5)
+    again = _batch(tmp_path, models, lines)
+    assert "'skipped_existing': 0" in again.stdout and "'failed': 0" in again.stdout, again.output
+    assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"  # redone
+
+
 def test_score_batch_truncated_result_is_redone(tmp_path, models):
     write_clip(tmp_path / "q.wav")
     (tmp_path / "out").mkdir()
