@@ -226,8 +226,12 @@ def prepare_waveform(
     sample_rate: int = SAMPLE_RATE,
     *,
     path: str | Path | None = None,
+    clip_level: float = CLIP_LEVEL,
 ) -> tuple[Tensor, AudioInfo]:
     """Check in-memory audio and bring it to mono float32 at ``sample_rate``.
+
+    ``clip_level``: ``|x|`` from which a sample counts as clipped (:func:`load_audio` lowers it for 8-bit files,
+    whose positive full scale is 127/128).
 
     Args:
         wave: ``[t]`` mono or ``[c, t]`` channels-first audio; float in [-1, 1] (values beyond
@@ -280,7 +284,7 @@ def prepare_waveform(
             f"need at least {MIN_DURATION_S * 1000:.0f} ms"
         )
 
-    clipped_fraction = float((x.abs() >= CLIP_LEVEL).sum()) / x.numel()
+    clipped_fraction = float((x.abs() >= clip_level).sum()) / x.numel()
 
     mono = x.mean(dim=0) if channels > 1 else x[0]
     # Silence is judged on the downmix: that is the signal that gets scored.
@@ -346,7 +350,7 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
         with sf.SoundFile(str(p)) as fh:
             unchecked = fh.format_info if fh.format in UNCHECKABLE_FORMATS else None
             if unchecked is None:
-                declared, rate = fh.frames, fh.samplerate
+                declared, rate, subtype = fh.frames, fh.samplerate, fh.subtype
                 # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
                 # reported as such by prepare_waveform, not turned into Inf by the read and reported as Inf
                 dtype = "float64" if fh.subtype == "DOUBLE" else "float32"
@@ -362,7 +366,9 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     if data.shape[0] < declared:
         raise AudioError(f"{name} is truncated: only {data.shape[0]} of {declared} frames could be decoded")
     # soundfile gives [frames, channels]; we work channels first.
-    return prepare_waveform(data.T, rate, sample_rate, path=path)
+    # 8-bit PCM reads its positive full scale back as 127/128 = 0.992, under CLIP_LEVEL: clipping went unseen
+    level = min(CLIP_LEVEL, 127 / 128) if subtype in ("PCM_U8", "PCM_S8") else CLIP_LEVEL
+    return prepare_waveform(data.T, rate, sample_rate, path=path, clip_level=level)
 
 
 #: libsndfile formats whose length is not declared up front (Ogg Vorbis/Opus, MP3): truncation is undetectable
@@ -371,22 +377,26 @@ _UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streamed WAVs (pipes) and RF64 leave the siz
 
 
 def _wav_truncation(path: Path, size: int) -> str | None:
-    """For a RIFF/RIFX WAVE file: why it is truncated (its ``data`` chunk declares more bytes than the
-    file holds), or None. Other formats, streamed WAVs with an unknown size and files without a data
+    """For a RIFF/RIFX WAVE or an AIFF/AIFF-C file: why it is truncated (its ``data``/``SSND`` chunk declares
+    more bytes than the file holds), or None. Other formats, streamed WAVs with an unknown size and files without a data
     chunk (soundfile reports those) give None.
 
     ``size``: the file's size in bytes.
     """
     with path.open("rb") as fh:
         head = fh.read(12)
-        if len(head) < 12 or head[:4] not in (b"RIFF", b"RIFX") or head[8:12] != b"WAVE":
+        if len(head) == 12 and head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
+            endian, audio_chunk = ("<" if head[:4] == b"RIFF" else ">"), b"data"
+        elif len(head) == 12 and head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+            # AIFF: libsndfile shrinks its frame count to what the file holds, so only the chunk size tells
+            endian, audio_chunk = ">", b"SSND"
+        else:
             return None
-        endian = "<" if head[:4] == b"RIFF" else ">"
         pos = 12
         while pos + 8 <= size:
             fh.seek(pos)
             chunk_id, chunk_size = struct.unpack(endian + "4sI", fh.read(8))
-            if chunk_id == b"data":
+            if chunk_id == audio_chunk:
                 if chunk_size in _UNKNOWN_SIZES:
                     return None
                 held = size - (pos + 8)

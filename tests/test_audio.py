@@ -559,3 +559,23 @@ def test_compressed_streams_whose_truncation_cannot_be_seen_are_refused(tmp_path
         pytest.skip(f"libsndfile cannot write {fmt}: {err}")
     with pytest.raises(AudioError, match=r"compressed stream cut short .* convert it"):
         load_audio(path)
+
+
+def test_truncated_aiff_is_detected(tmp_path):
+    """libsndfile shrinks an AIFF's frame count to what the file holds: it was scored as a complete clip."""
+    sf.write(tmp_path / "full.aiff", tone(1.0), SAMPLE_RATE, format="AIFF")
+    data = (tmp_path / "full.aiff").read_bytes()
+    (tmp_path / "cut.aiff").write_bytes(data[: int(len(data) * 0.8)])
+    with pytest.raises(AudioError, match=r"cut\.aiff.* is truncated.*declares \d+ bytes.*holds only \d+"):
+        load_audio(tmp_path / "cut.aiff")
+    assert load_audio(tmp_path / "full.aiff")[1].duration_s == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_U8"), ("AIFF", "PCM_S8"), ("WAV", "PCM_16")])
+def test_clipping_at_the_positive_rail_is_seen_in_every_bit_depth(tmp_path, fmt, subtype):
+    """8-bit full scale reads back as 127/128 = 0.992, under CLIP_LEVEL: 14.8% clipped was reported as 0."""
+    x = np.clip(tone(1.0) * 20, -0.9, 1.0)
+    path = tmp_path / f"x.{fmt.lower()}"
+    sf.write(path, x, SAMPLE_RATE, format=fmt, subtype=subtype)
+    info = load_audio(path)[1]
+    assert info.clipped_fraction == pytest.approx(float((x >= 1.0).mean()), abs=0.01) and info.is_clipped
