@@ -347,7 +347,8 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     if problem:
         raise AudioError(f"{name} is truncated: {problem} (the file was cut short, e.g. by an interrupted copy)")
     try:
-        with sf.SoundFile(str(p)) as fh:
+        # an open file, not str(p): a file name that is not UTF-8 (q\xff.wav) could not be passed to libsndfile
+        with p.open("rb") as raw, sf.SoundFile(raw) as fh:
             unchecked = fh.format_info if fh.format in UNCHECKABLE_FORMATS else None
             if unchecked is None:
                 declared, rate, subtype = fh.frames, fh.samplerate, fh.subtype

@@ -260,11 +260,17 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
     (a symlink to a file is written through)."""
     if path.is_dir():
         fail(f"{option} {path} is a folder: give a file name")
+    given = path
+    if path.is_symlink():  # written through: the link's target is what must be writable
+        target = path.resolve()
+        if not target.exists() and not target.parent.is_dir():
+            fail(f"cannot write {option} {path}: it is a link to {target}, in a folder that does not exist")
+        path = target
     if path.exists() and not path.is_file():
         fail(f"{option} {path} is not a regular file (a device, pipe or socket): give a file name"
              + (" (--json - writes to standard output)" if option == "--json" else ""))
-    if suffixes and path.suffix.lower() not in suffixes:
-        fail(f"{option} {path} must end in {' or '.join(suffixes)}")
+    if suffixes and given.suffix.lower() not in suffixes:
+        fail(f"{option} {given} must end in {' or '.join(suffixes)}")
     folder = path.parent
     if not folder.exists():
         # a file in the way counts as "not a folder", like a missing folder
@@ -276,7 +282,7 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
         fail(f"cannot write {option} {path}: {folder} is not a folder")
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         fail(f"cannot write {option} {path}: {'the file' if path.exists() else f'folder {folder}'} is not writable")
-    return path
+    return given
 
 
 def _check_output_folder(path: Path, option: str) -> Path:

@@ -579,3 +579,12 @@ def test_clipping_at_the_positive_rail_is_seen_in_every_bit_depth(tmp_path, fmt,
     sf.write(path, x, SAMPLE_RATE, format=fmt, subtype=subtype)
     info = load_audio(path)[1]
     assert info.clipped_fraction == pytest.approx(float((x >= 1.0).mean()), abs=0.01) and info.is_clipped
+
+
+def test_a_file_name_that_is_not_utf8_is_read(tmp_path):
+    """soundfile was given str(path): 'q\\xff.wav' failed as "damaged or not audio"."""
+    name = os.fsdecode(b"q\xff.wav")  # a surrogate-escaped name, as the OS gives it
+    sf.write(tmp_path / "plain.wav", tone(1.0), SAMPLE_RATE)
+    os.rename(tmp_path / "plain.wav", tmp_path / name)
+    wave, info = load_audio(tmp_path / name)
+    assert info.duration_s == pytest.approx(1.0) and wave.numel() == SAMPLE_RATE

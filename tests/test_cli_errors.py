@@ -539,3 +539,15 @@ def test_a_failed_html_write_gives_the_existing_json_file_its_content_back(tmp_p
     with pytest.raises(typer.Exit):
         _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed"}, (new, tmp_path / "r.html"))
     assert not new.exists()  # a file the run made is removed
+
+
+def test_an_output_link_into_a_missing_folder_is_refused_before_scoring(tmp_path):
+    import typer
+
+    from leakloss.cli import _check_output_path
+
+    (tmp_path / "dangling.html").symlink_to(tmp_path / "nonexist" / "r.html")
+    with pytest.raises(typer.Exit):
+        _check_output_path(tmp_path / "dangling.html", "--html", (".html",))
+    (tmp_path / "ok.html").symlink_to(tmp_path / "target.html")  # a link to a file that can be made: written through
+    assert _check_output_path(tmp_path / "ok.html", "--html", (".html",)) == tmp_path / "ok.html"
