@@ -33,7 +33,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
-from leakloss.text.normalize import MAX_WORD_CHARS, NUKTA, TextError, TextTooLongError, normalize_devanagari
+from leakloss.text.normalize import (
+    MAX_WORD_CHARS, NUKTA, TYPED_INDEPENDENT, TextError, TextTooLongError, normalize_devanagari,
+)
 from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, strip_nasal
 from leakloss.textfile import text_lines
 
@@ -151,10 +153,7 @@ class Unit:
         return (self.cons is not None and self.vowel == INHERENT) or (self.cons is None and self.vowel == "अ")
 
 
-#: An independent vowel + a vowel sign, typed for the vowel they render as.
-_TYPED_VOWELS = {("अ", "ो"): "ओ", ("अ", "ौ"): "औ", ("अ", "े"): "ए", ("अ", "ै"): "ऐ", ("ए", "े"): "ऐ",
-                 ("आ", "े"): "ओ", ("आ", "ै"): "औ", ("अ", "ा"): "आ"}
-#: Otherwise the sign is read as its own vowel.
+#: A vowel sign after an independent vowel that is not one of TYPED_INDEPENDENT is read as its own vowel.
 _SIGN_VOWEL = {"ा": "आ", "ि": "इ", "ी": "ई", "ु": "उ", "ू": "ऊ", "ृ": "ऋ", "ॄ": "ॠ", "े": "ए", "ै": "ऐ", "ो": "ओ",
                "ौ": "औ", "ॅ": "ऍ", "ॆ": "ऎ", "ॉ": "ऑ", "ॊ": "ऒ", "ॢ": "ऌ", "ॣ": "ॡ"}
 
@@ -187,7 +186,7 @@ def parse_word(word: str) -> tuple[Unit, ...]:
         elif ch in MATRAS and units and units[-1].cons is None and not units[-1].nasal and not units[-1].visarga:
             # Vowel sign after an independent vowel (अो, एे, आे typed for ओ, ऐ, ओ): the vowel they render as,
             # with any nasal sign or visarga after it (अैं)
-            cons, vowel = None, _TYPED_VOWELS.get((units.pop().vowel, ch), _SIGN_VOWEL[ch])
+            cons, vowel = None, TYPED_INDEPENDENT.get(units.pop().vowel + ch, _SIGN_VOWEL[ch])
             i += 1
         elif ch == AVAGRAHA:
             i += 1  # marks a prolonged/elided vowel; no phone of its own

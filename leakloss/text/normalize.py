@@ -87,11 +87,11 @@ def normalize_devanagari(text: str) -> str:
 
 
 #: An independent vowel + a vowel sign that renders as another independent vowel (अ+ो looks like ओ).
-_TYPED_INDEPENDENT = {"अा": "आ", "अो": "ओ", "अौ": "औ", "आे": "ओ", "आै": "औ", "एे": "ऐ"}
+TYPED_INDEPENDENT = {"अा": "आ", "अो": "ओ", "अौ": "औ", "आे": "ओ", "आै": "औ", "एे": "ऐ"}
 
 
 def _fold_once(text: str) -> str:
-    for typed, vowel in _TYPED_INDEPENDENT.items():
+    for typed, vowel in TYPED_INDEPENDENT.items():
         text = text.replace(typed, vowel)
     # Typing errors that render like the intended word: ा+े / ा+ै typed for ो / ौ, a doubled sign,
     # a virama left before a vowel sign (्‍ा after the ZWJ is gone).
