@@ -30,6 +30,7 @@ from f5_tts.model.utils import lens_to_mask
 from torch import nn
 from torch.utils.data import Dataset
 
+from leakloss.checks import first_line
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.timing import TimedSite
 from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths
@@ -475,7 +476,7 @@ def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         if isinstance(err, pickle.UnpicklingError):  # torch's message is a page on weights_only
             first = "torch.load(weights_only=True) cannot read it as plain tensors"
         else:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            first = first_line(err) or type(err).__name__
         raise CheckpointReadError(f"{path}: not a readable F5 checkpoint (.safetensors or a torch .pt of "
                                   f"tensors): {first}") from err
     for key in ("ema_model_state_dict", "model_state_dict"):

@@ -26,6 +26,13 @@ def check_number(value: object, message: str, *, low: float = float("-inf"), low
     return float(value)
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): libraries add context lines (OmegaConf's
+    full_key/object_type, safetensors' and torch's detail) that do not belong in a one-line ``error:``."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
 class SettingsError(ValueError):
     """A setting of an entry point's config that cannot work (named with the value given), found before any
     model loads or data is built."""

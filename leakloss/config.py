@@ -42,11 +42,12 @@ def override_problem(config_name: str, overrides: Sequence[str]) -> str | None:
     from omegaconf.errors import OmegaConfBaseException
 
     from leakloss.atomic import output_folder_problem
+    from leakloss.checks import first_line
 
     try:
         cfg = compose_config(config_name, overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        return f"{' '.join(overrides)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        return f"{' '.join(overrides)}: {first_line(err) or type(err).__name__}"
     try:  # Hydra makes its run folder before the job starts: a path under a file was its traceback
         run_dir = str(cfg.hydra.run.dir)
     except OmegaConfBaseException:  # an interpolation only Hydra's runtime resolves: Hydra reports it

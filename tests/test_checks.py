@@ -56,3 +56,10 @@ def test_check_choices_needs_a_list_of_allowed_items():
     for key, allowed in (("roles", ["a"]), ("one", ["a"]), ("empty", ["a"]), ("missing", ["a"])):
         with pytest.raises(SettingsError, match=f"{key} must be a list of"):
             check_choices(cfg, key, allowed)
+
+
+def test_first_line_drops_a_message_s_context_lines():
+    from leakloss.checks import first_line
+
+    assert first_line(ValueError("bad value\n    full_key: x\n    object_type=dict")) == "bad value"
+    assert first_line(ValueError("\n  \n")) == "" and first_line(RuntimeError()) == ""

@@ -71,7 +71,7 @@ def save_checkpoint(out_dir: Path, model, ema: dict, opt, meta: dict) -> None:
 def load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict | None:
     """The counters of the checkpoint in ``out_dir`` after loading it into ``model``/``ema``/``opt`` (None: no
     checkpoint there); :class:`~leakloss.checks.ResumeError` when it cannot be read or another architecture wrote it."""
-    from leakloss.checks import ResumeError
+    from leakloss.checks import ResumeError, first_line
 
     path = out_dir / f"{CHECKPOINT}.safetensors"
     if not path.is_file():
@@ -79,7 +79,7 @@ def load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict | None:
     try:
         return _load_checkpoint(out_dir, model, ema, opt)
     except Exception as err:  # safetensors, json and load_state_dict each raise their own kind
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        first = first_line(err)[:300]
         raise ResumeError(f"out_dir={out_dir}: its checkpoint cannot be continued ({type(err).__name__}: {first}); "
                           "delete it, or give another out_dir, to start afresh") from None
 

@@ -25,7 +25,7 @@ from leakloss.acoustic.recognizer_training import (
     save_recognizer,
 )
 from leakloss.checks import (
-    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained,
+    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
 )
 from leakloss.config import config_dir
 from leakloss.speech.corpus import (
@@ -62,7 +62,7 @@ def continue_from(model, folder: Path, vocab: dict[str, int]) -> None:
     try:
         model.load_state_dict(Wav2Vec2ForCTC.from_pretrained(str(folder)).state_dict())
     except Exception as err:  # missing/corrupt weights (SafetensorError is its own kind), another architecture
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err) or type(err).__name__
         raise ResumeError(f"init_from={folder}: its weights cannot be loaded into this architecture ({first})") from None
 
 

@@ -40,7 +40,7 @@ from leakloss.acoustic.whisper_training import (
     save_checkpoint,
 )
 from leakloss.checks import (
-    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained,
+    ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
 )
 from leakloss.config import config_dir
 from leakloss.speech import festival
@@ -259,7 +259,7 @@ def main(cfg: DictConfig) -> None:
         state = load_checkpoint(ckpt_dir, head, optimizer) or {"step": 0, "minutes": 0.0, "epoch": 0, "run": identity}
     except Exception as err:  # a corrupt or truncated checkpoint (safetensors, torch and json each raise their own)
         print(f"error: checkpoint_dir={ckpt_dir}: cannot be loaded ({type(err).__name__}: "
-              f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); delete it to start afresh", file=sys.stderr)
+              f"{first_line(err)}); delete it to start afresh", file=sys.stderr)
         sys.exit(2)
     if state["step"]:
         print(f"resuming at step {state['step']} ({state['minutes']:.1f} min spent)")
