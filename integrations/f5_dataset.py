@@ -14,6 +14,7 @@ Shapes: t samples (16 kHz unless said), d mel bins, n mel frames.
 from __future__ import annotations
 
 import json
+import math
 import os
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
@@ -96,7 +97,33 @@ def open_prepared(data_dir: str | os.PathLike) -> Prepared:
         raise PreparedDatasetError(f"{data_dir}: duration.json has {len(durations)} entries for {len(rows)} rows")
     if not len(rows):
         raise PreparedDatasetError(f"{data_dir}: raw.arrow has no rows")
+    check_row_fields(data_dir / "raw.arrow", rows["audio_path"], rows["text"])
+    bad = [i for i, d in enumerate(durations) if not _is_duration(d)]
+    if bad:
+        shown = ", ".join(f"entry {i} ({durations[i]!r})" for i in bad[:5])
+        raise PreparedDatasetError(f"{data_dir / 'duration.json'}: {len(bad)} of {len(durations)} durations are not "
+                                   f"finite numbers of seconds >= 0: {shown}")
     return Prepared(data_dir, rows, [float(d) for d in durations])
+
+
+def _is_duration(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def check_row_fields(arrow: Path, audio_paths: Sequence[object], texts: Sequence[object], max_listed: int = 5) -> None:
+    """Every row has an ``audio_path`` (a non-empty string) and a ``text`` (a string or F5's list of strings).
+
+    A null field (a hand-made or edited ``raw.arrow``) failed later as a ``TypeError`` deep in the checks.
+    Raises :class:`PreparedDatasetError` naming the first rows that fail."""
+    problems = []
+    for i, (path, text) in enumerate(zip(audio_paths, texts)):
+        if not isinstance(path, str) or not path:
+            problems.append(f"row {i} (audio_path {path!r})")
+        if not (isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text))):
+            problems.append(f"row {i} (text {text!r:.40})")
+    if problems:
+        raise PreparedDatasetError(f"{arrow}: {len(problems)} fields are empty or not text: "
+                                   f"{', '.join(problems[:max_listed])}")
 
 
 def _is_devanagari(ch: str) -> bool:
@@ -123,15 +150,37 @@ def check_texts(prepared: Prepared, vocab: Mapping[str, int], max_listed: int = 
         raise PreparedDatasetError(f"{len(unknown)} characters of the texts are not in the vocab: {shown}")
 
 
-def check_audio_files(prepared: Prepared, max_listed: int = 5) -> None:
-    """Every row's ``audio_path`` is a file (a missing one failed inside the site placement's loader).
+#: how far a file's length may be from its ``duration.json`` entry (F5's prepare measures the file itself)
+DURATION_TOLERANCE_S = 0.1
 
-    Raises :class:`PreparedDatasetError` naming the first rows whose audio is missing."""
+
+def check_audio_files(prepared: Prepared, max_listed: int = 5) -> None:
+    """Every row's ``audio_path`` is an audio file (a missing one failed inside the site placement's loader)
+    whose length is the row's ``duration.json`` entry (an emptied or swapped file would train on the wrong mel
+    length; F5's ``DynamicBatchSampler`` sizes batches by those entries). Reads only the headers.
+
+    Raises :class:`PreparedDatasetError` naming the first rows that fail."""
+    import soundfile as sf
+
     paths = list(prepared.rows["audio_path"])  # one column read, not a row read per item
     missing = [i for i, path in enumerate(paths) if not Path(path).is_file()]
     if missing:
         shown = ", ".join(f"row {i} ({paths[i]})" for i in missing[:max_listed])
         raise PreparedDatasetError(f"{len(missing)} of {len(prepared)} rows have no audio file: {shown}")
+    problems = []
+    for i, path in enumerate(paths):
+        try:
+            with open(path, "rb") as f:  # opened by Python: a name that is not UTF-8 still opens
+                info = sf.info(f)
+        except (sf.LibsndfileError, OSError, RuntimeError) as err:
+            problems.append(f"row {i} ({path}: not readable audio: {str(err).splitlines()[0] if str(err) else err!r})")
+            continue
+        seconds = info.frames / info.samplerate if info.samplerate else 0.0
+        if abs(seconds - prepared.durations[i]) > DURATION_TOLERANCE_S:
+            problems.append(f"row {i} ({path} lasts {seconds:.2f} s, duration.json says {prepared.durations[i]:.2f} s)")
+    if problems:
+        raise PreparedDatasetError(f"{len(problems)} of {len(prepared)} rows do not match their audio: "
+                                   f"{', '.join(problems[:max_listed])}")
 
 
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
@@ -495,7 +544,8 @@ def trainable_count(prepared: Prepared) -> int:
 
 
 __all__ = [
-    "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE", "SiteCache",
-    "SitePlacer", "SiteText", "cache_lookup", "check_texts", "load_audio", "merge_parts", "open_prepared",
-    "place_prepared_sites", "read_vocab", "row_text", "site_key", "sites_from_log_probs", "summarize", "to_16k",
+    "F5_MAX_S", "F5_MIN_S", "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE",
+    "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
+    "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
+    "sites_from_log_probs", "summarize", "to_16k", "trainable_count",
 ]

@@ -181,8 +181,9 @@ def check_settings(cfg: DictConfig) -> None:
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
-    from integrations.f5_dataset import (SITES_FILE, PreparedDatasetError, check_audio_files, check_texts,
-                                         open_prepared, place_prepared_sites, summarize)
+    from integrations.f5_dataset import (F5_MAX_S, F5_MIN_S, SITES_FILE, PreparedDatasetError, check_audio_files,
+                                         check_texts, open_prepared, place_prepared_sites, summarize,
+                                         trainable_count)
     from leakloss.penalty import LeakPenalty, placement_id
     from leakloss.text.sites import SiteFinder
 
@@ -198,6 +199,9 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         check_audio_files(prepared)
     except PreparedDatasetError as err:
         raise FinetuneError(f"{cfg.data.dir}: {err}") from err
+    if trainable_count(prepared) == 0:  # every clip would be skipped (F5 trains on none)
+        raise FinetuneError(f"{cfg.data.dir}: none of its {len(prepared)} clips lasts {F5_MIN_S}-{F5_MAX_S} s "
+                            "(duration.json), the only clips F5 trains on")
     try:
         penalty = LeakPenalty.load(head_path=cfg.leak.head)
     except (FileNotFoundError, OSError, ValueError) as err:
@@ -269,7 +273,8 @@ def export(out_dir: Path, vocab: dict[str, int], card: dict) -> Path:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
-    from integrations.f5_dataset import PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k
+    from integrations.f5_dataset import (PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k,
+                                         trainable_count)
     from integrations.f5_tts import MEL_SPEC_KWARGS, f5_probe, final_leak, load_indicf5_checkpoint, train_f5
     from integrations.leak_curves import ProbeSet
     from leakloss.constants import MEL_DESCRIPTION
@@ -307,6 +312,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                       probe=probe, probe_every=int(cfg.probe.every))
     summary = plan["summary"]
     result: dict[str, Any] = dict(out_dir=str(out_dir), updates=f5_run.updates, items=summary.items,
+                                  items_trainable=trainable_count(prepared),
                                   items_with_sites=summary.with_sites, sites=summary.sites,
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)

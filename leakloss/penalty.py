@@ -38,7 +38,7 @@ from leakloss.functional.leak import (
     site_masks,
 )
 from leakloss.heads import FLAG_THRESHOLD, RawConvHead, load_head
-from leakloss.schema import KINDS
+from leakloss.schema import JUDGED_REWARD_STATUSES, KINDS, REWARD_STATUSES, PlacementStatus, RewardStatus
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
@@ -311,9 +311,7 @@ class SitePlacement(NamedTuple):
     """Where :func:`place_sites` stands for one reading: the sites, or why there are none."""
 
     sites: list[TimedSite]
-    #: "placed" | "no_testable_site" (the text has none) | "not_finite" | "too_short" (under the recognizer's
-    #: first frame) | "alignment_failed"
-    status: str
+    status: PlacementStatus  # leakloss.schema says what each means
 
 
 def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
@@ -440,11 +438,18 @@ class RewardResult:
     """One reading's reward and why (:func:`leak_reward_details`)."""
 
     reward: float  # in [0, 1], 1 = no leak; WORST_REWARD for a reading that cannot be scored
-    status: str  # "scored" | "no_testable_site" | "unintelligible" | "not_finite" | "too_short"
-                 # | "alignment_failed" | "no_word" | "bad_text"
+    status: RewardStatus  # leakloss.schema says what each means
     phone_error_rate: float | None = None  # recognizer's greedy phones vs the text's Nepali phones
     sites: int = 0  # sites scored
     reason: str = ""
+
+    def __post_init__(self) -> None:  # a reward an RL loop trains on is never NaN nor out of range
+        if self.status not in REWARD_STATUSES:
+            raise ValueError(f"reward status {self.status!r} is not one of {', '.join(REWARD_STATUSES)}")
+        if not (math.isfinite(self.reward) and 0.0 <= self.reward <= 1.0):
+            raise ValueError(f"reward {self.reward!r} is not a number in [0, 1]")
+        if self.status not in JUDGED_REWARD_STATUSES and self.reward != WORST_REWARD:
+            raise ValueError(f"a {self.status!r} reading gets the worst reward {WORST_REWARD}, not {self.reward}")
 
 
 def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Tensor]:

@@ -28,9 +28,8 @@ from torch import Tensor
 
 from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.penalty import WORST_REWARD, LeakPenalty, RewardResult, leak_reward_details
+from leakloss.schema import JUDGED_REWARD_STATUSES
 
-#: statuses whose reward is a judgement of the reading (the others are the worst reward by rule)
-JUDGED = ("scored", "no_testable_site")
 
 
 @dataclass
@@ -161,7 +160,7 @@ class LeakRewardProvider(RewardProvider):
 
 def _output(r: RewardResult) -> RewardOutput:
     reward = torch.tensor(r.reward, dtype=torch.float32)
-    components = {"leak_free": reward, "judged": torch.tensor(float(r.status in JUDGED)),
+    components = {"leak_free": reward, "judged": torch.tensor(float(r.status in JUDGED_REWARD_STATUSES)),
                   "sites": torch.tensor(float(r.sites))}
     if r.phone_error_rate is not None:
         components["phone_error_rate"] = torch.tensor(r.phone_error_rate, dtype=torch.float32)
@@ -198,7 +197,7 @@ def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[s
             out.append(RerankChoice(text, None, WORST_REWARD, [], "no candidate given"))
             continue
         results = provider.score([RewardInput(w, text, sample_rate=sample_rate) for w in waves])
-        judged = [i for i, r in enumerate(results) if r.status in JUDGED]
+        judged = [i for i, r in enumerate(results) if r.status in JUDGED_REWARD_STATUSES]
         if not judged:
             why = ", ".join(f"{i}: {r.status}" for i, r in enumerate(results))
             out.append(RerankChoice(text, None, WORST_REWARD, results, f"no candidate could be judged ({why})"))

@@ -46,6 +46,24 @@ SHORT_VOWEL: HeldoutKind = "short_vowel"
 #: Decisions of a word that was actually tested (the denominator of every flag rate).
 TESTED: tuple[Decision, ...] = ("flagged", "uncertain", "no_change")
 
+#: One utterance's acoustic evidence (``leakloss.acoustic.features.UtteranceEvidence``).
+EvidenceStatus = Literal["ok", "bad_input", "silent", "alignment_failed", "no_testable_site"]
+#: Where the sites of one reading stand for the penalty (``leakloss.penalty.SitePlacement``): ``placed``;
+#: ``no_testable_site`` (the text has none); ``not_finite`` (NaN/Inf samples); ``too_short`` (under one
+#: recognizer frame); ``alignment_failed``.
+PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "alignment_failed"]
+#: One reading's reward (``leakloss.penalty.RewardResult``): ``scored``; ``no_testable_site`` (intelligible,
+#: nothing to leak: 1.0); the rest get the worst reward by rule: ``unintelligible`` (failed the word check),
+#: ``not_finite``, ``too_short``, ``alignment_failed``, ``no_word`` (no Devanagari word, or no text),
+#: ``bad_text`` (a text the frontend rejects).
+RewardStatus = Literal["scored", "no_testable_site", "unintelligible", "not_finite", "too_short",
+                       "alignment_failed", "no_word", "bad_text"]
+EVIDENCE_STATUSES: tuple[EvidenceStatus, ...] = get_args(EvidenceStatus)
+PLACEMENT_STATUSES: tuple[PlacementStatus, ...] = get_args(PlacementStatus)
+REWARD_STATUSES: tuple[RewardStatus, ...] = get_args(RewardStatus)
+#: Reward statuses whose reward judges the reading (the others are the worst reward by rule).
+JUDGED_REWARD_STATUSES: tuple[RewardStatus, ...] = ("scored", "no_testable_site")
+
 
 class SiteResult(TypedDict):
     kind: Kind

@@ -115,3 +115,20 @@ def test_the_audio_block_of_a_real_reading_validates(tmp_path):
     _, info = load_audio(tmp_path / "loud.wav")
     r = validate_result(result(audio=info.as_dict(), warnings=[f"query: {w}" for w in info.warnings]))
     assert r["audio"]["downmixed"] and r["audio"]["resampled"] and r["warnings"]
+
+
+def test_reward_results_carry_a_schema_status_and_a_reward_in_range():
+    from leakloss.penalty import WORST_REWARD, RewardResult
+    from leakloss.schema import JUDGED_REWARD_STATUSES, REWARD_STATUSES
+
+    assert set(JUDGED_REWARD_STATUSES) <= set(REWARD_STATUSES)
+    for status in REWARD_STATUSES:
+        RewardResult(WORST_REWARD, status)
+    RewardResult(0.7, "scored")
+    with pytest.raises(ValueError, match="not one of"):
+        RewardResult(0.0, "quarantined")
+    for bad in (float("nan"), -0.1, 1.5, float("inf")):
+        with pytest.raises(ValueError, match=r"not a number in \[0, 1\]"):
+            RewardResult(bad, "scored")
+    with pytest.raises(ValueError, match="worst reward"):  # an RL loop must never profit from an unjudged reading
+        RewardResult(0.5, "unintelligible")

@@ -62,7 +62,7 @@ from torch.nn.utils.rnn import pad_sequence
 from leakloss.acoustic.align import DEFAULT_MIN_FIT, AlignmentResult, align_words
 from leakloss.acoustic.crops import CROP_PADS_S, crop_frames, word_crops
 from leakloss.functional.ctc_paths import NEG_INF_FINITE, ctc_set_occupancy, paths_from_token_sets, set_emissions
-from leakloss.schema import KINDS, Kind
+from leakloss.schema import KINDS, EvidenceStatus, Kind
 from leakloss.text.phoneset import UnmappablePhoneError
 from leakloss.text.sites import WordSites
 
@@ -125,7 +125,7 @@ class SiteSpec:
 
 @dataclass
 class UtteranceEvidence:
-    status: str  # "ok" | "bad_input" | "silent" | "alignment_failed" | "no_testable_site"
+    status: EvidenceStatus  # leakloss.schema
     reason: str | None = None
     sites: dict[SiteKey, SiteEvidence] = field(default_factory=dict)
     alignment: AlignmentResult | None = None

@@ -151,9 +151,25 @@ def _corrupt(case: str, data: Path, ckpt: Path, tmp: Path) -> tuple[Path, Path, 
     copy = tmp / "data"
     if case == "missing_audio":
         return _rewrite_rows(data, copy, audio_path={1: str(tmp / "gone.wav")}), ckpt, []
+    if case in ("empty_audio", "corrupt_audio"):  # an emptied or damaged file behind a prepared row
+        bad = tmp / "bad.wav"
+        if case == "empty_audio":
+            import soundfile as sf
+
+            sf.write(str(bad), torch.zeros(0).numpy(), 16_000)
+        else:
+            bad.write_bytes(b"RIFF not a wave")
+        return _rewrite_rows(data, copy, audio_path={4: str(bad)}), ckpt, []
+    if case == "null_audio_path":
+        return _rewrite_rows(data, copy, audio_path={1: None}), ckpt, []
+    if case == "null_text":
+        return _rewrite_rows(data, copy, text={2: None}), ckpt, []
     shutil.copytree(data, copy)
+    count = len(json.loads((data / "duration.json").read_text())["duration"])
     if case == "latin1_durations":
         (copy / "duration.json").write_bytes(b'{"duration": "\xe9"}')
+    elif case == "nan_duration":
+        (copy / "duration.json").write_text(json.dumps({"duration": [1.0] * (count - 1) + [float("nan")]}))
     elif case == "empty_arrow":
         (copy / "raw.arrow").write_bytes(b"")
     return copy, ckpt, []
@@ -167,6 +183,11 @@ def _corrupt(case: str, data: Path, ckpt: Path, tmp: Path) -> tuple[Path, Path, 
     ("latin1_durations", r"duration.json is not F5's"),
     ("empty_arrow", r"raw.arrow is not an Arrow table"),
     ("missing_audio", r"1 of 20 rows have no audio file: row 1 \(.*gone.wav\)"),  # failed inside the placement
+    ("empty_audio", r"1 of 20 rows do not match their audio: row 4 \(.*bad.wav lasts 0.00 s, duration.json says"),
+    ("corrupt_audio", r"1 of 20 rows do not match their audio: row 4 \(.*bad.wav: not readable audio"),
+    ("null_audio_path", r"raw.arrow: 1 fields are empty or not text: row 1 \(audio_path None\)"),  # was a TypeError
+    ("null_text", r"raw.arrow: 1 fields are empty or not text: row 2 \(text None\)"),  # was a TypeError
+    ("nan_duration", r"duration.json: 1 of 20 durations are not finite numbers .*entry 19 \(nan\)"),
 ])
 def test_unreadable_inputs_are_refused_by_name(prepared_dir, base_ckpt, tmp_path, case, message):
     data, ckpt, extra = _corrupt(case, prepared_dir, base_ckpt, tmp_path)
@@ -206,6 +227,10 @@ def test_texts_without_devanagari_and_datasets_without_sites_are_refused(base_ck
                                                  (0.01 * torch.randn(24_000, generator=g), "दिदीले नयाँ कलम")])
     with pytest.raises(FinetuneError, match="no testable contrast site"):
         prepare(_cfg(noise, base_ckpt))
+    # F5 trains only on clips of 0.3-30 s: with none, it would have nothing to train on
+    short = _prepare_folder(tmp_path / "short", [(0.01 * torch.randn(3_200, generator=g), "घर जानु पर्छ")] * 2)
+    with pytest.raises(FinetuneError, match=r"none of its 2 clips lasts 0.3-30.0 s"):
+        prepare(_cfg(short, base_ckpt))
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -223,6 +248,11 @@ def test_cli_error_and_exit_code_2_on_a_missing_dataset_and_a_broken_checkpoint(
     result = _cli(f"data.dir={prepared_dir}", f"f5.checkpoint={tmp_path / 'bad.pt'}", timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "bad.pt: not a readable F5 checkpoint" in result.stderr
+    data = _rewrite_rows(prepared_dir, tmp_path / "null", audio_path={3: None})
+    result = _cli(f"data.dir={data}", f"f5.checkpoint={base_ckpt}", timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        f"error: {data / 'raw.arrow'}: 1 fields are empty or not text: row 3 (audio_path None)"]
 
 
 @pytest.mark.slow
