@@ -30,8 +30,10 @@ from torch import Tensor, nn
 
 from leakloss.functional.crop import conv_receptive_field, length_groups
 from leakloss.functional.leak import (
+    at_least_fp32,
     leak_penalty_from_logits,
     mask_nonfinite_items,
+    peak_limited,
     quiet_gradient_scale,
     rms_normalize,
     scale_gradient,
@@ -195,6 +197,9 @@ class LeakPenalty(nn.Module):
             raise PenaltyInputError("give waves or mels")
         if waves.dim() != 2:
             raise PenaltyInputError(f"waves must be [batch, samples], got shape {tuple(waves.shape)}")
+        if not waves.is_floating_point():  # bool or complex "audio", or int PCM of unknown full scale
+            raise PenaltyInputError(f"waves must be real float samples, got dtype {waves.dtype} "
+                                    "(int16 PCM: divide by 32768)")
         b, t = waves.shape
         check_site_lists(sites, b)
         if wave_lengths is not None:
@@ -207,6 +212,8 @@ class LeakPenalty(nn.Module):
         waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
         bad = bad_wave if bad is None else bad | bad_wave
         quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
+        # fp32 before the gradient scale: a quiet fp16 item's unscaled gradient (~1 / rms) overflows fp16
+        waves = at_least_fp32(waves)
         if waves.requires_grad:
             waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths, wave_rms, wave_mean)
@@ -295,16 +302,24 @@ def check_site_lists(sites: object, b: int) -> None:
 
 def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
     """``lengths [b]`` whole numbers in ``[0, t]`` -> long on ``device`` (that of the data), else PenaltyInputError."""
-    lengths = torch.as_tensor(lengths)
+    try:
+        lengths = torch.as_tensor(lengths)
+    except (TypeError, ValueError, RuntimeError) as err:  # [200, None], ["200"]: not numbers
+        raise PenaltyInputError(f"{name} must be numbers of samples/frames, got {lengths!r:.80}") from err
     if lengths.shape != (b,):
         raise PenaltyInputError(f"{name} must have one length per item: shape {tuple(lengths.shape)} for {b} items")
     if lengths.dtype == torch.bool or lengths.is_complex():  # True would read as a length of 1
         raise PenaltyInputError(f"{name} must be numbers of samples/frames, got dtype {lengths.dtype}")
     if lengths.is_floating_point() and not bool((lengths == lengths.round()).all()):
         raise PenaltyInputError(f"{name} must be whole numbers, got {lengths.tolist()}")
-    if bool((lengths < 0).any()) or bool((lengths > t).any()):
+    if bool((lengths < 0).any()):
         raise PenaltyInputError(f"{name} must lie in [0, {t}], got {lengths.tolist()}")
-    return lengths.long().to(device)
+    if lengths.is_floating_point():
+        lengths = lengths.clamp(max=t + 1)  # whole numbers beyond int64 would wrap below t
+    lengths = lengths.long()  # compared in int64: t wraps in a small dtype (70000 in int16)
+    if bool((lengths > t).any()):
+        raise PenaltyInputError(f"{name} must lie in [0, {t}], got {lengths.tolist()}")
+    return lengths.to(device)
 
 
 class SitePlacement(NamedTuple):
@@ -334,7 +349,7 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return SitePlacement([], "too_short")
     with torch.no_grad():
-        log_probs, frames = recognizer(wave[None])
+        log_probs, frames = recognizer(peak_limited(wave)[None])
     n = int(frames[0])
     alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
                             recognizer.frame_rate, words=[w.word for w in words])
@@ -467,7 +482,30 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
                                 f"of shape {tuple(waveforms.shape)} (one reading: [wave] or wave[None])")
     elif wave_lengths is not None:
         raise PenaltyInputError("wave_lengths goes with a padded [b, samples] batch; a list of waves has its own lengths")
+    elif isinstance(waveforms, (str, bytes)) or not isinstance(waveforms, Sequence):
+        raise PenaltyInputError(f"waveforms must be a list of [samples] waves or a [b, samples] batch, "
+                                f"got {type(waveforms).__name__}")
+    else:
+        for i, wave in enumerate(waveforms):
+            if not isinstance(wave, Tensor):
+                raise PenaltyInputError(f"waveforms[{i}] must be a tensor [samples], got {type(wave).__name__} "
+                                        "(torch.as_tensor(array))")
+            if not wave.is_floating_point():
+                raise PenaltyInputError(f"waveforms[{i}] must be real float samples, got dtype {wave.dtype} "
+                                        "(int16 PCM: divide by 32768)")
     return waveforms
+
+
+def _texts(texts: object, n: int) -> list[str]:
+    """One string per reading, else PenaltyInputError (a bare string would be read as one text per letter)."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise PenaltyInputError(f"texts must be a list of strings, one per reading, got {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise PenaltyInputError(f"texts[{i}] must be a string, got {type(text).__name__}")
+    if len(texts) != n:
+        raise PenaltyInputError(f"leak_reward needs one text per reading: {n} readings, {len(texts)} texts")
+    return list(texts)
 
 
 def check_max_per(max_per: object) -> float:
@@ -487,8 +525,7 @@ def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[st
     from leakloss.text.sites import SiteFinder
 
     waveforms = _readings(waveforms, wave_lengths)
-    if len(waveforms) != len(texts):
-        raise ValueError(f"leak_reward needs one text per reading: {len(waveforms)} readings, {len(texts)} texts")
+    texts = _texts(texts, len(waveforms))
     penalty = penalty or LeakPenalty.load()
     recognizer = recognizer or penalty.recognizer
     finder = finder or SiteFinder()
@@ -519,6 +556,7 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
         return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
+    wave = peak_limited(wave)  # the scores are scale-free; loud finite audio must not overflow the recognizer
     hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
     per = phone_error_rate(expected, hyp)
     if per > max_per:

@@ -23,10 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.functional.leak import peak_limited
 from leakloss.penalty import WORST_REWARD, LeakPenalty, RewardResult, leak_reward_details
 from leakloss.schema import JUDGED_REWARD_STATUSES
 
@@ -77,18 +79,26 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
 
     from leakloss.audio import MIN_SAMPLE_RATE
 
+    if isinstance(audio, np.ndarray):
+        audio = torch.from_numpy(np.ascontiguousarray(audio, dtype=audio.dtype.newbyteorder("=")))
     if not isinstance(audio, Tensor):
-        audio = torch.as_tensor(audio)
+        raise ValueError(f"reward audio must be a tensor or numpy array of samples, got {type(audio).__name__}")
+    if not audio.is_floating_point():
+        raise ValueError(f"reward audio must be real float samples, got dtype {audio.dtype} (int16 PCM: / 32768)")
     if audio.dim() == 2:
+        if audio.shape[0] == 0:
+            raise ValueError(f"reward audio of shape {tuple(audio.shape)} has no channel")
         if 0 < audio.shape[1] < audio.shape[0]:  # more channels than samples: a [samples, channels] array
             raise ValueError(f"reward audio of shape {tuple(audio.shape)} looks like [samples, channels]; "
                              "pass [channels, samples] (e.g. audio.T)")
-        audio = audio.float().mean(0)
     elif audio.dim() != 1:
         raise ValueError(f"reward audio must be [samples] or [channels, samples], got shape {tuple(audio.shape)}")
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
         raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
-    audio = audio.detach().float()
+    # averaged in fp64 and brought within full scale there: loud (finite) fp32/fp64 channels must not
+    # overflow into "NaN/Inf samples" on the way to fp32
+    audio = peak_limited(audio.detach().double())
+    audio = (audio.mean(0) if audio.dim() == 2 else audio).float()
     if sample_rate != SAMPLE_RATE and audio.numel():
         audio = resample(audio, sample_rate, SAMPLE_RATE)  # bounded memory for any rate (8001 Hz too)
     return audio
@@ -121,8 +131,9 @@ class LeakRewardProvider(RewardProvider):
         if "max_per" in self.cfg:
             from leakloss.penalty import check_max_per
 
-            try:
-                self.max_per = check_max_per(float(self.cfg["max_per"]))
+            value = self.cfg["max_per"]
+            try:  # a YAML/CLI string is read as a number; True is not a limit
+                self.max_per = check_max_per(float(value) if isinstance(value, str) else value)
             except (TypeError, ValueError) as err:
                 raise ValueError(f"setup max_per: {err}") from None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from leakloss.schema import KINDS, Kind
@@ -22,6 +24,11 @@ class TimedSite:
     word: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            # numpy floats are Real too; bool and strings are not times ("0.5" > "0.1" would pass below)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"site {name} must be a finite number of seconds, got {value!r}")
         if not self.end > self.start:
             raise ValueError(f"site must have end > start, got {self.start}..{self.end}")
         if self.kind not in KINDS:

@@ -429,6 +429,24 @@ def test_reward_of_a_padded_batch_needs_its_lengths(penalty):
     assert cut == leak_reward_details([a, b], ["घर", "घर"], penalty)
 
 
+def test_reward_inputs_of_the_wrong_type_are_typed_errors(penalty):
+    import numpy as np
+
+    from leakloss.penalty import PenaltyInputError, leak_reward_details
+
+    w = torch.randn(16000) * 0.1
+    with pytest.raises(PenaltyInputError, match=r"waveforms\[0\] must be a tensor \[samples\], got ndarray"):
+        leak_reward_details([w.numpy()], ["घर"], penalty)  # was AttributeError: no attribute 'dim'
+    with pytest.raises(PenaltyInputError, match=r"waveforms\[0\] must be real float samples"):
+        leak_reward_details([(w * 32767).short()], ["घर"], penalty)
+    with pytest.raises(PenaltyInputError, match="waveforms must be a list"):
+        leak_reward_details(np.zeros((1, 16000)), ["घर"], penalty)
+    with pytest.raises(PenaltyInputError, match="texts must be a list of strings"):
+        leak_reward_details([w], "घ", penalty)  # a one-letter string looked like one text per letter
+    with pytest.raises(PenaltyInputError, match=r"texts\[0\] must be a string, got NoneType"):
+        leak_reward_details([w], [None], penalty)
+
+
 def test_reward_refuses_one_bare_wave_and_keeps_the_device_of_an_empty_batch(penalty):
     from leakloss.penalty import PenaltyInputError, leak_reward
 
@@ -501,6 +519,15 @@ def test_reward_is_worst_for_what_cannot_be_judged(embedded_penalty, readings):
     rewards = leak_reward(waves, [TEXT] * len(waves), embedded_penalty)
     assert rewards.shape == (len(waves),) and rewards[0] > rewards[1:].max()
     assert leak_reward.higher_is_better
+
+
+def test_loud_finite_readings_are_scored_as_at_normal_level(embedded_penalty, readings):
+    """At 1e19 x the recognizer's own normalisation overflowed: 'unintelligible', though the penalty is scale-free."""
+    from leakloss.penalty import leak_reward_details
+
+    normal, loud = leak_reward_details([readings["nepali"], readings["nepali"] * 1e19], [TEXT] * 2, embedded_penalty)
+    assert loud.status == normal.status == "scored" and loud.sites == normal.sites
+    assert loud.reward == pytest.approx(normal.reward, abs=1e-4)
 
 
 def test_reward_rule_for_texts_without_testable_sites(embedded_penalty):
@@ -633,6 +660,37 @@ def test_inputs_of_the_wrong_type_are_typed_errors(penalty):
         penalty(waves=wave, sites=SITES)
     loss, _ = penalty(waves=wave, wave_lengths=[8000], sites=[SITES])  # lengths as a list are fine
     assert torch.isfinite(loss)
+    for bad in ([200, None], ["200", "250"]):  # were RuntimeError / ValueError("too many dimensions 'str'")
+        with pytest.raises(PenaltyInputError, match="wave_lengths must be numbers"):
+            penalty(waves=torch.zeros(2, 300), wave_lengths=bad, sites=[[], []])
+    for dtype in (torch.bool, torch.complex64, torch.int16):  # scored as audio (complex after a warning)
+        with pytest.raises(PenaltyInputError, match=f"real float samples, got dtype {dtype}"):
+            penalty(waves=torch.ones(1, 8000, dtype=dtype), sites=[SITES])
+
+
+@pytest.mark.parametrize("dtype, t, lengths", [(torch.int16, 70000, [30000, 30000]), (torch.uint8, 300, [200, 250])])
+def test_lengths_of_a_small_integer_dtype_are_compared_in_int64(penalty, dtype, t, lengths):
+    """``lengths > t`` in int16 wrapped t (70000 -> 4464): valid lengths were refused as out of range."""
+    loss, _ = penalty(waves=torch.zeros(2, t), wave_lengths=torch.tensor(lengths, dtype=dtype), sites=[[], []])
+    assert float(loss) == 0.0
+
+
+def test_huge_float_lengths_are_out_of_range_not_wrapped(penalty):
+    from leakloss.penalty import PenaltyInputError
+
+    with pytest.raises(PenaltyInputError, match=r"in \[0, 800\]"):
+        penalty(waves=torch.zeros(1, 800), wave_lengths=torch.tensor([1e30]), sites=[[]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("amplitude", [1e-4, 1e-6])
+def test_quiet_half_precision_waves_get_a_finite_gradient(penalty, dtype, amplitude):
+    """The gradient scale ran in fp16: the unscaled ~1/rms gradient overflowed to inf before it was scaled."""
+    torch.manual_seed(1)
+    wave = (torch.randn(1, 16000) * amplitude).to(dtype).requires_grad_(True)
+    loss, _ = penalty(waves=wave, sites=[SITES])
+    loss.backward()
+    assert wave.grad.dtype == dtype and torch.isfinite(wave.grad).all() and torch.isfinite(loss)
 
 
 @pytest.mark.parametrize("mode", ["waves", "mels"])

@@ -34,7 +34,7 @@ def test_the_interface_mirrors_f5_tts_reward_types():
     assert provider.max_per == 0.3 and provider.penalty is None  # loads lazily
     with pytest.raises(ValueError, match="unknown leakloss_leak setting"):
         provider.setup({"max_pre": 0.3})
-    for bad in ("nan", "inf", -1, "x"):  # NaN turned the word check off
+    for bad in ("nan", "inf", -1, "x", True, None):  # NaN turned the word check off; True was read as 1.0
         with pytest.raises(ValueError, match="setup max_per"):
             LeakRewardProvider().setup({"max_per": bad})
     assert provider.supports_language(None) and provider.supports_language("ne") and provider.supports_language("ne-NP")
@@ -73,6 +73,17 @@ def test_to_16k_mono():
     for rate in (100, 0, 16_000.0):
         with pytest.raises(ValueError, match="sample_rate"):
             to_16k_mono(ref, rate)
+    with pytest.raises(ValueError, match="tensor or numpy array of samples, got NoneType"):
+        to_16k_mono(None, 16_000)  # was RuntimeError: Could not infer dtype of NoneType
+    with pytest.raises(ValueError, match="has no channel"):
+        to_16k_mono(torch.zeros(0, 100), 16_000)  # its mean was 100 NaNs: "NaN/Inf samples"
+    with pytest.raises(ValueError, match="real float samples"):
+        to_16k_mono(torch.ones(100, dtype=torch.bool), 16_000)
+    assert torch.equal(to_16k_mono(ref.numpy(), 16_000), ref)
+    loud = torch.stack([ref / ref.abs().max() * 3e38] * 2)  # finite; its fp32 channel sum overflowed to inf
+    out = to_16k_mono(loud, 16_000)
+    assert torch.isfinite(out).all() and torch.allclose(out, ref / ref.abs().max(), atol=1e-6)
+    assert torch.isfinite(to_16k_mono(ref.double() * 1e39, 16_000)).all()  # beyond fp32: brought to full scale
 
 
 @pytest.fixture(scope="module")

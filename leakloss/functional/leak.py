@@ -14,9 +14,21 @@ from leakloss.checks import check_number
 from leakloss.timing import TimedSite
 
 
-def _at_least_fp32(x: Tensor) -> Tensor:
+def at_least_fp32(x: Tensor) -> Tensor:
     """fp32 for bf16/fp16/fp32 inputs; float64 stays float64 (gradcheck)."""
     return x if x.dtype == torch.float64 else x.float()
+
+
+def peak_limited(wave: Tensor) -> Tensor:
+    """``wave / max(1, peak)`` (detached peak): input within full scale stays bit-for-bit as it is; louder,
+    finite input is brought to full scale, so that squared moments downstream (the recognizer's own
+    normalisation) cannot overflow. Any shape; NaN/Inf input is returned as it is (callers mask it)."""
+    if not wave.numel():
+        return wave
+    peak = wave.detach().abs().amax()
+    if not bool(torch.isfinite(peak)) or bool(peak <= 1):
+        return wave
+    return wave / peak
 
 
 def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: float, pad_s: float = 0.02,
@@ -30,6 +42,8 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     """
     check_number(hop_s, "hop_s must be a finite number of seconds > 0", low=0.0, low_inclusive=False)
     check_number(pad_s, "pad_s must be a finite number of seconds >= 0", low=0.0)
+    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 0:
+        raise ValueError(f"n_frames must be a whole number >= 0, got {n_frames!r}")
     index = [(b, s) for b, item in enumerate(sites) for s in item]
     if frame_lengths is not None and len(frame_lengths) != len(sites):
         raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
@@ -65,7 +79,8 @@ def _check_rows(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> Non
 def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperature: float = 4.0) -> Tensor:
     """``frame_logits [b, g]``, ``masks [n, g]``, ``item_of_row [n]`` -> ``[n]`` soft-max pooled logits (fp32).
 
-    Rows with an empty mask get a large negative logit (probability ~0, gradient 0), never NaN.
+    Rows with an empty mask get a large negative logit (probability ~0, gradient 0), never NaN. NaN frame
+    logits count as outside the mask; +-Inf ones are clamped to ``+-LOGIT_BOUND``.
 
     Raises:
         ValueError: ``masks`` not ``[n, g]`` for ``frame_logits [b, g]``, or ``item_of_row`` not ``[n]`` ids in ``[0, b)``.
@@ -76,8 +91,16 @@ def pooled_site_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor,
     return _pooled(frame_logits, masks, item_of_row, temperature)
 
 
+#: |frame logit| beyond which nothing is learned (a real head gives tens): +-Inf is clamped here, NaN is
+#: a frame with no evidence (pooled as if masked out), so that one bad frame never makes the loss NaN/Inf
+LOGIT_BOUND = 1e3
+
+
 def _pooled(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperature: float = 4.0) -> Tensor:
-    x = _at_least_fp32(frame_logits)[item_of_row] * temperature  # [n, g]
+    x = at_least_fp32(frame_logits)[item_of_row]  # [n, g]
+    masks = masks & ~torch.isnan(x)
+    x = torch.nan_to_num(x, nan=0.0, posinf=LOGIT_BOUND, neginf=-LOGIT_BOUND).clamp(-LOGIT_BOUND, LOGIT_BOUND)
+    x = x * temperature
     x = x.masked_fill(~masks, -1e4)
     count = masks.sum(-1).clamp(min=1).to(x.dtype)
     pooled = (torch.logsumexp(x, -1) - torch.log(count)) / temperature
@@ -96,11 +119,11 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     _check_rows(frame_logits, masks, item_of_row)
     active = masks.any(-1)
     if not bool(active.any()):
-        x = _at_least_fp32(frame_logits)
+        x = at_least_fp32(frame_logits)
         finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
         return finite.sum() * 0.0, x.new_zeros(masks.shape[0])
     logits = _pooled(frame_logits, masks, item_of_row)  # checked above: one host sync per call, not two
-    return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)
+    return torch.nn.functional.softplus(logits[active]).mean(), torch.sigmoid(logits)  # finite: _pooled bounds
 
 
 def mask_nonfinite_items(x: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -128,7 +151,7 @@ def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
     Taken on each item divided by ``max(1, peak)``, as in :func:`rms_normalize`, so that loud but finite
     input (up to the dtype's largest value) gives a finite RMS, never an overflowed square."""
     with torch.no_grad():
-        x = _at_least_fp32(waves)
+        x = at_least_fp32(waves)
         t = x.shape[-1]
         if lengths is None:
             lengths = torch.full((x.shape[0],), t, device=x.device)
@@ -152,7 +175,7 @@ def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | No
     climbing the reward) learns to add one. Loud input does not overflow: moments are taken on the item
     divided by ``max(1, peak)`` (detached), which leaves input up to full scale bit-for-bit as it was.
     """
-    x = _at_least_fp32(waves)
+    x = at_least_fp32(waves)
     t = x.shape[-1]
     if lengths is None:
         lengths = torch.full((x.shape[0],), t, device=x.device)

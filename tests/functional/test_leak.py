@@ -164,3 +164,35 @@ def test_no_active_site_gives_a_finite_zero_even_for_nan_logits():
     loss, probs = leak_penalty_from_logits(logits, torch.zeros(1, 3, dtype=torch.bool), torch.tensor([0]))
     loss.backward()
     assert float(loss.detach()) == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))  # 0 * NaN was NaN
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_one_nonfinite_logit_in_a_site_never_makes_the_loss_or_gradient_nonfinite(bad):
+    """One +Inf logit in a site's window gave an Inf loss, one NaN a NaN loss (the forward never feeds them,
+    but the function is public)."""
+    from leakloss.functional.leak import leak_penalty_from_logits, pooled_site_logits
+
+    logits = torch.tensor([[0.5, bad, 1.0, -2.0]], requires_grad=True)
+    masks = torch.tensor([[True, True, True, False]])
+    loss, probs = leak_penalty_from_logits(logits, masks, torch.tensor([0]))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(probs).all() and torch.isfinite(logits.grad).all()
+    pooled = pooled_site_logits(logits.detach(), masks, torch.tensor([0]))
+    assert torch.isfinite(pooled).all()
+    if math.isnan(bad):  # a NaN frame is no evidence: pooled as if outside the mask
+        ref = pooled_site_logits(logits.detach(), torch.tensor([[True, False, True, False]]), torch.tensor([0]))
+        assert torch.allclose(pooled, ref)
+    # finite logits are untouched by the bound
+    clean = torch.tensor([[0.5, 3.0, 1.0, -2.0]])
+    x = clean[0, :3] * 4.0
+    assert torch.allclose(pooled_site_logits(clean, masks, torch.tensor([0])),
+                          (torch.logsumexp(x, -1) - math.log(3)) / 4.0)
+
+
+@pytest.mark.parametrize("n_frames", [-1, 2.5, True])
+def test_site_masks_refuses_a_frame_count_that_is_not_a_count(n_frames):
+    from leakloss.functional.leak import site_masks
+    from leakloss.timing import TimedSite
+
+    with pytest.raises(ValueError, match="n_frames must be a whole number"):  # was RuntimeError from torch.zeros
+        site_masks([[TimedSite(0.1, 0.2, "deletion", "ʌ->∅")]], n_frames, hop_s=0.005)
