@@ -172,7 +172,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             problems += [(n, p) for p in bad]
             continue
         first_line[d["id"]] = n
-        base = path.parent
+        base = path.absolute().parent  # absolute: results (and resuming) do not depend on the run's cwd
         items.append(d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d["refs"]]})
     if problems:
         lines_out = [f"  line {n}: {p}" for n, p in problems[:_MAX_LISTED]]
@@ -223,8 +223,19 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _make_trainer(accelerator: str, devices, strategy: str, progress: bool) -> L.Trainer:
-    return L.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, logger=False,
-                     enable_progress_bar=progress, enable_checkpointing=False, enable_model_summary=False)
+    import logging
+
+    # Lightning's "GPU available: ..." / tip lines are info for a training log, noise before a CLI's one line
+    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        return L.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, logger=False,
+                         enable_progress_bar=progress, enable_checkpointing=False, enable_model_summary=False)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _build_trainer(accelerator: str, devices, strategy: str, progress: bool) -> L.Trainer:
@@ -270,9 +281,30 @@ def _check_results_spare_inputs(manifest: str | Path, items: list[dict], out_dir
                                  + (" ..." if len(blocked) > 5 else "") + "; remove it or choose another --out")
 
 
+def file_sha1(path: str | Path) -> str | None:
+    """The SHA-1 of a file's bytes, or None when it cannot be read."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def input_digests(item: dict) -> dict:
+    """``{"query": sha1, "refs": [sha1, ...]}`` of an item's audio files: a result records what it scored, so
+    a resumed run re-scores a file replaced at the same path (the next TTS checkpoint's readings)."""
+    return {"query": file_sha1(item["query"]), "refs": [file_sha1(r) for r in item["refs"]]}
+
+
 def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> bool:
     """True if ``path`` holds a finished result for ``item``: it parses, follows the result format,
-    has the item's id, query, text and references, and its status is not ``failed`` (failures are retried).
+    has the item's id, query, text and references, its audio files still hold the bytes it scored
+    (``input_sha1``; a result without it is not done), and its status is not ``failed`` (failures are retried).
     ``scorer``: a :attr:`leakloss.scorer.Scorer.fingerprint`; a result another scorer made (other heads,
     recognizers, thresholds or frontend, or none recorded) is not done."""
     try:
@@ -284,10 +316,18 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
         return False
     if scorer is not None and result.get("scorer") != scorer:
         return False
+    recorded = result.get("input_sha1")
+    if not isinstance(recorded, dict):
+        return False
+    now = input_digests(item)
+    if recorded.get("query") != now["query"]:
+        return False
     # every reference given is in reference_checks, in order; a quarantined query never reaches its
     # references (its result does not depend on them), so other references would not change it
+    if result["status"] == "quarantined":
+        return True
     checked = [c["reference"] for c in result.get("reference_checks", [])]
-    return result["status"] == "quarantined" or checked == item["refs"]
+    return checked == item["refs"] and recorded.get("refs") == now["refs"]
 
 
 def _failed_result(item: dict, reason: str) -> dict:
@@ -335,6 +375,7 @@ class ScoringModule(L.LightningModule):
             except Exception as err:  # noqa: BLE001 - one bad item must not end the run; it is recorded
                 result = _failed_result(item, f"unexpected error while scoring: {type(err).__name__}: {err}")
             result["id"] = item["id"]
+            result["input_sha1"] = input_digests(item)
             for key in ("system", "sentence_id"):
                 if key in item:
                     result[key] = item[key]

@@ -9,13 +9,43 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from leakloss.textfile import text_lines
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find where Nepali TTS still sounds Hindi.")
+
+
+class _OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (unknown option, missing argument, bad value) as one ``error:`` line and exit 2,
+    like every other user error, instead of a boxed report."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        from typer._click import exceptions as click_errors  # typer 0.29 (pinned) vendors its own click
+
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)  # an Exit comes back as its code
+        except click_errors.NoArgsIsHelpError as err:  # bare `leakloss`: the help is printed already
+            sys.exit(err.exit_code)
+        except click_errors.UsageError as err:
+            where = f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""
+            err_console.print(f"[bold red]error:[/] {escape(err.format_message() + where)}", soft_wrap=True)
+            sys.exit(2)
+        except click_errors.ClickException as err:
+            err_console.print(f"[bold red]error:[/] {escape(err.format_message())}", soft_wrap=True)
+            sys.exit(err.exit_code)
+        except typer.Abort:
+            err_console.print("Aborted!")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, no_args_is_help=True,
+                  help="Find where Nepali TTS still sounds Hindi.")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -95,6 +125,13 @@ def g2p(
         shown = ", ".join(f"line {n} {w!r}" for n, w in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
         err_console.print(f"[yellow]warning:[/] {escape(f'{lexicon}: {entries} with no phones left out ({shown})')}",
                           soft_wrap=True)
+    repeated = frontend.lexicon_repeated
+    if repeated:
+        entries = "1 entry" if len(repeated) == 1 else f"{len(repeated)} entries"
+        shown = ", ".join(f"line {n} {w!r} (first on line {f})" for n, w, f in repeated[:3])
+        shown += ", ..." if len(repeated) > 3 else ""
+        message = f"{lexicon}: {entries} left out: their spelling came earlier with other phones, the first wins ({shown})"
+        err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
     if all(tok.skipped in ("punctuation", "symbol") for tok in tokens):  # as `sites`: nothing to pronounce
         reasons = sorted({tok.skipped for tok in tokens})
         fail(f"no Devanagari word to pronounce (all words skipped: {', '.join(reasons)})")

@@ -105,6 +105,11 @@ class ReferenceCheck(TypedDict):
     audio: NotRequired[AudioCheck]
 
 
+class InputDigests(TypedDict):
+    query: str | None  # SHA-1 of the query file's bytes; None when it could not be read
+    refs: list[str | None]
+
+
 class ReadingResult(TypedDict):
     query: str
     text: str
@@ -119,6 +124,7 @@ class ReadingResult(TypedDict):
     sentence_id: NotRequired[str]
     audio: NotRequired[AudioCheck]  # the query's audio checks
     warnings: NotRequired[list[str]]  # every audio warning of the query and the references, prefixed by whose
+    input_sha1: NotRequired[InputDigests]  # score-batch: the bytes it scored (a resumed run re-scores a changed file)
 
 
 class HeldoutRow(TypedDict):
@@ -262,6 +268,12 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     warnings = result.get("warnings", [])
     if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
         raise ResultError(f"{where}: 'warnings' must be a list of strings, got {warnings!r}")
+    if "input_sha1" in result:
+        digests = result["input_sha1"]
+        if not (isinstance(digests, Mapping) and (digests.get("query") is None or isinstance(digests["query"], str))
+                and isinstance(digests.get("refs"), list)
+                and all(d is None or isinstance(d, str) for d in digests["refs"])):
+            raise ResultError(f"{where}: 'input_sha1' must be {{query, refs}} SHA-1 strings, got {digests!r:.80}")
     return dict(result)  # type: ignore[return-value]
 
 

@@ -268,6 +268,30 @@ def test_a_result_made_with_other_references_is_scored_again(tmp_path, models):
     assert run(["r2.wav", "r.wav"]) == (0, ["r2.wav", "r.wav"])
 
 
+def test_audio_replaced_at_the_same_path_is_scored_again(tmp_path, models, monkeypatch):
+    """Done-ness was decided by path strings: the next checkpoint's reading at the same path kept the old result."""
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    out, kwargs = tmp_path / "out", _kwargs(models, word_check=lambda w, t: (True, "test"))
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    assert score_batch(manifest, out, **kwargs)["processed"] == 1
+    assert score_batch(manifest, out, **kwargs)["skipped_existing"] == 1
+    write_clip(tmp_path / "q.wav", seed=5)  # a new reading, same path
+    assert score_batch(manifest, out, **kwargs)["processed"] == 1
+    write_clip(tmp_path / "r.wav", seed=6)  # a new reference, same path
+    assert score_batch(manifest, out, **kwargs)["processed"] == 1
+    result = json.loads((out / "x.json").read_text(encoding="utf-8"))
+    import hashlib
+
+    assert result["input_sha1"] == {"query": hashlib.sha1((tmp_path / "q.wav").read_bytes()).hexdigest(),
+                                    "refs": [hashlib.sha1((tmp_path / "r.wav").read_bytes()).hexdigest()]}
+    # the same manifest named from another folder: the same (absolute) paths, nothing to redo
+    monkeypatch.chdir(tmp_path)
+    again = score_batch(Path("m.jsonl"), out, **kwargs)
+    assert again["skipped_existing"] == 1 and again["processed"] == 0
+    assert Path(json.loads((out / "x.json").read_text(encoding="utf-8"))["query"]).is_absolute()
+
+
 def test_a_result_made_by_another_scorer_is_scored_again(tmp_path, models):
     """Results record the scorer's fingerprint: other heads or thresholds rescore, the same heads moved do not."""
     from leakloss.heads import HeadCard, MLPHead, save_head

@@ -375,6 +375,11 @@ def test_g2p_says_which_user_lexicon_entries_it_left_out(tmp_path):
     r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "--json", "नेपाल"])
     assert r.exit_code == 0 and "1 entry with no phones" in r.stderr and "line 2" in r.stderr
     assert json.loads(r.stdout.splitlines()[0])["source"] == "lexicon"
+    # a spelling given twice with other phones: the first wins, said (the second vanished without a word)
+    lex.write_text("नेकपा\tn e k ax p aa\nघर\tgh ax r\nनेकपा\tn e k p aa\nघर\tgh ax r\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "--json", "नेकपा"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["phones"] == ["n", "e", "k", "ʌ", "p", "aː"]
+    assert "1 entry left out" in r.stderr and "line 3 'नेकपा' (first on line 1)" in r.stderr, r.stderr  # not line 4
     lex.write_text("कखग\t\n", encoding="utf-8")
     assert_clean_error(runner.invoke(app, ["g2p", "--lexicon", str(lex), "घर"]), "no entry with phones")
     lex.write_text("", encoding="utf-8")
@@ -551,3 +556,25 @@ def test_an_output_link_into_a_missing_folder_is_refused_before_scoring(tmp_path
         _check_output_path(tmp_path / "dangling.html", "--html", (".html",))
     (tmp_path / "ok.html").symlink_to(tmp_path / "target.html")  # a link to a file that can be made: written through
     assert _check_output_path(tmp_path / "ok.html", "--html", (".html",)) == tmp_path / "ok.html"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["score", "x.wav", "--text", "x", "--bogus"], "No such option: --bogus (see `leakloss score --help`)"),
+    (["score"], "Missing argument 'query'. (see `leakloss score --help`)"),
+    (["nosuchcmd"], "No such command 'nosuchcmd'."),
+    (["demo", "--sentences", "nan"], "Invalid value for '--sentences'"),
+    (["g2p", "--lexicon"], "Option '--lexicon' requires an argument."),
+])
+def test_usage_errors_are_one_error_line(args, needle):
+    """Click's usage errors were a boxed 4-line report ('Usage: ... Try ... ╭─ Error ─╮')."""
+    r = runner.invoke(app, args, prog_name="leakloss")
+    assert_clean_error(r, needle)
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: "), r.stderr
+    assert r.stdout == ""
+
+
+def test_bare_leakloss_still_prints_its_help_and_help_exits_0():
+    r = runner.invoke(app, [], prog_name="leakloss")
+    assert r.exit_code == 2 and "Usage: leakloss" in r.output and "score" in r.output
+    r = runner.invoke(app, ["--help"], prog_name="leakloss")
+    assert r.exit_code == 0 and "Usage: leakloss" in r.stdout

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Mapping
@@ -134,7 +135,7 @@ def _parse_row(row: Mapping, path: Path, has_mos: bool) -> dict:
 def _find_word(result: Mapping, word: str, where: str) -> Mapping:
     """The result word a label refers to: by text, or by index written ``#3``."""
     words = result["words"]
-    if word.startswith("#") and word[1:].isdigit():
+    if re.fullmatch(r"#[0-9]+", word):  # ASCII digits: str.isdigit() also takes '²', which int() refuses
         hits = [w for w in words if w["index"] == int(word[1:])]
         if not hits:
             raise ListenerDataError(f"{where}: reading has no word with index {word[1:]}")

@@ -983,14 +983,21 @@ class NepaliFrontend:
         #: ``(line, spelling)`` of the ``lexicon_path`` entries left out for an empty phone column (the Google
         #: lexicon has some): a caller should say so
         self.lexicon_skipped: list[tuple[int, str]] = []
+        #: ``(line, spelling, first line)`` of the ``lexicon_path`` entries left out because the spelling came
+        #: earlier with other phones (the first wins; the Google lexicon has 8): a caller should say so
+        self.lexicon_repeated: list[tuple[int, str, int]] = []
         if lexicon_path is not None:
+            first_line: dict[str, int] = {}
             for lineno, word, phones in iter_lexicon(lexicon_path):
                 if phones is None:
                     self.lexicon_skipped.append((lineno, word))
-                else:
-                    # an entry that does not align to its spelling would decide its vowels as garbage
-                    check_lexicon_entry(lexicon_path, lineno, word, phones)
-                    self.lexicon.setdefault(word, phones)
+                    continue
+                # an entry that does not align to its spelling would decide its vowels as garbage
+                check_lexicon_entry(lexicon_path, lineno, word, phones)
+                if word not in self.lexicon:
+                    self.lexicon[word], first_line[word] = phones, lineno
+                elif self.lexicon[word] != phones:
+                    self.lexicon_repeated.append((lineno, word, first_line[word]))
             if not self.lexicon:
                 raise LexiconError(f"{lexicon_path}: no entry with phones"
                                    + (f" ({len(self.lexicon_skipped)} with an empty phone column)" if self.lexicon_skipped else ""))

@@ -164,6 +164,7 @@ def test_mos_undefined_is_a_note(tmp_path):
         ([("पानी", "r1", "L1", "rejected")], None, "'पानी' is not in the reading"),
         ([("र", "r3", "L1", "rejected")], None, "occurs 2 times.*#0, #2"),
         ([("#7", "r3", "L1", "rejected")], None, "no word with index 7"),
+        ([("#²", "r3", "L1", "rejected")], None, "word '#²' is not in the reading"),  # was int('²'): ValueError
         ([("नेकपा", "r1", "L1", "rejected")] * 2, None, "already labelled"),
         ([("नेकपा", "r1", "L1", "rejected", "6")], "word,reading,listener,label,mos", "mos must be between 1 and 5"),
         ([("नेकपा", "r1", "L1", "rejected", "good")], "word,reading,listener,label,mos", "mos must be a number"),
