@@ -564,6 +564,9 @@ def rerank(
                 and isinstance(row.get("candidates"), list) and row["candidates"]
                 and all(isinstance(c, str) and c for c in row["candidates"])):
             fail(f'{manifest}:{n}: need {{"text": "...", "candidates": ["a.wav", ...]}} with at least one path')
+        unknown = sorted(set(row) - {"text", "candidates"})
+        if unknown:  # a misspelt key vanished without a word (score-batch refuses them too)
+            fail(f"{manifest}:{n}: unknown field(s) {', '.join(map(repr, unknown))} (known: 'text', 'candidates')")
         problem = _text_problem(row["text"])
         if problem is not None:
             fail(f"{manifest}:{n}: text {problem}")
@@ -575,9 +578,12 @@ def rerank(
         waves = []
         for path in paths:
             try:
-                waves.append(load_audio(path)[0])
+                wave, info = load_audio(path)
             except AudioError as err:
                 fail(f"{manifest}:{n}: {err}")
+            waves.append(wave)
+            for w in info.warnings:  # downmixed, resampled, clipped: said, as by `score`
+                err_console.print(f"[yellow]warning:[/] {escape(f'{path}: {w}')}", soft_wrap=True)
         readings.append((text, waves))
     choices = rerank_readings(readings)
     if as_json:

@@ -57,6 +57,18 @@ def gates_pass(features: Tensor) -> Tensor:
         hindi_realised(features)
 
 
+def failed_gates(features: Tensor) -> list[str]:
+    """``[57]`` (one site, one recognizer) -> what :func:`gates_pass` found missing, in words (``[]`` if it passes)."""
+    out = []
+    if not bool(features[_I["margin_reference_max"]] < 0):
+        out.append("the reference does not prefer the Nepali form")
+    if not bool(features[_I["margin_query_min"]] > 0):
+        out.append("the query does not prefer the Hindi form in every crop")
+    if not bool(hindi_realised(features)):
+        out.append("the Hindi realisation is not heard in the query")
+    return out
+
+
 def check_thresholds(flag: float, no_change: float | None = None) -> None:
     """``ValueError`` unless ``flag`` (and ``no_change``) are finite numbers in [0, 1] with ``no_change <= flag``:
     a NaN or a flag threshold above 1 would silently flag nothing."""

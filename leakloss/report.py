@@ -55,7 +55,8 @@ _COLOURS = {
 }
 _MEANING = {
     "flagged": "the scorer hears the Hindi change at a tested vowel",
-    "uncertain": "score between the thresholds, or references disagree",
+    "uncertain": "score between the thresholds, a flag score whose gates failed, or references disagree "
+                 "(each site says which)",
     "no_change": "tested vowel sounds Nepali",
     "unscored": "tested vowel, but no trusted Nepali reference qualified",
     "not_tested": "no modelled Nepali/Hindi vowel contrast in this word",
@@ -170,7 +171,8 @@ def _sites_cell(sites: Sequence[Mapping]) -> str:
         rows.append(
             f"<tr><td>{_e(s['kind'])}</td><td>{_e(s['nepali'])} → {_e(hindi)}</td>"
             f'<td class="num">{score}</td><td>{_e(s["decision"])}</td>'
-            f'<td class="num">{s["references_used"]} ref</td></tr>'
+            f'<td class="num">{s["references_used"]} ref</td>'
+            + (f'<td class="meta">{_e(s["reason"])}</td>' if s.get("reason") else "") + "</tr>"
         )
     return f'<table class="sites">{"".join(rows)}</table>'
 

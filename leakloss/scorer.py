@@ -35,7 +35,8 @@ from torch import Tensor
 from leakloss.acoustic.features import EvidenceExtractor, UtteranceEvidence, site_feature_vector
 from leakloss.audio import AudioError, AudioInfo, load_audio, prepare_waveform
 from leakloss.constants import SAMPLE_RATE
-from leakloss.decision import combine_references, gates_pass, reference_qualifies, site_decision, word_decision
+from leakloss.decision import (combine_references, failed_gates, gates_pass, reference_qualifies, site_decision,
+                               word_decision)
 from leakloss.heads import load_head
 from leakloss.schema import KINDS
 from leakloss.text.phones import canonical
@@ -383,7 +384,7 @@ class Scorer:
                    for k in ("a", "b") if not (q_ev[k].ok and key in q_ev[k].sites)]
             out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(dict.fromkeys(why))})"  # once when a is b
             return out
-        decisions, scores = [], []
+        decisions, scores, notes = [], [], []
         for r in ref_evs:
             if not all(r[k].ok and key in r[k].sites for k in ("a", "b")):
                 continue
@@ -394,11 +395,26 @@ class Scorer:
             gates = bool(gates_pass(feats["a"])) and bool(gates_pass(feats["b"]))
             decisions.append(site_decision(score, gates, flag=self.flag, no_change=self.no_change))
             scores.append(score)
+            if decisions[-1] == "uncertain":
+                notes.append(self._uncertain_note(score, feats))
         out["references_used"] = len(decisions)
         if decisions:
             out["score"] = round(min(scores) if combine_references(decisions) != "uncertain" else sum(scores) / len(scores), 4)
         out["decision"] = combine_references(decisions)
+        if out["decision"] == "uncertain":  # say which way: a score of 1.00 marked uncertain read as a contradiction
+            if len(set(decisions)) > 1:
+                out["reason"] = "the references disagree (" + ", ".join(decisions) + ")"
+            else:
+                out["reason"] = "; ".join(dict.fromkeys(notes))
         return out
+
+    def _uncertain_note(self, score: float, feats: dict) -> str:
+        """Why one reference left a site uncertain: a score between the thresholds, or a gate that failed."""
+        if score < self.flag:
+            return f"score {score:.2f} between the no-change ({self.no_change:.2f}) and flag ({self.flag:.2f}) thresholds"
+        failed = [f"recognizer {self.recognizers[k].name.split('@', 1)[0]}: {why}"
+                  for k in ("a", "b") for why in failed_gates(feats[k])]
+        return f"score {score:.2f} is above the flag threshold ({self.flag:.2f}) but a gate failed ({'; '.join(failed)})"
 
     @staticmethod
     def _word_json(w, alignment, sites: list[dict], decision: str, spoken_index: int | None = None) -> dict:

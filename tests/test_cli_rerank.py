@@ -33,9 +33,17 @@ def test_the_intelligible_reading_is_kept_over_noise_and_another_text(tmp_path):
                                     {"text": TEXT, "candidates": ["noise.wav"]}])
     out = runner.invoke(app, ["rerank", manifest, "--json"])
     assert out.exit_code == 0, out.output
-    first, second = (json.loads(line) for line in out.output.strip().splitlines())
+    assert out.stderr == ""
+    first, second = (json.loads(line) for line in out.stdout.strip().splitlines())
     assert first["best"].endswith("good.wav") and first["reward"] > 0 and "candidate 1 of 3" in first["reason"]
     assert second["best"] is None and second["reward"] == 0.0 and "no candidate could be judged" in second["reason"]
+    # a candidate's audio warnings (downmixed here) are said, as by `score` (they were dropped)
+    sf.write(tmp_path / "good_stereo.wav", np.stack([speak_text(TEXT, HELDOUT_TEACHER_VOICE).waveform.numpy()] * 2, 1),
+             SAMPLE_RATE)
+    stereo = _manifest(tmp_path, [{"text": TEXT, "candidates": ["good_stereo.wav"]}])
+    out = runner.invoke(app, ["rerank", stereo, "--json"])
+    assert out.exit_code == 0 and "warning:" in out.stderr and "good_stereo.wav" in out.stderr, out.output
+    assert "channel" in out.stderr
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -43,6 +51,7 @@ def test_the_intelligible_reading_is_kept_over_noise_and_another_text(tmp_path):
     (['{"text": "आज", "candidates": []}'], "at least one path"),
     (['{"text": "आज", "candidates": ["missing.wav"]}'], "missing.wav"),
     (["{not json"], "not JSON"),
+    (['{"text": "आज", "candidates": ["a.wav"], "cadidates": ["b.wav"]}'], "unknown field(s) 'cadidates'"),
     ([""], "no line to rerank"),
 ])
 def test_bad_manifests_are_errors_before_any_scoring(tmp_path, rows, message):

@@ -357,3 +357,44 @@ def test_heads_trained_on_other_recognizer_weights_are_said_in_every_result(tmp_
     from leakloss.schema import validate_result
 
     validate_result(result)
+
+
+@needs_embedded
+@pytest.mark.parametrize("flag, no_change, needle", [
+    (0.0, 0.0, "is above the flag threshold (0.00) but a gate failed (recognizer "),  # every score flags or is gated
+    (1.0, 0.0, "between the no-change (0.00) and flag (1.00) thresholds"),  # every score lies between
+])
+def test_every_uncertain_site_says_why(clips, flag, no_change, needle):
+    """A site of score 1.00 was 'uncertain' with no reason (its gates had failed; nothing said so)."""
+    scorer = Scorer(flag_threshold=flag, no_change_threshold=no_change)
+    result = scorer.score(clips["teacher"], TEXT, [clips["ref"]])  # a Nepali reading: its gates fail
+    sites = [s for w in result["words"] for s in w["sites"] if s["decision"] == "uncertain"]
+    assert sites, result["words"]
+    for s in sites:
+        assert needle in s["reason"] or s["reason"].startswith("the references disagree ("), s
+    from leakloss.schema import validate_result
+
+    validate_result(result)
+    for s in (s for w in result["words"] for s in w["sites"] if s["decision"] == "flagged"):
+        assert "reason" not in s
+
+
+def test_failed_gates_names_exactly_what_gates_pass_misses():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from leakloss.acoustic.features import FEATURE_NAMES
+    from leakloss.decision import failed_gates, gates_pass
+
+    index = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    names = ("margin_reference_max", "margin_query_min", "query_nepali_peak", "query_hindi_peak", "kind_deletion")
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.tuples(*[st.floats(-6, 6) for _ in names]))
+    def check(values):
+        x = torch.zeros(len(FEATURE_NAMES))
+        for n, v in zip(names, values):
+            x[index[n]] = v
+        assert (failed_gates(x) == []) == bool(gates_pass(x))
+
+    check()

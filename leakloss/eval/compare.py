@@ -7,7 +7,8 @@ that resamples whole sentences (readings of one sentence in several voices are n
 independent: the same text invites the same slip).
 
 Counted words ("units"): the words marked ``"key": true`` in a reading; a reading with no
-key word contributes every word the scorer tested (decision other than ``not_tested``).
+key word contributes every word the scorer tested (decision other than ``not_tested``), and its
+not-tested words are counted beside the rate.
 A rate counts the units the scorer judged (:data:`leakloss.schema.TESTED`: flagged, uncertain,
 no_change); uncertain ones are in the total, never flags; unscored and not-tested key words are
 reported beside the rate, never in it (counting them as "not flagged" would lower it). Words and
@@ -144,6 +145,8 @@ def _system_summary(name: str, folder: Path) -> dict:
         # Sentence = the cluster; a sentence_id survives edits to punctuation, the text is the fallback.
         sentence = r.get("sentence_id") or unicodedata.normalize("NFC", r["text"])
         decisions.update(w["decision"] for w in units)
+        if not marked:  # every tested word counts: its not-tested words are the ones beside the rate
+            decisions["not_tested"] += sum(w["decision"] == "not_tested" for w in r["words"])
         judged = [w for w in units if w["decision"] in TESTED]
         if not judged:
             no_unit.append(f.name)

@@ -315,3 +315,16 @@ def test_words_and_sentences_are_compared_in_nfc(tmp_path):
     s = compare_results({"a": write_dir(tmp_path / "a", [a, b])})["systems"]["a"]
     assert list(s["by_word"]) == [nfc]  # NFC composes न + nukta into ऩ
     assert next(iter(s["by_word"].values()))["text"] == "1 of 2 (50.0%)" and s["sentences"] == 1
+
+
+def test_not_tested_words_of_readings_without_key_words_are_counted_beside_the_rate(tmp_path):
+    """score/score-batch results mark no key word: the not-tested column was 0 by construction."""
+    results = []
+    for i in range(3):
+        r = reading("flagged", f"s{i}")
+        for w in r["words"]:
+            w.pop("key", None)
+        results.append(r)
+    s = compare_results({"a": write_dir(tmp_path / "a", results)})["systems"]["a"]
+    assert s["key_flagged"]["text"] == "6 of 6 (100.0%)"  # नेकपा and आए of each reading; आज is not tested
+    assert s["decisions"]["not_tested"] == 3
