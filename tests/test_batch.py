@@ -106,6 +106,14 @@ def test_every_bad_line_is_reported_at_once(tmp_path):
     assert "duplicate id 'ok'" in msg
 
 
+def test_an_unknown_field_does_not_hide_the_other_problems_of_its_line(tmp_path):
+    """A fix-rerun cycle took two rounds: the unknown field was the only problem said for its line."""
+    path = write_manifest(tmp_path / "m.jsonl", ['{"id": "x", "query": "q.wav", "text": "hello", "refs": [], "sytem": 1}'])
+    with pytest.raises(BatchManifestError) as err:
+        read_batch_manifest(path)
+    assert "unknown field(s) 'sytem'" in str(err.value) and "'text' has no Devanagari word" in str(err.value)
+
+
 def test_empty_manifest_is_an_error(tmp_path):
     with pytest.raises(BatchManifestError, match="no items"):
         read_batch_manifest(write_manifest(tmp_path / "m.jsonl", ["", "  "]))

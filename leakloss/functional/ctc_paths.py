@@ -43,6 +43,7 @@ import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -174,8 +175,13 @@ def _lattice(log_probs: Tensor, allowed: Tensor, frame_lengths: Tensor, path_len
     b, t, v = log_probs.shape
     s = allowed.shape[1]
     n = 2 * s + 1
-    if not 0 <= blank < v:
-        raise ValueError(f"blank={blank} is outside the vocabulary of size {v}")
+    try:  # int, numpy or 0-d integer tensor ids; True is not token 1
+        blank_id = None if isinstance(blank, bool) else operator.index(blank)
+    except TypeError:
+        blank_id = None
+    if blank_id is None or not 0 <= blank_id < v:
+        raise ValueError(f"blank={blank!r} is not a token id of the vocabulary of size {v}")
+    blank = blank_id
     device = log_probs.device
     frame_lengths = frame_lengths.to(device=device, dtype=torch.long)
     path_lengths = path_lengths.to(device=device, dtype=torch.long)
@@ -377,6 +383,8 @@ def paths_from_token_sets(token_sets: Sequence[Sequence[Sequence[int]]], vocab_s
     Returns:
         ``(allowed [b, s_max, v] bool, path_lengths [b] long)``; padding positions are empty.
     """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a whole number >= 1, got {vocab_size!r}")
     b = len(token_sets)
     s_max = max((len(p) for p in token_sets), default=0)
     allowed = torch.zeros(b, s_max, vocab_size, dtype=torch.bool)

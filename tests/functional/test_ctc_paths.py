@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -656,3 +657,16 @@ def test_a_non_log_probability_in_a_valid_frame_keeps_score_and_gradient_finite(
     ref = torch.randn(2, 12, 6).log_softmax(-1)[1:]
     torch.testing.assert_close(ll[1:], ctc_set_log_likelihood(ref, allowed[1:], torch.tensor([12]),
                                                               path_lengths[1:]))  # the other item is untouched
+
+
+def test_a_blank_or_vocab_size_that_is_not_a_token_id_is_a_value_error():
+    """blank=True gave a RuntimeError deep in the lattice; vocab_size=-1 one from torch.zeros."""
+    lp = torch.randn(1, 4, 5).log_softmax(-1)
+    allowed, lengths = paths_from_token_sets([[[1], [2]]], 5)
+    for blank in (True, 1.5, 5, -1, "0"):
+        with pytest.raises(ValueError, match="is not a token id"):
+            ctc_set_log_likelihood(lp, allowed, torch.tensor([4]), lengths, blank=blank)
+    assert torch.isfinite(ctc_set_log_likelihood(lp, allowed, torch.tensor([4]), lengths, blank=np.int64(0))).all()
+    for size in (-1, 0, True, 2.0):
+        with pytest.raises(ValueError, match="vocab_size must be a whole number"):
+            paths_from_token_sets([], size)
