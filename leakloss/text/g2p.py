@@ -1065,7 +1065,9 @@ class NepaliFrontend:
                            for k, kk, p, f in zip(plan.slots, kept, p_keep, forced))
             return Pronunciation(norm, plan_phones(plan, kept), "model", self.retention.confidence(prob),  # type: ignore[arg-type]
                                  vowels, prob)
-        vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") for k, kk in zip(plan.slots, plan.rule_kept))
+        # an independent अ is always said (the phones have it): its slot is decided like a final schwa otherwise
+        vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk or plan.units[k].cons is None, "rule")
+                       for k, kk in zip(plan.slots, plan.rule_kept))
         if suffixes:
             phones, conf = rule_pronounce(stem)
             if suffixes[0] in _UNSURE_STEM_SUFFIXES:

@@ -301,3 +301,36 @@ def test_lexicon_phones_in_nfc_are_the_same_phones(tmp_path):
     f = tmp_path / "lex.tsv"
     f.write_text("सिंह\ts \u0129 h\n", encoding="utf-8")
     assert load_lexicon(f)["सिंह"] == ("s", "i\u0303", "h")
+
+
+_LETTERS = "कखगघचछजझटठडढणतथदधनपफबभमयरलवशषसहअआइईउऊएऐओऔ"
+_SIGNS = ["", "", "", "ा", "ि", "ी", "ु", "ू", "े", "ै", "ो", "ौ", "्", "ं", "ँ"]
+
+
+@pytest.mark.parametrize("retention", [None, "shipped"])
+def test_every_vowel_decision_says_what_the_phones_say(retention):
+    """The rules reported a word-final independent अ (कअ, जिशिअ) as dropped although its phones say it."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern
+    from leakloss.text.normalize import TextError
+
+    fe = NepaliFrontend(use_builtin_exceptions=False, retention=retention)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(_LETTERS), st.sampled_from(_SIGNS)), min_size=1, max_size=6))
+    def check(parts):
+        word = "".join(a + b for a, b in parts)
+        try:
+            pron = fe.pronounce(word)
+        except TextError:
+            return
+        pattern = inherent_vowel_pattern(pron.word, pron.phones)
+        if pattern is not None:
+            assert tuple(v.kept for v in pron.vowels) == pattern, (word, pron)
+
+    check()
+    for word in ("कअ", "काअ", "जिशिअ"):
+        pron = fe.pronounce(word)
+        assert pron.vowels[-1].kept and pron.phones[-1] == "ʌ"
