@@ -494,7 +494,7 @@ def iter_lexicon(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int
     raise :class:`LexiconError` naming the file and line. See :func:`load_lexicon`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is no part of the first line
     except (OSError, UnicodeDecodeError) as e:
         raise LexiconError(f"cannot read lexicon {path}: {e}") from None
     for lineno, line in enumerate(text_lines(text), 1):

@@ -334,3 +334,12 @@ def test_every_vowel_decision_says_what_the_phones_say(retention):
     for word in ("कअ", "काअ", "जिशिअ"):
         pron = fe.pronounce(word)
         assert pron.vowels[-1].kept and pron.phones[-1] == "ʌ"
+
+
+def test_a_lexicon_with_a_byte_order_mark_before_a_comment_reads(tmp_path):
+    """'\\ufeff# comment' was read as an entry: "expected 'spelling<TAB>phones'"."""
+    from leakloss.text.g2p import load_lexicon
+
+    path = tmp_path / "lex.tsv"
+    path.write_bytes("\ufeff# my words\nकम\tk ʌ m\n".encode("utf-8"))
+    assert load_lexicon(path) == {"कम": ("k", "ʌ", "m")}
