@@ -52,8 +52,9 @@ def check_text_length(text: str) -> None:
 NUKTA = "\u093c"
 _INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060"), None)
 _WS = re.compile(r"\s+")
-# ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit.
-_COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):(?![0-9\u0966-\u096f])")
+# ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit. A run
+# of colons is one visarga (as a doubled sign is one), taken in one pass: one colon a pass was quadratic.
+_COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):+(?![0-9\u0966-\u096f])")
 
 _DOUBLED_SIGN = re.compile(r"([\u0900-\u0903\u093c\u093e-\u094d])\1+")
 _VIRAMA_MATRA = re.compile(r"\u094d([\u093e-\u094c])")
