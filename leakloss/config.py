@@ -65,3 +65,23 @@ def exit_on_bad_overrides(config_name: str) -> None:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+
+
+def instantiate_setting(node, key: str, **kwargs):
+    """``hydra.utils.instantiate(node, **kwargs)``; a target that refuses its arguments (``dim=0``, a class
+    that does not exist) is a :class:`leakloss.checks.SettingsError` naming ``key`` and the first line of the
+    cause, not Hydra's report: entry points call it before any data is built."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from leakloss.checks import SettingsError, first_line
+
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__ or err
+        text = first_line(cause) or first_line(err)
+        if text.endswith(":"):  # "Error loading 'nope.Nope':" says why on its next line
+            text = " ".join(line.strip() for line in str(cause).splitlines()[:2])
+        raise SettingsError(f"{key}: {type(cause).__name__}: {text}") from None
+

@@ -113,6 +113,11 @@ class MelToWave(nn.Module):
         from vocos.heads import ISTFTHead
         from vocos.models import VocosBackbone
 
+        for name, value in (("dim", dim), ("num_layers", num_layers), ("intermediate_dim", intermediate_dim)):
+            if value is None and name == "intermediate_dim":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         with torch.random.fork_rng():  # seed locally, leave the global RNG stream untouched
             torch.manual_seed(seed)
             backbone = VocosBackbone(input_channels=MEL_BINS, dim=dim, intermediate_dim=intermediate_dim or 2 * dim,

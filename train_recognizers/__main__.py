@@ -27,7 +27,7 @@ from leakloss.acoustic.recognizer_training import (
 from leakloss.checks import (
     ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
 )
-from leakloss.config import config_dir
+from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech.corpus import (
     ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
 )
@@ -71,6 +71,7 @@ def main(cfg: DictConfig) -> None:
     start = time.time()
     try:  # before anything is built or saved: a bad run must never replace a shipped recognizer
         check_settings(cfg)
+        arch = instantiate_setting(cfg.recognizer_arch.arch, "recognizer_arch.arch")
         sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
         train, held = split_for_training(sentences, cfg.heldout_fraction)
     except (SettingsError, ResumeError, SentenceFileError) as err:
@@ -86,7 +87,6 @@ def main(cfg: DictConfig) -> None:
     dataset = CorpusCTCDataset(corpus, corpus.items, vocab, augment=True, seed=seed)
     sampler = LengthBucketSampler([i.duration for i in corpus.items], cfg.batch_size, seed=seed)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_ctc, num_workers=0)
-    arch = instantiate(cfg.recognizer_arch.arch)
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                               total_steps=cfg.max_steps, budget_minutes=cfg.max_minutes)
     if cfg.get("init_from"):  # continue from a saved recognizer (same vocabulary), e.g. to extend a budget

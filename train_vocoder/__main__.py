@@ -22,14 +22,13 @@ from pathlib import Path
 import hydra
 import torch
 import torchaudio.functional as AF
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor
 
 from leakloss.acoustic.recognizer import Recognizer
 from leakloss.atomic import output_folder_problem
 from leakloss.checks import SettingsError, UntrainedError, check_config, check_trained
-from leakloss.config import config_dir
+from leakloss.config import config_dir, instantiate_setting
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech.corpus import builtin_sentences, split_sentences
@@ -130,6 +129,7 @@ def run(cfg: DictConfig) -> dict:
         UntrainedError: no step ran, or the weights hold NaN/Inf (nothing saved).
     """
     check_settings(cfg)
+    vocoder = instantiate_setting(cfg.vocoder, "vocoder")  # before the audio is synthesised
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -138,7 +138,6 @@ def run(cfg: DictConfig) -> dict:
     waves = readings(train, list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES), cfg.audio_minutes * 60)
     print(f"{len(waves)} readings, {sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60:.1f} min, "
           f"{time.time() - start:.0f}s", flush=True)
-    vocoder = instantiate(cfg.vocoder)
     opt = torch.optim.AdamW(vocoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     budget, fit_start, step = cfg.minutes * 60, time.time(), 0
     for wave in batches(waves, cfg.batch, cfg.frames, rng):

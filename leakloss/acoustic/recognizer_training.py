@@ -36,6 +36,16 @@ class RecognizerArchitecture:
     pos_conv_kernel: int = 32
     pos_conv_groups: int = 8
 
+    def __post_init__(self) -> None:  # a 0-layer or 0-width model built, trained and shipped without a word
+        for name in ("conv_channels", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "pos_conv_kernel", "pos_conv_groups"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        for name in ("num_heads", "pos_conv_groups"):
+            if self.hidden_size % getattr(self, name):
+                raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by {name} ({getattr(self, name)})")
+
 
 def build_vocab(label_sequences: Sequence[Sequence[str]]) -> dict[str, int]:
     """Blank first, then every canonical phone seen or in the Nepali inventory, then ``<unk>``."""

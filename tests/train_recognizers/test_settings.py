@@ -110,6 +110,13 @@ def test_whisper_resume_with_a_changed_corpus_is_one_error_line_before_the_corpu
 @pytest.mark.parametrize("module, args, message", [
     ("train_recognizers", ["batch_size=0"], "error: batch_size must be a whole number >= 1, got 0"),
     ("train_recognizers", ["roles=[bogus]"], "error: roles must be a list of"),
+    # the architecture: a traceback after the corpus was built, or a 0-layer model saved
+    ("train_recognizers", ["recognizer_arch.arch.hidden_size=0"],
+     "error: recognizer_arch.arch: ValueError: hidden_size must be a whole number >= 1, got 0"),
+    ("train_recognizers", ["recognizer_arch.arch.num_heads=5"],
+     "error: recognizer_arch.arch: ValueError: hidden_size (256) must be divisible by num_heads (5)"),
+    ("train_recognizers", ["recognizer_arch.arch.num_layers=-1"],
+     "error: recognizer_arch.arch: ValueError: num_layers must be a whole number >= 1, got -1"),
     ("train_recognizers.whisper", ["recorded_voices=[nobody]"], "error: unknown recorded voice 'nobody'"),
 ])
 def test_entry_points_print_one_error_line_and_exit_2(tmp_path, module, args, message):

@@ -30,6 +30,11 @@ def test_train_vocoder_writes_a_loadable_vocoder(tmp_path):
     ("lr=nan", r"lr must be a finite number in \(0, inf\), got nan"),
     ("minutes=-1", r"minutes must be a finite number in \(0, inf\)"),
     ("frames=0", r"frames must be a whole number >= 1"),
+    # the model's own settings: were Hydra's report (exit 1) after the audio was synthesised
+    ("vocoder.dim=0", r"vocoder: ValueError: dim must be a whole number >= 1, got 0"),
+    ("vocoder.num_layers=-1", r"vocoder: ValueError: num_layers must be a whole number >= 1, got -1"),
+    ("vocoder.intermediate_dim=abc", r"vocoder: ValueError: intermediate_dim must be a whole number >= 1, got 'abc'"),
+    ("vocoder._target_=nope.Nope", r"vocoder: ImportError: Error loading 'nope.Nope': ModuleNotFoundError"),
 ])
 def test_settings_that_cannot_work_are_refused_before_any_audio(override, message, monkeypatch):
     import train_vocoder.__main__ as entry
