@@ -7,10 +7,11 @@ kept as it was). Every artefact leakloss writes (audio, heads, recognizers, cach
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,20 +81,50 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def foreign_entries(path: str | Path, owned: Sequence[str]) -> list[str]:
+    """The names in folder ``path`` that match none of the ``owned`` patterns (``fnmatch``, e.g. ``*.json``):
+    what replacing the folder with a new output would delete although the output never wrote it."""
+    p = Path(path)
+    if not p.is_dir():
+        return []
+    return sorted(e.name for e in p.iterdir()
+                  if e.is_dir() or not any(fnmatch.fnmatchcase(e.name, pattern) for pattern in owned))
+
+
+def replace_problem(path: str | Path, owned: Sequence[str]) -> str | None:
+    """Why an output folder ``path`` must not be replaced (None: absent, empty, or holding only ``owned``
+    files, e.g. an earlier run's output): a mistaken ``out_dir=.`` would delete the folder's other files."""
+    foreign = foreign_entries(path, owned)
+    if not foreign:
+        return None
+    shown = ", ".join(repr(n) for n in foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+    return (f"{path} holds {shown}, which this output does not write; it replaces the whole folder: give an "
+            "empty or new folder, or an earlier output")
+
+
+class FolderNotOursError(FileExistsError):
+    """An output folder holds files the output does not own (:func:`replace_problem`): it is not replaced."""
+
+
 @contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> Iterator[Path]:
     """``with atomic_directory(out) as tmp: <write files into tmp>``: ``out`` appears whole or not at all.
 
     The files are written into a fresh temporary folder beside ``out``; on success it takes ``out``'s
     place (an existing ``out`` folder is replaced), on any error it is removed and ``out`` is left as it was.
 
+    ``owned``: the output's file-name patterns; an existing ``out`` holding anything else is refused.
+
     Raises:
         NotADirectoryError: ``out`` exists and is not a folder (a file there was deleted and replaced), before
             anything is written.
+        FolderNotOursError: ``owned`` is given and ``out`` holds other files, before anything is written.
     """
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder: it is not replaced", str(p))
+    if owned is not None and (problem := replace_problem(p, owned)) is not None:
+        raise FolderNotOursError(errno.EEXIST, problem)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent))
     try:

