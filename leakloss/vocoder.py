@@ -16,7 +16,9 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-from leakloss.constants import MEL_BINS, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.checks import first_line
+from leakloss.constants import (MEL_BINS, MEL_DESCRIPTION, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE,
+                                SAMPLE_RATE)
 
 EMBEDDED_VOCODER = Path(__file__).resolve().parent / "assets" / "vocoder" / "tiny"
 
@@ -144,12 +146,22 @@ class MelToWave(nn.Module):
         card_path, weights = path.with_suffix(".json"), path.with_suffix(".safetensors")
         if not card_path.exists() or not weights.exists():
             raise FileNotFoundError(f"no vocoder at {path} (.json + .safetensors); train one: python -m train_vocoder")
-        card = json.loads(card_path.read_text(encoding="utf-8"))
+        card = _read_vocoder_card(card_path)
         backbone = VocosBackbone(input_channels=card["n_mels"], dim=card["dim"],
                                  intermediate_dim=card["intermediate_dim"], num_layers=card["num_layers"])
         head = ISTFTHead(dim=card["dim"], n_fft=card["n_fft"], hop_length=card["hop_length"], padding="same")
         model = cls(backbone, head)
-        model.load_state_dict(load_file(str(weights)))
+        try:
+            state = load_file(str(weights))
+        except Exception as err:  # SafetensorError (its own kind), OSError: a truncated or foreign file
+            raise VocoderLoadError(f"{weights}: not readable safetensors ({first_line(err) or type(err).__name__})") from None
+        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise VocoderLoadError(f"{weights}: weights hold NaN/Inf ({', '.join(bad[:3])})")
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as err:  # missing, unexpected or mis-shaped weights for the card's sizes
+            raise VocoderLoadError(f"{weights}: the weights do not fit the card's sizes ({first_line(err)})") from None
         model.card = card
         return model
 
@@ -163,6 +175,31 @@ class MelToWave(nn.Module):
         if self.sample_rate_out == self.sample_rate_in:
             return wave_24k
         return AF.resample(wave_24k, self.sample_rate_in, self.sample_rate_out)
+
+
+class VocoderLoadError(ValueError):
+    """A vocoder file pair that cannot be loaded: an unreadable or incomplete card, sizes the mel front end
+    does not use, or weights that are damaged or do not fit the card."""
+
+
+def _read_vocoder_card(path: Path) -> dict:
+    """The card of a saved vocoder, checked: its sizes build the model and its mel settings are this code's."""
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise VocoderLoadError(f"{path}: not a readable vocoder card ({first_line(err)})") from None
+    if not isinstance(card, dict):
+        raise VocoderLoadError(f"{path}: a vocoder card is a JSON object, got {type(card).__name__}")
+    for key in ("dim", "intermediate_dim", "num_layers", "n_mels", "n_fft", "hop_length"):
+        value = card.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise VocoderLoadError(f"{path}: {key} must be a whole number >= 1, got {value!r}")
+    # the mel front end (leakloss.constants) is fixed: weights fitted to other mels would vocode garbage
+    for key, want in (("n_mels", MEL_BINS), ("n_fft", MEL_N_FFT), ("hop_length", MEL_HOP),
+                      ("sample_rate", MEL_SAMPLE_RATE)):
+        if card.get(key, want) != want:
+            raise VocoderLoadError(f"{path}: {key} is {card[key]!r}, but the mel front end uses {want} ({MEL_DESCRIPTION})")
+    return card
 
 
 def save_vocoder(path: str | os.PathLike, vocoder: MelToWave, card: dict) -> None:

@@ -133,3 +133,43 @@ def test_silence_past_lengths_writes_silent_frames_over_padding_and_a_tail():
     assert bool((out[1, 2:] == math.log(MEL_FLOOR)).all()) and bool((out[0, 6:] == math.log(MEL_FLOOR)).all())
     out.sum().backward()
     assert bool((mels.grad[1, 2:] == 0).all()) and bool((mels.grad[1, :2] == 1).all())
+
+
+_CARD = {"dim": 16, "intermediate_dim": 48, "num_layers": 1, "n_fft": 1024, "hop_length": 256, "n_mels": 100,
+         "sample_rate": 24000}
+
+
+@pytest.mark.parametrize("damage, message", [
+    ({"dim": None}, "dim must be a whole number >= 1, got None"),  # was KeyError 'dim'
+    ({"dim": "16"}, "dim must be a whole number >= 1, got '16'"),  # was "not all arguments converted"
+    ({"num_layers": 1.5}, "num_layers must be a whole number"),
+    ({"hop_length": 128}, "hop_length is 128, but the mel front end uses 256"),  # loaded and vocoded garbage
+    ({"sample_rate": 16000}, "sample_rate is 16000, but the mel front end uses 24000"),
+    ({"dim": 32}, "the weights do not fit the card's sizes"),  # was a multi-line RuntimeError
+    ("[1, 2]", "a vocoder card is a JSON object, got list"),
+    ("{not json", "not a readable vocoder card"),
+    ("weights:truncated", "not readable safetensors"),
+    ("weights:nan", "weights hold NaN/Inf"),
+])
+def test_a_damaged_vocoder_is_a_typed_load_error(tmp_path, damage, message) -> None:
+    from leakloss.vocoder import VocoderLoadError
+
+    vocoder = MelToWave.tiny(0, dim=16, num_layers=1, intermediate_dim=48)
+    save_vocoder(tmp_path / "v", vocoder, _CARD)
+    MelToWave.embedded(tmp_path / "v")  # the undamaged pair loads
+    if isinstance(damage, dict):
+        card = {k: v for k, v in (_CARD | damage).items() if v is not None}
+        (tmp_path / "v.json").write_text(__import__("json").dumps(card), encoding="utf-8")
+    elif damage == "weights:truncated":
+        data = (tmp_path / "v.safetensors").read_bytes()
+        (tmp_path / "v.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "weights:nan":
+        state = {k: v.clone() for k, v in vocoder.state_dict().items()}
+        next(v for v in state.values() if v.is_floating_point()).view(-1)[0] = float("nan")
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "v.safetensors"))
+    else:
+        (tmp_path / "v.json").write_text(damage, encoding="utf-8")
+    with pytest.raises(VocoderLoadError, match=message):
+        MelToWave.embedded(tmp_path / "v")
