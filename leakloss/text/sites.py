@@ -164,6 +164,9 @@ def find_sites(
         return []
     if nepali and hindi and not is_vowel(nepali[0]) and is_vowel(hindi[0]):
         return []
+    for name, value in (("confidence", confidence), ("min_confidence", min_confidence)):
+        if value not in CONFIDENCE_ORDER:  # a bare KeyError('HIGH') before
+            raise ValueError(f"{name} must be one of {list(CONFIDENCE_ORDER)}, got {value!r}")
     testable = CONFIDENCE_ORDER[confidence] >= CONFIDENCE_ORDER[min_confidence]
     sites = []
     for i, j in align_phones(nepali, hindi, phoneset):

@@ -208,3 +208,12 @@ def test_a_text_of_only_misspelt_words_says_why_it_has_none_to_score():
     reason = no_word_reason(SiteFinder()("कािी"))
     assert reason.startswith("no Devanagari word to score (all words skipped: cannot be pronounced: sign 'ि'")
     assert "cannot be pronounced" in _text_problem("कािी")
+
+
+def test_find_sites_refuses_an_unknown_confidence_by_name():
+    from leakloss.text.sites import find_sites
+
+    with pytest.raises(ValueError, match=r"confidence must be one of \['low', 'medium', 'high'\], got 'HIGH'"):
+        find_sites(["k", "ʌ"], ["k"], confidence="HIGH")
+    with pytest.raises(ValueError, match=r"min_confidence must be one of .*got 'x'"):
+        find_sites(["k", "ʌ"], ["k"], confidence="high", min_confidence="x")
