@@ -446,15 +446,45 @@ class RetentionModel:
             for r, cats in enumerate(spec["cat_left"]):
                 self.cat_left[r, cats] = True
             self.depth = int(spec["max_depth"])
+            self._check_tables(source, n_cat_values)
         except RetentionModelError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise RetentionModelError(f"{source}: malformed retention model ({type(e).__name__}: {e})") from None
         # leaves loop on themselves so that a fixed number of steps reaches every leaf
         ids = np.broadcast_to(np.arange(width), (t_n, width))
         self.left = np.where(self.leaf, ids, self.left)
         self.right = np.where(self.leaf, ids, self.right)
         self.card: dict = spec.get("card", {})
+
+    def _check_tables(self, source: str, n_cat_values: int) -> None:
+        """Every index a tree walk follows is in range, the thresholds are complete: a malformed file is refused
+        here, not as an IndexError / KeyError at the first word (or an 11 s walk of a huge ``max_depth``)."""
+        width = self.feature.shape[1]
+        inner = ~self.leaf
+        problems = []
+        if not set(self.thresholds) >= {"high", "medium"}:
+            problems.append(f"thresholds must name 'high' and 'medium', got {sorted(self.thresholds)}")
+        if any(not np.isfinite(v) or not 0.0 <= v <= 1.0 for v in self.thresholds.values()):
+            problems.append(f"thresholds must be probabilities, got {self.thresholds}")
+        if not np.isfinite(self.baseline):
+            problems.append(f"baseline must be finite, got {self.baseline}")
+        if ((self.feature[inner] < 0) | (self.feature[inner] >= len(FEATURE_NAMES))).any():
+            problems.append(f"a node's feature index is outside [0, {len(FEATURE_NAMES)})")
+        for name, table in (("left", self.left), ("right", self.right)):
+            if ((table[inner] < 0) | (table[inner] >= width)).any():
+                problems.append(f"a node's {name} child is outside its tree")
+        cat_nodes = inner & (self.cat >= 0)
+        if (self.cat[cat_nodes] >= self.cat_left.shape[0]).any():
+            problems.append("a categorical node's category row is outside cat_left")
+        if not 1 <= self.depth <= width:
+            problems.append(f"max_depth must be in [1, {width}] (the largest tree's nodes), got {self.depth}")
+        if n_cat_values < 1:
+            problems.append(f"n_cat_values must be >= 1, got {n_cat_values}")
+        if not (np.isfinite(self.value).all() and np.isfinite(self.threshold[inner & (self.cat < 0)]).all()):
+            problems.append("leaf values and thresholds must be finite")
+        if problems:
+            raise RetentionModelError(f"{source}: malformed retention model ({'; '.join(problems)})")
 
     def raw(self, x: np.ndarray) -> np.ndarray:
         """Log-odds of keeping: ``x [rows, features] -> [rows]``."""

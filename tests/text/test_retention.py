@@ -238,3 +238,30 @@ def test_model_beats_the_rules_on_held_out_words(model_fe, rules):
         high_ok += good and pm.confidence == "high"
     assert ok["model"] / len(sample) >= 0.95 and ok["model"] > ok["rules"] + 30
     assert high_ok / high >= 0.99
+
+
+def _mutated(mutate):
+    import copy
+
+    spec = copy.deepcopy(json.loads(SHIPPED_MODEL.read_text(encoding="utf-8")))
+    mutate(spec)
+    return spec
+
+
+def _first_inner(spec):
+    tree = spec["trees"][0]
+    return tree, next(i for i, left in enumerate(tree["left"]) if left >= 0)
+
+
+@pytest.mark.parametrize("name, mutate", [
+    ("feature index", lambda s: (lambda t, i: t["feature"].__setitem__(i, 10**6))(*_first_inner(s))),
+    ("feature index", lambda s: (lambda t, i: t["feature"].__setitem__(i, -500))(*_first_inner(s))),
+    ("left child", lambda s: (lambda t, i: t["left"].__setitem__(i, 10**6))(*_first_inner(s))),
+    ("thresholds must name", lambda s: s.__setitem__("thresholds", {"medium": 0.5})),
+    ("malformed", lambda s: s.__setitem__("thresholds", [1, 2])),  # was an AttributeError
+    ("max_depth", lambda s: s.__setitem__("max_depth", 10**5)),  # one word took 11 s
+])
+def test_a_malformed_tree_table_is_refused_at_load_not_at_the_first_word(name, mutate):
+    """These loaded, then failed as IndexError / KeyError when a word was pronounced."""
+    with pytest.raises(RetentionModelError, match=name):
+        RetentionModel(_mutated(mutate), "m.json")
