@@ -34,6 +34,10 @@ class HeadLoadError(ValueError):
     """A head file that is missing, not safetensors, or whose card does not match its tensors."""
 
 
+#: the heads a card may name: the scorer's two MLP heads and the penalty's raw-conv head
+HEAD_NAMES = ("deletion", "quality", "rawconv")
+
+
 @dataclass
 class HeadCard:
     head: str  # deletion | quality | rawconv
@@ -52,6 +56,9 @@ class MLPHead(nn.Module):
 
     def __init__(self, in_features: int = 57, hidden: int = 16) -> None:
         super().__init__()
+        for name, value in (("in_features", in_features), ("hidden", hidden)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # hidden=0: a constant head
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         self.in_features, self.hidden = in_features, hidden
         self.register_buffer("mean", torch.zeros(in_features))
         self.register_buffer("std", torch.ones(in_features))
@@ -83,6 +90,10 @@ class RawConvHead(nn.Module):
     def __init__(self, in_channels: int = 64, width: int = 48, kernel: int = 5, layers: int = 3,
                  members: int = 1) -> None:
         super().__init__()
+        for name, value in (("in_channels", in_channels), ("width", width), ("kernel", kernel), ("layers", layers),
+                            ("members", members)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         self.in_channels, self.width, self.kernel, self.layers = in_channels, width, kernel, layers
         self.members = members
         self.register_buffer("mean", torch.zeros(in_channels))
@@ -230,6 +241,18 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         if not isinstance(getattr(card, name), kind):
             raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
                                 f"got {getattr(card, name)!r:.60}")
+    if card.head not in HEAD_NAMES:
+        raise HeadLoadError(f"{js}: head must be one of {', '.join(HEAD_NAMES)}, got {card.head!r}")
+    if not card.recognizer.strip():
+        raise HeadLoadError(f"{js}: field 'recognizer' is empty (the recognizer the head was trained on)")
+    if card.head != "rawconv":  # the MLP heads read the site feature vector: its schema must be this code's
+        from leakloss.acoustic.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
+
+        if card.feature_schema_version != FEATURE_SCHEMA_VERSION:
+            raise HeadLoadError(f"{js}: trained on feature schema {card.feature_schema_version!r}, this code computes "
+                                f"schema {FEATURE_SCHEMA_VERSION!r}: retrain the heads (leakloss train-heads)")
+        if card.feature_names and list(card.feature_names) != list(FEATURE_NAMES):
+            raise HeadLoadError(f"{js}: feature_names differ from this code's {len(FEATURE_NAMES)} site features")
     _check_card_thresholds(card.thresholds, js)
     card.heldout = _checked_heldout(card.heldout, js)
     try:

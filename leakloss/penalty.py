@@ -39,7 +39,7 @@ from leakloss.functional.leak import (
     scale_gradient,
     site_masks,
 )
-from leakloss.heads import FLAG_THRESHOLD, RawConvHead, load_head
+from leakloss.heads import FLAG_THRESHOLD, HeadLoadError, RawConvHead, load_head
 from leakloss.schema import JUDGED_REWARD_STATUSES, KINDS, REWARD_STATUSES, PlacementStatus, RewardStatus
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
@@ -120,8 +120,15 @@ class LeakPenalty(nn.Module):
         from leakloss.acoustic.recognizer import Recognizer
         from leakloss.heads import check_recognizer
 
-        head, card = load_head(head_path or SHIPPED_HEADS / "rawconv.safetensors")
+        head_path = head_path or SHIPPED_HEADS / "rawconv.safetensors"
+        head, card = load_head(head_path)
+        if not isinstance(head, RawConvHead):  # an MLP head failed later as "no attribute 'min_samples'"
+            raise HeadLoadError(f"{head_path}: a {card.head} head; the leak penalty takes a raw-conv head "
+                                "(rawconv.safetensors)")
         rec = Recognizer.load(card.recognizer if recognizer is None else recognizer, device=device)
+        if not hasattr(rec, "conv_features"):
+            raise HeadLoadError(f"{head_path}: the penalty reads a wav2vec2 recognizer's conv features; "
+                                f"recognizer {rec.name} has none")
         check_recognizer(card, rec.name)
         return cls(rec, head, mel_to_wave, flag_threshold=card.thresholds["flag"]).to(device)
 

@@ -133,7 +133,7 @@ def test_names_and_texts_in_brackets_are_printed_as_they_are(tmp_path):
 
     rows = [{"head": "deletion", "pair_kind": "physical", "voice_family": "[/v]", "caught": 5, "total": 6,
              "false_flags": 0, "shams": 6}]
-    save_head(tmp_path / "heads" / "deletion", MLPHead(), HeadCard("[/x]", {}, "b", "1", heldout=rows))
+    save_head(tmp_path / "heads" / "deletion", MLPHead(), HeadCard("deletion", {}, "[/x]", "1", heldout=rows))
     r = runner.invoke(app, ["heads", "--dir", str(tmp_path / "heads")])
     assert r.exit_code == 0, r.output
     assert "[/x]" in r.stdout and "[/v]" in r.stdout

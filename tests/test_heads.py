@@ -245,3 +245,36 @@ def test_a_card_field_of_the_wrong_type_is_a_head_load_error(tmp_path):
         (tmp_path / "deletion.json").write_text(json.dumps(card | {field_name: value}), encoding="utf-8")
         with pytest.raises(HeadLoadError, match=f"field '{field_name}' must be"):
             load_head(tmp_path / "deletion")
+
+
+@pytest.mark.parametrize("card, message", [
+    (dict(head="deletion", feature_schema_version="0.0-bogus"), "trained on feature schema '0.0-bogus'"),
+    (dict(head="vowel"), "head must be one of deletion, quality, rawconv, got 'vowel'"),
+    (dict(head="quality", recognizer=" "), "field 'recognizer' is empty"),
+    (dict(head="deletion", feature_names=["x"] * 57), "feature_names differ"),
+])
+def test_a_card_this_code_cannot_read_the_features_of_is_refused(tmp_path, card, message):
+    """These loaded: a head fitted to another feature schema scored today's features as if they were its own."""
+    fields = dict(head="deletion", architecture={}, recognizer="b", feature_schema_version="1") | card
+    save_head(tmp_path / "h", MLPHead(), HeadCard(**fields))
+    with pytest.raises(HeadLoadError, match=message):
+        load_head(tmp_path / "h")
+
+
+def test_heads_of_no_width_cannot_be_built():
+    """hidden=0 trained and exported a constant head (0.5001 for every site: all flagged)."""
+    from leakloss.heads import RawConvHead
+
+    for kwargs in ({"hidden": 0}, {"in_features": -1}, {"hidden": True}):
+        with pytest.raises(ValueError, match="must be a whole number >= 1"):
+            MLPHead(**kwargs)
+    with pytest.raises(ValueError, match="width must be a whole number >= 1"):
+        RawConvHead(width=0)
+
+
+def test_the_penalty_refuses_a_head_that_is_not_a_raw_conv_head(tmp_path):
+    from leakloss.penalty import LeakPenalty
+
+    save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "a", "1"))
+    with pytest.raises(HeadLoadError, match="a deletion head; the leak penalty takes a raw-conv head"):
+        LeakPenalty.load(head_path=tmp_path / "deletion.safetensors")  # was AttributeError 'min_samples' later

@@ -81,8 +81,23 @@ def check_settings(cfg: DictConfig) -> None:
         numbers |= {f"heads.{name}.module.lr": positive, f"heads.{name}.module.weight_decay": non_negative}
         if OmegaConf.select(cfg, f"heads.{name}.module.outside_weight") is not None:
             numbers[f"heads.{name}.module.outside_weight"] = non_negative
+    if OmegaConf.select(cfg, "data.max_sentences") is not None:
+        whole["data.max_sentences"] = 1  # 0 exported an empty held-out table, -2 was a slice
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
                  optional=frozenset({"head_seed"}))
+    from leakloss.config import instantiate_setting
+    from leakloss.schema import KINDS
+
+    roles = sorted(k for k in (cfg.get("recognizer") or {}))
+    for name, hcfg in (cfg.get("heads") or {}).items():
+        if hcfg.get("kind") not in KINDS:  # kind=vowel exported no head for it, without a word
+            raise SettingsError(f"heads.{name}.kind must be one of {', '.join(KINDS)}, got {hcfg.get('kind')!r}")
+        if hcfg.get("recognizer") not in roles:  # was a KeyError after the recognizers loaded
+            raise SettingsError(f"heads.{name}.recognizer must be one of {', '.join(roles)}, "
+                                f"got {hcfg.get('recognizer')!r}")
+        # the head's own sizes (hidden=0 trained and exported a constant head); in_channels comes at run time
+        extra = {"in_channels": 1} if OmegaConf.is_missing(hcfg.model, "in_channels") else {}
+        instantiate_setting(hcfg.model, f"heads.{name}.model", **extra)
     problem = export_folder_problem(cfg.export_dir)
     if problem is not None:
         raise SettingsError(f"export_dir: {problem}")

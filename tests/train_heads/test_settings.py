@@ -26,6 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
     ("heads.quality.batch_size=0", r"heads.quality.batch_size must be a whole number >= 1"),
     ("heads.deletion.module.lr=nan", r"heads.deletion.module.lr must be a finite number in \(0, inf\), got nan"),
     ("heads.rawconv.module.outside_weight=nan", r"outside_weight must be a finite number in \[0, inf\)"),  # NaN head
+    # exported a constant head that flags every site
+    ("heads.deletion.model.hidden=0", r"heads.deletion.model: ValueError: hidden must be a whole number >= 1, got 0"),
+    ("heads.rawconv.model.width=0", r"heads.rawconv.model: ValueError: width must be a whole number >= 1, got 0"),
+    ("heads.deletion.kind=vowel", r"heads.deletion.kind must be one of deletion, quality, got 'vowel'"),  # no head
+    ("heads.deletion.recognizer=c", r"heads.deletion.recognizer must be one of a, b, got 'c'"),  # KeyError
+    ("data.max_sentences=abc", r"data.max_sentences must be a whole number >= 1, got 'abc'"),  # TypeError
+    ("data.max_sentences=0", r"data.max_sentences must be a whole number >= 1, got 0"),  # an empty held-out table
 ])
 def test_bad_settings_are_refused_before_any_model_loads(override, message, monkeypatch):
     import leakloss.acoustic.recognizer as recognizer
