@@ -14,6 +14,7 @@ the Hindi way, so the reference phones are espeak ``hi``'s).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import signal
@@ -25,10 +26,9 @@ from pathlib import Path
 
 import hydra
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from leakloss.config import config_dir
+from leakloss.config import config_dir, instantiate_setting
 from leakloss.constants import MEL_DESCRIPTION, MEL_HOP, MEL_SAMPLE_RATE
 
 CHECKPOINT = "checkpoint"
@@ -159,7 +159,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     device = torch.device(cfg.device)
     out_dir = Path(cfg.out_dir)
     start = time.time()
-    model = instantiate(cfg.model).to(device)
+    model = instantiate_setting(cfg.model, "model").to(device)  # before the corpus: a bad size is one error line
     params = [p for p in model.parameters() if p.requires_grad]
     ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
@@ -167,6 +167,12 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
     sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
     texts = phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
+    texts_sha = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
+    if meta.get("texts_sha256", texts_sha) != texts_sha:  # its card would describe a corpus steps 1..n never saw
+        from leakloss.checks import ResumeError
+
+        raise ResumeError(f"out_dir={out_dir}: its checkpoint was trained on other texts (data.* or seed changed); "
+                          "give those settings again, or another out_dir to start afresh")
     corpus = build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir)
     print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * MEL_HOP / MEL_SAMPLE_RATE / 3600:.2f} h, "
           f"{time.time() - start:.0f}s", flush=True)
@@ -188,7 +194,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
             check_trained(step, {}, str(out_dir))
         minutes = done_minutes + (time.time() - run_start) / 60
         info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
-                "loss_recent": round(sum(recent) / max(len(recent), 1), 4)}
+                "loss_recent": round(sum(recent) / max(len(recent), 1), 4), "texts_sha256": texts_sha}
         save_checkpoint(out_dir, model, ema, opt, info)
         probe = probe_phone_error_rate(model, ema, corpus, device=device)
         info["probe_per"] = round(probe, 4)
@@ -255,9 +261,15 @@ def main(cfg: DictConfig) -> None:
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if OmegaConf.select(cfg, "decay_start") is not None:
+        try:
+            check_config(cfg, whole={"decay_start": 0, "decay_steps": 0})
+        except SettingsError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
     try:
         result = run(cfg)
-    except ResumeError as err:
+    except (ResumeError, SettingsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except (FloatingPointError, UntrainedError) as err:  # a diverged or untrained run: nothing is saved

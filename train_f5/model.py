@@ -40,6 +40,12 @@ def hindi_base_f5(dim: int = HindiBaseArch.dim, depth: int = HindiBaseArch.depth
     plain ``CFM``)."""
     from f5_tts.model import DiT
 
+    sizes = dict(dim=dim, depth=depth, heads=heads, dim_head=dim_head, ff_mult=ff_mult, text_dim=text_dim)
+    for name, value in sizes.items():  # dim=0 was a 74-line RuntimeError deep in the DiT
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if isinstance(conv_layers, bool) or not isinstance(conv_layers, int) or conv_layers < 0:
+        raise ValueError(f"conv_layers must be a whole number >= 0, got {conv_layers!r}")
     vocab = devanagari_char_map()
     with torch.random.fork_rng():
         torch.manual_seed(seed)

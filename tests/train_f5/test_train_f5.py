@@ -107,6 +107,9 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
 
     with pytest.raises(ResumeError, match="its checkpoint cannot be continued"):  # another architecture
         run(compose_config("train_f5", ["model.dim=48"] + overrides[1:]))
+    other_texts = [o if o != "data.max_texts=12" else "data.max_texts=13" for o in overrides]
+    with pytest.raises(ResumeError, match="trained on other texts"):  # its card would describe another corpus
+        run(compose_config("train_f5", other_texts))
     card = json.loads((tmp_path / "out" / "model.json").read_text())
     assert card["steps"] == 6 and card["parameters"] > 0 and 0 <= card["probe_per_recognizer_a"]
     from safetensors.torch import load_file
@@ -131,6 +134,21 @@ def test_synthesize_returns_16k_audio_of_the_infilled_frames():
     wave = synthesize(model, prompt, "कखग", "घङ", vocoder, steps=2, seed=3)
     assert mel.shape == (27, 100)  # ceil(40 frames * 2 chars / 3 chars)
     assert wave.dim() == 1 and wave.numel() == mel_lengths_to_samples(mel.shape[0])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.dim=0", "model: ValueError: dim must be a whole number >= 1, got 0"),  # a 74-line RuntimeError
+    ("model.heads=-2", "model: ValueError: heads must be a whole number >= 1, got -2"),
+])
+def test_model_sizes_that_cannot_work_are_a_settings_error_before_the_corpus(tmp_path, override, message, monkeypatch):
+    import train_f5.data as data
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+    from train_f5.__main__ import run
+
+    monkeypatch.setattr(data, "build_corpus", lambda *a, **k: pytest.fail("the corpus was built"))
+    with pytest.raises(SettingsError, match=message):
+        run(compose_config("train_f5", [override, f"out_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'c'}"]))
 
 
 def test_learning_rate_warms_up_holds_and_decays():
