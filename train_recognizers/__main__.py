@@ -27,6 +27,7 @@ from leakloss.acoustic.recognizer_training import (
 )
 from leakloss.checks import (
     ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
+    is_finite_number,
 )
 from leakloss.atomic import replace_problem
 from leakloss.config import config_dir, instantiate_setting
@@ -51,9 +52,19 @@ def check_settings(cfg: DictConfig) -> None:
         folder = Path(cfg.init_from)
         try:
             json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-            json.loads((folder / "card.json").read_text(encoding="utf-8"))
+            card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ResumeError(f"init_from={folder}: not a saved recognizer folder ({err})") from None
+        # the new card adds to these: a card without them failed with a KeyError after the training
+        if not (isinstance(card, dict) and all(is_finite_number(card.get(k)) for k in ("training_minutes", "steps"))):
+            raise ResumeError(f"init_from={folder}: its card.json lacks the numbers 'training_minutes' and 'steps' "
+                              "that a continued card adds to")
+        from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
+
+        try:  # NaN or foreign weights were found only after the training ("the training diverged")
+            Recognizer.load(str(folder))
+        except RecognizerLoadError as err:
+            raise ResumeError(f"init_from={folder}: {first_line(err)}") from None
 
 
 def continue_from(model, folder: Path, vocab: dict[str, int]) -> None:

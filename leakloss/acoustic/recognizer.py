@@ -277,12 +277,28 @@ def quiet_loading() -> Iterator[None]:
 def _load_model(folder: Path) -> nn.Module:
     from transformers import Wav2Vec2ForCTC
 
+    from leakloss.checks import nonfinite_tensors
+
     try:
         with quiet_loading():
             # use_safetensors: transformers must never fall back to a pickle beside the safetensors
-            return Wav2Vec2ForCTC.from_pretrained(folder, local_files_only=True, use_safetensors=True)
+            model, info = Wav2Vec2ForCTC.from_pretrained(folder, local_files_only=True, use_safetensors=True,
+                                                         output_loading_info=True)
     except Exception as err:  # transformers raises many types (OSError, ValueError, RuntimeError...)
         raise RecognizerLoadError(f"{folder}: the recognizer could not be loaded ({type(err).__name__}: {err})") from err
+    # a file of another model (a head's tensors) loaded as "OK" with every weight freshly initialised
+    missing = [k for k in info.get("missing_keys", []) if not k.endswith(_BENIGN_MISSING)]
+    if missing:
+        raise RecognizerLoadError(f"{folder}: model.safetensors lacks {len(missing)} of the model's weights "
+                                  f"(e.g. {', '.join(missing[:3])}): not this recognizer's weights")
+    bad = nonfinite_tensors(model.state_dict())
+    if bad:
+        raise RecognizerLoadError(f"{folder}: weights {', '.join(bad[:3])} hold NaN/Inf (a diverged training)")
+    return model
+
+
+#: weights a released wav2vec2 CTC checkpoint may leave out (used for pre-training masking only)
+_BENIGN_MISSING = ("masked_spec_embed",)
 
 
 def _read_vocab(folder: Path) -> dict[str, int]:

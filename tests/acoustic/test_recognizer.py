@@ -127,6 +127,9 @@ def test_safetensors_is_used_even_beside_a_pickle(saved_dir, tmp_path, monkeypat
     ("no_config", r"no config\.json"),
     ("bad_config", r"config\.json"),
     ("wrong_shapes", r"could not be loaded"),
+    # these loaded as "OK": NaN weights, or a head's tensors with every recognizer weight freshly initialised
+    ("nan_weights", r"hold NaN/Inf"),
+    ("foreign_weights", r"model\.safetensors lacks \d+ of the model's weights .*not this recognizer's"),
 ])
 def test_broken_recognizer_folders_raise_typed_errors(saved_dir, tmp_path, damage, message):
     d = _copy(saved_dir, tmp_path)
@@ -155,6 +158,16 @@ def test_broken_recognizer_folders_raise_typed_errors(saved_dir, tmp_path, damag
         (d / "config.json").unlink()
     elif damage == "bad_config":
         (d / "config.json").write_text("{", encoding="utf-8")
+    elif damage in ("nan_weights", "foreign_weights"):
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(w))
+        if damage == "nan_weights":
+            key = next(k for k, v in state.items() if v.is_floating_point())
+            state[key] = torch.full_like(state[key], float("nan"))
+        else:
+            state = {"net.0.weight": torch.zeros(4, 4)}
+        save_file(state, str(w))
     else:
         cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
         cfg["hidden_size"] = 48

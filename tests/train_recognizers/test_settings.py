@@ -151,3 +151,26 @@ def test_a_run_that_took_no_step_saves_nothing(tmp_path):
     assert r.returncode == 1, r.stdout[-1000:] + r.stderr[-2000:]
     assert "no training step ran" in r.stderr.strip().splitlines()[-1] and not (tmp_path / "out").exists()
     assert torch.__version__  # the run imported torch and trained nothing
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("empty_card", "its card.json lacks the numbers 'training_minutes' and 'steps'"),  # KeyError after training
+    ("nan_weights", "hold NaN/Inf"),  # "the training diverged", exit 1, after training
+])
+def test_an_init_from_that_cannot_be_continued_is_refused_before_any_work(tmp_path, damage, message):
+    from safetensors.torch import load_file, save_file
+
+    from tests.tiny_models import save_tiny_models
+    from train_recognizers.__main__ import check_settings
+
+    saved = save_tiny_models(tmp_path)["a"]
+    (saved / "card.json").write_text(json.dumps({"training_minutes": 1.0, "steps": 3}), encoding="utf-8")
+    check_settings(compose_config("train_recognizer", [f"init_from={saved}", f"out_dir={tmp_path / 'out'}"]))
+    if damage == "empty_card":
+        (saved / "card.json").write_text("{}", encoding="utf-8")
+    else:
+        state = load_file(str(saved / "model.safetensors"))
+        key = next(k for k, v in state.items() if v.is_floating_point())
+        save_file(state | {key: torch.full_like(state[key], float("nan"))}, str(saved / "model.safetensors"))
+    with pytest.raises(ResumeError, match=message):
+        check_settings(compose_config("train_recognizer", [f"init_from={saved}", f"out_dir={tmp_path / 'out'}"]))
