@@ -69,10 +69,15 @@ def test_arms_share_weights_batches_and_noise():
 
 
 def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeypatch):
+    from types import SimpleNamespace
+
     import leakloss.penalty as penalty_module
-    from leakloss.penalty import RewardResult
     from leakloss.vocoder import MelToWave
 
+    def RewardResult(reward, status):  # noqa: N802 - stand-ins: a real RewardResult refuses an unjudged 0.9
+        return SimpleNamespace(reward=reward, status=status)
+
+    # the filter is by status: an "unintelligible" 0.9 (impossible from leak_reward_details) is never kept
     rewards = iter([
         [RewardResult(0.9, "unintelligible"), RewardResult(0.3, "scored"), RewardResult(0.7, "scored")],
         [RewardResult(0.0, "unintelligible"), RewardResult(0.0, "alignment_failed"), RewardResult(1.0, "too_short")],
