@@ -4,6 +4,7 @@ entry points): a NaN weight or limit passes ``<``/``>`` tests silently, so each 
 from __future__ import annotations
 
 import math
+import numbers
 
 
 def is_finite_number(x: object) -> bool:
@@ -24,6 +25,19 @@ def check_number(value: object, message: str, *, low: float = float("-inf"), low
     if not is_finite_number(value) or value > high or (value < low if low_inclusive else value <= low):
         raise ValueError(f"{message}, got {value!r}")
     return float(value)
+
+
+def is_whole(x: object, low: int | None = None) -> bool:
+    """True for a whole number (``int`` or numpy integer, never ``bool``: True is not a size of 1) ``>= low``."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and (low is None or x >= low)
+
+
+def check_whole(value: object, name: str, low: int = 1) -> int:
+    """``value`` as an int, or ``ValueError(f"{name} must be a whole number >= {low}, got {value!r}")``: a size,
+    count or id of 0, -1, 2.5 or True built a broken model or failed deep inside torch."""
+    if not is_whole(value, low):
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return int(value)
 
 
 def first_line(err: BaseException) -> str:
@@ -88,7 +102,7 @@ def check_config(cfg, *, whole: dict[str, int | None] | None = None,
         value = value_of(key)
         if value is None and key in optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+        if not is_whole(value, low):
             bound = "" if low is None else f" >= {low}"
             raise SettingsError(f"{key} must be a whole number{bound}, got {value!r}")
     for key, (low, high, low_inclusive) in (numbers or {}).items():

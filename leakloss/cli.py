@@ -17,7 +17,6 @@ from rich.table import Table
 from leakloss.textfile import text_lines
 
 
-
 class _OneLineUsageErrors(TyperGroup):
     """Click's usage errors (unknown option, missing argument, bad value) as one ``error:`` line and exit 2,
     like every other user error, instead of a boxed report."""

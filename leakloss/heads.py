@@ -23,7 +23,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from leakloss.checks import nonfinite_tensors
+from leakloss.checks import check_whole, nonfinite_tensors
 from leakloss.functional.leak import pooled_site_logits
 
 FLAG_THRESHOLD = 0.5
@@ -56,9 +56,8 @@ class MLPHead(nn.Module):
 
     def __init__(self, in_features: int = 57, hidden: int = 16) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("hidden", hidden)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # hidden=0: a constant head
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        for name, value in (("in_features", in_features), ("hidden", hidden)):  # hidden=0: a constant head
+            check_whole(value, name)
         self.in_features, self.hidden = in_features, hidden
         self.register_buffer("mean", torch.zeros(in_features))
         self.register_buffer("std", torch.ones(in_features))
@@ -92,8 +91,7 @@ class RawConvHead(nn.Module):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("width", width), ("kernel", kernel), ("layers", layers),
                             ("members", members)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+            check_whole(value, name)
         self.in_channels, self.width, self.kernel, self.layers = in_channels, width, kernel, layers
         self.members = members
         self.register_buffer("mean", torch.zeros(in_channels))

@@ -16,7 +16,7 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-from leakloss.checks import first_line
+from leakloss.checks import check_whole, first_line, is_whole
 from leakloss.constants import (MEL_BINS, MEL_DESCRIPTION, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE,
                                 SAMPLE_RATE)
 
@@ -116,10 +116,8 @@ class MelToWave(nn.Module):
         from vocos.models import VocosBackbone
 
         for name, value in (("dim", dim), ("num_layers", num_layers), ("intermediate_dim", intermediate_dim)):
-            if value is None and name == "intermediate_dim":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+            if value is not None or name != "intermediate_dim":
+                check_whole(value, name)
         with torch.random.fork_rng():  # seed locally, leave the global RNG stream untouched
             torch.manual_seed(seed)
             backbone = VocosBackbone(input_channels=MEL_BINS, dim=dim, intermediate_dim=intermediate_dim or 2 * dim,
@@ -192,7 +190,7 @@ def _read_vocoder_card(path: Path) -> dict:
         raise VocoderLoadError(f"{path}: a vocoder card is a JSON object, got {type(card).__name__}")
     for key in ("dim", "intermediate_dim", "num_layers", "n_mels", "n_fft", "hop_length"):
         value = card.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_whole(value, 1):
             raise VocoderLoadError(f"{path}: {key} must be a whole number >= 1, got {value!r}")
     # the mel front end (leakloss.constants) is fixed: weights fitted to other mels would vocode garbage
     for key, want in (("n_mels", MEL_BINS), ("n_fft", MEL_N_FFT), ("hop_length", MEL_HOP),

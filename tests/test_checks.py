@@ -63,3 +63,15 @@ def test_first_line_drops_a_message_s_context_lines():
 
     assert first_line(ValueError("bad value\n    full_key: x\n    object_type=dict")) == "bad value"
     assert first_line(ValueError("\n  \n")) == "" and first_line(RuntimeError()) == ""
+
+
+def test_check_whole_takes_whole_numbers_only():
+    import numpy as np
+
+    from leakloss.checks import check_whole, is_whole
+
+    assert check_whole(3, "n") == 3 and check_whole(np.int64(2), "n") == 2 and check_whole(0, "n", low=0) == 0
+    for bad in (0, -1, 2.0, 2.5, True, "3", None):
+        with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got"):
+            check_whole(bad, "n")
+    assert is_whole(-5) and not is_whole(False)

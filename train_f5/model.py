@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from integrations.f5_tts import MEL_SPEC_KWARGS, LeakAwareCFM, devanagari_chars
+from leakloss.checks import check_whole
 from leakloss.constants import MEL_BINS
 
 
@@ -42,10 +43,8 @@ def hindi_base_f5(dim: int = HindiBaseArch.dim, depth: int = HindiBaseArch.depth
 
     sizes = dict(dim=dim, depth=depth, heads=heads, dim_head=dim_head, ff_mult=ff_mult, text_dim=text_dim)
     for name, value in sizes.items():  # dim=0 was a 74-line RuntimeError deep in the DiT
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    if isinstance(conv_layers, bool) or not isinstance(conv_layers, int) or conv_layers < 0:
-        raise ValueError(f"conv_layers must be a whole number >= 0, got {conv_layers!r}")
+        check_whole(value, name)
+    check_whole(conv_layers, "conv_layers", low=0)
     vocab = devanagari_char_map()
     with torch.random.fork_rng():
         torch.manual_seed(seed)

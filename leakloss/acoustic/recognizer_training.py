@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from leakloss.checks import check_whole
 from leakloss.speech.augment import random_augment
 from leakloss.speech.corpus import Corpus, CorpusItem
 from leakloss.text.phones import NEPALI_PHONES, canonical
@@ -39,9 +40,7 @@ class RecognizerArchitecture:
     def __post_init__(self) -> None:  # a 0-layer or 0-width model built, trained and shipped without a word
         for name in ("conv_channels", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "pos_conv_kernel", "pos_conv_groups"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+            check_whole(getattr(self, name), name)
         for name in ("num_heads", "pos_conv_groups"):
             if self.hidden_size % getattr(self, name):
                 raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by {name} ({getattr(self, name)})")

@@ -43,11 +43,12 @@ import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
+
+from leakloss.checks import check_whole
 
 __all__ = [
     "NEG_INF_FINITE",
@@ -383,8 +384,7 @@ def paths_from_token_sets(token_sets: Sequence[Sequence[Sequence[int]]], vocab_s
     Returns:
         ``(allowed [b, s_max, v] bool, path_lengths [b] long)``; padding positions are empty.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a whole number >= 1, got {vocab_size!r}")
+    check_whole(vocab_size, "vocab_size")
     b = len(token_sets)
     s_max = max((len(p) for p in token_sets), default=0)
     allowed = torch.zeros(b, s_max, vocab_size, dtype=torch.bool)

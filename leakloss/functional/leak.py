@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from leakloss.checks import check_number
+from leakloss.checks import check_number, check_whole
 from leakloss.timing import TimedSite
 
 
@@ -42,8 +42,7 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     """
     check_number(hop_s, "hop_s must be a finite number of seconds > 0", low=0.0, low_inclusive=False)
     check_number(pad_s, "pad_s must be a finite number of seconds >= 0", low=0.0)
-    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 0:
-        raise ValueError(f"n_frames must be a whole number >= 0, got {n_frames!r}")
+    check_whole(n_frames, "n_frames", low=0)
     index = [(b, s) for b, item in enumerate(sites) for s in item]
     if frame_lengths is not None and len(frame_lengths) != len(sites):
         raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
