@@ -145,9 +145,14 @@ class Reading:
     info: AudioInfo | None = None
 
 
+def _label(item: str | Path | Tensor, name: str | None = None) -> str:
+    """How a result names an input: its path, or ``name`` for a waveform tensor."""
+    return (name or "<tensor>") if isinstance(item, Tensor) else str(item)
+
+
 def _read(item: str | Path | Tensor, name: str | None = None) -> Reading:
     tensor = isinstance(item, Tensor)
-    label = (name or "<tensor>") if tensor else str(item)
+    label = _label(item, name)
     try:
         wave, info = prepare_waveform(item, SAMPLE_RATE) if tensor else load_audio(item)
     except AudioError as err:
@@ -302,35 +307,43 @@ class Scorer:
         from leakloss.text.normalize import TextError
 
         q = _read(query, query_name)
+        # until the references are checked, each one given is listed as not checked and why (a result that
+        # stops early -- failed, quarantined -- still names every reference it was handed)
         result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": [],
                   "reference_checks": [], "warnings": list(self.setup_warnings)}
+
+        def stopped(status: str, reason: str, **more) -> dict:
+            why = "the query was quarantined" if status == "quarantined" else "the reading could not be scored"
+            checks = [{"reference": _label(r, f"refs[{i}]"), "used": False, "reason": f"not checked: {why}"}
+                      for i, r in enumerate(refs)]
+            return result | {"status": status, "reason": reason, "reference_checks": checks} | more
         if q.info is not None:
             result["audio"] = q.info.as_dict()
             result["warnings"] += [f"query: {w}" for w in q.info.warnings]
         try:
             all_words = self.finder(text)
         except TextError as err:
-            return result | {"status": "failed", "reason": f"text: {err}"}
+            return stopped("failed", f"text: {err}")
         words = [w for w in all_words if w.skipped is None]
         if not words:
             from leakloss.text.sites import no_word_reason
 
-            return result | {"status": "failed", "reason": f"text: {no_word_reason(all_words)}"}
+            return stopped("failed", f"text: {no_word_reason(all_words)}")
         # a misspelt, Latin or number word is spoken but neither aligned nor checked: say so, it can sink the check
         result["warnings"] += [f"word {w.index} {w.word!r} is not read ({w.skipped}): left out of the word check "
                                "and the alignment" for w in all_words if w.skipped not in (None, "punctuation", "symbol")]
         if q.wave is None:
-            return result | {"status": "failed", "reason": f"query: {q.error}"}
+            return stopped("failed", f"query: {q.error}")
         expected = [p for w in words for p in w.nepali]
         ok, detail = self.check_words(q.wave, text, expected, self.query_max_per)
         if not ok:
-            return result | {"status": "quarantined", "reason": f"query failed the word check: {detail}",
-                             "words": [self._word_json(w, None, [], "unscored" if w.skipped is None and w.testable_sites
-                                                       else "not_tested") for w in all_words]}
+            return stopped("quarantined", f"query failed the word check: {detail}",
+                           words=[self._word_json(w, None, [], "unscored" if w.skipped is None and w.testable_sites
+                                                  else "not_tested") for w in all_words])
         q_ev = self._evidence(q.wave, words)
         ref_evs, ref_notes = [], []
         heard: list[tuple[str, Tensor]] = [(q.name, q.wave)]  # the same audio twice is one piece of evidence
-        for r in (_read(x) for x in refs):
+        for r in (_read(x, f"refs[{i}]") for i, x in enumerate(refs)):
             if r.wave is None:
                 ref_notes.append({"reference": r.name, "used": False, "reason": r.error})
                 continue

@@ -22,6 +22,7 @@ import torch
 from leakloss.atomic import write_text_atomic
 from leakloss.report import CLIP_PAD_S, render_index, render_report, write_report
 from leakloss.schema import DECISIONS, ResultError, load_result, validate_result
+from leakloss.text.normalize import BIDI_CONTROLS
 
 SR = 16_000
 EVIL = "<script>alert('x')</script>"
@@ -156,6 +157,16 @@ def test_all_user_text_is_escaped():
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert 'refs/&quot;&lt;script' in page
+
+
+def test_bidi_controls_are_shown_not_obeyed():
+    # a raw U+202E in a text or a file name reversed the rest of the page as the browser showed it
+    r = make_result()
+    r["query"] = "runs/a\u202egnp.wav"
+    r["reason"], r["status"] = "x\u2066y", "quarantined"
+    page = render_report(r, sine(), title="t\u202bu")
+    assert not any(c in page for c in BIDI_CONTROLS)
+    assert "runs/a[U+202E]gnp.wav" in page and "t[U+202B]u" in page and "x[U+2066]y" in page
 
 
 def test_quarantined_reading_shows_status_and_reason():

@@ -11,6 +11,7 @@ import soundfile as sf
 import torch
 
 from leakloss.heads import HeadCard, MLPHead, save_head
+from leakloss.schema import validate_result
 from leakloss.scorer import Scorer, phone_error_rate
 from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_phones, speak_text
 from tests.conftest import build_tiny_recognizer, needs_embedded
@@ -125,6 +126,20 @@ def test_quarantine_when_the_word_check_fails(tmp_path, clips, tiny_scorer):
     assert [w["decision"] for w in r["words"]] == [
         "unscored" if w.skipped is None and w.testable_sites else "not_tested" for w in finder_words]
     assert "not_tested" in [w["decision"] for w in r["words"]] and "unscored" in [w["decision"] for w in r["words"]]
+    # the reference it was given is still named, as not checked (was an empty reference_checks)
+    assert r["references"] == [] and r["reference_checks"] == [
+        {"reference": str(clips["ref"]), "used": False, "reason": "not checked: the query was quarantined"}]
+    validate_result(r)
+
+
+def test_a_failed_reading_names_every_reference_as_not_checked(clips, tiny_scorer):
+    wave = torch.zeros(1, 16000)
+    r = tiny_scorer.score(clips["teacher"], "hello", [clips["ref"], wave])
+    assert r["status"] == "failed" and r["reason"].startswith("text:")
+    assert [(c["reference"], c["used"], c["reason"]) for c in r["reference_checks"]] == [
+        (str(clips["ref"]), False, "not checked: the reading could not be scored"),
+        ("refs[1]", False, "not checked: the reading could not be scored")]
+    validate_result(r)
 
 
 def test_a_word_that_is_not_read_is_named_in_the_warnings(tmp_path, clips, tiny_scorer):

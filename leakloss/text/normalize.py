@@ -50,7 +50,11 @@ def check_text_length(text: str) -> None:
 
 
 NUKTA = "\u093c"
-_INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060"), None)
+#: Invisible format characters a text is read without: joiners, soft hyphen, BOM, word joiner and the
+#: bidirectional controls (they reorder how a text is shown, never how it is read); a zero-width space is a
+#: word boundary, read as a space.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS), None) | {0x200B: " "}
 _WS = re.compile(r"\s+")
 # ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit. A run
 # of colons is one visarga (as a doubled sign is one), taken in one pass: one colon a pass was quadratic.

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leakloss.text.normalize import TextError, WordToken, normalize_devanagari, split_words
+from leakloss.text.normalize import BIDI_CONTROLS, TextError, WordToken, normalize_devanagari, split_words
 
 
 def test_nfc_and_nfd_give_the_same_string():
@@ -15,6 +15,16 @@ def test_nfc_and_nfd_give_the_same_string():
 
 def test_zwj_zwnj_removed_and_whitespace_collapsed():
     assert normalize_devanagari("  क्\u200dष  \n नेपाल\u200c ") == "क्ष नेपाल"
+
+
+@pytest.mark.parametrize("control", list(BIDI_CONTROLS))
+def test_bidi_controls_are_dropped_not_words(control):
+    # U+202E etc. were words of their own (blank chips in a report); they only change how a text is shown
+    assert normalize_devanagari(f"अरू{control} दलका {control}आए{control}") == "अरू दलका आए"
+
+
+def test_a_zero_width_space_is_a_word_boundary():
+    assert normalize_devanagari("दलका\u200bप्रतिनिधि \u200bआए") == "दलका प्रतिनिधि आए"
 
 
 def test_digits_kept_and_typing_errors_folded():
