@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from leakloss.acoustic.recognizer import Recognizer, resolve_recognizer_path
+from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError, resolve_recognizer_path
 from leakloss.atomic import write_text_atomic
+from leakloss.checks import first_line
 from leakloss.scorer import phone_error_rate
 from leakloss.speech import festival, piper_voice
 from leakloss.speech.corpus import builtin_sentences, split_sentences
@@ -56,15 +58,31 @@ def readings(held: list[str]) -> dict[str, list[tuple[torch.Tensor, str]]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+#: Fewer mismatched readings than this and the query limit (their 2nd percentile) is only their minimum: warned.
+FEW_MISMATCHED = 50
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("recognizer")
     parser.add_argument("--dry-run", action="store_true", help="print the limits, do not write the card")
     parser.add_argument("--sentences", type=int, default=0, help="the first N held-out sentences only (0: all 57)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(2)
-    model = Recognizer.load(args.recognizer)
     _, held = split_sentences(builtin_sentences())
+    if args.sentences == 1 or args.sentences < 0:
+        # one sentence: its "mismatched" reading would be checked against its own transcript
+        print(f"error: --sentences {args.sentences}: give 0 (all {len(held)}) or at least 2", file=sys.stderr)
+        return 2
+    torch.set_num_threads(2)
+    try:
+        model = Recognizer.load(args.recognizer)
+    except RecognizerLoadError as err:
+        print(f"error: {first_line(err)}", file=sys.stderr)
+        return 2
+    folder = resolve_recognizer_path(args.recognizer)
+    if not args.dry_run and not isinstance(folder, Path):
+        print(f"error: {args.recognizer} is not a local recognizer folder; nothing written", file=sys.stderr)
+        return 2
     held = held[: args.sentences] if args.sentences else held
     finder = SiteFinder()
     expected = {t: [p for w in finder(t) if w.skipped is None for p in w.nepali] for t in held}
@@ -72,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     mismatched: list[float] = []
     with torch.no_grad():
         for group, items in readings(held).items():
+            if not items:
+                continue  # a voice that spoke none of the sentences calibrated nothing
             correct[group] = []
             for wave, text in items:
                 hyp = model.greedy(wave[None])[0]
@@ -88,23 +108,26 @@ def main(argv: list[str] | None = None) -> None:
     for group, s in summary.items():
         print(f"{group:16s} {s}")
     print(f"limits: query {query:.2f}, reference {reference:.2f}")
+    if len(mismatched) < FEW_MISMATCHED:
+        print(f"warning: the query limit rests on {len(mismatched)} mismatched readings only "
+              f"(fewer than {FEW_MISMATCHED}: their 2nd percentile is about their minimum)", file=sys.stderr)
     if args.dry_run:
-        return
-    folder = resolve_recognizer_path(args.recognizer)
-    if not isinstance(folder, Path):
-        raise SystemExit(f"error: {args.recognizer} is not a local recognizer folder; nothing written")
+        return 0
     card_path = folder / "card.json"
     card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.exists() else {}
+    # the voices and sentences that were really read (a voice missing on this machine is not named)
     card["word_check"] = {"query_max_per": round(query, 2), "reference_max_per": round(reference, 2),
-                          "calibration": summary, "calibration_voices": ["espeak held-out"] + list(CALIBRATION_VOICES)
-                          + ["piper"], "sentences": "built-in held-out split (seed 0)"}
+                          "calibration": summary, "calibration_voices": list(correct),
+                          "sentences": f"the first {len(held)} of the {len(split_sentences(builtin_sentences())[1])} "
+                                       "held-out sentences of the built-in split (seed 0)"}
     write_text_atomic(card_path, json.dumps(card, ensure_ascii=False, indent=1))
     if (folder / "README.md").exists() and card.get("class", "").startswith("WhisperPhoneHead"):
         from train_recognizers.whisper import card_markdown
 
         write_text_atomic(folder / "README.md", card_markdown(card))
     print(f"wrote {card_path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

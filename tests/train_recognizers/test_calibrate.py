@@ -30,14 +30,55 @@ def test_calibrate_writes_limits_into_the_card(tmp_path):
     assert rec.word_check_limits == (wc["query_max_per"], wc["reference_max_per"])
 
 
-def test_calibrate_refuses_a_hub_name_without_writing(tmp_path, monkeypatch):
+def test_calibrate_refuses_a_hub_name_without_writing(tmp_path, monkeypatch, capsys):
     from train_recognizers import calibrate
 
     monkeypatch.setattr(calibrate, "resolve_recognizer_path", lambda name: "some/hub-id")
     monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: _Fake()))
-    monkeypatch.setattr(calibrate, "readings", lambda held: {"espeak-teacher": [(torch.zeros(1600), held[0])]})
-    with pytest.raises(SystemExit, match="error: .* not a local recognizer folder"):
-        calibrate.main(["some/hub-id", "--sentences", "2"])
+    monkeypatch.setattr(calibrate, "readings", lambda held: pytest.fail("read before the refusal"))
+    assert calibrate.main(["some/hub-id", "--sentences", "2"]) == 2
+    assert "error: some/hub-id is not a local recognizer folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", ["1", "-56"])
+def test_calibrate_refuses_too_few_sentences(n, monkeypatch, capsys):
+    # one sentence: its "mismatched" reading was checked against its own transcript, and limits that reject
+    # every correct reading were written into the card; a negative N was a slice
+    from train_recognizers import calibrate
+
+    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: pytest.fail("loaded")))
+    assert calibrate.main(["b", "--sentences", n]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --sentences {n}: give 0")
+
+
+def test_calibrate_names_a_missing_recognizer_in_one_line(tmp_path, capsys):
+    from train_recognizers import calibrate
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "card.json").write_text("{}")
+    for folder in (tmp_path / "nothing", tmp_path / "bad"):
+        assert calibrate.main([str(folder), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_calibrate_card_names_only_the_voices_and_sentences_read(tmp_path, monkeypatch, capsys):
+    # the card listed every calibration voice and "the held-out split" whatever this machine could speak
+    from train_recognizers import calibrate
+
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    (folder / "card.json").write_text("{}")
+    monkeypatch.setattr(calibrate, "resolve_recognizer_path", lambda name: folder)
+    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: _Fake()))
+    monkeypatch.setattr(calibrate, "readings", lambda held: {
+        "espeak-teacher": [(torch.zeros(1600), t) for t in held], "espeak-hindi": [(torch.zeros(1600), t) for t in held],
+        "fest-kal": []})
+    assert calibrate.main([str(folder), "--sentences", "3"]) == 0
+    wc = json.loads((folder / "card.json").read_text())["word_check"]
+    assert wc["calibration_voices"] == ["espeak-teacher", "espeak-hindi"]
+    assert wc["sentences"].startswith("the first 3 of the ")
+    assert "warning: the query limit rests on 6 mismatched readings" in capsys.readouterr().err
 
 
 class _Fake:
