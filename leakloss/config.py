@@ -85,3 +85,20 @@ def instantiate_setting(node, key: str, **kwargs):
             text = " ".join(line.strip() for line in str(cause).splitlines()[:2])
         raise SettingsError(f"{key}: {type(cause).__name__}: {text}") from None
 
+
+
+def check_trainer(node, key: str = "trainer", **kwargs) -> None:
+    """Build the Lightning trainer of ``node`` once, quietly, and drop it: a trainer this machine cannot give
+    (``trainer=gpu`` without a GPU) is a :class:`leakloss.checks.SettingsError` before any data is built, not
+    Hydra's report after the corpus."""
+    import logging
+
+    quiet = [logging.getLogger(n) for n in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        instantiate_setting(node, key, logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)

@@ -101,6 +101,9 @@ def check_settings(cfg: DictConfig) -> None:
     problem = export_folder_problem(cfg.export_dir)
     if problem is not None:
         raise SettingsError(f"export_dir: {problem}")
+    from leakloss.config import check_trainer
+
+    check_trainer(cfg.trainer)  # trainer=gpu without a GPU failed after the recognizers and features
 
 
 def check_manifest(cfg: DictConfig) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from leakloss.acoustic.recognizer_training import (
@@ -59,6 +58,9 @@ def check_settings(cfg: DictConfig) -> None:
         if not (isinstance(card, dict) and all(is_finite_number(card.get(k)) for k in ("training_minutes", "steps"))):
             raise ResumeError(f"init_from={folder}: its card.json lacks the numbers 'training_minutes' and 'steps' "
                               "that a continued card adds to")
+        bad = [k for k in ("total_training_minutes", "total_steps") if k in card and not is_finite_number(card[k])]
+        if bad:  # total_steps: null passed here and failed with a TypeError after the training
+            raise ResumeError(f"init_from={folder}: its card.json's {' and '.join(bad)} is not a number")
         from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
 
         try:  # NaN or foreign weights were found only after the training ("the training diverged")
@@ -88,6 +90,8 @@ def main(cfg: DictConfig) -> None:
     try:  # before anything is built or saved: a bad run must never replace a shipped recognizer
         check_settings(cfg)
         arch = instantiate_setting(cfg.recognizer_arch.arch, "recognizer_arch.arch")
+        # trainer=gpu on a machine without one failed with Hydra's report after the whole corpus was built
+        trainer = instantiate_setting(cfg.trainer, "trainer", callbacks=[PrintProgress(every=cfg.progress_every)])
         sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
         train, held = split_for_training(sentences, cfg.heldout_fraction)
     except (SettingsError, ResumeError, SentenceFileError) as err:
@@ -111,7 +115,6 @@ def main(cfg: DictConfig) -> None:
         except ResumeError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
-    trainer = instantiate(cfg.trainer, callbacks=[PrintProgress(every=cfg.progress_every)])
     trainer.fit(module, loader)
     try:  # the default out_dir is the shipped recognizer: an untrained or diverged model never replaces it
         check_trained(trainer.global_step, module.model.state_dict(), str(cfg.out_dir))
@@ -129,7 +132,14 @@ def main(cfg: DictConfig) -> None:
     }
     if cfg.get("init_from"):  # the card counts the whole training, earlier runs included
         previous = json.loads((Path(cfg.init_from) / "card.json").read_text(encoding="utf-8"))
-        card["continued_from"] = {k: previous.get(k) for k in ("training_minutes", "steps")}
+        # what the weights were trained on before this run (its data, seed and its own history): a
+        # continuation on other sentences is then visible in the card, not only this run's data
+        card["continued_from"] = {k: previous.get(k) for k in (
+            "training_minutes", "steps", "seed", "corpus", "readings", "train_sentences_sha256", "heldout_sentences",
+            "continued_from") if k in previous}
+        if previous.get("train_sentences_sha256") not in (None, card["train_sentences_sha256"]):
+            print("warning: init_from was trained on other sentences than this run; its card's data is kept under "
+                  "continued_from, and the held-out sentences of the two runs may overlap", file=sys.stderr)
         card["total_training_minutes"] = round(previous.get("total_training_minutes", previous["training_minutes"]) + minutes, 1)
         card["total_steps"] = previous.get("total_steps", previous["steps"]) + trainer.global_step
     else:

@@ -156,6 +156,7 @@ def test_a_run_that_took_no_step_saves_nothing(tmp_path):
 @pytest.mark.parametrize("damage, message", [
     ("empty_card", "its card.json lacks the numbers 'training_minutes' and 'steps'"),  # KeyError after training
     ("nan_weights", "hold NaN/Inf"),  # "the training diverged", exit 1, after training
+    ("null_total", "its card.json's total_steps is not a number"),  # a TypeError after training
 ])
 def test_an_init_from_that_cannot_be_continued_is_refused_before_any_work(tmp_path, damage, message):
     from safetensors.torch import load_file, save_file
@@ -168,9 +169,55 @@ def test_an_init_from_that_cannot_be_continued_is_refused_before_any_work(tmp_pa
     check_settings(compose_config("train_recognizer", [f"init_from={saved}", f"out_dir={tmp_path / 'out'}"]))
     if damage == "empty_card":
         (saved / "card.json").write_text("{}", encoding="utf-8")
+    elif damage == "null_total":
+        (saved / "card.json").write_text(json.dumps({"training_minutes": 1.0, "steps": 3, "total_steps": None}))
     else:
         state = load_file(str(saved / "model.safetensors"))
         key = next(k for k, v in state.items() if v.is_floating_point())
         save_file(state | {key: torch.full_like(state[key], float("nan"))}, str(saved / "model.safetensors"))
     with pytest.raises(ResumeError, match=message):
         check_settings(compose_config("train_recognizer", [f"init_from={saved}", f"out_dir={tmp_path / 'out'}"]))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.mark.parametrize("module", ["train_recognizers", "train_heads"])
+def test_a_trainer_this_machine_cannot_give_is_one_error_line_before_any_data(tmp_path, module):
+    # trainer=gpu (the documented GPU override) failed with Hydra's report after the corpus / the features
+    r = subprocess.run([sys.executable, "-m", module, "trainer=gpu", f"cache_dir={tmp_path / 'c'}",
+                        f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"]
+                       + ([f"export_dir={tmp_path / 'export'}"] if module == "train_heads" else []),
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: trainer: MisconfigurationException"), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not (tmp_path / "c").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_continued_card_keeps_what_the_weights_were_trained_on_before(tmp_path):
+    # continued_from held only minutes and steps: a continuation on other sentences and seed looked like
+    # a run on the new data alone
+    from leakloss.speech.corpus import builtin_sentences
+
+    sentences = builtin_sentences()
+    for name, lines in (("s1.txt", sentences[:6]), ("s2.txt", sentences[6:12])):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common = ["recognizer_arch=b", "roles=[teacher]", "readings_per_sentence=1", "max_steps=2", "warmup_steps=1",
+              "batch_size=2", "num_threads=1", f"cache_dir={tmp_path / 'c'}"]
+
+    def train(*args):
+        r = subprocess.run([sys.executable, "-m", "train_recognizers", *common, *args],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r
+
+    train(f"sentences={tmp_path / 's1.txt'}", f"out_dir={tmp_path / 'r1'}", f"hydra.run.dir={tmp_path / 'h1'}")
+    first = json.loads((tmp_path / "r1" / "card.json").read_text(encoding="utf-8"))
+    r = train(f"sentences={tmp_path / 's2.txt'}", "recognizer_arch.seed=99", f"init_from={tmp_path / 'r1'}",
+              f"out_dir={tmp_path / 'r2'}", f"hydra.run.dir={tmp_path / 'h2'}")
+    card = json.loads((tmp_path / "r2" / "card.json").read_text(encoding="utf-8"))
+    assert card["seed"] == 99 and card["train_sentences_sha256"] != first["train_sentences_sha256"]
+    before = card["continued_from"]
+    assert {k: before[k] for k in ("seed", "corpus", "train_sentences_sha256", "steps")} == {
+        k: first[k] for k in ("seed", "corpus", "train_sentences_sha256", "steps")}
+    assert card["total_steps"] == first["steps"] + card["steps"]
+    assert "warning: init_from was trained on other sentences" in r.stderr
