@@ -18,6 +18,7 @@ import math
 import os
 import random
 import unicodedata
+from time import monotonic
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -663,16 +664,25 @@ class LeakCurveLogger:
         probe: Callable[[nn.Module], dict[str, float]] | None = None,
         probe_every: int = 100,
         is_main: bool = True,
+        start_update: int = 0,
     ) -> None:
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
         self.is_main = is_main
         self.grad_accumulation_steps = grad_accumulation_steps
         self.probe, self.probe_every = probe, probe_every
-        self.calls = 0
+        if isinstance(start_update, bool) or not isinstance(start_update, int) or start_update < 0:
+            raise ValueError(f"start_update must be a whole number >= 0, got {start_update!r}")
+        # a resumed run counts on from its checkpoint's update, and keeps the curve up to it (the rows
+        # after it were logged by updates the checkpoint does not hold: they are trained again)
+        self.calls = start_update * grad_accumulation_steps
         if is_main:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            kept: list[list[str]] = []
+            if start_update > 0 and self.csv_path.is_file():
+                with self.csv_path.open(newline="") as f:
+                    kept = [r for r in list(csv.reader(f))[1:] if r and r[0].isdigit() and int(r[0]) <= start_update]
             with self.csv_path.open("w", newline="") as f:
-                csv.writer(f).writerow(["step", "name", "value"])
+                csv.writer(f).writerows([["step", "name", "value"], *kept])
 
     def __call__(self, model: nn.Module, _args: tuple, output: tuple) -> None:
         if not model.training:
@@ -731,6 +741,45 @@ class F5Run(NamedTuple):
     leak_csv: Path
     checkpoint_dir: Path
     updates: int = 0  # optimizer updates the run was set up for
+    start_update: int = 0  # the update its checkpoint resumed from (0: a fresh run)
+    done_updates: int = 0  # updates the saved checkpoint holds (less than ``updates`` when the time budget ran out)
+    budget_reached: bool = False  # stopped by ``max_minutes``, saved, resumable
+
+
+class NothingToTrainError(ValueError):
+    """``out_dir`` already holds the run's last update: a rerun would train nothing."""
+
+
+class _BudgetReached(Exception):
+    """Raised between two updates once ``max_minutes`` has passed (the state was saved just before)."""
+
+
+def checkpoint_update(ckpt_dir: str | os.PathLike) -> int:
+    """The update F5's ``model_last.pt`` in ``ckpt_dir`` holds (0 when there is none), read without loading the
+    tensors. :class:`CheckpointReadError` when it cannot be read (a truncated save)."""
+    path = Path(ckpt_dir) / "model_last.pt"
+    if not path.is_file():
+        return 0
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        update = ckpt.get("update", 0) if isinstance(ckpt, dict) else None
+    except Exception as err:  # noqa: BLE001 - zip, pickle and OS errors all mean "cannot be read"
+        raise CheckpointReadError(f"{path}: cannot be read ({type(err).__name__}); delete it to start afresh") from None
+    if isinstance(update, bool) or not isinstance(update, int) or update < 0:
+        raise CheckpointReadError(f"{path}: its 'update' is {update!r}, not a whole number")
+    return update
+
+
+def _all_agree(flag: bool) -> bool:
+    """True when ``flag`` is true on any process (every rank must stop at the same update)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
 
 
 @contextlib.contextmanager
@@ -793,6 +842,8 @@ def train_f5(
     probe: Callable[[nn.Module], dict[str, float]] | None = None,
     probe_every: int = 100,
     wandb_online: bool | None = None,
+    save_every: int | None = None,
+    max_minutes: float | None = None,
 ) -> F5Run:
     """Run F5's own ``Trainer``: ``steps`` updates of ``batch_size`` items (``batch_size_type="sample"``) or of
     ``batch_size`` mel frames per GPU (``"frame"``, at most ``max_samples`` items), as F5's ``finetune_cli`` does.
@@ -801,7 +852,10 @@ def train_f5(
     batches: it is cycled to one epoch of exactly ``steps`` updates on every process. Frame batches: F5's
     ``DynamicBatchSampler`` packs whole epochs, so the run takes the fewest epochs with at least ``steps``
     updates (``F5Run.updates`` says how many). ``out_dir`` should be fresh: F5 resumes from any checkpoint
-    already in ``out_dir/ckpts``. Leak curves every ``log_every`` updates go to W&B (online when
+    already in ``out_dir/ckpts`` (``model_last.pt``, saved every ``save_every`` updates -- None: at the end only --
+    and when ``max_minutes`` of training have passed: the run then stops there, resumable by the same call;
+    :class:`NothingToTrainError` when the checkpoint already holds the last update). A resumed run continues
+    the leak schedule and the curves from the checkpoint's update. Leak curves every ``log_every`` updates go to W&B (online when
     ``WANDB_API_KEY`` is set or ``wandb_online=True``, else an offline run under ``out_dir/wandb``) and
     ``out_dir/leak_curves.csv``; with ``probe`` (see :func:`f5_probe`) the probe-set curves every
     ``probe_every`` updates too. Under ``accelerate launch`` every process runs this; only the main one
@@ -812,8 +866,14 @@ def train_f5(
 
     if batch_size_type not in ("sample", "frame"):
         raise ValueError(f"batch_size_type must be 'sample' or 'frame', got {batch_size_type!r}")
+    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 1):
+        raise ValueError(f"save_every must be a whole number >= 1 or None, got {save_every!r}")
+    if max_minutes is not None and not (isinstance(max_minutes, (int, float)) and not isinstance(max_minutes, bool)
+                                        and math.isfinite(max_minutes) and max_minutes > 0):
+        raise ValueError(f"max_minutes must be a finite number > 0 or None, got {max_minutes!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    start_update = checkpoint_update(out_dir / "ckpts")
     random.seed(seed)  # CFM draws its CFG drops from python's random
     torch.manual_seed(seed)
     online = bool(os.environ.get("WANDB_API_KEY")) if wandb_online is None else wandb_online
@@ -859,7 +919,12 @@ def train_f5(
         # F5's LR schedule needs decay updates > 0 (it scales the warm-up by the process count itself: the
         # warm-up is in updates of each process, as ``updates`` is)
         trainer.num_warmup_updates = min(warmup, updates - 1) if updates > 1 else 0
-        trainer.save_per_updates = trainer.last_per_updates = updates
+        if start_update >= updates:
+            raise NothingToTrainError(f"{out_dir / 'ckpts' / 'model_last.pt'} already holds update {start_update} of "
+                                      f"this run's {updates}: nothing to train (another out_dir starts a new run)")
+        trainer.save_per_updates = updates  # keep_last_n_checkpoints=0: no model_{update}.pt is written
+        trainer.last_per_updates = min(save_every, updates) if save_every else updates
+        model.train_forwards = start_update * grad_accumulation_steps  # the leak schedule goes on from there
 
         run = trainer.accelerator.get_tracker("wandb", unwrap=True) if trainer.logger == "wandb" else None
         run_dir = Path(run.dir).parent if run is not None and getattr(run, "dir", None) else None
@@ -867,14 +932,35 @@ def train_f5(
             out_dir / "leak_curves.csv", every=log_every,
             log_fn=lambda row, step: trainer.accelerator.log(row, step=step),
             grad_accumulation_steps=grad_accumulation_steps, probe=probe, probe_every=probe_every,
-            is_main=trainer.accelerator.is_main_process,
+            is_main=trainer.accelerator.is_main_process, start_update=start_update,
         )
-        handle = model.register_forward_hook(curve_log)
+        handles = [model.register_forward_hook(curve_log)]
+        budget_start = monotonic()
+
+        def stop_when_out_of_time(module: nn.Module, _args: tuple) -> None:
+            # between two updates (the first forward of the next one): F5 has stepped the optimizer, the
+            # scheduler and the EMA of the last one, so its own save of that update is a clean resume point
+            if not module.training or module.train_forwards % grad_accumulation_steps:
+                return
+            done = module.train_forwards // grad_accumulation_steps
+            late = (monotonic() - budget_start) / 60 >= max_minutes
+            if done > start_update and _all_agree(late):
+                trainer.save_checkpoint(done, last=True)
+                raise _BudgetReached(done)
+
+        if max_minutes is not None:
+            handles.append(model.register_forward_pre_hook(stop_when_out_of_time))
+        budget_reached, done_updates = False, updates
         try:
             trainer.train(data, num_workers=num_workers, resumable_with_seed=seed)
+        except _BudgetReached as stop:
+            budget_reached, done_updates = True, int(stop.args[0])
+            trainer.accelerator.end_training()  # close the W&B run as F5's own end of training does
         finally:
-            handle.remove()
-    return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates)
+            for handle in handles:
+                handle.remove()
+    return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates, start_update, done_updates,
+                 budget_reached)
 
 
 def read_leak_curve(path: str | os.PathLike, name: str = "leak/penalty") -> list[tuple[int, float]]:
@@ -927,6 +1013,8 @@ def penalty_comparison(
 
 __all__ = [
     "F5Run",
+    "NothingToTrainError",
+    "checkpoint_update",
     "LeakAwareCFM",
     "LeakCurveLogger",
     "LoadReport",

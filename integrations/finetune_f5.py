@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from leakloss.checks import first_line
 from leakloss.config import config_dir
 
 TEXT_EMBED_KEY = "transformer.text_embed.text_embed.weight"
@@ -91,17 +92,88 @@ def load_vocoder(spec: str):
         raise FinetuneError(f"f5.vocoder={spec!r}: not 'embedded' and no Vocos folder with config.yaml")
     from vocos import Vocos
 
-    vocos = Vocos.from_hparams(str(folder / "config.yaml"))
-    if (folder / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        state = load_file(str(folder / "model.safetensors"))
-    elif (folder / "pytorch_model.bin").is_file():
-        state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
+    if not any((folder / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
         raise FinetuneError(f"{folder} has no model.safetensors or pytorch_model.bin")
-    vocos.load_state_dict(state)
+    try:  # a config of another model, foreign or damaged weights: each library raises its own kind
+        vocos = Vocos.from_hparams(str(folder / "config.yaml"))
+        if (folder / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(folder / "model.safetensors"))
+        else:
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        vocos.load_state_dict(state)
+    except Exception as err:  # noqa: BLE001 - reported as one line naming the folder
+        raise FinetuneError(f"f5.vocoder={spec!r}: not a loadable Vocos ({type(err).__name__}: "
+                            f"{first_line(err) or 'no message'})") from None
     return MelToWave.from_vocos(vocos.eval())
+
+
+#: What a resume must share with the run that wrote ``out_dir``'s checkpoint (``out_dir/run.json``): everything
+#: that changes the weights or the schedule. Logging, probes, workers, threads and the save/time budget may differ.
+RUN_FILE = "run.json"
+RUN_KEYS = ("f5", "data.dir", "leak", "steps", "batch_size_per_gpu", "batch_size_type", "max_samples", "learning_rate",
+            "num_warmup_updates", "grad_accumulation_steps", "max_grad_norm", "ema_decay", "mixed_precision", "seed")
+_NOT_RUN_KEYS = ("leak.placement_batch_size", "leak.placement_workers")
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out |= _flat(v, f"{prefix}{k}.")
+        return out
+    return {prefix[:-1]: value}
+
+
+def run_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The settings of :data:`RUN_KEYS`, flat (``leak.weight``: 0.1, ...), paths absolute."""
+    out: dict[str, Any] = {}
+    for key in RUN_KEYS:
+        value = OmegaConf.select(cfg, key)
+        out |= _flat(OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value, f"{key}.")
+    out["data.dir"] = str(Path(str(cfg.data.dir)).expanduser().resolve())
+    for key in _NOT_RUN_KEYS:
+        out.pop(key, None)
+    return out
+
+
+def check_resume(cfg: DictConfig) -> int:
+    """The update ``out_dir``'s F5 checkpoint holds (0: none, a fresh run); :class:`FinetuneError` when the
+    checkpoint cannot be read or was written by a run with other settings (F5 would resume from it silently:
+    a rerun with another ``leak.weight`` trained nothing and relabelled the old weights in the card)."""
+    from integrations.f5_tts import CheckpointReadError, checkpoint_update
+
+    out = Path(str(cfg.out_dir))
+    try:
+        update = checkpoint_update(out / "ckpts")
+    except CheckpointReadError as err:
+        raise FinetuneError(f"out_dir: {err}") from None
+    if not (out / "ckpts" / "model_last.pt").is_file():
+        return 0
+    try:
+        recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise FinetuneError(f"out_dir={out}: holds an F5 checkpoint (ckpts/model_last.pt) without the {RUN_FILE} that "
+                            f"says which run wrote it: give another out_dir, or delete {out / 'ckpts'} to start afresh"
+                            ) from None
+    now = run_identity(cfg)
+    changed = sorted(k for k in set(now) | set(recorded) if now.get(k, "<unset>") != recorded.get(k, "<unset>"))
+    if changed:
+        shown = ", ".join(f"{k} ({recorded.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r})" for k in changed[:4])
+        raise FinetuneError(f"out_dir={out}: its checkpoint (update {update}) is of a run with other settings: {shown}"
+                            f"{' ...' if len(changed) > 4 else ''}; resume with the same settings, or give another "
+                            f"out_dir (f5.checkpoint={out / 'model_last.safetensors'} starts from its weights)")
+    return update
+
+
+def record_run(cfg: DictConfig) -> None:
+    """``out_dir/run.json``: the settings a later resume is checked against (written before training)."""
+    from leakloss.atomic import write_text_atomic
+
+    out = Path(str(cfg.out_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / RUN_FILE, json.dumps({"settings": run_identity(cfg)}, ensure_ascii=False, indent=1))
 
 
 def build_model(cfg: DictConfig, vocab: dict[str, int], **leak: Any):
@@ -144,12 +216,13 @@ def _placement_trainer(cfg: DictConfig):
 WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "leak.start_step": 0,
                          "leak.placement_batch_size": 1, "leak.placement_workers": 0, "batch_size_per_gpu": 1,
                          "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
-                         "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0}
+                         "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0, "save_every": 1}
 #: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
 NUMBER_SETTINGS = {"leak.weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
 #: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
 CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
-OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads"})  # null: a tenth of the updates; torch's
+OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads", "save_every"})  # null: a tenth of the
+# updates; torch's; at the end only
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -174,6 +247,11 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    if cfg.max_minutes is not None:
+        try:
+            check_number(cfg.max_minutes, "max_minutes must be a finite number > 0 or null", low=0.0, low_inclusive=False)
+        except ValueError as err:
+            raise FinetuneError(str(err)) from err
     problem = output_folder_problem(str(cfg.out_dir))
     if problem is not None:
         raise FinetuneError(f"out_dir: {problem}")
@@ -188,6 +266,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     from leakloss.text.sites import SiteFinder
 
     check_settings(cfg)
+    start_update = check_resume(cfg)
     try:
         prepared = open_prepared(cfg.data.dir)
     except PreparedDatasetError as err:
@@ -206,6 +285,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         penalty = LeakPenalty.load(head_path=cfg.leak.head)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
+    vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
     if _is_main_process():  # one rank places (its own Lightning trainer may use several devices)
@@ -223,8 +303,8 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             f"{cfg.data.dir}: no testable contrast site in any of its {summary.items} texts (or none could be "
             "aligned on its audio): the leak penalty would never act. Check the texts are Nepali and the audio "
             "matches them")
-    return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty,
-                summary=summary, cache_path=cache_path, placement=placement)
+    return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
+                summary=summary, cache_path=cache_path, placement=placement, start_update=start_update)
 
 
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
@@ -275,7 +355,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
     from integrations.f5_dataset import (PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k,
                                          trainable_count)
-    from integrations.f5_tts import MEL_SPEC_KWARGS, f5_probe, final_leak, load_indicf5_checkpoint, train_f5
+    from integrations.f5_tts import MEL_SPEC_KWARGS, NothingToTrainError, f5_probe, final_leak, load_indicf5_checkpoint
     from integrations.leak_curves import ProbeSet
     from leakloss.constants import MEL_DESCRIPTION
 
@@ -283,7 +363,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         torch.set_num_threads(int(cfg.num_threads))
     plan = prepare(cfg)
     prepared, vocab, penalty = plan["prepared"], plan["vocab"], plan["penalty"]
-    vocoder = load_vocoder(cfg.f5.vocoder)
+    vocoder = plan["vocoder"]
     model = build_model(cfg, vocab, leak_penalty=penalty, leak_weight=float(cfg.leak.weight),
                         site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=vocoder,
                         sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
@@ -303,16 +383,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir)
     trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm), ema_kwargs=dict(beta=float(cfg.ema_decay)),
                           accelerate_kwargs=dict(mixed_precision=str(cfg.mixed_precision)))
-    f5_run = train_f5(model, dataset, out_dir, steps=int(cfg.steps), batch_size=int(cfg.batch_size_per_gpu),
-                      batch_size_type=str(cfg.batch_size_type), max_samples=int(cfg.max_samples),
-                      learning_rate=float(cfg.learning_rate), num_warmup_updates=cfg.num_warmup_updates,
-                      log_every=int(cfg.log_every), grad_accumulation_steps=int(cfg.grad_accumulation_steps),
-                      wandb_project=str(cfg.wandb_project), run_name=str(cfg.exp_name),
-                      num_workers=int(cfg.data.num_workers), seed=int(cfg.seed), trainer_kwargs=trainer_kwargs,
-                      probe=probe, probe_every=int(cfg.probe.every))
+    if _is_main_process():
+        record_run(cfg)  # what a resume of this out_dir is checked against
+    _barrier()
+    try:
+        f5_run = _train(cfg, model, dataset, out_dir, trainer_kwargs, probe)
+    except NothingToTrainError as err:
+        raise FinetuneError(str(err)) from None
     summary = plan["summary"]
-    result: dict[str, Any] = dict(out_dir=str(out_dir), updates=f5_run.updates, items=summary.items,
-                                  items_trainable=trainable_count(prepared),
+    result: dict[str, Any] = dict(out_dir=str(out_dir), updates=f5_run.done_updates, planned_updates=f5_run.updates,
+                                  resumed_from_update=f5_run.start_update, budget_reached=f5_run.budget_reached,
+                                  items=summary.items, items_trainable=trainable_count(prepared),
                                   items_with_sites=summary.with_sites, sites=summary.sites,
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)
@@ -321,7 +402,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
-                    mel=MEL_DESCRIPTION)
+                    mel=MEL_DESCRIPTION, planned_updates=f5_run.updates, resumed_from_update=f5_run.start_update,
+                    budget_reached=f5_run.budget_reached)
         try:
             card["final_leak_penalty"] = final_leak(f5_run.leak_csv)
         except ValueError:  # no penalty step logged (e.g. leak.start_step beyond the run)
@@ -330,6 +412,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         result["final_leak_penalty"] = card["final_leak_penalty"]
         result["checkpoint"] = str(f5_run.checkpoint_dir / "model_last.pt")
     return result
+
+
+def _train(cfg: DictConfig, model, dataset, out_dir: Path, trainer_kwargs: dict, probe):
+    from integrations.f5_tts import train_f5
+
+    return train_f5(model, dataset, out_dir, steps=int(cfg.steps), batch_size=int(cfg.batch_size_per_gpu),
+                    batch_size_type=str(cfg.batch_size_type), max_samples=int(cfg.max_samples),
+                    learning_rate=float(cfg.learning_rate), num_warmup_updates=cfg.num_warmup_updates,
+                    log_every=int(cfg.log_every), grad_accumulation_steps=int(cfg.grad_accumulation_steps),
+                    wandb_project=str(cfg.wandb_project), run_name=str(cfg.exp_name),
+                    num_workers=int(cfg.data.num_workers), seed=int(cfg.seed), trainer_kwargs=trainer_kwargs,
+                    probe=probe, probe_every=int(cfg.probe.every), save_every=cfg.save_every,
+                    max_minutes=None if cfg.max_minutes is None else float(cfg.max_minutes))
 
 
 def main() -> None:

@@ -48,12 +48,37 @@ def override_problem(config_name: str, overrides: Sequence[str]) -> str | None:
         cfg = compose_config(config_name, overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         return f"{' '.join(overrides)}: {first_line(err) or type(err).__name__}"
+    added = _unread_addition(cfg, overrides)
+    if added is not None:
+        return added
     try:  # Hydra makes its run folder before the job starts: a path under a file was its traceback
         run_dir = str(cfg.hydra.run.dir)
     except OmegaConfBaseException:  # an interpolation only Hydra's runtime resolves: Hydra reports it
         return None
     problem = output_folder_problem(run_dir)
     return None if problem is None else f"hydra.run.dir {problem}"
+
+
+def _unread_addition(cfg, overrides: Sequence[str]) -> str | None:
+    """A ``+key=value`` that adds a setting nothing reads (``+max_minutes=5`` where the config has no budget: it
+    was accepted without a word), or None. Additions of a config group (``+experiment=x``) and of keyword
+    arguments of a node Hydra instantiates (``+trainer.strategy=ddp``: its ``_target_`` takes them) are fine."""
+    from omegaconf import DictConfig, OmegaConf
+
+    choices = set(cfg.hydra.runtime.choices) if "hydra" in cfg else set()
+    for arg in overrides:
+        if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
+            continue
+        key = arg[1:].split("=", 1)[0].split("@", 1)[0]
+        if key in choices or key.startswith("hydra.") or key.startswith("hydra/"):
+            continue
+        parent_key = key.rsplit(".", 1)[0] if "." in key else ""
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if isinstance(parent, DictConfig) and "_target_" in parent:
+            continue
+        return (f"{arg}: '{key}' is not a setting here (a '+' addition that nothing would read); "
+                "see the config's keys with --cfg job")
+    return None
 
 
 def exit_on_bad_overrides(config_name: str) -> None:

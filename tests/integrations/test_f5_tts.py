@@ -328,6 +328,38 @@ def test_leak_curve_logger_writes_every_n_training_steps(tmp_path: Path, m2w: Me
     assert {r["step"] for r in rows} == {"2", "4"}
 
 
+def test_a_resumed_leak_curve_logger_keeps_the_curve_to_its_update_and_counts_on(tmp_path: Path, m2w: MelToWave) -> None:
+    # a resume truncated the curves to the header and logged updates 3, 4 as steps 1, 2
+    path = tmp_path / "c.csv"
+    path.write_text("step,name,value\n1,leak/penalty,0.5\n2,leak/penalty,0.4\n3,leak/penalty,0.3\n")
+    model = _model(m2w)
+    logged: list[int] = []
+    hook = LeakCurveLogger(path, every=1, log_fn=lambda row, step: logged.append(step), start_update=2)
+    handle = model.register_forward_hook(hook)
+    for seed in range(2):
+        _run(model, seed=seed)
+    handle.remove()
+    rows = list(csv.DictReader(path.open()))
+    assert logged == [3, 4]
+    assert [r["value"] for r in rows if r["step"] in ("1", "2")] == ["0.5", "0.4"]  # kept
+    assert "0.3" not in [r["value"] for r in rows]  # logged after the checkpoint: trained again
+    assert sorted({int(r["step"]) for r in rows}) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="start_update"):
+        LeakCurveLogger(path, start_update=-1)
+
+
+def test_checkpoint_update_reads_the_update_and_names_a_damaged_file(tmp_path: Path) -> None:
+    from integrations.f5_tts import CheckpointReadError, checkpoint_update
+
+    assert checkpoint_update(tmp_path) == 0
+    torch.save({"update": 7, "model_state_dict": {"w": torch.zeros(2)}}, tmp_path / "model_last.pt")
+    assert checkpoint_update(tmp_path) == 7
+    data = (tmp_path / "model_last.pt").read_bytes()
+    (tmp_path / "model_last.pt").write_bytes(data[: len(data) // 2])  # a save cut short (Ctrl-C)
+    with pytest.raises(CheckpointReadError, match="model_last.pt: cannot be read"):
+        checkpoint_update(tmp_path)
+
+
 class _FakeProbe:
     texts = ["घर", "पानी पर्‍यो"]
 

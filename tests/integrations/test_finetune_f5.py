@@ -110,6 +110,88 @@ def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, mes
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
 
 
+@pytest.mark.parametrize("override, message", [
+    ("save_every=0", r"save_every must be a whole number >= 1, got 0"),
+    ("max_minutes=0", r"max_minutes must be a finite number > 0 or null, got 0"),
+    ("max_minutes=nan", r"max_minutes must be a finite number > 0 or null"),
+])
+def test_bad_save_and_time_budgets_are_refused(tmp_path, override, message):
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+
+
+def test_an_addition_nothing_reads_is_refused():
+    # +max_minutes=5 was accepted without a word when the config had no budget (it trained on)
+    from leakloss.config import override_problem
+
+    assert "'nope' is not a setting here" in override_problem("finetune_f5", ["data.dir=x", "+nope=5"])
+    assert override_problem("finetune_f5", ["data.dir=x", "+trainer.strategy=ddp"]) is None  # a Trainer argument
+
+
+def _write_checkpoint(out: Path, update: int, cfg=None) -> None:
+    from integrations.finetune_f5 import record_run
+
+    (out / "ckpts").mkdir(parents=True, exist_ok=True)
+    torch.save({"update": update}, out / "ckpts" / "model_last.pt")
+    if cfg is not None:
+        record_run(cfg)
+
+
+def test_a_resume_with_other_settings_is_refused_before_any_data_is_read(tmp_path):
+    # F5 resumed silently from out_dir/ckpts: a rerun with leak.weight=0 trained nothing, wiped the curves and
+    # relabelled the old weights in the card
+    from integrations.finetune_f5 import check_resume
+
+    out = tmp_path / "run"
+    first = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}", "leak.weight=0.1")
+    assert check_resume(first) == 0  # nothing there: a fresh run
+    _write_checkpoint(out, 3, first)
+    assert check_resume(first) == 3
+    # logging, probes, threads and the budgets may change on a resume
+    assert check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}", "leak.weight=0.1",
+                             "log_every=1", "probe.every=0", "max_minutes=5", "save_every=1")) == 3
+    with pytest.raises(FinetuneError, match=r"of a run with other settings: leak.weight \(0.1 -> 0\), "
+                                            r"learning_rate \(1e-05 -> 0.001\)"):
+        prepare(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}", "leak.weight=0",
+                     "learning_rate=0.001"))
+    (out / "run.json").unlink()
+    with pytest.raises(FinetuneError, match="holds an F5 checkpoint .* without the run.json"):
+        check_resume(first)
+    (out / "ckpts" / "model_last.pt").write_bytes(b"PK\x03\x04 cut")
+    with pytest.raises(FinetuneError, match="model_last.pt: cannot be read"):
+        check_resume(first)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no_config", "no Vocos folder with config.yaml"),
+    ("other_config", r"not a loadable Vocos \(KeyError"),
+    ("no_weights", "has no model.safetensors or pytorch_model.bin"),
+    ("foreign_weights", r"not a loadable Vocos \(RuntimeError: Error\(s\) in loading state_dict"),
+    ("damaged_pickle", r"not a loadable Vocos \(UnpicklingError"),
+])
+def test_a_vocoder_folder_that_cannot_load_is_one_error(tmp_path, case, message):
+    from safetensors.torch import save_file
+
+    from integrations.finetune_f5 import load_vocoder
+
+    folder = tmp_path / "voc"
+    folder.mkdir()
+    good = ("feature_extractor:\n  class_path: vocos.feature_extractors.MelSpectrogramFeatures\n  init_args:\n"
+            "    sample_rate: 24000\n    n_fft: 1024\n    hop_length: 256\n    n_mels: 100\n    padding: center\n"
+            "backbone:\n  class_path: vocos.models.VocosBackbone\n  init_args:\n    input_channels: 100\n"
+            "    dim: 8\n    intermediate_dim: 16\n    num_layers: 1\n"
+            "head:\n  class_path: vocos.heads.ISTFTHead\n  init_args:\n    dim: 8\n    n_fft: 1024\n"
+            "    hop_length: 256\n    padding: center\n")
+    if case != "no_config":
+        (folder / "config.yaml").write_text("foo: 1\n" if case == "other_config" else good)
+    if case in ("other_config", "foreign_weights"):
+        save_file({"x": torch.zeros(2)}, str(folder / "model.safetensors"))
+    if case == "damaged_pickle":
+        (folder / "pytorch_model.bin").write_bytes(b"garbage")
+    with pytest.raises(FinetuneError, match=message):
+        load_vocoder(str(folder))
+
+
 def test_an_out_dir_under_a_file_is_refused_before_any_data_is_read(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(FinetuneError, match=r"out_dir: .*run cannot be created: .*file is not a folder"):
@@ -296,3 +378,38 @@ def test_new_users_path_prepare_place_finetune_and_f5_inference_loads_it(prepare
     load_checkpoint(again, str(out / "ckpts" / "model_last.pt"), "cpu", dtype=torch.float32)
     card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
     assert card["base"] == "hindi_base_f5" and card["update"] == steps
+
+
+@pytest.mark.slow
+@needs_embedded
+def test_a_run_out_of_time_saves_and_a_rerun_resumes_it_to_the_end(prepared_dir, base_ckpt, tmp_path):
+    # there was no time budget and no checkpoint before the end (an interrupted run lost every update); a
+    # resume restarted the curves at step 1 and the leak schedule at update 0
+    data = tmp_path / "data"
+    shutil.copytree(prepared_dir, data)
+    out = tmp_path / "run"
+    common = ["f5=embedded", f"data.dir={data}", f"f5.checkpoint={base_ckpt}", "leak.weight=0.1", "steps=3",
+              "batch_size_type=sample", "batch_size_per_gpu=4", f"out_dir={out}", "log_every=1", "probe.every=0",
+              "num_threads=2", "save_every=1"]
+    first = _cli(*common, "max_minutes=0.0001")  # out of time after the first update
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["budget_reached"] is True and summary["updates"] == 1 and summary["planned_updates"] == 3
+    assert json.loads((out / "model_last.json").read_text(encoding="utf-8"))["update"] == 1
+
+    again = _cli(*common)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["resumed_from_update"] == 1 and summary["updates"] == 3 and not summary["budget_reached"]
+    with open(out / "leak_curves.csv", newline="") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f) if r["name"] == "leak/penalty"]
+    assert steps == [1, 2, 3]  # the first run's row kept, the resumed updates numbered on
+    card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
+    assert card["update"] == 3 and card["resumed_from_update"] == 1
+
+    finished = _cli(*common)
+    assert finished.returncode == 2 and "nothing to train" in finished.stderr, finished.stderr[-2000:]
+    other = _cli(*[a for a in common if not a.startswith("leak.weight")], "leak.weight=0")
+    assert other.returncode == 2 and "of a run with other settings: leak.weight (0.1 -> 0)" in other.stderr
+    assert "Traceback" not in finished.stderr + other.stderr
+    assert json.loads((out / "model_last.json").read_text(encoding="utf-8")) == card  # nothing relabelled
