@@ -116,6 +116,10 @@ def main(cfg: DictConfig) -> None:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
     trainer.fit(module, loader)
+    if module.diverged_at is not None:
+        print(f"error: the loss is not finite at step {module.diverged_at} (the training diverged; try a lower lr "
+              f"than {cfg.lr}): nothing saved", file=sys.stderr)
+        sys.exit(1)
     try:  # the default out_dir is the shipped recognizer: an untrained or diverged model never replaces it
         check_trained(trainer.global_step, module.model.state_dict(), str(cfg.out_dir))
     except UntrainedError as err:

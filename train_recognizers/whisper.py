@@ -37,6 +37,7 @@ from leakloss.acoustic.whisper_training import (
     cosine_lr,
     ctc_step,
     labels_for,
+    CHECKPOINT_FILES,
     load_checkpoint,
     save_checkpoint,
 )
@@ -55,6 +56,10 @@ def training_sentences(cfg) -> tuple[list[str], list[str]]:
     sentences = builtin_sentences() if cfg.sentences is None else read_sentences(cfg.sentences)
     train, held = split_for_training(sentences, cfg.heldout_fraction)
     extra = Path(str(cfg.extra_sentences))
+    if cfg.extra_sentence_limit and not extra.is_file():
+        # the shipped default points at the shared prompts, absent on most machines: said, not silent
+        print(f"warning: extra_sentences={extra}: no such file; training on {len(train)} sentences without the "
+              f"{cfg.extra_sentence_limit} extra ones (extra_sentence_limit=0 to not ask for them)", file=sys.stderr)
     if cfg.extra_sentence_limit and extra.is_file():
         held_set = set(held)
         train += [s for s in read_sentences(extra) if s not in held_set][: cfg.extra_sentence_limit]
@@ -68,11 +73,18 @@ KEPT_OUT: tuple[str, ...] = tuple(festival.UNSEEN_VOICES) + tuple(festival.UNSEE
 def recorded_training_voices(names=None) -> list:
     """The installed Festival/flite voices to train on: ``names``, or every training voice
     (:data:`leakloss.speech.festival.TRAINING_VOICES`) when None; naming one of :data:`KEPT_OUT` raises ValueError."""
+    explicit = names is not None
     names = list(festival.TRAINING_VOICES) if names is None else list(names)
     kept_out = sorted(set(KEPT_OUT) & set(names))
     if kept_out:
         raise ValueError(f"recorded voices {kept_out} are kept out of training for good (the unseen family)")
     voices = [festival.get_voice(n) for n in names]
+    missing = [v.name for v in voices if not festival.voice_available(v)]
+    if missing and explicit:  # a voice the user named is never dropped without a word
+        raise ValueError(f"recorded voice(s) {', '.join(missing)} not installed on this machine (Festival/flite "
+                         "voices: see .ci/run); install them or leave them out of recorded_voices")
+    if missing:
+        print(f"warning: training voices not installed, trained without them: {', '.join(missing)}", file=sys.stderr)
     return [v for v in voices if festival.voice_available(v)]
 
 
@@ -173,6 +185,13 @@ def check_settings(cfg: DictConfig) -> None:
     problem = replace_problem(cfg.out_dir, WHISPER_RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
     if problem is not None:
         raise SettingsError(f"out_dir: {problem}")
+    problem = replace_problem(Path(cfg.checkpoint_dir).expanduser(), CHECKPOINT_FILES)  # it replaces the folder
+    if problem is not None:
+        raise SettingsError(f"checkpoint_dir: {problem}")
+    ckpt, out = (Path(str(p)).expanduser().resolve() for p in (cfg.checkpoint_dir, cfg.out_dir))
+    if ckpt == out or out in ckpt.parents or ckpt in out.parents:  # the saves would replace each other
+        raise SettingsError(f"checkpoint_dir ({ckpt}) and out_dir ({out}) must be separate folders, not one "
+                            "inside the other")
     voices = cfg.get("recorded_voices")
     if voices is not None and not OmegaConf.is_list(voices):  # recorded_voices=fest-kal was read as 'f', 'e', ...
         raise SettingsError(f"recorded_voices must be a list of voice names (recorded_voices=[fest-kal]) or null, "
@@ -273,36 +292,53 @@ def main(cfg: DictConfig) -> None:
     head.train()
     run_start, spent_before = time.time(), state["minutes"]
     losses: list[float] = []
+    saved_step = state["step"]
     done = False
-    while not done:
-        rng = random.Random(cfg.seed * 1000 + state["epoch"])
-        batches = batches_by_length(items, cfg.batch_size, rng)
-        for b_i, idx in enumerate(batches):
-            if state.get("batch_in_epoch", 0) > b_i:
-                continue
-            minutes = spent_before + (time.time() - run_start) / 60
-            if minutes >= budget or state["step"] >= cfg.max_steps:
-                done = True
-                break
-            for g in optimizer.param_groups:
-                g["lr"] = cosine_lr(state["step"], cfg.warmup_steps, minutes / budget, cfg.lr)
-            loss = ctc_step(head, collate_states([dataset[i] for i in idx]), blank)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
-            optimizer.step()
-            losses.append(float(loss.detach()))
-            state["step"] += 1
-            state["batch_in_epoch"] = b_i + 1
-            if state["step"] % cfg.progress_every == 0:
-                print(f"step {state['step']} epoch {state['epoch']} loss {np.mean(losses[-cfg.progress_every:]):.3f} "
-                      f"{minutes:.1f}/{budget:.0f} min", flush=True)
-            if state["step"] % cfg.checkpoint_every == 0:
-                state["minutes"] = minutes
-                save_checkpoint(ckpt_dir, head, optimizer, state)
-        else:
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
+    try:
+        while not done:
+            rng = random.Random(cfg.seed * 1000 + state["epoch"])
+            batches = batches_by_length(items, cfg.batch_size, rng)
+            for b_i, idx in enumerate(batches):
+                if state.get("batch_in_epoch", 0) > b_i:
+                    continue
+                minutes = spent_before + (time.time() - run_start) / 60
+                if minutes >= budget or state["step"] >= cfg.max_steps:
+                    done = True
+                    break
+                for g in optimizer.param_groups:
+                    g["lr"] = cosine_lr(state["step"], cfg.warmup_steps, minutes / budget, cfg.lr)
+                loss = ctc_step(head, collate_states([dataset[i] for i in idx]), blank)
+                if not torch.isfinite(loss):  # was trained on for the whole budget and found only at the end
+                    print(f"error: the loss is {float(loss)} at step {state['step'] + 1} (the training diverged; "
+                          f"try a lower lr than {cfg.lr}); the last checkpoint (step {saved_step}) is kept",
+                          file=sys.stderr)
+                    sys.exit(1)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                state["step"] += 1
+                state["batch_in_epoch"] = b_i + 1
+                if state["step"] % cfg.progress_every == 0:
+                    print(f"step {state['step']} epoch {state['epoch']} loss {np.mean(losses[-cfg.progress_every:]):.3f} "
+                          f"{minutes:.1f}/{budget:.0f} min", flush=True)
+                if state["step"] % cfg.checkpoint_every == 0:
+                    state["minutes"] = minutes
+                    try:
+                        save_checkpoint(ckpt_dir, head, optimizer, state)
+                    except ValueError as err:  # non-finite weights after a finite loss: diverged
+                        print(f"error: step {state['step']}: {err}; the last checkpoint (step {saved_step}) is kept",
+                              file=sys.stderr)
+                        sys.exit(1)
+                    saved_step = state["step"]
+            else:
+                state["epoch"] += 1
+                state["batch_in_epoch"] = 0
+    except KeyboardInterrupt:  # a traceback reached the user; the checkpoint is what a rerun resumes
+        print(f"\ninterrupted at step {state['step']}: the last checkpoint (step {saved_step}, {ckpt_dir}) is kept; "
+              "rerun the same command to resume from it", file=sys.stderr)
+        sys.exit(130)
     state["minutes"] = spent_before + (time.time() - run_start) / 60
     try:  # the default out_dir is the shipped recognizer: an untrained or diverged head never replaces it
         check_trained(state["step"], head.state_dict(), str(cfg.out_dir))

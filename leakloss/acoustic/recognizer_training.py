@@ -141,6 +141,8 @@ class PrintProgress(L.Callback):
 
         self._start = self._start or time.time()
         step = trainer.global_step
+        if outputs is None or (isinstance(outputs, dict) and "loss" not in outputs):
+            return  # a skipped step (a non-finite loss stops the run: RecognizerModule.diverged_at)
         if step % self.every == 0:
             loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
             print(f"step {step} loss {loss:.3f} elapsed {time.time() - self._start:.0f}s", flush=True)
@@ -155,6 +157,7 @@ class RecognizerModule(L.LightningModule):
         super().__init__()
         self.vocab, self.lr, self.warmup, self.total = vocab, lr, warmup_steps, total_steps
         self.budget_s = budget_minutes * 60 if budget_minutes else None
+        self.diverged_at: int | None = None  #: the step whose loss was not finite (the run stopped there)
         self._t0: float | None = None
         self.model = build_model(arch, vocab, seed)
 
@@ -168,6 +171,11 @@ class RecognizerModule(L.LightningModule):
     def training_step(self, batch, _):
         x, mask = self._normalize(batch["waves"], batch["wave_lengths"])
         out = self.model(x, attention_mask=mask.long(), labels=batch["labels"])
+        if not torch.isfinite(out.loss):
+            # was trained on for the whole budget and found only at the end: stop here, step nothing
+            self.diverged_at = int(self.global_step) + 1
+            self.trainer.should_stop = True
+            return None
         self.log("train/ctc", out.loss, prog_bar=True, batch_size=x.shape[0])
         return out.loss
 

@@ -135,6 +135,10 @@ def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
     return base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
+#: What a training checkpoint folder holds (anything else there is refused, not deleted).
+CHECKPOINT_FILES = ("checkpoint.safetensors", "state.json")
+
+
 def save_checkpoint(folder: Path, head, optimizer, state: dict) -> None:
     """Head + Adam moments as safetensors, the counters as JSON (written atomically; never pickles)."""
     from safetensors.torch import save_file
@@ -146,7 +150,10 @@ def save_checkpoint(folder: Path, head, optimizer, state: dict) -> None:
     for pid, s in opt["state"].items():
         for key, value in s.items():
             tensors[f"opt.{pid}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    with atomic_directory(folder) as tmp:
+    bad = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:  # a diverged head saved here was resumed by every later run, which then failed the same way
+        raise ValueError(f"not checkpointing non-finite weights ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})")
+    with atomic_directory(folder, owned=CHECKPOINT_FILES) as tmp:  # never a folder of someone else's files
         save_file(tensors, str(tmp / "checkpoint.safetensors"))
         (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
 
@@ -157,6 +164,9 @@ def load_checkpoint(folder: Path, head, optimizer) -> dict | None:
     if not (folder / "state.json").exists():
         return None
     tensors = load_file(str(folder / "checkpoint.safetensors"))
+    bad = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:  # written before checkpoints refused NaN weights: resuming it fails again at every rerun
+        raise ValueError(f"it holds non-finite weights ({', '.join(bad[:3])}): the run that wrote it diverged")
     head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
     opt = optimizer.state_dict()
     for pid in (pid for group in opt["param_groups"] for pid in group["params"]):  # every group's moments

