@@ -49,6 +49,9 @@ class HeadCard:
     training_data_sha256: str = ""
     heldout: list[dict] = field(default_factory=list)
     notes: str = ""
+    #: what the training really ran (epochs, optimizer steps, fast_dev_run, the epoch kept): a 1-batch
+    #: ``trainer=fast_dev_run`` head is told apart from a trained one; {} on cards written before it
+    training: dict = field(default_factory=dict)
 
 
 class MLPHead(nn.Module):
@@ -235,7 +238,7 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     for name in ("head", "recognizer", "feature_schema_version", "training_data_sha256", "notes"):
         if not isinstance(getattr(card, name), str):  # "recognizer": 12 was an AttributeError in the scorer
             raise HeadLoadError(f"{js}: field {name!r} must be a string, got {getattr(card, name)!r:.60}")
-    for name, kind in (("architecture", dict), ("feature_names", list)):
+    for name, kind in (("architecture", dict), ("feature_names", list), ("training", dict)):
         if not isinstance(getattr(card, name), kind):
             raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
                                 f"got {getattr(card, name)!r:.60}")

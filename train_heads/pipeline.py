@@ -101,6 +101,10 @@ def check_settings(cfg: DictConfig) -> None:
     problem = export_folder_problem(cfg.export_dir)
     if problem is not None:
         raise SettingsError(f"export_dir: {problem}")
+    export, out = (Path(str(p)).expanduser().resolve() for p in (cfg.export_dir, cfg.out_dir))
+    if export == out or export in out.parents:  # the export replaces export_dir: the run's logs went with it
+        raise SettingsError(f"out_dir ({out}) must not be export_dir or inside it: the export replaces export_dir, "
+                            "and the run's logs and checkpoints in out_dir would be deleted with it")
     from leakloss.config import check_trainer
 
     check_trainer(cfg.trainer)  # trainer=gpu without a GPU failed after the recognizers and features
@@ -185,7 +189,13 @@ def run(cfg: DictConfig) -> dict:
         trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
                               default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
         trainer.fit(module, datamodule=dm)
+        training = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step),
+                    "max_epochs": int(hcfg.max_epochs), "fast_dev_run": bool(trainer.fast_dev_run)}
+        if trainer.fast_dev_run:
+            print(f"warning: head {name}: trainer.fast_dev_run ran {trainer.global_step} step(s) only; its card says so",
+                  file=sys.stderr)
         if best is not None and best.best_model_path:
+            training["kept"] = Path(best.best_model_path).name
             state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
             module.load_state_dict(state)
             print(f"head {name}: kept {Path(best.best_model_path).name} (dev loss {float(best.best_model_score):.4f})")
@@ -201,6 +211,7 @@ def run(cfg: DictConfig) -> dict:
             feature_names=recipe.feature_names(head), training_data_sha256=data_hash, heldout=head_rows,
             notes=f"recognizers a={recognizers['a'].name} b={recognizers['b'].name}; config: "
                   + OmegaConf.to_yaml(hcfg).replace("\n", "; "),
+            training=training,
         )
     if not heads:  # an export of no head would replace the previous export's heads with nothing
         raise UntrainedError(f"no head had training rows (skipped: {', '.join(cfg.heads)}): nothing exported")

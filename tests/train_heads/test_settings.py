@@ -54,6 +54,19 @@ def test_folders_under_a_regular_file_are_refused_before_any_model_loads(key, tm
         run(cfg)
 
 
+def test_an_out_dir_that_the_export_would_replace_is_refused(tmp_path, monkeypatch):
+    # export_dir=out_dir: the export replaced the folder and the run's logs and checkpoints went with it
+    import leakloss.acoustic.recognizer as recognizer
+
+    monkeypatch.setattr(recognizer.Recognizer, "load", lambda *a, **k: pytest.fail("a recognizer loaded"))
+    for out, export in ((tmp_path / "same", tmp_path / "same"), (tmp_path / "e" / "out", tmp_path / "e")):
+        cfg = compose_config("train_heads", ["experiment=smoke", f"out_dir={out}", f"export_dir={export}"])
+        with pytest.raises(SettingsError, match="must not be export_dir or inside it"):
+            run(cfg)
+    check_settings(compose_config("train_heads", ["experiment=smoke", f"out_dir={tmp_path / 'o'}",
+                                                  f"export_dir={tmp_path / 'o' / 'export'}"]))  # inside out_dir: fine
+
+
 def test_the_shipped_settings_pass():
     check_settings(compose_config("train_heads", ["experiment=default"]))
 

@@ -154,6 +154,9 @@ def test_smoke_experiment_end_to_end(tmp_path):
         + ["heldout.json", "heldout.md"])
     head, card = load_head(tmp_path / "export" / "rawconv")
     assert isinstance(head, RawConvHead) and card.recognizer.startswith("a@")
+    # the card says what the training ran (it named only the configured max_epochs)
+    assert card.training["steps"] > 0 and card.training["fast_dev_run"] is False
+    assert card.training["kept"].startswith("best-epoch=")
     rows = json.loads((tmp_path / "export" / "heldout.json").read_text())
     assert {r["pair_kind"] for r in rows} == {"physical", "natural", "model", "short_vowel"}
     assert sum(r["total"] for r in rows) > 0
