@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -220,6 +221,31 @@ def to_16k(wave: torch.Tensor, rate: int) -> torch.Tensor:
 # the cache, read lazily
 
 
+def _parse_row(line: str | bytes) -> dict | None:
+    """One cache line as a row of this cache version, or None: another version, a torn line of a killed run, or
+    a damaged one (not JSON, not an object, a key that is not text, sites that are not TimedSite fields).
+    A None row is not placed: its item is placed again, never a traceback mid-run."""
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(row, dict) or row.get("version") != SITE_CACHE_VERSION or not isinstance(row.get("key"), str):
+        return None
+    sites = row.get("sites")
+    if not isinstance(sites, list):
+        return None
+    try:
+        [TimedSite(**d) for d in sites]
+    except (TypeError, ValueError):
+        return None
+    return row
+
+
+def _read_lines(path: Path) -> list[str]:
+    # a file that is not UTF-8 is read with its bad bytes replaced: those lines fail to parse, are placed again
+    return text_lines(path.read_bytes().decode("utf-8", errors="replace"))
+
+
 class SiteCache:
     """Byte offsets of each JSONL row by key: :meth:`sites` reads one line from disk per lookup.
 
@@ -234,10 +260,9 @@ class SiteCache:
         with self.path.open("rb") as f:
             offset = 0
             for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    if row.get("version") == SITE_CACHE_VERSION:
-                        self.offsets[row["key"]] = offset
+                row = _parse_row(line) if line.strip() else None
+                if row is not None:
+                    self.offsets.setdefault(row["key"], offset)
                 offset += len(line)
 
     def __contains__(self, key: object) -> bool:
@@ -403,14 +428,10 @@ def _known_keys(cache_path: Path) -> set[str]:
     known: set[str] = set()
     for path in [cache_path, *_parts(cache_path)]:
         if path.is_file():
-            for line in text_lines(path.read_text(encoding="utf-8")):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:  # a torn last line of a killed run: placed again
-                        continue
-                    if row.get("version") == SITE_CACHE_VERSION:
-                        known.add(row["key"])
+            for line in _read_lines(path):
+                row = _parse_row(line) if line.strip() else None
+                if row is not None:  # a torn or damaged line is placed again
+                    known.add(row["key"])
     return known
 
 
@@ -420,16 +441,19 @@ def merge_parts(cache_path: str | os.PathLike) -> int:
 
     cache_path = Path(cache_path)
     rows: dict[str, str] = {}
+    dropped = 0
     for path in [cache_path, *_parts(cache_path)]:
         if not path.is_file():
             continue
-        for line in text_lines(path.read_text(encoding="utf-8")):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+        for line in _read_lines(path):
+            row = _parse_row(line) if line.strip() else None
+            if row is None:
+                dropped += bool(line.strip())
                 continue
-            rows.setdefault(row.get("key", ""), line)
-    rows.pop("", None)
+            rows.setdefault(row["key"], line)
+    if dropped:
+        print(f"warning: {cache_path}: {dropped} damaged or other-version line(s) dropped (their items are "
+              "placed again)", file=sys.stderr)
     write_text_atomic(cache_path, "".join(line + "\n" for line in rows.values()))
     for path in _parts(cache_path):
         path.unlink()

@@ -163,6 +163,13 @@ class LeakAwareCFM(CFM):
         leak_bf16: bool = False,
         **kwargs: Any,
     ) -> None:
+        if isinstance(leak_weight, bool) or not isinstance(leak_weight, (int, float)) or not math.isfinite(leak_weight) \
+                or leak_weight < 0:  # NaN/inf made the training loss NaN/inf; a negative one rewarded leaking
+            raise ValueError(f"leak_weight must be a finite number >= 0, got {leak_weight!r}")
+        if leak_penalty is not None and leak_weight > 0 and site_lookup is None:
+            # the penalty then never acts: a "leak-aware" run whose penalty is identically zero
+            raise ValueError("leak_weight > 0 with a leak_penalty needs a site_lookup (text -> the sites on its audio, "
+                             "e.g. integrations.f5_dataset.cache_lookup); without one no site is ever found")
         super().__init__(transformer, *args, **kwargs)
         self._shared = _Shared(leak_penalty, mel_to_wave)
         self.leak_weight = float(leak_weight)

@@ -145,6 +145,12 @@ def check_resume(cfg: DictConfig) -> int:
     from integrations.f5_tts import CheckpointReadError, checkpoint_update
 
     out = Path(str(cfg.out_dir))
+    for name, folder in (("ckpts", True), ("leak_curves.csv", False), (RUN_FILE, False), ("model_last.json", False),
+                         ("model_last.safetensors", False), ("vocab.txt", False)):
+        path = out / name  # one of the wrong kind was a NotADirectoryError / IsADirectoryError after the placement
+        if path.exists() and path.is_dir() != folder:
+            raise FinetuneError(f"out_dir: {path} is {'a file' if folder else 'a folder'}, where the run writes "
+                                f"{'its checkpoints' if folder else 'a file'}: give another out_dir")
     try:
         update = checkpoint_update(out / "ckpts")
     except CheckpointReadError as err:
@@ -187,6 +193,29 @@ def build_model(cfg: DictConfig, vocab: dict[str, int], **leak: Any):
     arch = OmegaConf.to_container(cfg.f5.arch, resolve=True)
     transformer = instantiate(cfg.f5.backbone, **arch, mel_dim=MEL_BINS, text_num_embeds=len(vocab))
     return LeakAwareCFM(transformer, mel_spec_kwargs=MEL_SPEC_KWARGS, vocab_char_map=vocab, **leak)
+
+
+def check_probe_texts(cfg: DictConfig) -> None:
+    """``probe.texts``: null or a list of Nepali texts each with a testable contrast site (:class:`FinetuneError`
+    otherwise: a number was a traceback after the placement, one string became one probe per character, and a
+    text with no site logged "0% flagged" for ever)."""
+    texts = cfg.probe.texts
+    if texts is None:
+        return
+    if not OmegaConf.is_list(texts) or not all(isinstance(t, str) for t in texts):
+        raise FinetuneError(f"probe.texts must be null or a list of texts (probe.texts='[नेकपा र अरू]'), got {texts!r}")
+    from leakloss.text.normalize import TextError
+    from leakloss.text.sites import SiteFinder
+
+    finder = SiteFinder()
+    for i, text in enumerate(texts):
+        try:
+            sites = [s for w in finder(text) for s in w.testable_sites]
+        except TextError as err:
+            raise FinetuneError(f"probe.texts[{i}] {text!r}: {err}") from None
+        if not sites:
+            raise FinetuneError(f"probe.texts[{i}] {text!r} has no testable contrast site: its probe could never "
+                                "flag anything")
 
 
 def _probe_texts(cfg: DictConfig, prepared) -> list[str]:
@@ -247,6 +276,12 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    if cfg.leak.weight > 0 and cfg.leak.start_step >= cfg.steps:  # it trained without a word, the card said 0.5
+        raise FinetuneError(f"leak.start_step={cfg.leak.start_step} is not before the run's last update "
+                            f"(steps={cfg.steps}): the penalty would never act")
+    if cfg.log_every > cfg.steps:
+        raise FinetuneError(f"log_every={cfg.log_every} is more than steps={cfg.steps}: no leak curve would be logged")
+    check_probe_texts(cfg)
     if cfg.max_minutes is not None:
         try:
             check_number(cfg.max_minutes, "max_minutes must be a finite number > 0 or null", low=0.0, low_inclusive=False)
@@ -440,6 +475,17 @@ def main() -> None:
         except (FinetuneError, PreparedDatasetError, MissingMandatoryValue) as err:
             print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # OmegaConf adds full_key/object_type lines
             sys.exit(2)
+        except KeyboardInterrupt:  # a traceback reached the user; say what a rerun resumes from
+            from integrations.f5_tts import CheckpointReadError, checkpoint_update
+
+            try:
+                kept = f"update {checkpoint_update(Path(str(cfg.out_dir)) / 'ckpts')}"
+            except CheckpointReadError:
+                kept = "none readable"
+            print(f"\ninterrupted: the last checkpoint in {Path(str(cfg.out_dir)) / 'ckpts'} ({kept}; saved every "
+                  f"save_every={cfg.save_every} updates) is what rerunning the same command resumes from",
+                  file=sys.stderr)
+            sys.exit(130)
         if _is_main_process():
             print(json.dumps(result, ensure_ascii=False))
 

@@ -50,7 +50,8 @@ class ProbeSet:
                 sites_total += 1
         row = {f"leak_probe/{k}": sum(v) / len(v) for k, v in per_kind.items()}
         row |= {f"leak_probe/contrast/{k}": sum(v) / len(v) for k, v in per_contrast.items()}
-        row["leak_probe/flagged_share"] = flags / sites_total if sites_total else 0.0
+        # no site measured (the model's speech could not be aligned): not scored, NaN -- "0% flagged" read as success
+        row["leak_probe/flagged_share"] = flags / sites_total if sites_total else float("nan")
         row["leak_probe/sites"] = float(sites_total)
         return row
 

@@ -104,6 +104,24 @@ def test_resume_places_only_what_is_missing(data, rec_a):
     assert not list(data.glob(SITES_FILE + ".part*"))
 
 
+@pytest.mark.parametrize("damage", ["[1]", "\udcff", "not json", "bad_site", "key_not_text"])
+def test_damaged_cache_lines_are_placed_again_not_a_traceback(data, rec_a, damage, capsys):
+    # `[1]`: AttributeError, non-UTF-8 bytes: UnicodeDecodeError, a site without times: TypeError, mid-run
+    place_prepared_sites(data, rec_a, batch_size=8)
+    path = data / SITES_FILE
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    bad = {"bad_site": json.dumps(first | {"sites": [{"start": "x"}]}),
+           "key_not_text": json.dumps(first | {"key": 5})}.get(damage, damage)
+    raw = ("\n".join([bad] + lines[1:]) + "\n").encode("utf-8", errors="surrogateescape")
+    path.write_bytes(raw)
+    SiteCache(path)  # reads without raising
+    summary = place_prepared_sites(data, rec_a, batch_size=8)
+    assert summary.placed == 1 and summary.reused == len(lines) - 1
+    assert sorted(path.read_text(encoding="utf-8").splitlines()) == sorted(lines)
+    assert "damaged or other-version line(s) dropped" in capsys.readouterr().err
+
+
 def test_cache_is_read_lazily_and_unknown_keys_cost_nothing(data, rec_a):
     place_prepared_sites(data, rec_a)
     cache = SiteCache(data / SITES_FILE)

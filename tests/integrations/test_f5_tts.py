@@ -360,6 +360,21 @@ def test_checkpoint_update_reads_the_update_and_names_a_damaged_file(tmp_path: P
         checkpoint_update(tmp_path)
 
 
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -5.0, True, "0.1"])
+def test_a_leak_weight_that_is_not_a_finite_number_at_least_0_is_refused(m2w: MelToWave, weight) -> None:
+    # NaN/inf made the training loss NaN/inf; -5 trained the model to leak more
+    with pytest.raises(ValueError, match="leak_weight must be a finite number >= 0"):
+        tiny_f5(256, seed=0, leak_penalty=EnergyPenalty(m2w), mel_to_wave=m2w, leak_weight=weight,
+                site_lookup=lambda text: [SITE])
+
+
+def test_a_penalty_without_a_site_lookup_is_refused(m2w: MelToWave) -> None:
+    # without one, no site was ever found: the penalty was identically zero, without a word
+    with pytest.raises(ValueError, match="needs a site_lookup"):
+        tiny_f5(256, seed=0, leak_penalty=EnergyPenalty(m2w), mel_to_wave=m2w, leak_weight=0.1)
+    tiny_f5(256, seed=0, leak_penalty=EnergyPenalty(m2w), mel_to_wave=m2w, leak_weight=0.0)  # monitoring: fine
+
+
 class _FakeProbe:
     texts = ["घर", "पानी पर्‍यो"]
 

@@ -120,6 +120,28 @@ def test_bad_save_and_time_budgets_are_refused(tmp_path, override, message):
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
 
 
+@pytest.mark.parametrize("override, message", [
+    ("probe.texts=5", r"probe.texts must be null or a list of texts"),  # a TypeError after the placement
+    ("probe.texts='नेकपा र अरू'", r"probe.texts must be null or a list of texts"),  # one probe per character
+    ("probe.texts=[hello world]", r"probe.texts\[0\] 'hello world'"),  # logged "0% flagged" for ever
+    ("probe.texts=['आज']", r"probe.texts\[0\] 'आज' has no testable contrast site"),
+    ("leak.start_step=1000", r"leak.start_step=1000 is not before the run's last update \(steps=1000\)"),
+    ("log_every=2000", r"log_every=2000 is more than steps=1000"),
+])
+def test_settings_under_which_the_penalty_or_its_curves_never_act_are_refused(tmp_path, override, message):
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+
+
+@pytest.mark.parametrize("name, make_dir", [("ckpts", False), ("leak_curves.csv", True), ("run.json", True)])
+def test_an_out_dir_entry_of_the_wrong_kind_is_refused_before_any_data_is_read(tmp_path, name, make_dir):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).mkdir() if make_dir else (out / name).write_text("foreign")
+    with pytest.raises(FinetuneError, match=rf"out_dir: .*{name} is a (file|folder), where the run writes"):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={out}"))
+
+
 def test_an_addition_nothing_reads_is_refused():
     # +max_minutes=5 was accepted without a word when the config had no budget (it trained on)
     from leakloss.config import override_problem
