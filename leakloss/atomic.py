@@ -48,6 +48,11 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         OSError: the folder does not exist, ``path`` is not a regular file (each named in the message), or the
             write fails.
     """
+    return write_files_atomic({path: data})[0]
+
+
+def _file_target(path: str | Path) -> Path:
+    """``path`` resolved through a symlink, checked to be a regular file or absent in an existing folder."""
     p = Path(path)
     if p.is_symlink():
         p = Path(os.path.realpath(p))
@@ -58,22 +63,34 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot write '{p}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        # mkstemp makes the file private; give it the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
     return p
+
+
+def write_files_atomic(files: dict[str | Path, bytes]) -> list[Path]:
+    """Write several files as one unit (as :func:`write_bytes_atomic` each): every target is checked and every
+    temporary file written before the first ``os.replace``, so a failure (a folder in the way of the second
+    file, a full disk) leaves all of them as they were, never new weights beside an old card."""
+    targets = [_file_target(p) for p in files]
+    mask = os.umask(0)
+    os.umask(mask)
+    temps: list[str] = []
+    try:
+        for p, data in zip(targets, files.values()):
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes the file private; give it what a plain open() would
+        for tmp, p in zip(temps, targets):
+            os.replace(tmp, p)
+    except BaseException:
+        for tmp in temps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+    return targets
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -106,6 +123,15 @@ class FolderNotOursError(FileExistsError):
     """An output folder holds files the output does not own (:func:`replace_problem`): it is not replaced."""
 
 
+def _open_permissions(folder: Path, mask: int) -> None:
+    """Give every file under ``folder`` at least the read/write bits a plain ``open()`` would under ``mask``."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            f = Path(root) / name
+            if not f.is_symlink():
+                os.chmod(f, (f.stat().st_mode & 0o777) | (0o666 & ~mask))
+
+
 @contextmanager
 def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> Iterator[Path]:
     """``with atomic_directory(out) as tmp: <write files into tmp>``: ``out`` appears whole or not at all.
@@ -115,12 +141,18 @@ def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> It
 
     ``owned``: the output's file-name patterns; an existing ``out`` holding anything else is refused.
 
+    A symlink ``out`` is written through (the folder it points to is replaced, the link stays: replacing the link
+    put the output on the wrong disk), and the files written get the permissions a plain ``open()`` would
+    (safetensors writes weights private: a retrained shipped model failed to load for other users).
+
     Raises:
         NotADirectoryError: ``out`` exists and is not a folder (a file there was deleted and replaced), before
             anything is written.
         FolderNotOursError: ``owned`` is given and ``out`` holds other files, before anything is written.
     """
     p = Path(path)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
     if p.exists() and not p.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder: it is not replaced", str(p))
     if owned is not None and (problem := replace_problem(p, owned)) is not None:
@@ -132,6 +164,7 @@ def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> It
         os.umask(mask)
         os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private; give it what a plain mkdir would
         yield tmp
+        _open_permissions(tmp, mask)
         old = None
         if p.exists():  # a folder cannot be replaced by rename while it has files: move it aside first
             old = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=p.parent))

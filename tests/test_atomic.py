@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from leakloss.atomic import output_folder_problem
 
@@ -95,3 +96,51 @@ def test_an_output_folder_holding_other_files_is_refused_not_emptied(tmp_path):
         (tmp / "m.safetensors").write_bytes(b"x")
     assert sorted(p.name for p in out.iterdir()) == ["m.safetensors"]
     assert replace_problem(tmp_path / "absent", owned) is None
+
+
+def test_atomic_directory_writes_through_a_symlink_and_keeps_it(tmp_path):
+    """An export_dir linked to a data disk: the link was replaced by a real folder, the disk never written."""
+    from leakloss.atomic import atomic_directory
+
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "disk" / "old.json").write_text("old")
+    (tmp_path / "link").symlink_to(tmp_path / "disk")
+    with atomic_directory(tmp_path / "link", owned=("*.json",)) as tmp:
+        (tmp / "new.json").write_text("new")
+    assert (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["new.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link"]  # nothing left beside them
+
+
+def test_atomic_directory_files_get_the_permissions_of_a_plain_open(tmp_path):
+    """safetensors writes its files 0600: weights retrained into a shared install failed to load for others."""
+    from safetensors.torch import save_file
+
+    from leakloss.atomic import atomic_directory
+
+    mask = os.umask(0o022)
+    try:
+        with atomic_directory(tmp_path / "out") as tmp:
+            save_file({"a": torch.zeros(2)}, str(tmp / "model.safetensors"))
+            (tmp / "sub").mkdir()
+            (tmp / "sub" / "run.sh").write_text("#!/bin/sh\n")
+            os.chmod(tmp / "sub" / "run.sh", 0o700)
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "out" / "sub" / "run.sh").stat().st_mode & 0o777 == 0o744  # its own bits are kept
+
+
+def test_write_files_atomic_writes_all_or_none(tmp_path):
+    """A vocoder's weights and card: a failure on the card left new weights beside the old card."""
+    from leakloss.atomic import write_files_atomic
+
+    (tmp_path / "v.safetensors").write_bytes(b"old weights")
+    (tmp_path / "v.json").mkdir()  # in the way of the card
+    with pytest.raises(IsADirectoryError):
+        write_files_atomic({tmp_path / "v.safetensors": b"new weights", tmp_path / "v.json": b"{}"})
+    assert (tmp_path / "v.safetensors").read_bytes() == b"old weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.json", "v.safetensors"]  # no temporary file left
+    (tmp_path / "v.json").rmdir()
+    write_files_atomic({tmp_path / "v.safetensors": b"new weights", tmp_path / "v.json": b"{}"})
+    assert (tmp_path / "v.safetensors").read_bytes() == b"new weights" and (tmp_path / "v.json").read_text() == "{}"
