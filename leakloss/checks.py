@@ -84,16 +84,20 @@ def check_choices(cfg, key: str, allowed, *, least: int = 1) -> None:
 
 def check_config(cfg, *, whole: dict[str, int | None] | None = None,
                  numbers: dict[str, tuple[float, float, bool]] | None = None,
-                 folders: tuple[str, ...] = (), optional: frozenset[str] = frozenset()) -> None:
+                 folders: tuple[str, ...] = (), seeds: tuple[str, ...] = (),
+                 optional: frozenset[str] = frozenset()) -> None:
     """Check an entry point's settings before it does any work; :class:`SettingsError` names the first bad one.
 
     ``whole``: ``{key: least value or None}`` for whole numbers; ``numbers``: ``{key: (low, high, low_inclusive)}`` for
     finite numbers in that range; ``folders``: keys of output folders the run must be able to create or write
-    (:func:`leakloss.atomic.output_folder_problem`); ``optional``: keys that may be null. Keys are dotted
+    (:func:`leakloss.atomic.output_folder_problem`); ``seeds``: keys of random seeds, whole numbers in
+    ``[0, SEED_MAX]`` (-1 passed a plain whole-number check and failed in ``seed_everything``, a huge one in
+    ``torch.manual_seed``); ``optional``: keys that may be null. Keys are dotted
     (``heads.deletion.max_epochs``); a missing key counts as null."""
     from omegaconf import OmegaConf
 
     from leakloss.atomic import output_folder_problem
+    from leakloss.constants import SEED_MAX
 
     def value_of(key: str):
         return OmegaConf.select(cfg, key, default=None)
@@ -105,6 +109,12 @@ def check_config(cfg, *, whole: dict[str, int | None] | None = None,
         if not is_whole(value, low):
             bound = "" if low is None else f" >= {low}"
             raise SettingsError(f"{key} must be a whole number{bound}, got {value!r}")
+    for key in seeds:
+        value = value_of(key)
+        if value is None and key in optional:
+            continue
+        if not is_whole(value, 0) or value > SEED_MAX:
+            raise SettingsError(f"{key} must be a whole number in [0, {SEED_MAX}], got {value!r}")
     for key, (low, high, low_inclusive) in (numbers or {}).items():
         value = value_of(key)
         if value is None and key in optional:

@@ -18,3 +18,6 @@ MEL_BINS = 100
 MEL_DESCRIPTION = f"vocos {MEL_SAMPLE_RATE // 1000} kHz, n_fft {MEL_N_FFT}, hop {MEL_HOP}, {MEL_BINS} bins"
 #: Magnitude floor of the log mels (``log(clamp(x, MEL_FLOOR))``); ``log(MEL_FLOOR)`` is a silent frame.
 MEL_FLOOR = 1e-5
+
+#: The largest seed a run accepts: ``lightning.seed_everything`` and numpy take seeds in ``[0, 2**32 - 1]``.
+SEED_MAX = 2**32 - 1

@@ -65,7 +65,7 @@ def check_settings(cfg: DictConfig) -> None:
     """The run's settings, checked before any model loads.
 
     Raises:
-        SettingsError: ``seed``/``head_seed`` not whole numbers, ``num_threads`` not a whole number >= 1,
+        SettingsError: ``seed``/``head_seed`` not whole numbers in ``[0, SEED_MAX]``, ``num_threads`` not a whole number >= 1,
             ``cache_dir``/``out_dir``/``export_dir`` not folders the run can write (e.g. under a regular file),
             ``export_dir`` a folder holding anything but a previous export (:func:`export_folder_problem`),
             or a head's ``batch_size``/``max_epochs`` not whole numbers >= 1, ``module.lr`` not a finite number
@@ -74,7 +74,7 @@ def check_settings(cfg: DictConfig) -> None:
     from leakloss.checks import SettingsError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
-    whole = {"seed": None, "head_seed": None, "num_threads": 1}
+    whole = {"num_threads": 1}
     numbers = {}
     for name in cfg.get("heads") or {}:
         whole |= {f"heads.{name}.batch_size": 1, f"heads.{name}.max_epochs": 1}
@@ -84,7 +84,7 @@ def check_settings(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "data.max_sentences") is not None:
         whole["data.max_sentences"] = 1  # 0 exported an empty held-out table, -2 was a slice
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
-                 optional=frozenset({"head_seed"}))
+                 seeds=("seed", "head_seed"), optional=frozenset({"head_seed"}))
     from leakloss.config import instantiate_setting
     from leakloss.schema import KINDS
 

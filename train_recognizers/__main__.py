@@ -40,9 +40,9 @@ def check_settings(cfg: DictConfig) -> None:
     unknown role, ...) or :class:`~leakloss.checks.ResumeError` for an ``init_from`` that cannot be continued."""
     positive = (0.0, math.inf, False)
     check_config(cfg, whole={"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "num_threads": 1,
-                             "progress_every": 1, "readings_per_sentence": 1, "recognizer_arch.seed": None},
+                             "progress_every": 1, "readings_per_sentence": 1},
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
-                 folders=("cache_dir", "out_dir"))
+                 folders=("cache_dir", "out_dir"), seeds=("recognizer_arch.seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"])  # recorded voices: train_recognizers.whisper
     problem = replace_problem(cfg.out_dir, RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
     if problem is not None:

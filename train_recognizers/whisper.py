@@ -177,10 +177,10 @@ def check_settings(cfg: DictConfig) -> None:
     an unknown role, ``checkpoint_every=0``, ...), before anything is built."""
     positive = (0.0, math.inf, False)
     check_config(cfg, whole={"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "checkpoint_every": 1,
-                             "progress_every": 1, "num_threads": 1, "seed": None, "augmentations": 0,
+                             "progress_every": 1, "num_threads": 1, "augmentations": 0,
                              "recorded_readings": 0, "extra_sentence_limit": 0, "real_augmentations": -1},
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
-                 folders=("cache_dir", "out_dir", "checkpoint_dir"))
+                 folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
     problem = replace_problem(cfg.out_dir, WHISPER_RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
     if problem is not None:

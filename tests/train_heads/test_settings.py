@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("override, message", [
     ("num_threads=0", r"num_threads must be a whole number >= 1, got 0"),  # torch raised RuntimeError mid-run
     ("num_threads=abc", r"num_threads must be a whole number >= 1, got 'abc'"),
-    ("seed=abc", r"seed must be a whole number, got 'abc'"),
-    ("head_seed=1.5", r"head_seed must be a whole number, got 1.5"),
+    ("seed=abc", r"seed must be a whole number in \[0, 4294967295\], got 'abc'"),
+    ("seed=-1", r"seed must be a whole number in \[0, 4294967295\], got -1"),  # seed_everything's traceback
+    ("head_seed=1.5", r"head_seed must be a whole number in \[0, 4294967295\], got 1.5"),
+    ("head_seed=4294967296", r"head_seed must be a whole number in \[0, 4294967295\]"),
     ("heads.deletion.max_epochs=-1", r"heads.deletion.max_epochs must be a whole number >= 1, got -1"),  # forever
     ("heads.deletion.max_epochs=0", r"heads.deletion.max_epochs must be a whole number >= 1"),  # exported untrained
     ("heads.quality.batch_size=0", r"heads.quality.batch_size must be a whole number >= 1"),

@@ -24,6 +24,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
     ("lr=nan", r"lr must be a finite number in \(0, inf\), got nan"),
     ("heldout_fraction=nan", r"heldout_fraction must be a finite number in \[0, 1\]"),  # int(nan) mid-split
     ("max_minutes=0", r"max_minutes must be a finite number in \(0, inf\)"),
+    ("recognizer_arch.seed=-1", r"recognizer_arch.seed must be a whole number in \[0, 4294967295\], got -1"),
     ("roles=[teacher,bogus]", r"roles must be a list of teacher, hindi, variant, piper"),  # ValueError after loading
     ("roles=[recorded]", r"roles must be a list of"),  # needs voices: only the whisper trainer has them
     ("init_from=/nonexistent/rec", r"init_from=/nonexistent/rec: not a saved recognizer folder"),
@@ -67,6 +68,7 @@ def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
     ("batch_size=0", r"batch_size must be a whole number >= 1"),
     ("augmentations=-1", r"augmentations must be a whole number >= 0"),
     ("lr=inf", r"lr must be a finite number"),
+    ("seed=100000000000000000000000", r"seed must be a whole number in \[0, 4294967295\]"),  # torch.manual_seed
     ("roles=[teacher,recorded]", r"roles must be a list of"),  # recorded voices come from recorded_voices
     ("recorded_voices=fest-kal", r"recorded_voices must be a list of voice names"),  # was "unknown voice 'f'"
 ])
