@@ -200,14 +200,24 @@ def _read_vocoder_card(path: Path) -> dict:
     return card
 
 
+def vocoder_sizes(vocoder: MelToWave) -> dict[str, int]:
+    """The sizes :meth:`MelToWave.embedded` rebuilds a saved vocoder from, read off the built model (a config's
+    ``intermediate_dim: null`` is the model's ``2 * dim``: the card must say the number)."""
+    backbone = vocoder.backbone
+    return {"dim": int(backbone.embed.out_channels),
+            "intermediate_dim": int(backbone.convnext[0].pwconv1.out_features),
+            "num_layers": len(backbone.convnext)}
+
+
 def save_vocoder(path: str | os.PathLike, vocoder: MelToWave, card: dict) -> None:
-    """``path.safetensors`` + ``path.json``, each written atomically."""
+    """``path.safetensors`` + ``path.json``, written as one unit (both or neither)."""
     from safetensors.torch import save
 
-    from leakloss.atomic import write_bytes_atomic, write_text_atomic
+    from leakloss.atomic import write_files_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path.with_suffix(".safetensors"),
-                       save({k: v.detach().contiguous() for k, v in vocoder.state_dict().items()}))
-    write_text_atomic(path.with_suffix(".json"), json.dumps(card, indent=1, ensure_ascii=False))
+    write_files_atomic({
+        path.with_suffix(".safetensors"): save({k: v.detach().contiguous() for k, v in vocoder.state_dict().items()}),
+        path.with_suffix(".json"): json.dumps(card, indent=1, ensure_ascii=False).encode("utf-8"),
+    })

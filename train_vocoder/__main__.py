@@ -40,9 +40,12 @@ from leakloss.speech.synth import (
     speak_text,
 )
 from leakloss.text.sites import SiteFinder
-from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave, log_mel, save_vocoder
+from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave, log_mel, save_vocoder, vocoder_sizes
 
 RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
+#: Fewest mel frames a training segment may have: the largest STFT's reflect padding (n_fft / 2 each side) needs a
+#: segment longer than n_fft / 2 samples (frames=2 failed in torch.stft after the whole synthesis).
+MIN_FRAMES = max(n_fft for n_fft, _ in RESOLUTIONS) // (2 * MEL_HOP) + 1
 
 
 def stft_loss(pred: Tensor, target: Tensor) -> Tensor:
@@ -108,8 +111,8 @@ def check_settings(cfg: DictConfig) -> None:
     """:class:`~leakloss.checks.SettingsError` for a setting that cannot work (``batch=0``, ``lr=nan``, ``out`` in a
     folder that cannot be written, ...), before any audio is synthesised."""
     positive = (0.0, math.inf, False)
-    check_config(cfg, whole={"batch": 1, "frames": 1, "heldout_sentences": 1, "num_threads": 1, "seed": None},
-                 numbers={"minutes": positive, "audio_minutes": positive, "lr": positive})
+    check_config(cfg, whole={"batch": 1, "frames": MIN_FRAMES, "heldout_sentences": 1, "num_threads": 1},
+                 numbers={"minutes": positive, "audio_minutes": positive, "lr": positive}, seeds=("seed",))
     stem = output_stem(cfg)
     if stem.name in ("", ".", "..") or stem.is_dir():
         raise SettingsError(f"out={cfg.out}: give a file stem (out=models/voc writes models/voc.safetensors), not a folder")
@@ -119,6 +122,9 @@ def check_settings(cfg: DictConfig) -> None:
     problem = output_folder_problem(stem.parent)
     if problem is not None:
         raise SettingsError(f"out: {problem}")
+    for target in (stem.with_suffix(".safetensors"), stem.with_suffix(".json")):  # found after the training before
+        if target.exists() and not target.is_file():
+            raise SettingsError(f"out: {target} is in the way (not a regular file): the vocoder could not be saved")
 
 
 def run(cfg: DictConfig) -> dict:
@@ -130,12 +136,16 @@ def run(cfg: DictConfig) -> dict:
     """
     check_settings(cfg)
     vocoder = instantiate_setting(cfg.vocoder, "vocoder")  # before the audio is synthesised
+    if not any(p.requires_grad for p in vocoder.parameters()):  # failed in backward() after the synthesis
+        raise SettingsError("vocoder: it has nothing to train (vocoder.frozen=true?): set vocoder.frozen=false")
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     start = time.time()
     train, held = split_sentences(builtin_sentences())
-    waves = readings(train, list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES), cfg.audio_minutes * 60)
+    voices = list(TRAIN_TEACHER_VOICES) + list(TRAIN_HINDI_VOICES)
+    waves = readings(train, voices, cfg.audio_minutes * 60)
+    read = train[: len(waves)]  # one reading a sentence, in order, until audio_minutes is reached
     print(f"{len(waves)} readings, {sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60:.1f} min, "
           f"{time.time() - start:.0f}s", flush=True)
     opt = torch.optim.AdamW(vocoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
@@ -149,6 +159,9 @@ def run(cfg: DictConfig) -> dict:
         mel = log_mel(wave)  # [b, n, 100]
         pred = vocoder.generate(mel)[:, : wave.shape[-1]]
         loss = stft_loss(pred, wave) + (log_mel(pred) - mel).abs().mean()
+        if not bool(torch.isfinite(loss)):  # stepping on would train NaN for the rest of the budget
+            raise UntrainedError(f"the loss is not finite at step {step + 1} (the training diverged; try a lower "
+                                 f"lr than {cfg.lr}): nothing saved")
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vocoder.parameters(), 5.0)
@@ -157,17 +170,18 @@ def run(cfg: DictConfig) -> dict:
         if step % 200 == 0:
             print(f"step {step}  loss {loss.item():.3f}  {elapsed:.0f}s", flush=True)
 
+    fit_minutes = (time.time() - fit_start) / 60
     stem = output_stem(cfg)
     check_trained(step, vocoder.state_dict(), str(stem))  # the default stem is the shipped vocoder
     per_original, per_vocoded, n_heldout = heldout_per(vocoder.eval(), held[: cfg.heldout_sentences])
     card = {
-        "class": "Vocos (VocosBackbone + ISTFTHead)", "dim": cfg.vocoder.dim,
-        "intermediate_dim": cfg.vocoder.intermediate_dim, "num_layers": cfg.vocoder.num_layers,
-        "n_fft": MEL_N_FFT, "hop_length": MEL_HOP, "n_mels": MEL_BINS,
+        "class": "Vocos (VocosBackbone + ISTFTHead)", **vocoder_sizes(vocoder), "n_fft": MEL_N_FFT, "hop_length": MEL_HOP, "n_mels": MEL_BINS,
         "sample_rate": MEL_SAMPLE_RATE, "parameters": sum(p.numel() for p in vocoder.parameters()),
-        "steps": step, "training_minutes": round((time.time() - start) / 60, 1), "training_audio_minutes":
-        round(sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60, 1),
-        "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
+        "steps": step, "training_minutes": round(fit_minutes, 1),  # the fit only: synthesis and check apart
+        "run_minutes": round((time.time() - start) / 60, 1), "seed": cfg.seed,
+        "training_audio_minutes": round(sum(w.numel() for w in waves) / MEL_SAMPLE_RATE / 60, 1),
+        "train_sentences": len(read), "train_voices": sorted({voices[i % len(voices)].name for i in range(len(read))}),
+        "train_sentences_sha256": hashlib.sha256("\n".join(read).encode()).hexdigest(),
         "heldout_per_recognizer_a": {"original": round(per_original, 4), "vocoded": round(per_vocoded, 4),
                                      "sentences": n_heldout, "voice": HELDOUT_TEACHER_VOICE.name},
     }
@@ -183,6 +197,9 @@ def main(cfg: DictConfig) -> None:
     except (SettingsError, UntrainedError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2 if isinstance(err, SettingsError) else 1)
+    except KeyboardInterrupt:  # the fit keeps no checkpoint (minutes long): say so instead of a traceback
+        print("error: interrupted: nothing saved (a rerun starts the fit afresh)", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

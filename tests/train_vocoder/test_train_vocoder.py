@@ -29,7 +29,10 @@ def test_train_vocoder_writes_a_loadable_vocoder(tmp_path):
     ("batch=0", r"batch must be a whole number >= 1, got 0"),
     ("lr=nan", r"lr must be a finite number in \(0, inf\), got nan"),
     ("minutes=-1", r"minutes must be a finite number in \(0, inf\)"),
-    ("frames=0", r"frames must be a whole number >= 1"),
+    ("frames=0", r"frames must be a whole number >= 5"),
+    ("frames=4", r"frames must be a whole number >= 5"),  # failed in torch.stft after the synthesis
+    ("seed=-1", r"seed must be a whole number in \[0, 4294967295\], got -1"),
+    ("vocoder.frozen=true", r"vocoder: it has nothing to train"),  # failed in backward() after the synthesis
     # the model's own settings: were Hydra's report (exit 1) after the audio was synthesised
     ("vocoder.dim=0", r"vocoder: ValueError: dim must be a whole number >= 1, got 0"),
     ("vocoder.num_layers=-1", r"vocoder: ValueError: num_layers must be a whole number >= 1, got -1"),
@@ -60,6 +63,58 @@ def test_out_is_a_file_stem_in_a_writable_folder(tmp_path, monkeypatch):
     with pytest.raises(SettingsError, match=r"no '\.' in its last part"):  # run-0.5 wrote run-0.safetensors
         entry.run(compose_config("train_vocoder", [f"out={tmp_path / 'run-0.5'}"]))
     entry.check_settings(compose_config("train_vocoder"))  # the shipped settings pass
+
+
+def test_the_card_gives_the_built_models_sizes_and_the_sentences_really_read(tmp_path, monkeypatch):
+    """``intermediate_dim: null`` (the tiny factory's 2 * dim) wrote a card that could not be loaded, and the card
+    hashed the whole training split although only the first sentences were read."""
+    import hashlib
+
+    import torch
+
+    import train_vocoder.__main__ as entry
+    from leakloss.config import compose_config
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.vocoder import MelToWave
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: [torch.randn(24_000) * 0.1] * 3)
+    monkeypatch.setattr(entry, "heldout_per", lambda *a, **k: (0.1, 0.2, 1))
+    card = entry.run(compose_config("train_vocoder", ["minutes=0.005", "vocoder.dim=8", "vocoder.num_layers=1",
+                                                      "vocoder.intermediate_dim=null", "batch=1", "frames=5",
+                                                      f"out={tmp_path / 'v'}"]))
+    assert (card["dim"], card["intermediate_dim"], card["num_layers"]) == (8, 16, 1)
+    assert MelToWave.embedded(tmp_path / "v").card == card
+    train, _ = split_sentences(builtin_sentences())
+    assert card["train_sentences"] == 3 and len(card["train_voices"]) == 3
+    assert card["train_sentences_sha256"] == hashlib.sha256("\n".join(train[:3]).encode()).hexdigest()
+    assert card["training_minutes"] <= card["run_minutes"]
+
+
+def test_a_diverging_fit_stops_at_its_first_nan_loss(tmp_path, monkeypatch):
+    import torch
+
+    import train_vocoder.__main__ as entry
+    from leakloss.checks import UntrainedError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: [torch.randn(24_000) * 0.1])
+    monkeypatch.setattr(entry, "heldout_per", lambda *a, **k: pytest.fail("a diverged fit went on to the check"))
+    with pytest.raises(UntrainedError, match=r"the loss is not finite at step \d+ \(the training diverged"):
+        entry.run(compose_config("train_vocoder", ["minutes=1", "lr=1e30", "vocoder.dim=8", "vocoder.num_layers=1",
+                                                   "batch=1", "frames=5", f"out={tmp_path / 'v'}"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_in_the_way_of_the_card_is_refused_before_any_audio(tmp_path, monkeypatch):
+    """It was found after the whole training, leaving new weights beside no card."""
+    import train_vocoder.__main__ as entry
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(entry, "readings", lambda *a, **k: pytest.fail("audio was synthesised"))
+    (tmp_path / "v.json").mkdir()
+    with pytest.raises(SettingsError, match=r"v\.json is in the way"):
+        entry.run(compose_config("train_vocoder", [f"out={tmp_path / 'v'}"]))
 
 
 def test_a_run_that_took_no_step_saves_nothing(tmp_path, monkeypatch):
