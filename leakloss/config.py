@@ -115,15 +115,25 @@ def instantiate_setting(node, key: str, **kwargs):
 def check_trainer(node, key: str = "trainer", **kwargs) -> None:
     """Build the Lightning trainer of ``node`` once, quietly, and drop it: a trainer this machine cannot give
     (``trainer=gpu`` without a GPU) is a :class:`leakloss.checks.SettingsError` before any data is built, not
-    Hydra's report after the corpus."""
+    Hydra's report after the corpus; so is a ``gradient_clip_val`` that is not a finite number >= 0 (Lightning
+    accepts NaN at build time and fails inside the first optimizer step)."""
     import logging
+
+    from leakloss.checks import SettingsError, check_number
 
     quiet = [logging.getLogger(n) for n in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        instantiate_setting(node, key, logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
+        trainer = instantiate_setting(node, key, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                      **kwargs)
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
+    clip = getattr(trainer, "gradient_clip_val", None)
+    if clip is not None:
+        try:
+            check_number(clip, f"{key}.gradient_clip_val must be a finite number >= 0 or null", low=0.0)
+        except ValueError as err:
+            raise SettingsError(str(err)) from None

@@ -110,3 +110,15 @@ def test_python_dash_m_entry_points_report_a_mistyped_override_in_one_line(modul
     assert r.stderr.strip().splitlines() == [r.stderr.strip().splitlines()[0]]
     assert r.stderr.startswith("error: nosuchkey=1 ") and "Could not override 'nosuchkey'" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("clip", ["nan", "-1"])
+def test_check_trainer_refuses_a_gradient_clip_lightning_would_fail_on_mid_training(clip):
+    """gradient_clip_val=nan built a trainer and failed inside the first optimizer step, after the corpus."""
+    from leakloss.checks import SettingsError
+    from leakloss.config import check_trainer, compose_config
+
+    cfg = compose_config("train_heads", [f"+trainer.gradient_clip_val={clip}"])
+    with pytest.raises(SettingsError, match=r"trainer.gradient_clip_val must be a finite number >= 0 or null, got"):
+        check_trainer(cfg.trainer)
+    check_trainer(compose_config("train_heads").trainer)  # the shipped settings pass
