@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
-from leakloss.checks import UntrainedError
+from leakloss.checks import UntrainedError, check_trained
 from leakloss.heads import HeadCard, save_head
 from leakloss.pairs.features import check_pairs, manifest_sha256, site_feature_table
 from train_heads.evaluate import heldout_markdown, write_heldout
@@ -105,6 +105,9 @@ def check_settings(cfg: DictConfig) -> None:
     if export == out or export in out.parents:  # the export replaces export_dir: the run's logs went with it
         raise SettingsError(f"out_dir ({out}) must not be export_dir or inside it: the export replaces export_dir, "
                             "and the run's logs and checkpoints in out_dir would be deleted with it")
+    for name in cfg.get("heads") or {}:  # Lightning's out_dir/NAME/checkpoints failed after the features
+        if (out / name).exists() and not (out / name).is_dir():
+            raise SettingsError(f"out_dir: {out / name} is a file; head {name} logs and checkpoints into that folder")
     from leakloss.config import check_trainer
 
     check_trainer(cfg.trainer)  # trainer=gpu without a GPU failed after the recognizers and features
@@ -199,6 +202,8 @@ def run(cfg: DictConfig) -> dict:
             state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
             module.load_state_dict(state)
             print(f"head {name}: kept {Path(best.best_model_path).name} (dev loss {float(best.best_model_score):.4f})")
+        # a diverged head is found now, not after every other head trained and the export failed on it
+        check_trained(int(trainer.global_step), module.head.state_dict(), f"head {name}")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
             trainer.logger.experiment.finish()  # one W&B run per head
         head = module.head.eval()

@@ -69,6 +69,19 @@ def test_an_out_dir_that_the_export_would_replace_is_refused(tmp_path, monkeypat
                                                   f"export_dir={tmp_path / 'o' / 'export'}"]))  # inside out_dir: fine
 
 
+def test_a_file_where_a_head_logs_is_refused(tmp_path, monkeypatch):
+    """Lightning's out_dir/deletion/checkpoints failed as a traceback after the recognizers and features."""
+    import leakloss.acoustic.recognizer as recognizer
+
+    monkeypatch.setattr(recognizer.Recognizer, "load", lambda *a, **k: pytest.fail("a recognizer loaded"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "deletion").write_text("x")
+    cfg = compose_config("train_heads", ["experiment=smoke", f"out_dir={tmp_path / 'out'}",
+                                         f"export_dir={tmp_path / 'export'}"])
+    with pytest.raises(SettingsError, match=r"out_dir: .*deletion is a file; head deletion logs"):
+        run(cfg)
+
+
 def test_the_shipped_settings_pass():
     check_settings(compose_config("train_heads", ["experiment=default"]))
 

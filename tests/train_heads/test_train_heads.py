@@ -128,6 +128,24 @@ def test_heldout_table_written_in_both_forms(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_diverged_head_stops_the_run_before_the_next_head_trains(tmp_path):
+    """lr=1e30 on the first head: every other head trained, then the export died with a traceback naming a
+    deleted temp folder."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "train_heads", "experiment=smoke", f"cache_dir={tmp_path / 'cache'}",
+         f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}", "progress=false", "~heads.quality",
+         "heads.deletion.max_epochs=3", "heads.deletion.module.lr=1e30", "heads.rawconv.max_epochs=1",
+         f"hydra.run.dir={tmp_path / 'h'}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: head deletion: weights ") and "diverged" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out" / "rawconv").exists()  # rawconv never trained
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.slow
 def test_smoke_experiment_end_to_end(tmp_path):
     """`python -m train_heads experiment=smoke`: pairs synthesised, features extracted, the raw-conv head trained
     with best-dev-epoch selection, exported with its card, and the held-out table written."""
