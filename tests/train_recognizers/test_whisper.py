@@ -61,3 +61,22 @@ def test_recorded_training_voices_refuse_the_unseen_family():
             recorded_training_voices(["fest-kal", name])
     assert {v.name for v in recorded_training_voices()} <= set(festival.TRAINING_VOICES)
     assert [v.name for v in recorded_training_voices([])] == []
+
+
+def test_the_readme_card_describes_what_was_trained():
+    """It named espeak Hindi/variant, Piper and a 2-layer LSTM whatever the run trained on."""
+    import json
+    from pathlib import Path
+
+    from train_recognizers.whisper import card_markdown
+
+    shipped = json.loads((Path(__file__).resolve().parents[2] / "leakloss/assets/recognizers/w/card.json")
+                         .read_text(encoding="utf-8"))
+    card = dict(shipped, groups={"teacher": 5}, recorded_voices=[], head=dict(shipped["head"], lstm_layers=1),
+                sentences_source="mine.txt")
+    card.pop("real_speech", None)
+    text = card_markdown(card)
+    assert "A 1-layer bidirectional LSTM" in text and "training sentences (mine.txt)" in text
+    assert "voice groups: teacher; recorded voices: none;" in text
+    assert "Piper" not in text and "Hindi" not in text and "real speech: none" in text
+    assert "voice groups: festival-diphone" in card_markdown(shipped)  # an older card (no sentences_source) still reads
