@@ -12,7 +12,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from leakloss.acoustic.recognizer_training import (
     RECOGNIZER_FILES,
@@ -61,6 +61,14 @@ def check_settings(cfg: DictConfig) -> None:
         bad = [k for k in ("total_training_minutes", "total_steps") if k in card and not is_finite_number(card[k])]
         if bad:  # total_steps: null passed here and failed with a TypeError after the training
             raise ResumeError(f"init_from={folder}: its card.json's {' and '.join(bad)} is not a number")
+        # another kind or architecture was refused only after the corpus (a Whisper head as "its vocabulary differs")
+        if card.get("class") != "Wav2Vec2ForCTC":
+            raise ResumeError(f"init_from={folder}: a {card.get('class')!r} recognizer, not a Wav2Vec2ForCTC one: "
+                              "this trainer cannot continue it")
+        wanted = OmegaConf.to_container(cfg.recognizer_arch.arch, resolve=True)
+        if card.get("architecture") != wanted:
+            raise ResumeError(f"init_from={folder}: its architecture {card.get('architecture')} is not this run's "
+                              f"recognizer_arch.arch {wanted}; choose the recognizer_arch it was trained with")
         from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
 
         try:  # NaN or foreign weights were found only after the training ("the training diverged")

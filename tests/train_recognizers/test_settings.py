@@ -164,6 +164,9 @@ def test_a_run_that_took_no_step_saves_nothing(tmp_path):
     ("empty_card", "its card.json lacks the numbers 'training_minutes' and 'steps'"),  # KeyError after training
     ("nan_weights", "hold NaN/Inf"),  # "the training diverged", exit 1, after training
     ("null_total", "its card.json's total_steps is not a number"),  # a TypeError after training
+    # refused only after the corpus, a Whisper head as "its vocabulary differs"
+    ("whisper_class", "a 'WhisperPhoneHead on frozen Whisper tiny.en' recognizer, not a Wav2Vec2ForCTC one"),
+    ("other_arch", "its architecture .* is not this run's recognizer_arch.arch"),
 ])
 def test_an_init_from_that_cannot_be_continued_is_refused_before_any_work(tmp_path, damage, message):
     from safetensors.torch import load_file, save_file
@@ -171,13 +174,21 @@ def test_an_init_from_that_cannot_be_continued_is_refused_before_any_work(tmp_pa
     from tests.tiny_models import save_tiny_models
     from train_recognizers.__main__ import check_settings
 
+    from omegaconf import OmegaConf
+
     saved = save_tiny_models(tmp_path)["a"]
-    (saved / "card.json").write_text(json.dumps({"training_minutes": 1.0, "steps": 3}), encoding="utf-8")
+    arch = OmegaConf.to_container(compose_config("train_recognizer").recognizer_arch.arch)
+    card = {"class": "Wav2Vec2ForCTC", "architecture": arch, "training_minutes": 1.0, "steps": 3}
+    (saved / "card.json").write_text(json.dumps(card), encoding="utf-8")
     check_settings(compose_config("train_recognizer", [f"init_from={saved}", f"out_dir={tmp_path / 'out'}"]))
     if damage == "empty_card":
         (saved / "card.json").write_text("{}", encoding="utf-8")
     elif damage == "null_total":
-        (saved / "card.json").write_text(json.dumps({"training_minutes": 1.0, "steps": 3, "total_steps": None}))
+        (saved / "card.json").write_text(json.dumps(card | {"total_steps": None}))
+    elif damage == "whisper_class":
+        (saved / "card.json").write_text(json.dumps(card | {"class": "WhisperPhoneHead on frozen Whisper tiny.en"}))
+    elif damage == "other_arch":
+        (saved / "card.json").write_text(json.dumps(card | {"architecture": arch | {"num_layers": 9}}))
     else:
         state = load_file(str(saved / "model.safetensors"))
         key = next(k for k, v in state.items() if v.is_floating_point())
