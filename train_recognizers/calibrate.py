@@ -60,6 +60,24 @@ def readings(held: list[str]) -> dict[str, list[tuple[torch.Tensor, str]]]:
 
 #: Fewer mismatched readings than this and the query limit (their 2nd percentile) is only their minimum: warned.
 FEW_MISMATCHED = 50
+#: Fewest of the espeak teacher's correct readings that must pass the query limit for the limits to be written:
+#: a recognizer that tells correct from mismatched readings apart passes all of them (w: 1.0); one that does not
+#: got limits under which every query was "not scored", written without a word.
+MIN_TEACHER_PASS = 0.9
+
+
+def read_card(folder: Path) -> dict:
+    """The recognizer's card.json (``{}`` when absent); ``ValueError`` when it cannot be read as a JSON object."""
+    card_path = folder / "card.json"
+    if not card_path.exists():
+        return {}
+    try:
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{card_path}: not a readable card ({first_line(err)})") from None
+    if not isinstance(card, dict):
+        raise ValueError(f"{card_path}: a card is a JSON object, got {type(card).__name__}")
+    return card
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = resolve_recognizer_path(args.recognizer)
     if not args.dry_run and not isinstance(folder, Path):
         print(f"error: {args.recognizer} is not a local recognizer folder; nothing written", file=sys.stderr)
+        return 2
+    try:  # a truncated card was found only after every reading, as a traceback
+        card = read_card(folder) if isinstance(folder, Path) else {}
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     held = held[: args.sentences] if args.sentences else held
     finder = SiteFinder()
@@ -111,10 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     if len(mismatched) < FEW_MISMATCHED:
         print(f"warning: the query limit rests on {len(mismatched)} mismatched readings only "
               f"(fewer than {FEW_MISMATCHED}: their 2nd percentile is about their minimum)", file=sys.stderr)
+    teacher_pass = summary["espeak-teacher"]["pass"]
+    if teacher_pass < MIN_TEACHER_PASS:
+        problem = (f"under these limits only {teacher_pass:.0%} of the espeak teacher's correct readings pass "
+                   f"(fewer than {MIN_TEACHER_PASS:.0%}): the recognizer does not tell correct readings from "
+                   "mismatched ones")
+        print(f"warning: {problem}" if args.dry_run else f"error: {problem}; card not written", file=sys.stderr)
+        if not args.dry_run:
+            return 1
     if args.dry_run:
         return 0
     card_path = folder / "card.json"
-    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.exists() else {}
     # the voices and sentences that were really read (a voice missing on this machine is not named)
     card["word_check"] = {"query_max_per": round(query, 2), "reference_max_per": round(reference, 2),
                           "calibration": summary, "calibration_voices": list(correct),

