@@ -14,6 +14,22 @@ from importlib import resources
 ENTRY_CONFIGS = ("train_heads", "train_recognizer", "train_whisper_recognizer", "train_vocoder", "train_f5")
 
 
+def assets_path(sub: str = "") -> str:
+    """Absolute path of ``leakloss/assets/SUB`` inside the installed package: the configs' ``${leakloss.assets:
+    recognizers/b}``. Defaults that retrain a shipped model must name the model the library loads (a relative
+    ``leakloss/assets/...`` wrote a stray tree under the cwd and left the shipped one unchanged)."""
+    return str(resources.files("leakloss") / "assets" / sub)
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("leakloss.assets", assets_path, replace=True)
+
+
+_register_resolvers()
+
+
 def config_dir() -> str:
     """Absolute path of the shipped config folder (``leakloss/conf`` inside the installed package)."""
     path = resources.files("leakloss") / "conf"

@@ -122,3 +122,18 @@ def test_check_trainer_refuses_a_gradient_clip_lightning_would_fail_on_mid_train
     with pytest.raises(SettingsError, match=r"trainer.gradient_clip_val must be a finite number >= 0 or null, got"):
         check_trainer(cfg.trainer)
     check_trainer(compose_config("train_heads").trainer)  # the shipped settings pass
+
+
+def test_defaults_that_retrain_a_shipped_model_name_the_package_copy(tmp_path, monkeypatch):
+    """From any cwd (a wheel install) the default outputs are the models the library loads: a relative
+    leakloss/assets/... wrote a stray tree under the cwd and left the shipped model unchanged."""
+    from pathlib import Path
+
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+    from leakloss.config import compose_config
+
+    monkeypatch.chdir(tmp_path)
+    assert Path(compose_config("train_recognizer", ["recognizer_arch=b"]).out_dir) == EMBEDDED_DIR / "b"
+    assert Path(compose_config("train_whisper_recognizer").out_dir) == EMBEDDED_DIR / "w"
+    export = Path(compose_config("train_heads", ["experiment=default"]).export_dir)
+    assert export.is_absolute() and export == EMBEDDED_DIR.parent / "heads" and (export / "deletion.json").is_file()
