@@ -38,6 +38,7 @@ from leakloss.acoustic.whisper_training import (
     ctc_step,
     labels_for,
     CHECKPOINT_FILES,
+    check_resumable,
     load_checkpoint,
     save_checkpoint,
 )
@@ -227,26 +228,6 @@ def run_identity(cfg: DictConfig, train: list[str], voices) -> dict:
             "real_augmentations": cfg.real_augmentations, "real_clips": real,
             "head": OmegaConf.to_container(cfg.head, resolve=True), "seed": cfg.seed, "batch_size": cfg.batch_size,
             "labels_version": festival.LABELS_VERSION, "encoder_sha256": encoder_digest()}
-
-
-def check_resumable(ckpt_dir: Path, identity: dict) -> None:
-    """:class:`~leakloss.checks.ResumeError` when ``ckpt_dir`` holds a checkpoint that cannot be read or that a
-    run on other data or settings wrote (continuing from it would ship its weights under this run's card)."""
-    state_file = ckpt_dir / "state.json"
-    if not state_file.exists():
-        return
-    try:
-        saved = json.loads(state_file.read_text(encoding="utf-8")).get("run")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: unreadable checkpoint ({err}); delete it to start afresh") from None
-    if saved is None:
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written before checkpoints recorded their run (data, head, "
-                          "seed), so it cannot be told apart from another run's; delete it, or give another "
-                          "checkpoint_dir, to start afresh")
-    if saved != identity:
-        changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "
-                          "delete it, or give another checkpoint_dir, to start afresh")
 
 
 def kept_checkpoint(saved_step: int, ckpt_dir: Path) -> str:

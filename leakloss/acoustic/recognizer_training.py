@@ -110,11 +110,15 @@ def collate_ctc(batch: Sequence[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
 
 
 class LengthBucketSampler(torch.utils.data.Sampler):
-    """Batches of similar length (less padding), order shuffled per epoch with the seed."""
+    """Batches of similar length (less padding), order shuffled per epoch with the seed.
+
+    A resumed run sets ``epoch`` and ``skip`` (batches of that epoch already trained on) from its checkpoint; the
+    epoch being iterated is ``epoch - 1`` afterwards, and ``skipped`` says how many of its batches were left out."""
 
     def __init__(self, lengths: Sequence[float], batch_size: int, seed: int = 0, shuffle: bool = True):
         self.lengths, self.batch_size, self.seed, self.shuffle = list(lengths), batch_size, seed, shuffle
         self.epoch = 0
+        self.skip = self.skipped = 0
 
     def __iter__(self):
         rng = random.Random(self.seed + self.epoch)
@@ -123,7 +127,8 @@ class LengthBucketSampler(torch.utils.data.Sampler):
         if self.shuffle:
             rng.shuffle(batches)
         self.epoch += 1
-        return iter(batches)
+        self.skipped, self.skip = self.skip, 0
+        return iter(batches[self.skipped:])
 
     def __len__(self) -> int:
         return (len(self.lengths) + self.batch_size - 1) // self.batch_size
@@ -150,13 +155,16 @@ class PrintProgress(L.Callback):
 
 class RecognizerModule(L.LightningModule):
     def __init__(self, arch: RecognizerArchitecture, vocab: dict[str, int], seed: int = 0, lr: float = 1e-3,
-                 warmup_steps: int = 300, total_steps: int = 5000, budget_minutes: float | None = None):
+                 warmup_steps: int = 300, total_steps: int = 5000, budget_minutes: float | None = None,
+                 done_steps: int = 0, spent_minutes: float = 0.0):
         """The learning rate warms up over ``warmup_steps`` then follows a cosine to 5% over
         ``total_steps`` or, when ``budget_minutes`` is given, over that much wall time: on a shared CPU
-        the step rate is unknown in advance, and a run cut by time must still end annealed."""
+        the step rate is unknown in advance, and a run cut by time must still end annealed. A resumed run
+        gives the steps and minutes its checkpoint had already spent, so the schedule goes on where it stopped."""
         super().__init__()
         self.vocab, self.lr, self.warmup, self.total = vocab, lr, warmup_steps, total_steps
         self.budget_s = budget_minutes * 60 if budget_minutes else None
+        self.done_steps, self.spent_s = done_steps, spent_minutes * 60
         self.diverged_at: int | None = None  #: the step whose loss was not finite (the run stopped there)
         self._t0: float | None = None
         self.model = build_model(arch, vocab, seed)
@@ -193,10 +201,11 @@ class RecognizerModule(L.LightningModule):
         def schedule(step: int) -> float:
             if self._t0 is None:
                 self._t0 = time.time()
+            step += self.done_steps
             if step < self.warmup:
                 return (step + 1) / self.warmup
             if self.budget_s is not None:
-                progress = min((time.time() - self._t0) / self.budget_s, 1.0)
+                progress = min((self.spent_s + time.time() - self._t0) / self.budget_s, 1.0)
             else:
                 progress = min((step - self.warmup) / max(self.total - self.warmup, 1), 1.0)
             return 0.05 + 0.95 * 0.5 * (1 + math.cos(progress * math.pi))

@@ -228,10 +228,11 @@ def test_a_continued_card_keeps_what_the_weights_were_trained_on_before(tmp_path
         assert r.returncode == 0, r.stderr[-2000:]
         return r
 
-    train(f"sentences={tmp_path / 's1.txt'}", f"out_dir={tmp_path / 'r1'}", f"hydra.run.dir={tmp_path / 'h1'}")
+    train(f"sentences={tmp_path / 's1.txt'}", f"out_dir={tmp_path / 'r1'}", f"hydra.run.dir={tmp_path / 'h1'}",
+          f"checkpoint_dir={tmp_path / 'k1'}")
     first = json.loads((tmp_path / "r1" / "card.json").read_text(encoding="utf-8"))
     r = train(f"sentences={tmp_path / 's2.txt'}", "recognizer_arch.seed=99", f"init_from={tmp_path / 'r1'}",
-              f"out_dir={tmp_path / 'r2'}", f"hydra.run.dir={tmp_path / 'h2'}")
+              f"out_dir={tmp_path / 'r2'}", f"hydra.run.dir={tmp_path / 'h2'}", f"checkpoint_dir={tmp_path / 'k2'}")
     card = json.loads((tmp_path / "r2" / "card.json").read_text(encoding="utf-8"))
     assert card["seed"] == 99 and card["train_sentences_sha256"] != first["train_sentences_sha256"]
     before = card["continued_from"]
@@ -335,3 +336,54 @@ def test_a_diverging_recognizer_run_stops_at_the_first_nan_loss(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "error: the loss is not finite at step" in r.stderr.strip().splitlines()[-1]
     assert "step 8 " not in r.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_recognizer_run_resumes_from_its_checkpoint(tmp_path):
+    """No checkpoint was ever written: an interrupted run lost every step. Here a 4-step run checkpoints, a rerun
+    with a larger step budget continues at step 4 (its card counts 6 steps), and one on other settings is refused."""
+    from safetensors.torch import load_file
+
+    from leakloss.speech.corpus import builtin_sentences
+
+    (tmp_path / "s.txt").write_text("\n".join(builtin_sentences()[:6]) + "\n", encoding="utf-8")
+    common = ["recognizer_arch=b", f"sentences={tmp_path / 's.txt'}", "roles=[teacher]", "readings_per_sentence=1",
+              "warmup_steps=1", "batch_size=2", "num_threads=1", "checkpoint_every=2", f"cache_dir={tmp_path / 'c'}",
+              f"checkpoint_dir={tmp_path / 'ck'}", f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"]
+
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "train_recognizers", *common, *args], cwd=ROOT, env=ENV,
+                              capture_output=True, text=True, timeout=600)
+
+    r = train("max_steps=4")
+    assert r.returncode == 0, r.stderr[-2000:]
+    state = json.loads((tmp_path / "ck" / "state.json").read_text(encoding="utf-8"))
+    assert state["step"] == 4 and state["batch_in_epoch"] == 1 and state["epoch"] == 1  # 3 batches an epoch
+    first = load_file(str(tmp_path / "ck" / "checkpoint.safetensors"))
+    r = train("max_steps=6")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming at step 4" in r.stdout
+    card = json.loads((tmp_path / "out" / "card.json").read_text(encoding="utf-8"))
+    assert card["steps"] == 6 and card["total_steps"] == 6
+    assert json.loads((tmp_path / "ck" / "state.json").read_text(encoding="utf-8"))["step"] == 6
+    assert any(not torch.equal(v, load_file(str(tmp_path / "ck" / "checkpoint.safetensors"))[k])
+               for k, v in first.items())  # it trained on
+    r = train("max_steps=8", "batch_size=3")
+    assert r.returncode == 2 and "written by a run with other batch_size" in r.stderr.strip().splitlines()[-1]
+
+
+def test_ctrl_c_in_a_recognizer_run_says_what_a_rerun_resumes(tmp_path, capsys):
+    # Lightning printed its own line and exited 1: nothing said whether any step was kept
+    from types import SimpleNamespace
+
+    from leakloss.acoustic.recognizer_training import LengthBucketSampler
+    from train_recognizers.__main__ import RecognizerCheckpoint
+
+    sampler = LengthBucketSampler([1.0] * 4, 2)
+    fresh = RecognizerCheckpoint(tmp_path, 200, {}, sampler, None)
+    fresh.on_exception(SimpleNamespace(global_step=7), None, KeyboardInterrupt())
+    assert "interrupted at step 7: no checkpoint was written yet" in capsys.readouterr().err
+    resumed = RecognizerCheckpoint(tmp_path, 200, {}, sampler, {"step": 400, "minutes": 3.0, "epoch": 2,
+                                                                 "batch_in_epoch": 1})
+    resumed.on_exception(SimpleNamespace(global_step=7), None, KeyboardInterrupt())
+    assert f"interrupted at step 407: the last checkpoint (step 400, {tmp_path}) is kept" in capsys.readouterr().err
