@@ -67,7 +67,8 @@ def test_ctc_steps_fit_one_batch(module):
 def test_fast_dev_run_and_save_load_round_trip(module, tmp_path):
     data = [(torch.randn(3200), torch.tensor([1, 2])), (torch.randn(2400), torch.tensor([3]))]
     loader = torch.utils.data.DataLoader(data, batch_size=2, collate_fn=collate_ctc)
-    L.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False).fit(module, loader)
+    L.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False,
+              enable_checkpointing=False).fit(module, loader)  # not the repo's checkpoints/ (the cwd's)
     out = save_recognizer(module.model, module.vocab, tmp_path / "rec", {"name": "tiny"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rec"]  # no temporary folder left beside it
     rec = Recognizer.load(str(out))

@@ -64,15 +64,16 @@ def test_every_config_group_composes_and_instantiates(overrides, tmp_path, monke
     assert isinstance(trainer, L.Trainer)
 
 
-def test_fast_dev_run_on_cpu_mlp_and_rawconv():
+def test_fast_dev_run_on_cpu_mlp_and_rawconv(tmp_path):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="train_heads", overrides=["trainer=fast_dev_run", "logger=none"])
     dm = FeatureDataModule(random_table(), "deletion", batch_size=16)
     module = MLPHeadModule(MLPHead())
-    instantiate(cfg.trainer, logger=False).fit(module, datamodule=dm)
+    # default_root_dir: Lightning's checkpoints go under the cwd (the repo's checkpoints/) otherwise
+    instantiate(cfg.trainer, logger=False, default_root_dir=str(tmp_path)).fit(module, datamodule=dm)
     conv = ConvDataModule(random_conv_table(), batch_size=4)
     rmodule = RawConvHeadModule(RawConvHead(in_channels=8, width=8))
-    instantiate(cfg.trainer, logger=False).fit(rmodule, datamodule=conv)
+    instantiate(cfg.trainer, logger=False, default_root_dir=str(tmp_path)).fit(rmodule, datamodule=conv)
     assert all(torch.isfinite(p).all() for p in rmodule.parameters())
 
 
