@@ -32,8 +32,7 @@ from leakloss.checks import (
     ResumeError, SettingsError, UntrainedError, check_choices, check_config, check_trained, first_line,
     is_finite_number,
 )
-from leakloss.acoustic.whisper_training import CHECKPOINT_FILES, check_resumable, load_checkpoint, save_checkpoint
-from leakloss.atomic import replace_problem
+from leakloss.acoustic.whisper_training import check_resumable, check_run_folders, load_checkpoint, save_checkpoint
 from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech.corpus import (
     ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
@@ -49,16 +48,7 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("recognizer_arch.seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"])  # recorded voices: train_recognizers.whisper
-    problem = replace_problem(cfg.out_dir, RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
-    if problem is not None:
-        raise SettingsError(f"out_dir: {problem}")
-    problem = replace_problem(Path(cfg.checkpoint_dir).expanduser(), CHECKPOINT_FILES)  # it replaces the folder
-    if problem is not None:
-        raise SettingsError(f"checkpoint_dir: {problem}")
-    ckpt, out = (Path(str(p)).expanduser().resolve() for p in (cfg.checkpoint_dir, cfg.out_dir))
-    if ckpt == out or out in ckpt.parents or ckpt in out.parents:  # the saves would replace each other
-        raise SettingsError(f"checkpoint_dir ({ckpt}) and out_dir ({out}) must be separate folders, not one "
-                            "inside the other")
+    check_run_folders(cfg.out_dir, RECOGNIZER_FILES, cfg.checkpoint_dir)
     if cfg.get("init_from"):
         folder = Path(cfg.init_from)
         try:

@@ -26,7 +26,6 @@ from leakloss.acoustic.recognizer import EMBEDDED_DIR
 from leakloss.acoustic.recognizer_training import UNK
 from leakloss.acoustic.whisper_encoder import WhisperFrames
 from leakloss.acoustic.whisper_recognizer import WHISPER_RECOGNIZER_FILES, encoder_digest, save_whisper_recognizer
-from leakloss.atomic import replace_problem
 from leakloss.acoustic.whisper_training import (
     StatesDataset,
     StatesItem,
@@ -37,8 +36,8 @@ from leakloss.acoustic.whisper_training import (
     cosine_lr,
     ctc_step,
     labels_for,
-    CHECKPOINT_FILES,
     check_resumable,
+    check_run_folders,
     load_checkpoint,
     save_checkpoint,
 )
@@ -189,16 +188,7 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
-    problem = replace_problem(cfg.out_dir, WHISPER_RECOGNIZER_FILES)  # out_dir=. would have emptied the folder
-    if problem is not None:
-        raise SettingsError(f"out_dir: {problem}")
-    problem = replace_problem(Path(cfg.checkpoint_dir).expanduser(), CHECKPOINT_FILES)  # it replaces the folder
-    if problem is not None:
-        raise SettingsError(f"checkpoint_dir: {problem}")
-    ckpt, out = (Path(str(p)).expanduser().resolve() for p in (cfg.checkpoint_dir, cfg.out_dir))
-    if ckpt == out or out in ckpt.parents or ckpt in out.parents:  # the saves would replace each other
-        raise SettingsError(f"checkpoint_dir ({ckpt}) and out_dir ({out}) must be separate folders, not one "
-                            "inside the other")
+    check_run_folders(cfg.out_dir, WHISPER_RECOGNIZER_FILES, cfg.checkpoint_dir)
     # the head's own settings (dropout=1.5, hidden=0) failed as Hydra's report after the corpus and every encoder
     # state; n_states/dim/vocab_size come from the encoder at run time and do not change what is checked here
     instantiate_setting(cfg.head, "head", n_states=1, dim=8, vocab_size=2)

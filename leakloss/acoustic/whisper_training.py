@@ -196,3 +196,20 @@ def check_resumable(ckpt_dir: Path, identity: dict) -> None:
         changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
         raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "
                           "delete it, or give another checkpoint_dir, to start afresh")
+
+
+def check_run_folders(out_dir, owned, checkpoint_dir) -> None:
+    """:class:`~leakloss.checks.SettingsError` unless a recognizer training may replace ``out_dir`` (it holds only
+    ``owned`` files: ``out_dir=.`` emptied the folder) and ``checkpoint_dir`` (only checkpoint files), and the two
+    are separate folders (the saves replaced each other). Shared by the Whisper and the wav2vec2 trainings."""
+    from leakloss.atomic import replace_problem
+    from leakloss.checks import SettingsError
+
+    for key, folder, files in (("out_dir", out_dir, owned), ("checkpoint_dir", checkpoint_dir, CHECKPOINT_FILES)):
+        problem = replace_problem(Path(str(folder)).expanduser(), files)
+        if problem is not None:
+            raise SettingsError(f"{key}: {problem}")
+    ckpt, out = (Path(str(p)).expanduser().resolve() for p in (checkpoint_dir, out_dir))
+    if ckpt == out or out in ckpt.parents or ckpt in out.parents:
+        raise SettingsError(f"checkpoint_dir ({ckpt}) and out_dir ({out}) must be separate folders, not one "
+                            "inside the other")
