@@ -16,6 +16,34 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+#: Longest file-name part (bytes) the file systems leakloss writes to allow (Linux ext4/xfs/tmpfs: 255).
+NAME_MAX = 255
+#: Bytes of a name kept in a temporary name (``.NAME.<8 random>.tmp`` must fit in :data:`NAME_MAX`).
+_TEMP_NAME_BYTES = NAME_MAX - 20
+
+
+def file_name_problem(path: str | Path, utf8: bool = True) -> str | None:
+    """Why ``path`` cannot be a file name leakloss reads or writes, or None: a part longer than :data:`NAME_MAX`
+    bytes (``Path.exists()`` raised ENAMETOOLONG) or, with ``utf8``, a byte that is not UTF-8 (a Latin-1 name on a
+    Linux disk is read fine, but a result naming it could not be written, after the scoring)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        if utf8:
+            return f"{text!r}: its name is not valid UTF-8; rename it"  # repr: the message itself stays printable
+    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if long is not None:
+        return f"{text[:40]}...: a file name longer than {NAME_MAX} bytes ({len(os.fsencode(long))})"
+    return None
+
+
+def _temp_prefix(name: str) -> str:
+    """``.NAME.`` cut to fit a temporary name in :data:`NAME_MAX` bytes (a legal 245-byte name failed after the
+    work, its temporary name being too long)."""
+    return f".{os.fsdecode(os.fsencode(name)[:_TEMP_NAME_BYTES])}."
+
+
 def output_folder_problem(path: str | Path) -> str | None:
     """Why a run could not write into folder ``path`` (``None``: it is a writable folder, or it can be created
     because its nearest existing parent is one). Checked before a run starts, so a path under a regular file
@@ -76,7 +104,7 @@ def write_files_atomic(files: dict[str | Path, bytes]) -> list[Path]:
     temps: list[str] = []
     try:
         for p, data in zip(targets, files.values()):
-            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent)
             temps.append(tmp)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -158,7 +186,7 @@ def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> It
     if owned is not None and (problem := replace_problem(p, owned)) is not None:
         raise FolderNotOursError(errno.EEXIST, problem)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent))
     try:
         mask = os.umask(0)
         os.umask(mask)
@@ -167,7 +195,7 @@ def atomic_directory(path: str | Path, owned: Sequence[str] | None = None) -> It
         _open_permissions(tmp, mask)
         old = None
         if p.exists():  # a folder cannot be replaced by rename while it has files: move it aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=p.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(p.name), suffix=".old", dir=p.parent))
             os.replace(p, old / p.name)
         os.replace(tmp, p)
         if old is not None:

@@ -29,7 +29,7 @@ from pathlib import Path
 import lightning as L
 from torch.utils.data import Dataset
 
-from leakloss.atomic import write_text_atomic
+from leakloss.atomic import file_name_problem, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result
 from leakloss.textfile import text_lines
 
@@ -173,7 +173,14 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             continue
         first_line[d["id"]] = n
         base = path.absolute().parent  # absolute: results (and resuming) do not depend on the run's cwd
-        items.append(d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d["refs"]]})
+        item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d["refs"]]}
+        # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write
+        named = [("query", item["query"])] + [(f"refs[{i}]", r) for i, r in enumerate(item["refs"])]
+        bad = [f"{what} {why}" for what, value in named if (why := file_name_problem(value)) is not None]
+        if bad:
+            problems += [(n, b) for b in bad]
+            continue
+        items.append(item)
     if problems:
         lines_out = [f"  line {n}: {p}" for n, p in problems[:_MAX_LISTED]]
         if len(problems) > _MAX_LISTED:

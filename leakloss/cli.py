@@ -268,6 +268,8 @@ def score(
 ) -> None:
     """Score one reading word by word against trusted Nepali references."""
     # everything that can be checked is checked before the models load and the scoring starts
+    _check_names([("query", query), *(("--ref", r) for r in ref), ("--json", json_out if json_out != "-" else None),
+                  ("--html", html_out)])
     outputs = _check_outputs(json_out, html_out, inputs=[query, *ref])
     _check_query(query)
     for r in ref:  # a mistyped path is a usage error; a reference that cannot be used is said in the result
@@ -289,6 +291,16 @@ def score(
     _emit_result(result, outputs)
     if result["status"] == "failed":
         raise typer.Exit(2)
+
+
+def _check_names(named) -> None:
+    """Every ``(what, path)`` given (None: not given) can be named in a result and on this file system: a name
+    that is not UTF-8 failed writing the result after the scoring, one too long failed ``Path.exists()``."""
+    from leakloss.atomic import file_name_problem
+
+    for what, path in named:
+        if path is not None and (problem := file_name_problem(path)) is not None:
+            fail(f"{what} {problem}")
 
 
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:

@@ -144,3 +144,25 @@ def test_write_files_atomic_writes_all_or_none(tmp_path):
     (tmp_path / "v.json").rmdir()
     write_files_atomic({tmp_path / "v.safetensors": b"new weights", tmp_path / "v.json": b"{}"})
     assert (tmp_path / "v.safetensors").read_bytes() == b"new weights" and (tmp_path / "v.json").read_text() == "{}"
+
+
+def test_a_name_near_the_limit_can_be_written_atomically(tmp_path):
+    """A legal 245-byte --html name failed after the scoring: its temporary name '.NAME.xxxx.tmp' was too long."""
+    from leakloss.atomic import NAME_MAX, atomic_directory, file_name_problem, write_text_atomic
+
+    name = "b" * 240 + ".html"
+    assert file_name_problem(tmp_path / name) is None
+    write_text_atomic(tmp_path / name, "page")
+    with atomic_directory(tmp_path / ("d" * NAME_MAX)) as tmp:
+        (tmp / "x").write_text("x")
+    assert sorted(len(p.name) for p in tmp_path.iterdir()) == [245, NAME_MAX]  # no temporary left
+
+
+def test_file_name_problem_names_non_utf8_and_too_long_names():
+    from leakloss.atomic import file_name_problem
+
+    bad = os.fsdecode(b"clips/bad\xff.wav")
+    assert file_name_problem(bad) == "'clips/bad\\udcff.wav': its name is not valid UTF-8; rename it"
+    assert "a file name longer than 255 bytes (304)" in file_name_problem("x/" + "a" * 300 + ".wav")
+    assert file_name_problem("नेपाली/" + "न" * 83 + ".wav") is None  # 253 bytes: the limit is in bytes, per part
+    assert file_name_problem("नेपाली/" + "न" * 85 + ".wav") is not None  # 259 bytes in 89 characters

@@ -78,6 +78,8 @@ GOOD = json.dumps({"id": "x", "query": "q.wav", "text": TEXT, "refs": []}, ensur
     ('{"id": "a\\u0000b", "query": "q.wav", "text": "आज", "refs": []}', "line 2"),
     ('{"id": "a/b", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
     ('{"id": "..", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    # a ref name past the file system's limit stopped every item of the run
+    ('{"id": "y", "query": "q.wav", "text": "आज", "refs": ["' + "r" * 300 + '.wav"]}', "refs[0] "),
 ])
 def test_score_batch_bad_manifest_line(tmp_path, models, no_scoring, line, needle):
     r = _batch(tmp_path, models, [GOOD, line])
@@ -578,3 +580,38 @@ def test_bare_leakloss_still_prints_its_help_and_help_exits_0():
     assert r.exit_code == 2 and "Usage: leakloss" in r.output and "score" in r.output
     r = runner.invoke(app, ["--help"], prog_name="leakloss")
     assert r.exit_code == 0 and "Usage: leakloss" in r.stdout
+
+
+def test_file_names_that_cannot_be_written_or_read_are_refused_before_scoring(tmp_path, models, clips, no_scoring):
+    """A query or --ref whose name is not UTF-8 was scored, then the result write died in a traceback; a name
+    past 255 bytes was a traceback in Path.exists() (query, --ref, --html)."""
+    import os
+
+    latin1 = os.fsdecode(str(tmp_path).encode() + b"/bad\xff.wav")
+    shutil.copy(clips["q"], latin1)
+    long_name = str(tmp_path / ("a" * 300 + ".wav"))
+    cases = [([latin1, "--json", str(tmp_path / "o.json")], "query 'FOLDER/bad\\udcff.wav': its name is not valid UTF-8"),
+             ([str(clips["q"]), "--ref", latin1, "--json", str(tmp_path / "o.json")], "--ref "),
+             ([long_name], "query "), ([str(clips["q"]), "--ref", long_name], "--ref "),
+             ([str(clips["q"]), "--ref", str(clips["r"]), "--html", long_name[:-4] + ".html"], "--html ")]
+    for args, needle in cases:
+        r = runner.invoke(app, ["score", *args, "--text", TEXT, *model_args(models)])
+        assert_clean_error(r, needle.replace("FOLDER", str(tmp_path)))
+        assert r.stderr.count("\n") == 1
+    assert not (tmp_path / "o.json").exists()
+    r = runner.invoke(app, ["recognize", long_name, "--recognizer", str(models["a"])])
+    assert_clean_error(r, "a file name longer than 255 bytes")
+
+
+def test_score_batch_refuses_a_manifest_folder_whose_name_is_not_utf8(tmp_path, models, no_scoring):
+    # every result names the folder: the run died at the first write
+    import os
+
+    folder = os.fsdecode(str(tmp_path).encode() + b"/dir\xff")
+    os.mkdir(folder)
+    with open(os.path.join(folder, "manifest.jsonl"), "w", encoding="utf-8") as f:
+        f.write('{"id": "a", "query": "q.wav", "text": "आज नेकपा", "refs": []}\n')
+    r = runner.invoke(app, ["score-batch", os.path.join(folder, "manifest.jsonl"), "--out", str(tmp_path / "out"),
+                            *model_args(models)])
+    assert_clean_error(r, "line 1: query ", "its name is not valid UTF-8")
+    assert not (tmp_path / "out").exists()
