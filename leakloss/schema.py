@@ -157,6 +157,15 @@ def _check_str(obj: Mapping, key: str, where: str, *, optional: bool = False) ->
         raise ResultError(f"{where}: '{key}' must be a string, got {type(obj[key]).__name__}")
 
 
+def _check_present(obj: Mapping, keys: tuple[str, ...], where: str) -> None:
+    """The keys the TypedDict requires, null allowed: a missing one passed as null and the report indexed it
+    (a KeyError, not a ResultError)."""
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise ResultError(f"{where}: missing required field{'s' if len(missing) > 1 else ''} "
+                          + ", ".join(f"'{k}'" for k in missing) + " (null when not known)")
+
+
 def _check_one_of(obj: Mapping, key: str, allowed: tuple[str, ...], where: str) -> None:
     if obj.get(key) not in allowed:
         raise ResultError(f"{where}.{key} must be one of {', '.join(allowed)}, got {obj.get(key)!r}")
@@ -166,6 +175,7 @@ def _check_site(site: object, where: str) -> None:
     if not isinstance(site, Mapping):
         raise ResultError(f"{where}: must be an object, got {type(site).__name__}")
     _check_one_of(site, "kind", KINDS, where)
+    _check_present(site, ("hindi", "score"), where)
     _check_str(site, "nepali", where)
     if site.get("hindi") is not None:
         _check_str(site, "hindi", where)
@@ -186,6 +196,7 @@ def _check_word(word: object, where: str) -> None:
     if not _is_count(word.get("index")):
         raise ResultError(f"{where}.index must be a non-negative integer, got {word.get('index')!r}")
     _check_str(word, "word", where)
+    _check_present(word, ("start", "end"), where)
     start, end = word.get("start"), word.get("end")
     if (start is None) != (end is None):
         raise ResultError(f"{where}: start and end must both be numbers or both null, got {start!r}, {end!r}")

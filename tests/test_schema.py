@@ -60,6 +60,25 @@ def test_huge_numbers_and_a_flag_without_a_score_are_result_errors():
         validate_result(r)
 
 
+@pytest.mark.parametrize("where, key", [("word", "start"), ("word", "end"), ("site", "hindi"), ("site", "score")])
+def test_the_keys_the_typed_dicts_require_must_be_there(where, key):
+    """A word without start/end validated (as null) and render_report then failed with a bare KeyError."""
+    from leakloss.report import render_report
+
+    r = result()
+    target = r["words"][0] if where == "word" else r["words"][0]["sites"][0]
+    if where == "word":
+        target["start"] = target["end"] = None  # not aligned
+    elif key == "hindi":
+        target["hindi"] = None  # no Hindi counterpart
+    validate_result(r)  # null is a value
+    del target[key]
+    with pytest.raises(ResultError, match=f"missing required field '{key}'"):
+        validate_result(r)
+    with pytest.raises(ResultError):  # the report checks its input with the same validator
+        render_report(r, None)
+
+
 def test_a_site_cannot_be_not_tested():
     r = result()
     r["words"][0]["sites"][0]["decision"] = "not_tested"
