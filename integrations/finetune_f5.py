@@ -290,6 +290,10 @@ def check_settings(cfg: DictConfig) -> None:
     problem = output_folder_problem(str(cfg.out_dir))
     if problem is not None:
         raise FinetuneError(f"out_dir: {problem}")
+    out, data = (Path(str(p)).expanduser().resolve() for p in (cfg.out_dir, cfg.data.dir))
+    if out == data or data in out.parents or out in data.parents:  # the export replaced the data's vocab.txt
+        raise FinetuneError(f"out_dir ({out}) and data.dir ({data}) must be separate folders, not one inside the "
+                            "other: the run writes vocab.txt, ckpts/ and its curves into out_dir")
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
@@ -386,6 +390,17 @@ def export(out_dir: Path, vocab: dict[str, int], card: dict) -> Path:
     return path
 
 
+def checkpoint_fit_problem(report) -> str | None:
+    """Why a checkpoint's :class:`~integrations.f5_tts.LoadReport` does not fit the model, or None: missing or
+    mis-shaped weights, or network weights with no place in it (``f5.arch.depth=2`` on a depth-4 base kept half
+    of the base, silently). F5's own extras (EMA counters such as ``step``, ``initted``) are not the network's."""
+    unexpected = [k for k in report.unexpected if k.startswith("transformer.")]
+    if not (report.missing or report.mismatched or unexpected):
+        return None
+    return (f"{len(report.missing)} missing, {len(report.mismatched)} shape-mismatched, {len(unexpected)} "
+            f"unexpected weights (e.g. {(report.missing + report.mismatched + unexpected)[:3]})")
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
     from integrations.f5_dataset import (PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k,
@@ -403,11 +418,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=vocoder,
                         sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
                         leak_every=int(cfg.leak.every), leak_crop=bool(cfg.leak.crop), leak_bf16=bool(cfg.leak.bf16))
-    report = load_indicf5_checkpoint(model, cfg.f5.checkpoint)
-    if report.missing or report.mismatched:
-        raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: "
-                            f"{len(report.missing)} missing, {len(report.mismatched)} shape-mismatched weights "
-                            f"(e.g. {(report.missing + report.mismatched)[:3]})")
+    problem = checkpoint_fit_problem(load_indicf5_checkpoint(model, cfg.f5.checkpoint))
+    if problem is not None:
+        raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: {problem}")
     dataset = PreparedF5Dataset(prepared, plan["placement"], MEL_SPEC_KWARGS)
     probe = None
     texts = _probe_texts(cfg, prepared)

@@ -142,6 +142,14 @@ def test_an_out_dir_entry_of_the_wrong_kind_is_refused_before_any_data_is_read(t
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={out}"))
 
 
+def test_an_out_dir_that_is_the_data_folder_is_refused(tmp_path):
+    # the export replaced the data's own vocab.txt (F5's vocab of the set) and mixed ckpts/ into it
+    for out, data in ((tmp_path / "d", tmp_path / "d"), (tmp_path / "d" / "run", tmp_path / "d"),
+                      (tmp_path / "run", tmp_path / "run" / "data")):
+        with pytest.raises(FinetuneError, match=r"out_dir .* and data.dir .* must be separate folders"):
+            prepare(_cfg(data, tmp_path / "none.safetensors", f"out_dir={out}"))
+
+
 def test_an_addition_nothing_reads_is_refused():
     # +max_minutes=5 was accepted without a word when the config had no budget (it trained on)
     from leakloss.config import override_problem
@@ -435,3 +443,16 @@ def test_a_run_out_of_time_saves_and_a_rerun_resumes_it_to_the_end(prepared_dir,
     assert other.returncode == 2 and "of a run with other settings: leak.weight (0.1 -> 0)" in other.stderr
     assert "Traceback" not in finished.stderr + other.stderr
     assert json.loads((out / "model_last.json").read_text(encoding="utf-8")) == card  # nothing relabelled
+
+
+def test_a_checkpoint_with_network_weights_the_model_has_no_place_for_does_not_fit(base_ckpt):
+    # f5.arch.depth=2 on the depth-4 base: one warning line, then a 2-block model fine-tuned from half the base
+    from integrations.f5_tts import load_indicf5_checkpoint
+    from integrations.finetune_f5 import checkpoint_fit_problem, resolve_vocab
+
+    cfg = compose_config("finetune_f5", ["f5=embedded", "f5.arch.depth=2"])
+    vocab, _ = resolve_vocab(cfg)
+    problem = checkpoint_fit_problem(load_indicf5_checkpoint(build_model(cfg, vocab), base_ckpt))
+    assert problem is not None and "0 missing, 0 shape-mismatched, 28 unexpected weights" in problem
+    full = compose_config("finetune_f5", ["f5=embedded"])
+    assert checkpoint_fit_problem(load_indicf5_checkpoint(build_model(full, vocab), base_ckpt)) is None
