@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 
 #: Top-level configs shipped in ``leakloss/conf`` (each an entry point's ``config_name``).
 ENTRY_CONFIGS = ("train_heads", "train_recognizer", "train_whisper_recognizer", "train_vocoder", "train_f5")
@@ -21,10 +22,18 @@ def assets_path(sub: str = "") -> str:
     return str(resources.files("leakloss") / "assets" / sub)
 
 
+def checkpoints_path(sub: str = "") -> str:
+    """Absolute path of ``checkpoints/SUB`` beside the package (the repository's committed F5 Hindi base): the
+    configs' ``${leakloss.checkpoints:f5_hindi_base}``. A relative ``checkpoints/...`` was found only from the
+    repository root ("no checkpoint" anywhere else although it is committed)."""
+    return str(Path(str(resources.files("leakloss"))).parent / "checkpoints" / sub)
+
+
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("leakloss.assets", assets_path, replace=True)
+    OmegaConf.register_new_resolver("leakloss.checkpoints", checkpoints_path, replace=True)
 
 
 _register_resolvers()

@@ -137,3 +137,8 @@ def test_defaults_that_retrain_a_shipped_model_name_the_package_copy(tmp_path, m
     assert Path(compose_config("train_whisper_recognizer").out_dir) == EMBEDDED_DIR / "w"
     export = Path(compose_config("train_heads", ["experiment=default"]).export_dir)
     assert export.is_absolute() and export == EMBEDDED_DIR.parent / "heads" and (export / "deletion.json").is_file()
+    # the committed F5 Hindi base: "no checkpoint at checkpoints/f5_hindi_base/..." outside the repository root
+    monkeypatch.delenv("LEAKLOSS_F5_HINDI_BASE", raising=False)
+    base = Path(compose_config("finetune_f5", ["f5=embedded"]).f5.checkpoint)
+    assert base.is_absolute() and base.is_file()
+    assert Path(compose_config("train_f5").out_dir) == base.parent
