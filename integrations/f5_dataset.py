@@ -208,6 +208,8 @@ def load_audio(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # [t, c]
     except (sf.LibsndfileError, OSError, RuntimeError) as err:
         raise PreparedDatasetError(f"{path}: not readable audio: {err}") from err
+    if not np.isfinite(data).all():  # the placement failed with an IndexError, training on it a NaN model
+        raise PreparedDatasetError(f"{path}: holds NaN/Inf samples (a damaged clip): repair it or leave it out")
     return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1))), int(rate)
 
 

@@ -549,11 +549,20 @@ class WaveTextDataset(Dataset):
     """
 
     def __init__(self, items: Sequence[tuple[torch.Tensor, int, str]], mel_spec_kwargs: Mapping = MEL_SPEC_KWARGS):
+        """Raises ``ValueError`` naming the item: a wave that is not 1-D (a ``[2, t]`` stereo wave was read as
+        channels end to end, ``[t, 1]`` resampled along its size-1 axis), empty, or holding NaN/Inf (it trained a
+        NaN model without a word)."""
         self.mel_spec = MelSpec(**mel_spec_kwargs)
         rate = self.mel_spec.target_sample_rate
-        self.waves = [
-            (w.float() if sr == rate else AF.resample(w.float(), sr, rate)).reshape(-1) for w, sr, _ in items
-        ]
+        for i, (w, _, _) in enumerate(items):
+            if not isinstance(w, torch.Tensor) or w.ndim != 1:
+                raise ValueError(f"items[{i}]: the wave must be a 1-D tensor [t] (mono; average the channels "
+                                 f"first), got {tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+            if w.numel() == 0:
+                raise ValueError(f"items[{i}]: the wave is empty")
+            if not bool(torch.isfinite(w).all()):
+                raise ValueError(f"items[{i}]: the wave holds NaN/Inf samples")
+        self.waves = [w.float() if sr == rate else AF.resample(w.float(), sr, rate) for w, sr, _ in items]
         self.texts = [text for _, _, text in items]
 
     def __len__(self) -> int:

@@ -312,6 +312,17 @@ def test_wave_text_dataset_feeds_f5_collate() -> None:
     assert batch["text"] == ["नमस्ते", "घर"]
 
 
+@pytest.mark.parametrize("wave, message", [
+    (torch.randn(2, 16_000), r"items\[1\]: the wave must be a 1-D tensor \[t\].*got \(2, 16000\)"),  # channels end to end
+    (torch.randn(16_000, 1), r"must be a 1-D tensor"),  # resampled along its size-1 axis
+    (torch.zeros(0), r"items\[1\]: the wave is empty"),  # a reshape RuntimeError
+    (torch.tensor([0.1, float("nan")] * 8000), r"items\[1\]: the wave holds NaN/Inf"),  # trained a NaN model
+])
+def test_wave_text_dataset_refuses_waves_it_would_misread(wave, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        WaveTextDataset([(torch.randn(16_000) * 0.1, 16_000, "घर"), (wave, 16_000, "घर")])
+
+
 def test_leak_curve_logger_writes_every_n_training_steps(tmp_path: Path, m2w: MelToWave) -> None:
     model = _model(m2w)
     logged: list[tuple[dict, int]] = []

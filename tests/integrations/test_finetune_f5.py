@@ -345,6 +345,22 @@ def test_texts_without_devanagari_and_datasets_without_sites_are_refused(base_ck
         prepare(_cfg(short, base_ckpt))
 
 
+@needs_embedded
+def test_a_clip_with_nan_samples_is_refused_by_name(base_ckpt, tmp_path):
+    # an IndexError in the forced alignment of the site placement (and a NaN flow loss had it been trained on)
+    import soundfile as sf
+
+    from integrations.f5_dataset import PreparedDatasetError
+
+    g = torch.Generator().manual_seed(0)
+    data = _prepare_folder(tmp_path / "nan", [(0.01 * torch.randn(24_000, generator=g), "घर जानु पर्छ")] * 2)
+    wave = 0.01 * torch.randn(24_000, generator=g)
+    wave[100:200] = float("nan")
+    sf.write(str(tmp_path / "nan" / "c0.wav"), wave.numpy(), 16_000, subtype="FLOAT")
+    with pytest.raises(PreparedDatasetError, match=r"c0.wav: holds NaN/Inf samples"):
+        prepare(_cfg(data, base_ckpt))
+
+
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline")
     env.pop("WANDB_API_KEY", None)
