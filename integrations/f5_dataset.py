@@ -565,8 +565,13 @@ class PreparedF5Dataset(Dataset):
         return {"mel_spec": mel, "text": SiteText(text, key)}
 
 
-def trainable_count(prepared: Prepared) -> int:
-    return sum(F5_MIN_S <= d <= F5_MAX_S for d in prepared.durations)
+def trainable_count(prepared: Prepared, max_frames: float | None = None) -> int:
+    """Clips F5 trains on: those of 0.3-30 s and, with frame batches of ``max_frames`` mel frames, no longer than
+    that (F5's ``DynamicBatchSampler`` leaves a longer clip out, without a word)."""
+    from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+
+    return sum(F5_MIN_S <= d <= F5_MAX_S and (max_frames is None or d * MEL_SAMPLE_RATE / MEL_HOP <= max_frames)
+               for d in prepared.durations)
 
 
 __all__ = [

@@ -296,6 +296,11 @@ def check_settings(cfg: DictConfig) -> None:
                             "other: the run writes vocab.txt, ckpts/ and its curves into out_dir")
 
 
+def _frame_budget(cfg: DictConfig) -> float | None:
+    """Mel frames a batch may hold (``batch_size_type=frame``), None for sample batches."""
+    return float(cfg.batch_size_per_gpu) if cfg.batch_size_type == "frame" else None
+
+
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Every check and the site placement; returns what :func:`run` trains with. Raises :class:`FinetuneError`."""
     from integrations.f5_dataset import (F5_MAX_S, F5_MIN_S, SITES_FILE, PreparedDatasetError, check_audio_files,
@@ -317,9 +322,17 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         check_audio_files(prepared)
     except PreparedDatasetError as err:
         raise FinetuneError(f"{cfg.data.dir}: {err}") from err
-    if trainable_count(prepared) == 0:  # every clip would be skipped (F5 trains on none)
+    in_span = trainable_count(prepared)
+    if in_span == 0:  # every clip would be skipped (F5 trains on none)
         raise FinetuneError(f"{cfg.data.dir}: none of its {len(prepared)} clips lasts {F5_MIN_S}-{F5_MAX_S} s "
                             "(duration.json), the only clips F5 trains on")
+    fitting = trainable_count(prepared, max_frames=_frame_budget(cfg))
+    if fitting == 0:  # F5's sampler made no batch: a ZeroDivisionError inside its trainer
+        raise FinetuneError(f"batch_size_per_gpu={cfg.batch_size_per_gpu} mel frames holds none of the clips of "
+                            f"{cfg.data.dir} (a batch of frames holds whole clips): raise it, or batch_size_type=sample")
+    if fitting < in_span:
+        print(f"warning: {in_span - fitting} of {in_span} clips are longer than batch_size_per_gpu="
+              f"{cfg.batch_size_per_gpu} mel frames: F5 leaves them out of training", file=sys.stderr)
     try:
         penalty = LeakPenalty.load(head_path=cfg.leak.head)
     except (FileNotFoundError, OSError, ValueError) as err:
@@ -441,7 +454,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     summary = plan["summary"]
     result: dict[str, Any] = dict(out_dir=str(out_dir), updates=f5_run.done_updates, planned_updates=f5_run.updates,
                                   resumed_from_update=f5_run.start_update, budget_reached=f5_run.budget_reached,
-                                  items=summary.items, items_trainable=trainable_count(prepared),
+                                  items=summary.items,
+                                  items_trainable=trainable_count(prepared, max_frames=_frame_budget(cfg)),
                                   items_with_sites=summary.with_sites, sites=summary.sites,
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)

@@ -472,3 +472,23 @@ def test_a_checkpoint_with_network_weights_the_model_has_no_place_for_does_not_f
     assert problem is not None and "0 missing, 0 shape-mismatched, 28 unexpected weights" in problem
     full = compose_config("finetune_f5", ["f5=embedded"])
     assert checkpoint_fit_problem(load_indicf5_checkpoint(build_model(full, vocab), base_ckpt)) is None
+
+
+@needs_embedded
+def test_frame_batches_that_hold_no_clip_are_refused_and_clips_left_out_are_said(prepared_dir, base_ckpt, capsys):
+    # below every clip: a ZeroDivisionError in F5's trainer; below some: they were dropped and counted as trainable
+    import json
+
+    from integrations.f5_dataset import open_prepared, trainable_count
+    from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+
+    frames = sorted(d * MEL_SAMPLE_RATE / MEL_HOP for d in json.loads(
+        (prepared_dir / "duration.json").read_text())["duration"])
+    with pytest.raises(FinetuneError, match=r"batch_size_per_gpu=\d+ mel frames holds none of the clips"):
+        prepare(_cfg(prepared_dir, base_ckpt, "batch_size_type=frame", f"batch_size_per_gpu={int(frames[0]) - 1}"))
+    middle = int(frames[len(frames) // 2])
+    assert trainable_count(open_prepared(prepared_dir), max_frames=middle) == sum(f <= middle for f in frames)
+    capsys.readouterr()
+    prepare(_cfg(prepared_dir, base_ckpt, "batch_size_type=frame", f"batch_size_per_gpu={middle}"))
+    left_out = sum(f > middle for f in frames)
+    assert f"warning: {left_out} of {len(frames)} clips are longer than batch_size_per_gpu={middle}" in capsys.readouterr().err
