@@ -56,6 +56,18 @@ def _set_stamp(path: Path, key: str) -> None:
     write_text_atomic(path / ".stamp", key)
 
 
+def _clear_stage(folder: Path, entries: tuple[str, ...]) -> None:
+    """Remove the ``entries`` an earlier run of a stage wrote into ``folder`` (the demo's own outputs only)."""
+    import shutil
+
+    for name in entries:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
 def _hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
@@ -214,6 +226,9 @@ def _finetune(cfg: DemoConfig) -> Path | None:
                 _file_hash(SHIPPED_HEADS / "rawconv.safetensors"))
     if _stamp(folder, key) and (folder / "leak_curves.png").exists():
         return folder / "leak_curves.png"
+    # another key (--f5-steps, --f5-items, vocoder, heads): F5 would resume the old runs' checkpoints in the same
+    # folders (trained nothing, or logged their updates as new steps): the stage starts afresh
+    _clear_stage(folder, ("with_penalty", "without_penalty", "leak_sites.jsonl", "leak_curves.png", ".stamp"))
     console.print(f"[bold]5. fine-tune[/]: tiny F5 (dim 64, depth 2) + the embedded tiny Vocos, {cfg.f5_steps} steps "
                   "with and without the penalty, through F5's own Trainer (W&B offline)")
     train, held = split_sentences(builtin_sentences())

@@ -82,3 +82,18 @@ def test_index_opens_in_headless_chromium(demo_run, tmp_path):
     report = next((out / "reports" / "hindi_base").glob("*.html"))
     dom = subprocess.run([*base, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "<audio" in dom
+
+
+@needs_embedded
+@pytest.mark.slow
+def test_a_rerun_with_other_f5_steps_starts_the_fine_tune_stage_afresh(demo_run):
+    """F5 resumed the first run's checkpoints in the same folders: it trained nothing, wiped the curves and failed
+    with a traceback ("no finite points of 'leak/penalty'")."""
+    from integrations.f5_tts import read_leak_curve
+    from leakloss.demo import DemoConfig, run_demo
+
+    out, _ = demo_run
+    run_demo(DemoConfig(out=out, sentences=4, f5_steps=8, f5_items=8, progress=False))
+    for name in ("with_penalty", "without_penalty"):
+        flow = read_leak_curve(out / "finetune" / name / "leak_curves.csv", "loss/flow")
+        assert flow and max(step for step, _ in flow) == 8, name  # 8 new updates, not the old 20
