@@ -318,9 +318,10 @@ def _relative_href(href: object, where: str) -> str:
     # Relative only: an index is moved and archived with its run folder.
     if parts.scheme or parts.netloc or href.startswith(("/", "\\")):
         raise ValueError(f"{where}: '{href}' must be a path relative to the index, not a URL or absolute path")
-    if ".." in parts.path.replace("\\", "/").split("/"):
+    if ".." in href.replace("\\", "/").split("/"):
         raise ValueError(f"{where}: '{href}' leaves the run folder ('..'); link only to files inside it")
-    return _e(quote(href, safe="/#?=&.-_~"))
+    # a file path, quoted whole: 'a#1.html' linked to file 'a' (fragment '1.html'), as '%' was already quoted
+    return _e(quote(href, safe="/.-_~"))
 
 
 def _index_entry(entry: object, i: int) -> str:

@@ -373,6 +373,18 @@ def test_index_keeps_links_with_dots_in_names():
     assert 'href="reports/a..b.html"' in page and 'src="./x.png"' in page
 
 
+def test_index_links_name_files_whose_names_hold_url_characters():
+    """'reports/a#1.html' linked to file 'reports/a' (fragment '1.html'), 'b?x=1.html' to 'b': dead links."""
+    from urllib.parse import unquote, urljoin, urlsplit
+
+    names = ["reports/a#1.html", "reports/b?x=1.html", "reports/c d%20é.html"]
+    page = render_index([{"kind": "link", "href": n, "text": str(i)} for i, n in enumerate(names)], "run")
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    for name, href in zip(names, hrefs, strict=True):
+        url = urlsplit(urljoin("file:///run/index.html", href))
+        assert not url.query and not url.fragment and unquote(url.path) == f"/run/{name}", href
+
+
 def test_empty_index_says_so():
     assert "no artefacts yet" in render_index([], "run")
 
