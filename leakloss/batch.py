@@ -79,6 +79,9 @@ def _id_problem(value: str) -> str | None:
         return f"id {value!r} {bad}"
     if any(unicodedata.category(c) == "Cc" for c in value):
         return f"id {value!r} contains a control character; ids become file names"
+    # bidi controls reorder the file name and the terminal line ('x\u202enosj.exe'); ZWNJ/ZWJ belong to Devanagari
+    if any(unicodedata.category(c) == "Cf" and c not in "\u200c\u200d" for c in value):
+        return f"id {value!r} contains an invisible format character (bidi control, zero-width space); ids become file names"
     if not value.strip() or "/" in value or "\\" in value or value.startswith("."):
         return f"id {value!r} must be a plain file name (no '/', '\\', not starting with '.')"
     n = len(value.encode("utf-8"))

@@ -481,3 +481,11 @@ def test_a_folder_where_a_result_goes_is_refused_before_any_item_is_scored(tmp_p
                                                  r"is a folder\)"):
         score_batch(manifest, tmp_path / "out", **_kwargs(models))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["blocked.json"]  # "first" was not scored
+
+
+def test_a_devanagari_id_with_zwj_or_zwnj_is_a_plain_id():
+    # bidi controls and zero-width spaces are refused in ids (file names); ZWJ/ZWNJ spell Nepali words
+    from leakloss.batch import _id_problem
+
+    assert _id_problem("क्\u200dष-1") is None and _id_problem("र\u200c्य") is None
+    assert "invisible format character" in _id_problem("x\u202enosj.exe")

@@ -78,6 +78,8 @@ GOOD = json.dumps({"id": "x", "query": "q.wav", "text": TEXT, "refs": []}, ensur
     ('{"id": "a\\u0000b", "query": "q.wav", "text": "आज", "refs": []}', "line 2"),
     ('{"id": "a/b", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
     ('{"id": "..", "query": "q.wav", "text": "आज", "refs": []}', "plain file name"),
+    ('{"id": "x\\u202enosj.exe", "query": "q.wav", "text": "आज", "refs": []}', "invisible format character"),
+    ('{"id": "zw\\u200bsp", "query": "q.wav", "text": "आज", "refs": []}', "invisible format character"),
     # a ref name past the file system's limit stopped every item of the run
     ('{"id": "y", "query": "q.wav", "text": "आज", "refs": ["' + "r" * 300 + '.wav"]}', "refs[0] "),
 ])

@@ -107,6 +107,8 @@ class Recognizer(nn.Module):
                 ``vocab.json`` does not match the model's outputs one to one (no blank token, an id beyond the
                 outputs, or an output without a token).
         """
+        if not str(name).strip():  # Path("") is the current folder: "error: .: no config.json" of an empty option
+            raise RecognizerNotFoundError("the recognizer name is empty: give a, b, w, a folder or a hub id")
         source = resolve_recognizer_path(name)
         local = isinstance(source, Path)
         folder = source if local else _hub_snapshot(str(source))

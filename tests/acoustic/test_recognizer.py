@@ -189,3 +189,14 @@ def test_loading_prints_no_progress_bar_and_restores_the_setting(saved_dir, caps
     captured = capsys.readouterr()
     assert "Loading weights" not in captured.err + captured.out
     assert hf_logging.is_progress_bar_enabled()  # the caller's setting is left as it was
+
+
+def test_an_empty_recognizer_name_is_said_to_be_empty():
+    # Path("") is the current folder: "error: .: no config.json" of --recognizer ""
+    import pytest
+
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerNotFoundError
+
+    for name in ("", "  "):
+        with pytest.raises(RecognizerNotFoundError, match="the recognizer name is empty"):
+            Recognizer.load(name)
