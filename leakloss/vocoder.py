@@ -182,12 +182,12 @@ class VocoderLoadError(ValueError):
 
 def _read_vocoder_card(path: Path) -> dict:
     """The card of a saved vocoder, checked: its sizes build the model and its mel settings are this code's."""
+    from leakloss.textfile import read_json_object
+
     try:
-        card = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise VocoderLoadError(f"{path}: not a readable vocoder card ({first_line(err)})") from None
-    if not isinstance(card, dict):
-        raise VocoderLoadError(f"{path}: a vocoder card is a JSON object, got {type(card).__name__}")
+        card = read_json_object(path, "vocoder card")
+    except ValueError as err:
+        raise VocoderLoadError(str(err)) from None
     for key in ("dim", "intermediate_dim", "num_layers", "n_mels", "n_fft", "hop_length"):
         value = card.get(key)
         if not is_whole(value, 1):

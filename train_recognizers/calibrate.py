@@ -31,6 +31,7 @@ from leakloss.speech import festival, piper_voice
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_phones, speak_text
 from leakloss.text.sites import SiteFinder
+from leakloss.textfile import read_json_object
 
 CALIBRATION_VOICES = ("fest-kal", "fest-it-pc", "fest-cs-krb", "flite-awb", "flite-rms")
 
@@ -69,15 +70,7 @@ MIN_TEACHER_PASS = 0.9
 def read_card(folder: Path) -> dict:
     """The recognizer's card.json (``{}`` when absent); ``ValueError`` when it cannot be read as a JSON object."""
     card_path = folder / "card.json"
-    if not card_path.exists():
-        return {}
-    try:
-        card = json.loads(card_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{card_path}: not a readable card ({first_line(err)})") from None
-    if not isinstance(card, dict):
-        raise ValueError(f"{card_path}: a card is a JSON object, got {type(card).__name__}")
-    return card
+    return read_json_object(card_path, "card") if card_path.exists() else {}
 
 
 def main(argv: list[str] | None = None) -> int:
