@@ -85,6 +85,8 @@ class Recognizer(nn.Module):
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.name = name
+        #: calibrated ``(query, reference)`` phone-error limits of the word check from the card, or None
+        self.word_check_limits: tuple[float, float] | None = None
         self.vocab = dict(vocab)
         self.phoneset = PhoneSet(self.vocab, blank_token)
         self.blank = self.phoneset.blank
@@ -130,6 +132,7 @@ class Recognizer(nn.Module):
         except ValueError as err:  # e.g. no blank token in the vocabulary
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         _check_vocab_fits(vocab, int(model.config.vocab_size), folder)  # after the blank check: a vocabulary without <pad> says so first
+        recognizer.word_check_limits = read_word_check_limits(folder)  # calibrate writes them for any local folder
         return recognizer.to(device)
 
     @property
@@ -301,6 +304,39 @@ def _load_model(folder: Path) -> nn.Module:
 
 #: weights a released wav2vec2 CTC checkpoint may leave out (used for pre-training masking only)
 _BENIGN_MISSING = ("masked_spec_embed",)
+
+
+def read_word_check_limits(folder: Path) -> tuple[float, float] | None:
+    """``card.json``'s calibrated word-check limits ``(query_max_per, reference_max_per)`` (written by
+    ``python -m train_recognizers.calibrate``); None when the folder has no card or its card has none (the
+    scorer then uses recognizer A's limits).
+
+    Raises:
+        RecognizerLoadError: the card cannot be read, or its limits are not finite positive numbers (a NaN
+            limit passes nothing, a negative one quarantines every reading).
+    """
+    import math
+
+    from leakloss.textfile import read_json_object
+
+    path = folder / "card.json"
+    if not path.is_file():
+        return None
+    try:
+        card = read_json_object(path, "recognizer card")
+    except ValueError as err:
+        raise RecognizerLoadError(str(err)) from None
+    if "word_check" not in card:
+        return None
+    wc = card["word_check"]
+    limits = []
+    for key in ("query_max_per", "reference_max_per"):
+        value = wc.get(key) if isinstance(wc, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise RecognizerLoadError(f"{path}: word_check.{key} must be a finite number above 0, got {value!r} "
+                                      "(rerun python -m train_recognizers.calibrate on this folder)")
+        limits.append(float(value))
+    return limits[0], limits[1]
 
 
 def _read_vocab(folder: Path) -> dict[str, int]:

@@ -148,7 +148,9 @@ class WhisperRecognizer(nn.Module):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from leakloss.acoustic.recognizer import RecognizerLoadError, _check_vocab_fits, _read_vocab
+        from leakloss.acoustic.recognizer import (
+            RecognizerLoadError, _check_vocab_fits, _read_vocab, read_word_check_limits,
+        )
         from leakloss.acoustic.whisper_encoder import CTranslate2FormatError, WhisperModelNotFoundError
 
         folder = Path(folder)
@@ -187,17 +189,8 @@ class WhisperRecognizer(nn.Module):
         except ValueError as err:  # e.g. no blank token in the vocabulary
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         model._encoder_sha = digest
-        model.word_check_limits = _word_check_limits(folder)
+        model.word_check_limits = read_word_check_limits(folder)
         return model.to(device)
-
-
-def _word_check_limits(folder: Path) -> tuple[float, float] | None:
-    """``card.json``'s calibrated ``word_check`` limits, if it has them."""
-    try:
-        wc = json.loads((folder / "card.json").read_text(encoding="utf-8")).get("word_check") or {}
-        return float(wc["query_max_per"]), float(wc["reference_max_per"])
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-        return None
 
 
 def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:

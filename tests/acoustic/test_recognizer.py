@@ -200,3 +200,35 @@ def test_an_empty_recognizer_name_is_said_to_be_empty():
     for name in ("", "  "):
         with pytest.raises(RecognizerNotFoundError, match="the recognizer name is empty"):
             Recognizer.load(name)
+
+
+def _with_card(saved_dir, tmp_path, card_text: str):
+    folder = tmp_path / "rec"
+    shutil.copytree(saved_dir, folder)
+    (folder / "card.json").write_text(card_text, encoding="utf-8")
+    return folder
+
+
+def test_a_wav2vec2_folder_brings_its_calibrated_word_check_limits(saved_dir, tmp_path):
+    # calibrate writes limits into any local folder's card; the wav2vec2 loader read none of them, so the
+    # scorer used recognizer A's limits for a calibrated recognizer
+    assert Recognizer.load(str(saved_dir)).word_check_limits is None  # no card: the scorer's defaults
+    folder = _with_card(saved_dir, tmp_path, json.dumps({"word_check": {"query_max_per": 0.6, "reference_max_per": 0.2}}))
+    assert Recognizer.load(str(folder)).word_check_limits == (0.6, 0.2)
+    assert Recognizer.load(str(_with_card(saved_dir, tmp_path / "x", "{}"))).word_check_limits is None
+
+
+@pytest.mark.parametrize("card, message", [
+    ('{"word_check": {"query_max_per": NaN, "reference_max_per": 0.2}}', "word_check.query_max_per must be a finite"),
+    ('{"word_check": {"query_max_per": 0.5, "reference_max_per": -0.1}}', "word_check.reference_max_per must be"),
+    ('{"word_check": {"query_max_per": "0.5", "reference_max_per": 0.1}}', "word_check.query_max_per must be"),
+    ('{"word_check": {"query_max_per": 0.5}}', "word_check.reference_max_per must be"),
+    ('{"word_check": [0.5, 0.1]}', "word_check.query_max_per must be"),
+    ('{"word_check": {"query_max_per": tru', "not a readable recognizer card"),
+    ('[1, 2]', "a recognizer card is a JSON object"),
+])
+def test_unusable_word_check_limits_are_refused_not_replaced(saved_dir, tmp_path, card, message):
+    # a NaN limit passed no reading, a negative one quarantined all; an unreadable card fell back to A's limits
+    folder = _with_card(saved_dir, tmp_path, card)
+    with pytest.raises(RecognizerLoadError, match=message):
+        Recognizer.load(str(folder))
