@@ -265,6 +265,10 @@ def check_settings(cfg: DictConfig) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise FinetuneError(f"{key} must be a whole number >= {low}, got {value!r}")
+    from leakloss.constants import SEED_MAX
+
+    if cfg.seed > SEED_MAX:  # numpy's seed bound: failed inside F5's Trainer after the site placement
+        raise FinetuneError(f"seed must be a whole number in [0, {SEED_MAX}], got {cfg.seed!r}")
     for key, high in NUMBER_SETTINGS.items():
         value = OmegaConf.select(cfg, key)
         bound = f" and <= {high:g}" if high < math.inf else ""

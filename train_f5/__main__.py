@@ -257,7 +257,7 @@ def main(cfg: DictConfig) -> None:
                      numbers={"lr": positive, "min_lr": non_negative, "grad_clip": positive,
                               "ema_decay": (0.0, 1.0, True), "max_minutes": positive,
                               "checkpoint_minutes": positive},
-                     folders=("out_dir",))
+                     folders=("out_dir",), seeds=("seed",))
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -102,6 +102,7 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
     ("num_threads=-2", r"num_threads must be a whole number >= 1, got -2"),  # torch raised mid-run
     ("seed=abc", r"seed must be a whole number >= 0"),
+    ("seed=4294967296", r"seed must be a whole number in \[0, 4294967295\], got 4294967296"),  # numpy's bound
     ("mixed_precision=zz", r"mixed_precision must be one of no, bf16, fp16, got 'zz'"),  # failed after placement
     ("batch_size_type=zz", r"batch_size_type must be one of frame, sample, got 'zz'"),
 ])

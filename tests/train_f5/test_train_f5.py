@@ -193,6 +193,8 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path):
     ("log_every=0", "log_every must be a whole number >= 1, got 0"),  # ZeroDivisionError mid-run
     ("lr=nan", "lr must be a finite number in (0, inf), got nan"),
     ("max_steps=0", "max_steps must be a whole number >= 1, got 0"),  # saved a 0-step model with exit 0
+    ("seed=-1", "seed must be a whole number in [0, 4294967295], got -1"),  # was taken unchecked
+    ("seed=18446744073709551616", "seed must be a whole number in [0, 4294967295], got 18446744073709551616"),
 ])
 def test_settings_that_cannot_work_are_one_error_line_before_the_corpus(tmp_path, override, message):
     import os
