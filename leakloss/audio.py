@@ -14,7 +14,8 @@ Every clip that enters leakloss goes through :func:`prepare_waveform` (directly,
 * NaN or Inf samples     -> :class:`AudioError` naming how many
 * finite samples beyond the float32 range (``|x| > 3.4e38``, e.g. in a float64 WAV) -> :class:`AudioError`
   ``"... has samples beyond the float32 range"``
-* peak below -60 dBFS    -> :class:`AudioError` ``"... is silent"``
+* peak below -60 dBFS    -> :class:`AudioError` ``"... is silent"`` (``"... channels that cancel when mixed to mono"``
+  when the channels are not silent but their mean is: opposite-phase stereo)
 * clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
   reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
 * missing, unreadable, corrupt or non-audio file -> :class:`AudioError` (cause chained)
@@ -291,6 +292,13 @@ def prepare_waveform(
     peak = float(mono.abs().max())
     peak_dbfs = 20.0 * math.log10(peak) if peak > 0 else -math.inf
     if peak_dbfs < SILENCE_DBFS:
+        channel_peak = float(x.abs().max())
+        if channels > 1 and channel_peak > 0 and 20.0 * math.log10(channel_peak) >= SILENCE_DBFS:
+            # opposite-phase channels: each is speech, their mean is nothing ("is silent" sent users hunting)
+            raise AudioError(
+                f"{name} has {channels} channels that cancel when mixed to mono (out of phase): the mean peaks at "
+                f"{peak_dbfs:.1f} dBFS, a channel at {20.0 * math.log10(channel_peak):.1f} dBFS; give one channel"
+            )
         raise AudioError(
             f"{name} is silent: peak level {peak_dbfs:.1f} dBFS is below {SILENCE_DBFS:.0f} dBFS"
         )

@@ -252,10 +252,16 @@ def test_silent(tmp_path):
     prepare_waveform(audible, SAMPLE_RATE)
 
 
-def test_silent_after_downmix_is_rejected():
+def test_opposite_phase_channels_are_said_to_cancel_not_to_be_silent(tmp_path):
     x = np.stack([tone(), -tone()])  # opposite phase cancels in the mono mix that gets scored
-    with pytest.raises(AudioError, match="silent"):
+    with pytest.raises(AudioError, match=r"has 2 channels that cancel when mixed to mono \(out of phase\).*give one channel"):
         prepare_waveform(x, SAMPLE_RATE)
+    sf.write(tmp_path / "phase.wav", x.T, SAMPLE_RATE)
+    with pytest.raises(AudioError, match=r"phase\.wav. has 2 channels that cancel"):
+        load_audio(tmp_path / "phase.wav")
+    quiet = tone(amp=10 ** ((SILENCE_DBFS - 1) / 20))
+    with pytest.raises(AudioError, match=r"is silent: peak level -61\.0 dBFS"):  # silent channels stay "silent"
+        prepare_waveform(np.stack([quiet, quiet]), SAMPLE_RATE)
 
 
 def test_nan_and_inf_counted(tmp_path):
