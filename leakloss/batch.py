@@ -25,6 +25,7 @@ import sys
 import unicodedata
 from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 import lightning as L
 from torch.utils.data import Dataset
@@ -340,9 +341,20 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
     return checked == item["refs"] and recorded.get("refs") == now["refs"]
 
 
-def _failed_result(item: dict, reason: str) -> dict:
+def _failed_result(item: dict, reason: str, missing: Sequence[str] = ()) -> dict:
+    """A ``failed`` result that still names every reference it was given (as the scorer's own failed results
+    do): each missing one as missing, the others as not checked."""
+    checks = [{"reference": ref, "used": False,
+               "reason": "does not exist or is not a file" if ref in missing
+               else "not checked: the reading could not be scored"} for ref in item["refs"]]
     return {"query": item["query"], "text": item["text"], "status": "failed", "reason": reason, "words": [],
-            "references": [], "reference_checks": []}
+            "references": [], "reference_checks": checks}
+
+
+def _missing_reason(missing: Sequence[str]) -> str:
+    if len(missing) == 1:
+        return f"reference {missing[0]} does not exist or is not a file"
+    return f"{len(missing)} references do not exist or are not files: {', '.join(missing)}"
 
 
 class _Items(Dataset):
@@ -380,7 +392,7 @@ class ScoringModule(L.LightningModule):
             # without it, the result counted as done and the reference was never used
             missing = [ref for ref in item["refs"] if not Path(ref).is_file()]
             try:
-                result = (_failed_result(item, f"reference {missing[0]} does not exist or is not a file") if missing
+                result = (_failed_result(item, _missing_reason(missing), missing) if missing
                           else self.scorer.score(item["query"], item["text"], item["refs"]))
             except Exception as err:  # noqa: BLE001 - one bad item must not end the run; it is recorded
                 result = _failed_result(item, f"unexpected error while scoring: {type(err).__name__}: {err}")

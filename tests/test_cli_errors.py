@@ -4,6 +4,7 @@ or an explicit result; never a traceback. Runs on tiny recognizers and heads wri
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 
 import numpy as np
@@ -143,6 +144,28 @@ def test_score_batch_missing_reference_is_failed_and_retried(tmp_path, models):
     again = _batch(tmp_path, models, lines)
     assert "'skipped_existing': 0" in again.stdout and "'failed': 0" in again.stdout, again.output
     assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"  # redone
+
+
+def test_score_batch_names_every_missing_reference(tmp_path, models):
+    """Only the first missing one was named; the result listed no reference at all."""
+    from leakloss.schema import validate_result
+
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "here.wav", seed=5)
+    lines = [json.dumps({"id": "two", "query": "q.wav", "text": TEXT, "refs": ["gone1.wav", "here.wav", "gone2.wav"]},
+                        ensure_ascii=False)]
+    r = _batch(tmp_path, models, lines)
+    assert r.exit_code == 1 and "'failed': 1" in r.stdout, r.output
+    result = json.loads((tmp_path / "out" / "two.json").read_text(encoding="utf-8"))
+    validate_result(result)
+    assert result["reason"].startswith("2 references do not exist or are not files: ")
+    assert "gone1.wav" in result["reason"] and "gone2.wav" in result["reason"] and "here.wav" not in result["reason"]
+    checks = result["reference_checks"]
+    assert [Path(c["reference"]).name for c in checks] == ["gone1.wav", "here.wav", "gone2.wav"]
+    assert [c["reason"] for c in checks] == ["does not exist or is not a file",
+                                             "not checked: the reading could not be scored",
+                                             "does not exist or is not a file"]
+    assert not any(c["used"] for c in checks)
 
 
 def test_score_batch_truncated_result_is_redone(tmp_path, models):
