@@ -357,6 +357,16 @@ def _missing_reason(missing: Sequence[str]) -> str:
     return f"{len(missing)} references do not exist or are not files: {', '.join(missing)}"
 
 
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during :func:`score_batch`. ``summary`` is its summary over the items finished before
+    it, plus ``not_scored``: the items left (their results were never started or are not written; a rerun of
+    the same command scores them). The results written are kept."""
+
+    def __init__(self, summary: dict) -> None:
+        super().__init__(f"interrupted: {summary['not_scored']} of {summary['processed']} items not scored")
+        self.summary = summary
+
+
 class _Items(Dataset):
     def __init__(self, items: list[dict]) -> None:
         self.items = items
@@ -417,6 +427,7 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     Raises:
         BatchManifestError: a bad manifest (nothing is written).
         BatchConfigError: a bad output folder, accelerator, devices or strategy (nothing is written).
+        BatchInterrupted: Ctrl-C; its ``summary`` counts what was finished (the results written are kept).
         leakloss.acoustic.recognizer.RecognizerLoadError, leakloss.heads.HeadLoadError: unusable models.
         OSError: a result cannot be written (disk full...); results already written are kept.
     """
@@ -457,11 +468,35 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     single_cpu = isinstance(trainer.strategy, SingleDeviceStrategy) and trainer.strategy.root_device.type == "cpu"
     module = ScoringModule(scorer_kwargs, out_dir, scorer=scorer if single_cpu else None)
     loader = DataLoader(_Items(todo), batch_size=1, collate_fn=list)
-    trainer.predict(module, loader, return_predictions=False)
-    # counted from the files, so items scored by other processes (devices, nodes) count too
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    try:
+        trainer.predict(module, loader, return_predictions=False)
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        # Lightning turns Ctrl-C into sys.exit(1): a bare exit status, no word of what was done
+        summary = _count_results(todo, out_dir, summary, interrupted=True)
+        raise BatchInterrupted(summary) from None
+    finally:
+        if previous is not None:  # Lightning leaves SIGINT ignored after an interrupt
+            signal.signal(signal.SIGINT, previous)
+    return _count_results(todo, out_dir, summary, interrupted=False)
+
+
+def _count_results(todo: list[dict], out_dir: Path, summary: dict, *, interrupted: bool) -> dict:
+    """``summary`` with the status counts of ``todo``'s results, read from the files (so items scored by other
+    processes -- devices, nodes -- count too). ``interrupted``: an item without a result file is not scored yet
+    (counted in ``not_scored``), not failed."""
     counts: Counter[str] = Counter()
+    not_scored = 0
     for d in todo:
         path = out_dir / f"{d['id']}.json"
+        if interrupted and not path.exists():
+            not_scored += 1
+            continue
         try:
             result = load_result(path)
         except ResultError as err:
@@ -470,4 +505,6 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
         if result["status"] == "failed":
             summary["failures"].append({"id": d["id"], "reason": result.get("reason") or "no reason given"})
     summary.update({s: counts[s] for s in counts})
+    if interrupted:
+        summary["not_scored"] = not_scored
     return summary

@@ -476,13 +476,16 @@ def score_batch_cmd(
     failure is listed, and is retried by the next run); 2 for a bad manifest, folder, option or model.
     """
     from leakloss.acoustic.recognizer import RecognizerLoadError
-    from leakloss.batch import BatchError, score_batch
+    from leakloss.batch import BatchError, BatchInterrupted, score_batch
     from leakloss.heads import HeadLoadError
 
+    interrupted = None
     try:
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
                               recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads,
                               check_recognizer=check_recognizer)
+    except BatchInterrupted as err:
+        interrupted, summary = err, err.summary
     except (BatchError, RecognizerLoadError, HeadLoadError) as err:
         fail(str(err))
     except OSError as err:
@@ -491,6 +494,10 @@ def score_batch_cmd(
     console.print(summary)
     for f in failures:
         err_console.print(f"[red]failed[/] {escape(f['id'])}: {escape(f['reason'])}", soft_wrap=True)
+    if interrupted is not None:
+        err_console.print(f"interrupted: {summary['not_scored']} of {summary['processed']} item(s) not scored yet; "
+                          f"the results written are kept: rerun the same command to score the rest", soft_wrap=True)
+        raise typer.Exit(130)
     if failures:
         err_console.print(f"{len(failures)} item(s) failed; rerun the same command to retry them")
         raise typer.Exit(1)

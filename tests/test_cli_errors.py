@@ -168,6 +168,37 @@ def test_score_batch_names_every_missing_reference(tmp_path, models):
     assert not any(c["used"] for c in checks)
 
 
+def test_score_batch_interrupted_says_what_it_finished_and_exits_130(tmp_path, models, monkeypatch):
+    """Ctrl-C ended it with Lightning's bare exit status 1: no summary, no word that a rerun continues, and
+    SIGINT left ignored in the calling process."""
+    import signal
+
+    from leakloss.scorer import Scorer
+
+    write_clip(tmp_path / "q.wav")
+    lines = [json.dumps({"id": f"x{i}", "query": "q.wav", "text": TEXT, "refs": []}, ensure_ascii=False)
+             for i in range(3)]
+    real, calls = Scorer.score, []
+
+    def score(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Scorer, "score", score)
+    before = signal.getsignal(signal.SIGINT)
+    r = _batch(tmp_path, models, lines)
+    assert r.exit_code == 130 and "Traceback" not in r.output, r.output
+    assert "'not_scored': 2" in r.stdout and "'processed': 3" in r.stdout, r.output
+    assert "interrupted: 2 of 3 item(s) not scored yet" in r.stderr and "rerun the same command" in r.stderr
+    assert (tmp_path / "out" / "x0.json").is_file() and not (tmp_path / "out" / "x1.json").exists()
+    assert signal.getsignal(signal.SIGINT) == before
+    monkeypatch.setattr(Scorer, "score", real)
+    again = _batch(tmp_path, models, lines)
+    assert again.exit_code == 0 and "'skipped_existing': 1" in again.stdout and "'processed': 2" in again.stdout, again.output
+
+
 def test_score_batch_truncated_result_is_redone(tmp_path, models):
     write_clip(tmp_path / "q.wav")
     (tmp_path / "out").mkdir()
