@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from leakloss.paths import shared_path
+
 #: Top-level configs shipped in ``leakloss/conf`` (each an entry point's ``config_name``).
 ENTRY_CONFIGS = ("train_heads", "train_recognizer", "train_whisper_recognizer", "train_vocoder", "train_f5")
 
@@ -32,6 +34,7 @@ def checkpoints_path(sub: str = "") -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
+    OmegaConf.register_new_resolver("leakloss.shared", shared_path, replace=True)
     OmegaConf.register_new_resolver("leakloss.assets", assets_path, replace=True)
     OmegaConf.register_new_resolver("leakloss.checkpoints", checkpoints_path, replace=True)
 

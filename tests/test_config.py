@@ -142,3 +142,24 @@ def test_defaults_that_retrain_a_shipped_model_name_the_package_copy(tmp_path, m
     base = Path(compose_config("finetune_f5", ["f5=embedded"]).f5.checkpoint)
     assert base.is_absolute() and base.is_file()
     assert Path(compose_config("train_f5").out_dir) == base.parent
+
+
+def test_shared_data_defaults_do_not_depend_on_the_cwd(tmp_path, monkeypatch):
+    """``../shared/...`` was read from the cwd: from outside the repository root the whisper recognizer
+    trained without its extra sentences and refused its real clips."""
+    from pathlib import Path
+
+    from leakloss.config import compose_config
+    from leakloss.paths import shared_path
+    from leakloss.speech.real import default_dir
+
+    monkeypatch.delenv("LEAKLOSS_SHARED", raising=False)
+    repo_shared = Path(__file__).resolve().parents[2] / "shared"
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_config("train_whisper_recognizer")
+    assert Path(cfg.real_dir) == repo_shared / "data" / "real-nepali-speech" == default_dir()
+    assert Path(cfg.extra_sentences) == repo_shared / "data" / "nepali-prompts" / "prompts.tsv"
+    monkeypatch.setenv("LEAKLOSS_SHARED", str(tmp_path / "elsewhere"))
+    assert Path(compose_config("train_whisper_recognizer").real_dir) == tmp_path / "elsewhere" / "data" / "real-nepali-speech"
+    monkeypatch.setenv("LEAKLOSS_SHARED", "rel")  # a relative one is read from the cwd once, then absolute
+    assert Path(shared_path("x")) == tmp_path / "rel" / "x"

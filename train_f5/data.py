@@ -26,6 +26,7 @@ from torch import Tensor
 
 from leakloss.atomic import atomic_directory
 from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.paths import shared_path
 from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words, teacher_reading
 from leakloss.speech.synth import Voice, speak_text
 from leakloss.text.normalize import TextError
@@ -33,7 +34,7 @@ from leakloss.timing import TimedSite
 from leakloss.vocoder import log_mel
 
 CORPUS_VERSION = 1
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nepali-prompts" / "prompts.tsv"
+DEFAULT_PROMPTS = Path(shared_path("data/nepali-prompts/prompts.tsv"))
 
 
 def is_test_word(word: str, modulus: int = 10) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +32,9 @@ def attribution(clip_ids) -> str:
 
 def default_dir() -> Path:
     """``$LEAKLOSS_SHARED/data/real-nepali-speech``, else ``../shared/...`` beside the repository."""
-    shared = os.environ.get("LEAKLOSS_SHARED")
-    root = Path(shared) if shared else Path(__file__).resolve().parents[3] / "shared"
-    return root / "data" / "real-nepali-speech"
+    from leakloss.paths import shared_path
+
+    return Path(shared_path("data/real-nepali-speech"))
 
 
 def speaker_split(speaker: str) -> str:

@@ -41,13 +41,14 @@ from typing import Iterable, NamedTuple, Sequence
 import numpy as np
 
 from leakloss.atomic import write_text_atomic
+from leakloss.paths import shared_path
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
     RetentionModel, SlotPlan, plan_phones, plan_word, slot_features, word_probability,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_LEXICON = REPO.parent / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
+DEFAULT_LEXICON = Path(shared_path("data/nepali-lexicon/lexicon-dev.tsv"))
 DEFAULT_OUT = REPO / "leakloss" / "assets" / "frontend"
 TEST_DIGITS, CAL_DIGITS = frozenset("012"), frozenset("34")
 HIGH_TARGET = 0.995  # word agreement of `high` words, out of fold (the goal on held-out words; SE ~0.0005

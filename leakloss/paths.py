@@ -1,0 +1,16 @@
+"""Where the project's shared data lives (the lexicon, prompts and real recordings: never copied into the repository)."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+
+def shared_path(sub: str = "") -> str:
+    """Absolute path of ``$LEAKLOSS_SHARED/SUB``, else of ``shared/SUB`` beside the repository (the configs'
+    ``${leakloss.shared:data/real-nepali-speech}``). A relative ``../shared/...`` was found only from the
+    repository root: from anywhere else the whisper recognizer trained without the extra sentences (a warning)
+    or refused its real clips."""
+    root = os.environ.get("LEAKLOSS_SHARED") or str(Path(str(resources.files("leakloss"))).parent.parent / "shared")
+    return str(Path(root).expanduser().resolve() / sub)
