@@ -11,10 +11,17 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
+from leakloss.text.normalize import visible
 from leakloss.textfile import text_lines
+
+
+def escape(text: str) -> str:
+    """Rich markup escaped, and bidi / control characters shown as ``[U+001B]``: a raw ESC in a word, a file name
+    or a message drove the terminal, a bidi control reordered the line."""
+    return escape_markup(visible(str(text)))
 
 
 class _OneLineUsageErrors(TyperGroup):
@@ -193,7 +200,7 @@ def sites(
         text = read_text_file(file)
     if text is None:
         text = EXAMPLE_SENTENCE
-        err_console.print(f"[dim]no text given; using the example: {text}[/]")
+        err_console.print(f"[dim]no text given; using the example: {escape(text)}[/]")
     if not text.strip():
         fail("the text is empty")
     if min_confidence not in CONFIDENCE_ORDER:

@@ -30,7 +30,7 @@ from leakloss.atomic import write_text_atomic
 from leakloss.audio import AudioError, audio_to_wav_bytes
 from leakloss.constants import SAMPLE_RATE
 from leakloss.schema import DECISIONS, TESTED, validate_result
-from leakloss.text.normalize import BIDI_CONTROLS
+from leakloss.text.normalize import visible
 
 __all__ = [
     "CLIP_PAD_S",
@@ -109,13 +109,11 @@ def write_report(path: str | Path, html_text: str) -> Path:
 
 # --- rendering helpers -------------------------------------------------------------------------
 
-_SHOWN_BIDI = {ord(c): f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS}
-
-
 def _e(value: object) -> str:
     """HTML-escaped, with bidirectional controls shown as ``[U+202E]``: a raw one in a text or a file name
-    would reorder the rest of the page (a name shown other than it is)."""
-    return html.escape(str(value).translate(_SHOWN_BIDI), quote=True)
+    would reorder the rest of the page (a name shown other than it is); so are control characters (NUL, BEL,
+    ESC...: not allowed in HTML, invisible where a browser keeps them)."""
+    return html.escape(visible(str(value)), quote=True)
 
 
 def _wav_uri(wave: Tensor, sample_rate: int) -> str:

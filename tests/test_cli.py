@@ -153,3 +153,11 @@ def test_bracketed_punctuation_is_shown_as_typed(command, token):
     r = runner.invoke(app, [command, f"नेपाल {token}"])
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     assert token in r.stdout
+
+
+def test_control_and_bidi_characters_reach_the_terminal_as_codes():
+    # a raw ESC in a word drove the terminal (colours, cursor moves); a raw U+202E reordered the line
+    for command in (["sites", "नेकपा \x1b[31mred \u202eर"], ["g2p", "नेकपा", "\x1b[2J"]):
+        r = runner.invoke(app, command)
+        assert "\x1b" not in r.output and "\u202e" not in r.output, r.output
+        assert "[U+001B]" in r.output

@@ -169,6 +169,16 @@ def test_bidi_controls_are_shown_not_obeyed():
     assert "runs/a[U+202E]gnp.wav" in page and "t[U+202B]u" in page and "x[U+2066]y" in page
 
 
+def test_control_characters_are_shown_not_written_raw():
+    # a NUL or ESC in a text or file name went into the page raw: not allowed in HTML, invisible in a browser
+    r = make_result()
+    r["query"] = "runs/a\x00b.wav"
+    r["reason"], r["status"] = "x\x1b[31my\x85", "quarantined"
+    page = render_report(r, sine(), title="t\x07u")
+    assert not any(chr(c) in page for c in [*range(0, 9), 11, 12, *range(14, 32), *range(0x7F, 0xA0)])
+    assert "runs/a[U+0000]b.wav" in page and "t[U+0007]u" in page and "x[U+001B][31my[U+0085]" in page
+
+
 def test_quarantined_reading_shows_status_and_reason():
     r = make_result()
     r["status"], r["reason"] = "quarantined", "word check failed: CER 0.31"

@@ -146,6 +146,12 @@ def test_a_word_that_is_not_read_is_named_in_the_warnings(tmp_path, clips, tiny_
     r = tiny_scorer.score(clips["teacher"], TEXT + " कािी hello", [clips["ref"]])
     warned = [w for w in r["warnings"] if "is not read" in w]
     assert len(warned) == 2 and "cannot be pronounced" in warned[0] and "not Devanagari" in warned[1]
+    from leakloss.text.normalize import split_words
+
+    r = tiny_scorer.score(clips["teacher"], TEXT + " \x07", [clips["ref"]])  # was "punctuation", not warned
+    assert [w for w in r["warnings"] if "is not read" in w] == [
+        f"word {len(split_words(TEXT))} '\\x07' is not read (control character U+0007): left out of the word check "
+        "and the alignment"]
 
 
 def test_phone_error_rate_counts_open_central_vowels_as_one():

@@ -54,6 +54,19 @@ NUKTA = "\u093c"
 #: bidirectional controls (they reorder how a text is shown, never how it is read); a zero-width space is a
 #: word boundary, read as a space.
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+#: Shown as ``[U+XXXX]`` by :func:`visible`: the bidirectional controls and the control characters (C0 but tab,
+#: newline and return; DEL; C1).
+_SHOWN_AS_CODES = {c: f"[U+{c:04X}]" for c in [*map(ord, BIDI_CONTROLS), *(c for c in range(0x20) if c not in (9, 10, 13)),
+                                               *range(0x7F, 0xA0)]}
+
+
+def visible(text: str) -> str:
+    """``text`` with bidirectional controls and control characters shown as ``[U+202E]`` / ``[U+001B]``, for a
+    page or a terminal: raw, a bidi control reorders what follows it (a name shown other than it is), an ESC
+    drives the terminal, a NUL is not allowed in HTML."""
+    return text.translate(_SHOWN_AS_CODES)
+
+
 _INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS), None) | {0x200B: " "}
 _WS = re.compile(r"\s+")
 # ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit. A run
@@ -123,9 +136,12 @@ _SYMBOL_MARKS = frozenset("\ufe0e\ufe0f\u20e3") | frozenset(chr(c) for c in rang
 
 def _char_class(ch: str) -> str:
     """``dev`` / ``digit`` / ``other`` (letters and marks of other scripts) / ``symbol`` (emoji, math,
-    currency and other Unicode symbols, category S*) / ``punct`` (the rest: dandas, quotes, dashes...)."""
+    currency and other Unicode symbols, category S*) / ``control`` (Cc, Cs) / ``punct`` (the rest: dandas, quotes,
+    dashes...)."""
     if not ch:  # the neighbour of the first/last character
         return "none"
+    if unicodedata.category(ch) in ("Cc", "Cs"):  # NUL, BEL, ESC, a lone surrogate: typed by no one
+        return "control"
     if is_devanagari_letter(ch):
         return "dev"
     if _is_dev_digit(ch) or ch.isdigit():
@@ -138,7 +154,7 @@ def _char_class(ch: str) -> str:
     return "punct"
 
 
-_SEPARABLE = frozenset({"punct", "symbol"})
+_SEPARABLE = frozenset({"punct", "symbol", "control"})
 AVAGRAHA = "\u093d"  # ऽ: marks an elided vowel; a letter by category, no sound of its own
 
 
@@ -165,7 +181,8 @@ def split_words(text: str) -> list[WordToken]:
     hyphens, ...) is split off into its own ``"punctuation"`` entry, and symbols (emoji, ``+ % ₹ ©``...)
     into their own ``"symbol"`` entry (a run mixing both is ``"symbol"``); runs of digits (with the ``.``/``,``
     inside a number) are ``"digits"`` entries; Latin and other scripts are ``"not Devanagari"``; a chunk
-    mixing Devanagari letters with digits or other letters is ``"mixed script"``.
+    mixing Devanagari letters with digits or other letters is ``"mixed script"``; control characters (NUL, BEL,
+    ESC...) are split off as ``"control character U+0007"`` entries (not read; the scorer warns about them).
     """
     out: list[WordToken] = []
     for item in normalize_devanagari(text).split(" "):
@@ -173,8 +190,11 @@ def split_words(text: str) -> list[WordToken]:
             continue
         for chunk in _split_punct(item):
             classes = {_char_class(c) for c in chunk}
-            if classes == {"punct"}:
-                reason: str | None = "punctuation"
+            if "control" in classes:  # was "punctuation": a word nobody sees, never warned about
+                codes = sorted({f"U+{ord(c):04X}" for c in chunk if _char_class(c) == "control"})
+                reason: str | None = f"control character{'s' if len(codes) > 1 else ''} {' '.join(codes)}"
+            elif classes == {"punct"}:
+                reason = "punctuation"
             elif classes <= _SEPARABLE:
                 reason = "symbol"
             else:

@@ -105,3 +105,14 @@ def test_a_run_of_colons_after_a_letter_is_one_visarga_in_a_few_passes(monkeypat
     assert len(calls) <= 3
     assert normalize.normalize_devanagari("क:::5") == "कः:5"  # the colon before a digit stays, as before
     assert normalize.normalize_devanagari("क:५") == "क:५"
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("नेकपा\x07 र", [("नेकपा", None), ("\x07", "control character U+0007"), ("र", None)]),
+    ("नेकपा \x00 र", [("नेकपा", None), ("\x00", "control character U+0000"), ("र", None)]),
+    ("नेकपा\x1b[31m", [("नेकपा", None), ("\x1b[", "control character U+001B"), ("31m", "mixed script")]),
+    ("\x01\x02", [("\x01\x02", "control characters U+0001 U+0002")]),
+])
+def test_control_characters_are_their_own_unread_entry_not_punctuation(text, tokens):
+    # they were "punctuation": an invisible word the scorer never warned about
+    assert [(t.text, t.skipped) for t in split_words(text)] == tokens
