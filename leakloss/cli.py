@@ -282,6 +282,8 @@ def score(
     for r in ref:  # a mistyped path is a usage error; a reference that cannot be used is said in the result
         if not r.exists():
             fail(f"--ref {r}: no such file")
+        if r.is_dir():  # score-batch fails such an item; here it went on as an unusable reference
+            fail(f"--ref {r}: is a folder; give each reference's audio file")
     _check_text(text)
     if not ref:
         err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")

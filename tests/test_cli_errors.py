@@ -465,6 +465,12 @@ def test_score_mistyped_ref_path(models, clips):
     assert r.exit_code == 2 and "error: --ref" in r.output and "no such file" in r.output
 
 
+def test_score_refuses_a_folder_as_a_reference(models, clips, tmp_path):
+    # it was scored on (a "reference not checked" line) while score-batch fails the same item
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--ref", str(tmp_path), *model_args(models)])
+    assert r.exit_code == 2 and f"error: --ref {tmp_path}: is a folder; give each reference's audio file" in r.output
+
+
 @pytest.mark.parametrize("command", ["train-heads", "finetune-f5"])
 @pytest.mark.parametrize("override", ["bogus=1", "experiment=nope", "trainer.max_epochs=abc"])
 def test_training_commands_refuse_bad_overrides_before_starting(command, override, monkeypatch):
