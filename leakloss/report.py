@@ -59,7 +59,8 @@ _MEANING = {
     "uncertain": "score between the thresholds, a flag score whose gates failed, or references disagree "
                  "(each site says which)",
     "no_change": "tested vowel sounds Nepali",
-    "unscored": "tested vowel, but no trusted Nepali reference qualified",
+    "unscored": "tested vowel, not decided: no trusted Nepali reference qualified there, the query could not be "
+                "measured there, or the reading was quarantined (the site or the status says which)",
     "not_tested": "no modelled Nepali/Hindi vowel contrast in this word",
 }
 _FONT = '"Noto Sans Devanagari", "Lohit Devanagari", "Mukta", "Nirmala UI", system-ui, sans-serif'

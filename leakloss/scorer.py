@@ -166,9 +166,13 @@ def _unscored_reason(refs: Sequence, ref_notes: list[dict], sites: list[dict]) -
         return "no reference given: every tested site needs a trusted Nepali reference reading"
     if not any(n["used"] for n in ref_notes):
         return "every reference rejected: " + "; ".join(f"{n['reference']}: {n['reason']}" for n in ref_notes)
-    if all(s.get("reason", "").startswith(QUERY_SITE_UNMEASURED) for s in sites):
+    unmeasured = [s for s in sites if (s.get("reason") or "").startswith(QUERY_SITE_UNMEASURED)]
+    if len(unmeasured) == len(sites):
         details = dict.fromkeys(s["reason"][len(QUERY_SITE_UNMEASURED) + 2:-1] for s in sites)  # unique, in order
         return f"no tested site could be measured in the query ({'; '.join(details)})"
+    if unmeasured:  # "no reference qualified at any tested site" hid that the query itself was not measured
+        return (f"{len(unmeasured)} of {len(sites)} tested sites could not be measured in the query, and no reference "
+                f"qualified at the other {len(sites) - len(unmeasured)} (see each site's reason and reference_checks)")
     return "no reference qualified at any tested site (see reference_checks)"
 
 

@@ -419,3 +419,19 @@ def test_failed_gates_names_exactly_what_gates_pass_misses():
         assert (failed_gates(x) == []) == bool(gates_pass(x))
 
     check()
+
+
+def test_unscored_reason_says_which_sites_the_query_did_not_measure():
+    # a mix of unmeasured sites and sites without a qualified reference read "no reference qualified at any
+    # tested site", although the query was the problem at most of them
+    from leakloss.scorer import QUERY_SITE_UNMEASURED, _unscored_reason
+
+    used = [{"reference": "r.wav", "used": True, "reason": None}]
+    unmeasured = {"decision": "unscored", "reason": f"{QUERY_SITE_UNMEASURED} (recognizer a: too short)"}
+    no_ref = {"decision": "unscored", "reason": "no reference qualified"}
+    assert _unscored_reason(["r.wav"], used, [unmeasured, unmeasured]) == (
+        "no tested site could be measured in the query (recognizer a: too short)")
+    assert _unscored_reason(["r.wav"], used, [unmeasured, unmeasured, no_ref]).startswith(
+        "2 of 3 tested sites could not be measured in the query, and no reference qualified at the other 1")
+    assert _unscored_reason(["r.wav"], used, [no_ref, {"decision": "unscored"}]).startswith("no reference qualified at any")
+    assert _unscored_reason([], [], [no_ref]).startswith("no reference given")
