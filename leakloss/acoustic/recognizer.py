@@ -315,8 +315,7 @@ def read_word_check_limits(folder: Path) -> tuple[float, float] | None:
         RecognizerLoadError: the card cannot be read, or its limits are not finite positive numbers (a NaN
             limit passes nothing, a negative one quarantines every reading).
     """
-    import math
-
+    from leakloss.checks import check_number
     from leakloss.textfile import read_json_object
 
     path = folder / "card.json"
@@ -332,10 +331,11 @@ def read_word_check_limits(folder: Path) -> tuple[float, float] | None:
     limits = []
     for key in ("query_max_per", "reference_max_per"):
         value = wc.get(key) if isinstance(wc, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise RecognizerLoadError(f"{path}: word_check.{key} must be a finite number above 0, got {value!r} "
-                                      "(rerun python -m train_recognizers.calibrate on this folder)")
-        limits.append(float(value))
+        try:
+            limits.append(check_number(value, f"{path}: word_check.{key} must be a finite number above 0",
+                                       low=0.0, low_inclusive=False))
+        except ValueError as err:
+            raise RecognizerLoadError(f"{err} (rerun python -m train_recognizers.calibrate on this folder)") from None
     return limits[0], limits[1]
 
 
