@@ -6,11 +6,15 @@ consonant, vowel sign / virama / inherent, nasal sign, visarga), its position, t
 stem/suffix split the rules find, the compound boundaries they find, the word's ending and the rules' own
 decision and rule name -- plus a context memory: how often the training words keep the vowel in the same
 spelling context (a few letter windows, the word's start up to the slot, the slot to the word's end;
-:class:`ContextMemory`, target encoding) -- and a small gradient-boosted tree ensemble gives ``P(keep)``.
+:class:`ContextMemory`, target encoding) -- and what the training vocabulary says of the word's pieces
+(:class:`WordVocabulary`: is the spelling up to the slot a word of its own and the rest another, a compound's
+members as जन + पद; does the word, or the word without a verb ending, take the verb endings as a root, as
+बोल in बोलिन ``bolinʌ`` does and बेस in बेसिन does not) -- and a small gradient-boosted tree ensemble gives ``P(keep)``.
 The trees and the memory were trained by :mod:`leakloss.text.train_retention` on the Google Nepali
 lexicon (CC BY 4.0, see the card ``leakloss/assets/frontend/retention.card.json``) and are stored as plain
 JSON (no pickle; the memory holds counts of spelling contexts that at least :data:`MEMORY_MIN_COUNT`
-training vowels share, no word list); they are evaluated here with numpy only (scikit-learn is needed to
+training vowels share, no word list) and a word vocabulary (:class:`WordVocabulary`: 64-bit hashes of the training
+words' spellings and of their prefixes and endings, with counts; no spelling is stored); they are evaluated here with numpy only (scikit-learn is needed to
 train, never to run).
 
 A word's probability is the product over its slots of the probability of the decision taken
@@ -20,8 +24,10 @@ trees nor the rules were fitted on, turn it into ``high`` / ``medium`` / ``low``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,13 +40,14 @@ from leakloss.text.normalize import TextError
 __all__ = [
     "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
     "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
-    "ContextMemory", "CONTEXTS", "context_keys",
+    "ContextMemory", "CONTEXTS", "context_keys", "WordVocabulary", "VOCABULARY_NAMES", "VERB_FORMS",
+    "VERB_ROOT_ENDINGS", "spelling_pieces",
 ]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
 FORMAT = "leakloss-retention-gbdt/1"
 #: Bumped whenever :func:`slot_features` changes meaning: a model trained on another schema is refused.
-FEATURE_SCHEMA = 2
+FEATURE_SCHEMA = 3
 
 
 class RetentionModelError(TextError):
@@ -220,6 +227,8 @@ def _feature_layout() -> tuple[list[str], list[bool]]:
     for n, c in more:
         names.append(n)
         cats.append(c)
+    names += list(VOCABULARY_NAMES)
+    cats += [False] * len(VOCABULARY_NAMES)
     for name in CONTEXT_NAMES:
         names += [f"memory_rate[{name}]", f"memory_count[{name}]"]
         cats += [False, False]
@@ -327,6 +336,154 @@ class ContextMemory:
         return sum(len(t) for t in self.tables)
 
 
+# ----------------------------------------------------------------------------------------------------
+# Word vocabulary: which pieces of a word are training words, and which roots take verb endings
+# ----------------------------------------------------------------------------------------------------
+
+#: Endings of a verb root's forms (बोल: बोल्नु बोल्यो बोल्छ बोलेको ...; खा: खानु खायो खान्छ ...): a spelling
+#: is a verb root in the vocabulary as far as its forms are training words.
+VERB_FORMS: tuple[str, ...] = (
+    "्नु", "नु", "्यो", "यो", "्छ", "छ", "ेको", "एको", "्ने", "ने", "्दै", "दै", "ेर", "एर", "िन", "ेन", "्न", "न",
+    "्थ्यो", "थ्यो", "्छन्", "छन्", "ियो", "ए", "े", "ी", "ेकी", "ेका", "ाउनु", "िनु", "िएको", "िँदै", "ँदै", "ला",
+    "ुँ", "ौं", "ेँ",
+)
+#: Verb endings whose removal leaves a candidate root (बोलिन -> बोल, लाग्थेन -> लाग), longest first.
+VERB_ROOT_ENDINGS: tuple[str, ...] = tuple(sorted(
+    {"िन", "ेन", "न", "एन", "इन", "ेर", "एर", "छ", "यो", "ने", "नु", "ो", "े", "ी", "ा", "दै", "थ्यो", "थे", "थिन्",
+     "थेन", "ला"}, key=lambda e: (-len(e), e)))
+#: Per slot: ``left`` is the spelling up to and including the slot's letter, ``right`` the rest, ``before``
+#: the spelling before the slot's letter, ``from`` the slot's letter to the end.
+VOCABULARY_NAMES: tuple[str, ...] = (
+    "vocab_left_is_word", "vocab_right_is_word", "vocab_left_starts", "vocab_right_ends", "vocab_before_is_word",
+    "vocab_from_is_word", "vocab_left_verb_forms", "vocab_word_verb_forms", "vocab_root_verb_forms",
+    "vocab_root_ending_length",
+)
+_NOT_A_WORD = b"\x00"  # a piece that cannot be a word (empty) hashes to this key's hash
+
+
+def spelling_pieces(plan: SlotPlan) -> list[str]:
+    """The spelling of each unit of a planned word as :func:`context_keys` writes it (the inherent vowel
+    unwritten); their concatenation is the word's spelling as :class:`WordVocabulary` keys it."""
+    from leakloss.text.g2p import INHERENT, VISARGA
+
+    return [_unit_text(u, INHERENT, VISARGA) for u in plan.units]
+
+
+VOCABULARY_HASH = "blake2b-64 of the UTF-8 spelling"
+
+
+def _pack(values: Sequence[int], dtype: str) -> str:
+    return base64.b64encode(np.asarray(values, dtype=np.uint64).astype(dtype).tobytes()).decode("ascii")
+
+
+def _unpack(text: str, dtype: str) -> list[int]:
+    try:
+        return np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype).astype(np.uint64).tolist()
+    except (ValueError, TypeError) as e:  # binascii.Error is a ValueError; a length not a multiple of the width too
+        raise RetentionModelError(f"vocabulary table is not base64 of {dtype} values: {e}") from None
+
+
+@lru_cache(maxsize=1 << 17)  # a word asks for ~40 verb forms of each of its roots: most repeat across words
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+class WordVocabulary:
+    """The training words as 64-bit hashes of their spellings, with counts of the words each prefix starts and
+    each ending ends (``starts`` / ``ends``); the spellings themselves are not kept.
+
+    ``features(plan, exclude_self)`` -> ``[n_slots, len(VOCABULARY_NAMES)]``: for the slot's ``left`` / ``right``
+    / ``before`` / ``from`` pieces (see :data:`VOCABULARY_NAMES`) whether they are training words and how many
+    training words start with ``left`` / end with ``right`` (``log1p``), and how many :data:`VERB_FORMS` of
+    ``left``, of the whole word and of the word without its longest verb ending (:data:`VERB_ROOT_ENDINGS`) are
+    training words. A piece at the word's end is ``-1``. ``exclude_self``: the word is one of the training
+    words and must not count (its features as a training row, leave-one-out): it is not a word, and the
+    counts of its own prefixes and endings are one less.
+    """
+
+    def __init__(self, words: Iterable[int], starts: dict[int, int], ends: dict[int, int]) -> None:
+        self.words = frozenset(int(w) for w in words)
+        self.starts = {int(k): int(v) for k, v in starts.items()}
+        self.ends = {int(k): int(v) for k, v in ends.items()}
+
+    @classmethod
+    def count(cls, words: Iterable[str]) -> "WordVocabulary":
+        """The vocabulary of some normalised words (each distinct spelling counted once; every word, with
+        inherent vowels or none: गर्नु has none and still makes गर a verb root)."""
+        spellings = {"".join(spelling_pieces(plan_word(w))) for w in words}
+        starts: Counter[int] = Counter()
+        ends: Counter[int] = Counter()
+        for w in spellings:
+            for i in range(1, len(w) + 1):
+                starts[_hash(w[:i])] += 1
+                ends[_hash(w[-i:])] += 1
+        return cls((_hash(w) for w in spellings), starts, ends)
+
+    def _verb_forms(self, root: str, word: int | None) -> int:
+        return sum(1 for e in VERB_FORMS if (h := _hash(root + e)) in self.words and h != word) if root else 0
+
+    def features(self, plan: SlotPlan, exclude_self: bool = False) -> np.ndarray:
+        pieces = spelling_pieces(plan)
+        whole = "".join(pieces)
+        own = _hash(whole) if exclude_self else None
+        less = int(exclude_self and _hash(whole) in self.words)  # the word's own share of the counts
+
+        def is_word(text: str) -> int:
+            h = _hash(text)
+            return int(bool(text) and h in self.words and h != own)
+
+        root_forms, ending = 0, 0
+        for e in VERB_ROOT_ENDINGS:
+            if whole.endswith(e) and len(whole) > len(e) + 1:
+                n = self._verb_forms(whole[: -len(e)], own)
+                if n > root_forms:
+                    root_forms, ending = n, len(e)
+        word_forms = self._verb_forms(whole, own)
+        out = np.zeros((len(plan.slots), len(VOCABULARY_NAMES)), dtype=np.float64)
+        for s, k in enumerate(plan.slots):
+            left, right = "".join(pieces[: k + 1]), "".join(pieces[k + 1:])
+            before, start = "".join(pieces[:k]), "".join(pieces[k:])
+            out[s] = (
+                is_word(left),
+                is_word(right) if right else -1,
+                np.log1p(max(self.starts.get(_hash(left), 0) - less, 0)),
+                np.log1p(max(self.ends.get(_hash(right), 0) - less, 0)) if right else -1,
+                is_word(before),
+                is_word(start),
+                self._verb_forms(left, own),
+                word_forms,
+                root_forms,
+                ending,
+            )
+        return out
+
+    def to_json(self) -> dict:
+        """Hashes as base64 of big-endian uint64 arrays, counts of uint32 (a fifth of the size of JSON numbers)."""
+
+        def table(d: dict[int, int]) -> dict:
+            keys = sorted(d)
+            return {"hashes": _pack(keys, ">u8"), "counts": _pack([d[k] for k in keys], ">u4")}
+
+        return {"hash": VOCABULARY_HASH, "words": _pack(sorted(self.words), ">u8"),
+                "starts": table(self.starts), "ends": table(self.ends)}
+
+    @classmethod
+    def from_json(cls, spec: dict) -> "WordVocabulary":
+        if spec.get("hash") != VOCABULARY_HASH:
+            raise RetentionModelError(f"vocabulary hashed with {spec.get('hash')!r}, this code uses {VOCABULARY_HASH!r}")
+
+        def table(t: dict) -> dict[int, int]:
+            keys, counts = _unpack(t["hashes"], ">u8"), _unpack(t["counts"], ">u4")
+            if len(keys) != len(counts):
+                raise RetentionModelError(f"vocabulary table of {len(keys)} hashes and {len(counts)} counts")
+            return dict(zip(keys, counts))
+
+        return cls(_unpack(spec["words"], ">u8"), table(spec["starts"]), table(spec["ends"]))
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
 FEATURE_NAMES, CATEGORICAL = (tuple(x) for x in _feature_layout())
 _CONF_NUM = {"low": 0, "medium": 1, "high": 2}
 
@@ -339,9 +496,12 @@ def _longest_ending(text: str, vocab: dict[str, int]) -> int:
     return cid
 
 
-def slot_features(plan: SlotPlan, memory: ContextMemory) -> np.ndarray:
+def slot_features(plan: SlotPlan, memory: ContextMemory, vocabulary: WordVocabulary,
+                  exclude_self: bool = False) -> np.ndarray:
     """Feature rows of a planned word: ``[n_slots, len(FEATURE_NAMES)]`` float64 (categories as ids); the
-    last ``2 * len(CONTEXTS)`` columns are ``memory.features(plan)``."""
+    last ``2 * len(CONTEXTS)`` columns are ``memory.features(plan)``, the ``len(VOCABULARY_NAMES)`` before
+    them ``vocabulary.features(plan, exclude_self)`` (``exclude_self``: the word is a training word of the
+    vocabulary, as when the rows are training rows)."""
     from leakloss.text import g2p
 
     cons_v, vow_v, why_v, suf_v, end_v = _vocabs()
@@ -390,7 +550,10 @@ def slot_features(plan: SlotPlan, memory: ContextMemory) -> np.ndarray:
             opened[k - 1] if k > 0 else -1, opened[k + 1] if k + 1 < n else -1,
         ] + whole
         rows[s, : len(row)] = row
-    rows[:, len(FEATURE_NAMES) - 2 * len(CONTEXTS):] = memory.features(plan)
+    n_memory = 2 * len(CONTEXTS)
+    rows[:, len(FEATURE_NAMES) - n_memory - len(VOCABULARY_NAMES): len(FEATURE_NAMES) - n_memory] = (
+        vocabulary.features(plan, exclude_self))
+    rows[:, len(FEATURE_NAMES) - n_memory:] = memory.features(plan)
     return rows
 
 
@@ -419,6 +582,7 @@ class RetentionModel:
             #: what the model decides with (trees, memory, thresholds): caches of its decisions key on it
             self.fingerprint = hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
             self.memory = ContextMemory.from_json(spec["memory"])
+            self.vocabulary = WordVocabulary.from_json(spec["vocabulary"])
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
             if not trees:
@@ -519,7 +683,7 @@ class RetentionModel:
         """``P(keep)`` per inherent vowel of a planned word: ``[len(plan.slots)]``."""
         if not plan.slots:
             return np.zeros(0)
-        return self.predict_proba(slot_features(plan, self.memory))
+        return self.predict_proba(slot_features(plan, self.memory, self.vocabulary))
 
     def confidence(self, word_prob: float) -> str:
         """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""

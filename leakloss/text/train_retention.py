@@ -15,13 +15,16 @@ never studied on either), ``3 4`` the part the hand-written rules were written o
 
 Confidence thresholds are chosen out of fold (:func:`out_of_fold_predictions`): the fit words are cut in
 :data:`CALIBRATION_FOLDS` folds (:func:`calibration_fold`), each predicted by trees fitted on the other
-folds; those predictions of every fit word choose ``high`` and ``medium``. Each fold's trees see 80% of
+folds; those predictions of every fit word choose ``high`` and ``medium``. Each fold's trees see 90% of
 the final trees' data, so their confidence is a slightly pessimistic estimate of the final trees'; and
 27.5k out-of-fold words instead of 4.2k calibration words let the ``high`` target be the goal itself, not a margin above it.
 
 The context memory (:class:`leakloss.text.retention.ContextMemory`) is counted on the training words; the
 training rows' own memory features are counted out of fold (:func:`memory_fold`), so that no row sees its
-own label through the memory; held-out rows read the full memory, as a user's words do.
+own label through the memory; held-out rows read the full memory, as a user's words do. The word vocabulary
+(:class:`leakloss.text.retention.WordVocabulary`) holds every fit word's spelling (also those with no
+inherent vowel or unaligned phones: गर्नु makes गर a verb root); a training row reads it without its own
+word (leave-one-out), as a held-out word, never in it, does.
 
 Training needs scikit-learn (``HistGradientBoostingClassifier``); inference does not: the trees are
 exported to JSON and the export is checked to reproduce scikit-learn's probabilities.
@@ -44,7 +47,7 @@ from leakloss.atomic import write_text_atomic
 from leakloss.paths import shared_path
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
-    RetentionModel, SlotPlan, plan_phones, plan_word, slot_features, word_probability,
+    RetentionModel, SlotPlan, WordVocabulary, plan_phones, plan_word, slot_features, word_probability,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +59,8 @@ HIGH_TARGET = 0.995  # word agreement of `high` words, out of fold (the goal on 
 MEDIUM_TARGET = 0.99  # deletion precision of testable (high + medium) words, out of fold: kept at the
 # goal (0.98 held out) plus a margin, since the held-out figure rests on only ~700 sites
 MEMORY_FOLDS = 5  # out-of-fold context-memory features for the training rows
-CALIBRATION_FOLDS = 5  # out-of-fold predictions that choose the confidence thresholds
+CALIBRATION_FOLDS = 10  # out-of-fold predictions that choose the confidence thresholds (fold models see 90% of
+# the fit words: with 5 folds, 80%, their thresholds came out stricter than the final model needs)
 
 #: Inflected / compound word groups measured apart (the suffix splits and verb endings the issue names).
 VERB_ENDINGS: tuple[str, ...] = ("एर", "ेर", "नु", "छ", "छन्", "न्छ", "यो", "ियो", "ने", "एको", "ेको", "दै", "दा", "थ्यो")
@@ -125,23 +129,30 @@ def calibration_fold(word: str) -> int:
 
 
 def build_matrix(labelled: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]],
-                 memory: ContextMemory | None = None, min_count: int = MEMORY_MIN_COUNT) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                 tables: tuple[ContextMemory, WordVocabulary] | None = None, min_count: int = MEMORY_MIN_COUNT,
+                 vocabulary: WordVocabulary | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Feature rows ``[vowels, len(FEATURE_NAMES)]``, labels ``[vowels]`` and each row's word.
 
-    With ``memory``: every row's memory features come from it (held-out words). Without: the rows are
-    the training rows, and each word's memory features are counted from the other folds' words only
-    (out-of-fold target encoding), so that the trees learn how far to trust a memory that has not seen the word."""
+    With ``tables`` (a fitted model's memory and vocabulary): every row's features come from them (held-out
+    words). Without: the rows are the training rows; each word's memory features are counted from the other
+    folds' words only (out-of-fold target encoding), so that the trees learn how far to trust a memory that
+    has not seen the word, and its vocabulary features from ``vocabulary`` (the training words', by default
+    those of ``labelled``) without the word itself (leave-one-out: a held-out word is never in it either)."""
     if not labelled:
         return np.zeros((0, len(FEATURE_NAMES))), np.zeros(0, dtype=np.int64), []
     fold_memories = None
-    if memory is None:
+    if tables is None:
+        if vocabulary is None:
+            vocabulary = WordVocabulary.count(w for w, _, _ in labelled)
         folds = [memory_fold(w) for w, _, _ in labelled]
         fold_memories = [ContextMemory.count(((p, r) for (_, p, r), f in zip(labelled, folds) if f != k), min_count)
                          for k in range(MEMORY_FOLDS)]
+    else:
+        memory, vocabulary = tables
     xs, ys, words = [], [], []
     for i, (word, plan, ref) in enumerate(labelled):
         mem = memory if fold_memories is None else fold_memories[folds[i]]
-        xs.append(slot_features(plan, mem))
+        xs.append(slot_features(plan, mem, vocabulary, exclude_self=fold_memories is not None))
         ys.append(np.asarray(ref, dtype=np.int64))
         words += [word] * len(ref)
     return np.concatenate(xs), np.concatenate(ys), words
@@ -152,21 +163,27 @@ class Fit(NamedTuple):
 
     clf: object  #: the fitted scikit-learn HistGradientBoostingClassifier
     memory: ContextMemory  #: the context memory counted on all the training words
+    vocabulary: WordVocabulary  #: the training words' vocabulary
     n_cat_values: int  #: categorical ids are < this
     model: RetentionModel  #: the exported trees, thresholds not calibrated yet (high 1.0, medium 0.0)
     rows: int  #: training rows (written inherent vowels)
     keep_rate: float  #: share of the training vowels the lexicon keeps
 
 
-def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_iter: int = 300,
-              learning_rate: float = 0.1, max_leaf_nodes: int = 31, l2: float = 1.0, min_samples_leaf: int = 20,
-              max_features: float = 1.0, memory_min_count: int = MEMORY_MIN_COUNT) -> Fit:
+def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_iter: int = 600,
+              learning_rate: float = 0.05, max_leaf_nodes: int = 31, l2: float = 1.0, min_samples_leaf: int = 20,
+              max_features: float = 1.0, memory_min_count: int = MEMORY_MIN_COUNT,
+              vocabulary_words: Sequence[str] | None = None) -> Fit:
     """Fit the gradient-boosted trees on ``train`` (from :func:`labelled_plans`) and export them to the
-    JSON model; the training script and ``benchmarks/frontend_learning_curve.py`` both fit through here."""
+    JSON model; the training script and ``benchmarks/frontend_learning_curve.py`` both fit through here.
+    ``vocabulary_words``: the training words of the vocabulary (all of them, also those :func:`labelled_plans`
+    leaves out: a word with no inherent vowel still tells that a root takes verb endings); default the
+    words of ``train``."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     memory = ContextMemory.count(((p, r) for _, p, r in train), memory_min_count)
-    x, y, _ = build_matrix(train, min_count=memory_min_count)
+    vocabulary = WordVocabulary.count(vocabulary_words if vocabulary_words is not None else (w for w, _, _ in train))
+    x, y, _ = build_matrix(train, min_count=memory_min_count, vocabulary=vocabulary)
     n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
     clf = HistGradientBoostingClassifier(
         max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -174,11 +191,12 @@ def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_it
         min_samples_leaf=min_samples_leaf, max_features=max_features,
     )
     clf.fit(x, y)
-    model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory))
-    return Fit(clf, memory, n_cat_values, model, int(len(x)), float(y.mean()))
+    model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory, vocabulary))
+    return Fit(clf, memory, vocabulary, n_cat_values, model, int(len(x)), float(y.mean()))
 
 
-def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory) -> dict:
+def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory,
+                 vocabulary: WordVocabulary) -> dict:
     """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
 
     # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
@@ -219,7 +237,7 @@ def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dic
         "format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
         "categorical": list(CATEGORICAL), "baseline": float(clf._baseline_prediction.ravel()[0]),
         "max_depth": max_depth, "n_cat_values": n_cat_values, "cat_left": cat_left, "trees": trees,
-        "thresholds": thresholds, "memory": memory.to_json(), "card": card,
+        "thresholds": thresholds, "memory": memory.to_json(), "vocabulary": vocabulary.to_json(), "card": card,
     }
 
 
@@ -248,7 +266,8 @@ def out_of_fold_predictions(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
         held = [i for i, f in enumerate(folds) if f == k]
         if not held:
             continue
-        model = fit_trees(labelled_plans([r for r, f in zip(rows, folds) if f != k]), **fit_kwargs).model
+        others = [r for r, f in zip(rows, folds) if f != k]
+        model = fit_trees(labelled_plans(others), vocabulary_words=[w for w, _ in others], **fit_kwargs).model
         for i, pred in zip(held, predict_words(model, [rows[i][0] for i in held])):
             out[i] = pred
     return out
@@ -353,9 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lexicon", type=Path, default=DEFAULT_LEXICON)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--max-iter", type=int, default=300)
+    ap.add_argument("--max-iter", type=int, default=600)
     ap.add_argument("--max-leaf-nodes", type=int, default=31)
-    ap.add_argument("--learning-rate", type=float, default=0.1)
+    ap.add_argument("--learning-rate", type=float, default=0.05)
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--min-samples-leaf", type=int, default=20)
     ap.add_argument("--max-features", type=float, default=1.0, help="share of features tried per split")
@@ -374,11 +393,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     fit_kwargs = dict(max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
                       l2=args.l2, min_samples_leaf=args.min_samples_leaf, max_features=args.max_features,
                       memory_min_count=args.memory_min_count)
-    fit = fit_trees(labelled_plans(fit_words), **fit_kwargs)
+    fit = fit_trees(labelled_plans(fit_words), vocabulary_words=[w for w, _ in fit_words], **fit_kwargs)
     clf, memory, n_cat_values, model = fit.clf, fit.memory, fit.n_cat_values, fit.model
     print(f"fit rows {fit.rows}, keep rate {fit.keep_rate:.3f}, categories < {n_cat_values}, "
           f"memory {len(memory)} contexts; fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
-    xt, _, _ = build_matrix(labelled_plans(parts["test"]), memory)
+    xt, _, _ = build_matrix(labelled_plans(parts["test"]), (memory, fit.vocabulary))
     diff = float(np.abs(model.predict_proba(xt) - clf.predict_proba(xt)[:, 1]).max())
     print(f"export check: max |p_json - p_sklearn| = {diff:.2e} on {len(xt)} held-out rows")
     if diff > 1e-6:
@@ -441,7 +460,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"memory (target encoding): smoothed keep rate and count among the training vowels of "
                     f"{len(CONTEXT_NAMES)} spelling contexts ({', '.join(CONTEXT_NAMES)}), contexts seen "
                     f">= {args.memory_min_count} times, {len(memory)} remembered; the training rows' memory "
-                    f"features are counted out of fold ({MEMORY_FOLDS} folds by the second-last sha1 digit)",
+                    f"features are counted out of fold ({MEMORY_FOLDS} folds by the second-last sha1 digit); "
+                    f"word vocabulary of the {len(fit.vocabulary)} fit words (64-bit hashes of spellings, prefixes "
+                    f"and endings with counts; no spelling stored): is the spelling up to the vowel's letter a "
+                    f"word, is the rest one, how many words start / end so, and how many verb forms (-नु -यो -छ "
+                    f"-एको ...) the part up to the letter, the word, and the word without a verb ending take as a "
+                    f"root; training rows read it leave-one-out",
         "training_data": {
             "source": "google/language-resources ne/data/lexicon.tsv (Google, 2018), the development "
                       "part shared with this project (lexicon-dev.tsv, 34,054 entries); not in this repository",
@@ -469,7 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export_check_max_abs_diff": diff,
         "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0)},
     }
-    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"}, memory)
+    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"}, memory,
+                        fit.vocabulary)
     args.out.mkdir(parents=True, exist_ok=True)
     # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a model)
     write_text_atomic(args.out / "retention.json", json.dumps(spec, separators=(",", ":")))

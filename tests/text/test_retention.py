@@ -10,14 +10,16 @@ from hypothesis import strategies as st
 from leakloss.text.g2p import SUFFIXES, NepaliFrontend, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, CONTEXTS, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, UNSEEN_RATE,
-    ContextMemory, RetentionModel, RetentionModelError, _suffix_pattern, context_keys, load_retention_model,
-    plan_phones, plan_word, slot_features, word_probability,
+    VERB_FORMS, VERB_ROOT_ENDINGS, VOCABULARY_NAMES, ContextMemory, RetentionModel, RetentionModelError,
+    WordVocabulary, _suffix_pattern, context_keys, load_retention_model, plan_phones, plan_word, slot_features,
+    spelling_pieces, word_probability,
 )
 
 SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
 WORDS = ["नेकपा", "बजारको", "घरहरूमा", "रामप्रसाद", "गर्छ", "कमल", "सडकमा", "हुनसक्छ", "उपचार", "सुन्दरता",
          "अक्षरहरू", "अगाडिसम्म", "दुःख", "काठमाडौँमा", "पानीवाला", "सम्पादकहरूलाई"]
 _EMPTY_MEMORY = ContextMemory({name: {} for name in CONTEXT_NAMES})
+_EMPTY_VOCABULARY = WordVocabulary((), {}, {})
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def test_every_suffix_has_an_alignable_pattern():
 def test_plan_with_the_rules_decisions_gives_the_rules_phones(rules, word):
     plan = plan_word(word)
     assert plan_phones(plan, plan.rule_kept) == rules.pronounce(word).phones
-    x = slot_features(plan, _EMPTY_MEMORY)
+    x = slot_features(plan, _EMPTY_MEMORY, _EMPTY_VOCABULARY)
     assert x.shape == (len(plan.slots), len(FEATURE_NAMES)) and np.isfinite(x).all()
     assert all((x[:, i] >= 0).all() and (x[:, i] == np.round(x[:, i])).all() for i, c in enumerate(CATEGORICAL) if c)
     memory_columns = x[:, -2 * len(CONTEXTS):]
@@ -86,6 +88,64 @@ def test_memory_counts_match_a_naive_count(picks, bits, min_count):
     np.testing.assert_array_equal(again.features(probe), got)
 
 
+def _naive_vocabulary_features(words, word, exclude_self):
+    """The vocabulary features from plain spellings (no hashing, no counting tables)."""
+    spell = ["".join(spelling_pieces(plan_word(w))) for w in words]
+    plan = plan_word(word)
+    pieces = spelling_pieces(plan)
+    whole = "".join(pieces)
+    vocab = set(spell) - ({whole} if exclude_self else set())
+
+    def forms(root):
+        return sum(root + e in vocab for e in VERB_FORMS) if root else 0
+
+    root_forms, ending = 0, 0
+    for e in VERB_ROOT_ENDINGS:
+        if whole.endswith(e) and len(whole) > len(e) + 1 and forms(whole[: -len(e)]) > root_forms:
+            root_forms, ending = forms(whole[: -len(e)]), len(e)
+    rows = []
+    for k in plan.slots:
+        left, right = "".join(pieces[: k + 1]), "".join(pieces[k + 1:])
+        rows.append([
+            left in vocab, (right in vocab) if right else -1,
+            np.log1p(sum(v.startswith(left) for v in vocab)), np.log1p(sum(v.endswith(right) for v in vocab)) if right else -1,
+            "".join(pieces[:k]) in vocab, "".join(pieces[k:]) in vocab, forms(left), forms(whole), root_forms, ending,
+        ])
+    return np.asarray(rows, dtype=np.float64).reshape(len(plan.slots), len(VOCABULARY_NAMES))
+
+
+VOCABULARY_WORDS = WORDS + ["जन", "पद", "जनपद", "बोल्नु", "बोल्यो", "बोल्छ", "बोलेको", "बोलिन", "बेसिन", "घर", "कमलमा"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(words=st.lists(st.sampled_from(VOCABULARY_WORDS), min_size=0, max_size=12),
+       probe=st.sampled_from(VOCABULARY_WORDS), exclude_self=st.booleans())
+def test_vocabulary_features_match_plain_spellings(words, probe, exclude_self):
+    if exclude_self:
+        words = words + [probe]  # leave-one-out is asked of a training word, which the vocabulary holds
+    vocabulary = WordVocabulary.count(words)
+    got = vocabulary.features(plan_word(probe), exclude_self=exclude_self)
+    np.testing.assert_allclose(got, _naive_vocabulary_features(words, probe, exclude_self))
+    # leave-one-out is the vocabulary without the word
+    if exclude_self:
+        without = WordVocabulary.count([w for w in words if w != probe])
+        np.testing.assert_allclose(got, without.features(plan_word(probe)))
+    again = WordVocabulary.from_json(json.loads(json.dumps(vocabulary.to_json())))
+    np.testing.assert_array_equal(again.features(plan_word(probe), exclude_self), got)
+
+
+def test_vocabulary_sees_compound_members_and_verb_roots():
+    vocabulary = WordVocabulary.count(["जन", "पद", "बोल्नु", "बोल्यो", "बोल्छ"])
+    names = list(VOCABULARY_NAMES)
+    jan = vocabulary.features(plan_word("जनपद"))[1]  # the slot न: जन + पद
+    assert jan[names.index("vocab_left_is_word")] == 1 and jan[names.index("vocab_right_is_word")] == 1
+    bolina = vocabulary.features(plan_word("बोलिन"))[-1]  # बोल takes 3 verb endings; बेस in बेसिन none
+    assert bolina[names.index("vocab_root_verb_forms")] == 3 and bolina[names.index("vocab_root_ending_length")] == 2
+    assert vocabulary.features(plan_word("बेसिन"))[-1][names.index("vocab_root_verb_forms")] == 0
+    # no spelling is stored, only hashes
+    assert "जन" not in json.dumps(vocabulary.to_json(), ensure_ascii=False)
+
+
 def test_memory_of_other_contexts_is_a_typed_error():
     spec = _EMPTY_MEMORY.to_json()
     with pytest.raises(RetentionModelError, match="memory contexts"):
@@ -124,7 +184,7 @@ def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_val
     return {"format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
             "baseline": rng.uniform(-1, 1), "max_depth": depth, "n_cat_values": n_cat_values,
             "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5},
-            "memory": _EMPTY_MEMORY.to_json()}
+            "memory": _EMPTY_MEMORY.to_json(), "vocabulary": _EMPTY_VOCABULARY.to_json()}
 
 
 def _naive_raw(spec: dict, row: list[float]) -> float:
@@ -166,6 +226,18 @@ def test_malformed_or_foreign_models_are_typed_errors(tmp_path):
         RetentionModel({k: v for k, v in spec.items() if k != "trees"})
     with pytest.raises(RetentionModelError, match="malformed"):
         RetentionModel({k: v for k, v in spec.items() if k != "memory"})
+    with pytest.raises(RetentionModelError, match="malformed"):
+        RetentionModel({k: v for k, v in spec.items() if k != "vocabulary"})
+    vocabulary = WordVocabulary.count(["जन", "पद"]).to_json()
+    with pytest.raises(RetentionModelError, match="hashed with"):
+        RetentionModel({**spec, "vocabulary": {**vocabulary, "hash": "md5"}})
+    with pytest.raises(RetentionModelError, match="not base64"):
+        RetentionModel({**spec, "vocabulary": {**vocabulary, "words": "not base64!"}})
+    with pytest.raises(RetentionModelError, match="not base64"):  # 7 bytes: not a whole uint64
+        RetentionModel({**spec, "vocabulary": {**vocabulary, "words": "AAAAAAAAAA=="}})
+    with pytest.raises(RetentionModelError, match="hashes and 1 counts"):
+        starts = vocabulary["starts"]
+        RetentionModel({**spec, "vocabulary": {**vocabulary, "starts": {**starts, "counts": "AAAAAQ=="}}})
     bad = tmp_path / "m.json"
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(RetentionModelError, match="cannot read"):
@@ -181,7 +253,7 @@ def test_word_probability():
 
 def test_shipped_model_is_json_with_a_card():
     spec = json.loads(SHIPPED_MODEL.read_text(encoding="utf-8"))  # JSON, not a pickle
-    assert SHIPPED_MODEL.stat().st_size < 4_000_000
+    assert SHIPPED_MODEL.stat().st_size < 12_000_000
     # contexts, not words: every key leaves the slot's own letter out (one bare *, see context_keys), and
     # each is shared by at least min_count training vowels
     memory = spec["memory"]
@@ -189,7 +261,11 @@ def test_shipped_model_is_json_with_a_card():
     for table in memory["tables"].values():
         assert all(k.count("*") == 1 for k in table)
         assert all(n >= memory["min_count"] for n, _ in table.values())
+    # the vocabulary holds hashes and counts, never a spelling
+    assert set(spec["vocabulary"]) == {"hash", "words", "starts", "ends"}
+    assert not any("\u0900" <= ch <= "\u097f" for ch in json.dumps(spec["vocabulary"], ensure_ascii=False))
     model = load_retention_model()
+    assert len(model.vocabulary) > 20_000
     assert 0 < model.thresholds["medium"] <= model.thresholds["high"] <= 1
     card = json.loads((SHIPPED_MODEL.parent / "retention.card.json").read_text(encoding="utf-8"))
     assert "CC BY 4.0" in card["training_data"]["license"] and "google/language-resources" in card["training_data"]["source"]

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
-from leakloss.text.retention import CONTEXTS, ContextMemory, plan_phones, plan_word, slot_features
+from leakloss.text.retention import (
+    CONTEXTS, VOCABULARY_NAMES, ContextMemory, WordVocabulary, plan_phones, plan_word, slot_features,
+)
 from leakloss.text.train_retention import (
     CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_trees, labelled_plans, memory_fold,
     out_of_fold_predictions, predict_words, split_of, stem_consistency,
@@ -33,13 +35,16 @@ def test_training_rows_never_remember_their_own_word():
     row = 0
     for w, plan, ref in labelled:
         others = ContextMemory.count(((p, r) for v, p, r in labelled if memory_fold(v) != memory_fold(w)), min_count=1)
-        np.testing.assert_array_equal(x[row: row + len(ref)], slot_features(plan, others))
+        # nor their own spelling: the vocabulary features are those of the other words' vocabulary
+        without = WordVocabulary.count(v for v, _, _ in labelled if v != w)
+        np.testing.assert_array_equal(x[row: row + len(ref)], slot_features(plan, others, without))
         np.testing.assert_array_equal(y[row: row + len(ref)], np.asarray(ref, dtype=np.int64))
         row += len(ref)
     # with a memory given (calibration / test rows) every row reads that memory
     full = ContextMemory.count(((p, r) for _, p, r in labelled), min_count=1)
-    xc, _, _ = build_matrix(labelled, full)
-    np.testing.assert_array_equal(xc[: len(labelled[0][2])], slot_features(labelled[0][1], full))
+    vocabulary = WordVocabulary.count(w for w, _, _ in labelled)
+    xc, _, _ = build_matrix(labelled, (full, vocabulary))
+    np.testing.assert_array_equal(xc[: len(labelled[0][2])], slot_features(labelled[0][1], full, vocabulary))
     assert (xc[:, -2 * len(CONTEXTS) + 1::2] >= 1).all()  # the full memory has seen every context
 
 
@@ -62,7 +67,7 @@ def test_fit_trees_exports_the_trees_it_fitted():
     assert fit.rows == n_vowels and fit.clf.n_iter_ == 5
     assert fit.keep_rate == pytest.approx(np.mean([v for _, _, ref in labelled for v in ref]))
     # the exported JSON trees give scikit-learn's probabilities on rows that read the full memory
-    x, _, _ = build_matrix(labelled, fit.memory, min_count=1)
+    x, _, _ = build_matrix(labelled, (fit.memory, fit.vocabulary), min_count=1)
     np.testing.assert_allclose(fit.model.predict_proba(x), fit.clf.predict_proba(x)[:, 1], atol=1e-9)
     assert fit.model.thresholds == {"high": 1.0, "medium": 0.0}  # not calibrated yet
 
@@ -84,7 +89,8 @@ def test_out_of_fold_predictions_come_from_trees_that_never_saw_the_word():
     folds = {calibration_fold(w) for w, _ in rows}
     assert len(folds) > 1
     for k in folds:
-        model = fit_trees(labelled_plans([r for r in rows if calibration_fold(r[0]) != k]), **kw).model
+        others = [r for r in rows if calibration_fold(r[0]) != k]
+        model = fit_trees(labelled_plans(others), vocabulary_words=[w for w, _ in others], **kw).model
         held = [i for i, (w, _) in enumerate(rows) if calibration_fold(w) == k]
         expected = predict_words(model, [rows[i][0] for i in held])
         assert [preds[i] for i in held] == expected
