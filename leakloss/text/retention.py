@@ -395,7 +395,7 @@ class WordVocabulary:
     ``features(plan, exclude_self)`` -> ``[n_slots, len(VOCABULARY_NAMES)]``: for the slot's ``left`` / ``right``
     / ``before`` / ``from`` pieces (see :data:`VOCABULARY_NAMES`) whether they are training words and how many
     training words start with ``left`` / end with ``right`` (``log1p``), and how many :data:`VERB_FORMS` of
-    ``left``, of the whole word and of the word without its longest verb ending (:data:`VERB_ROOT_ENDINGS`) are
+    ``left``, of the whole word and of the root left by a verb ending (:data:`VERB_ROOT_ENDINGS`; the root with the most) are
     training words. A piece at the word's end is ``-1``. ``exclude_self``: the word is one of the training
     words and must not count (its features as a training row, leave-one-out): it is not a word, and the
     counts of its own prefixes and endings are one less.
