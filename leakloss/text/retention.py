@@ -268,9 +268,7 @@ def context_keys(plan: SlotPlan) -> list[tuple[str, ...]]:
     trees see it directly, and the memory then pools every consonant in the same surroundings (measured on
     the calibration split: with the letter in the key, agreement 0.9567 and `high` coverage 0.509, against
     0.9576 and 0.630 without); so no key spells a word, not even one that runs from ``^`` to ``$``."""
-    from leakloss.text.g2p import INHERENT, VISARGA
-
-    toks = ["^"] + [_unit_text(u, INHERENT, VISARGA) for u in plan.units] + ["$"]
+    toks = ["^"] + spelling_pieces(plan) + ["$"]
     out = []
     for k in plan.slots:
         i = k + 1  # the slot's index in toks
@@ -358,7 +356,6 @@ VOCABULARY_NAMES: tuple[str, ...] = (
     "vocab_from_is_word", "vocab_left_verb_forms", "vocab_word_verb_forms", "vocab_root_verb_forms",
     "vocab_root_ending_length",
 )
-_NOT_A_WORD = b"\x00"  # a piece that cannot be a word (empty) hashes to this key's hash
 
 
 def spelling_pieces(plan: SlotPlan) -> list[str]:
