@@ -2,7 +2,8 @@
 Google Nepali lexicon.
 
 The frontend runs with no lexicon and without the built-in exceptions: the retention model
-(:mod:`leakloss.text.retention`) decides every inherent vowel, the rules (suffix stripping + letter-to-sound
+(:mod:`leakloss.text.retention`: trees mixed with the sequence network of :mod:`leakloss.text.retention_net`)
+decides every inherent vowel, the rules (suffix stripping + letter-to-sound
 rules) are its features; the rules alone are scored too (``rules_agreement``). For each lexicon word, ``inherent_vowel_pattern`` (a minimum-edit alignment of the phones to
 the spelling, see its docstring) says which written inherent vowels each pronunciation keeps; a word
 matches when both patterns exist and are equal. An unalignable pattern (None) counts as a mismatch and is

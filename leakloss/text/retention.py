@@ -41,7 +41,7 @@ __all__ = [
     "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
     "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
     "ContextMemory", "CONTEXTS", "context_keys", "WordVocabulary", "VOCABULARY_NAMES", "VERB_FORMS",
-    "VERB_ROOT_ENDINGS", "spelling_pieces",
+    "VERB_ROOT_ENDINGS", "spelling_pieces", "mixed_probability",
 ]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
@@ -560,14 +560,18 @@ def slot_features(plan: SlotPlan, memory: ContextMemory, vocabulary: WordVocabul
 
 
 class RetentionModel:
-    """A binary gradient-boosted tree ensemble: ``P(keep) = sigmoid(baseline + sum of leaf values)``.
+    """A binary gradient-boosted tree ensemble: ``P(keep) = sigmoid(baseline + sum of leaf values)``, optionally
+    mixed with a sequence network (``spec["net"]``, :mod:`leakloss.text.retention_net`): then
+    ``P(keep) = sigmoid((1 - w) * trees + w * net)`` in log-odds, ``w = spec["net"]["weight"]``; ``net_state``
+    holds the network's weights as numpy arrays (the safetensors file the spec names; :func:`load_retention_model`
+    reads it), run by :class:`leakloss.text.retention_net.NumpyRetentionNet`.
 
     Trees are padded to one node table ``[n_trees, max_nodes]``; a numpy loop over depth walks all trees
     for all rows at once. Numeric nodes go left when ``x <= threshold``; categorical nodes go left when
     ``cat_left[row_of_node, x]`` (category ids are small non-negative integers).
     """
 
-    def __init__(self, spec: dict, source: str = "<dict>") -> None:
+    def __init__(self, spec: dict, source: str = "<dict>", net_state: dict | None = None) -> None:
         try:
             if spec.get("format") != FORMAT:
                 raise RetentionModelError(f"{source}: not a {FORMAT} file (format={spec.get('format')!r})")
@@ -580,6 +584,7 @@ class RetentionModel:
             self.fingerprint = hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
             self.memory = ContextMemory.from_json(spec["memory"])
             self.vocabulary = WordVocabulary.from_json(spec["vocabulary"])
+            self.net, self.net_weight = _build_net(spec.get("net"), net_state, source)
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
             if not trees:
@@ -676,11 +681,19 @@ class RetentionModel:
         """``P(keep)`` per row: ``[rows, features] -> [rows]``."""
         return 1.0 / (1.0 + np.exp(-self.raw(x)))
 
+    def plan_logits_trees(self, plan: SlotPlan) -> np.ndarray:
+        """The trees' log-odds of keeping each inherent vowel of a planned word: ``[len(plan.slots)]`` float64."""
+        return self.raw(slot_features(plan, self.memory, self.vocabulary)) if plan.slots else np.zeros(0)
+
+    def plan_logits(self, plan: SlotPlan) -> tuple[np.ndarray, np.ndarray | None]:
+        """The trees' and the network's log-odds of keeping each inherent vowel of a planned word, each
+        ``[len(plan.slots)]`` float64 (the network's None when the model has none)."""
+        trees = self.plan_logits_trees(plan)
+        return trees, (None if self.net is None else self.net.logits(plan))
+
     def predict_plan(self, plan: SlotPlan) -> np.ndarray:
         """``P(keep)`` per inherent vowel of a planned word: ``[len(plan.slots)]``."""
-        if not plan.slots:
-            return np.zeros(0)
-        return self.predict_proba(slot_features(plan, self.memory, self.vocabulary))
+        return mixed_probability(*self.plan_logits(plan), self.net_weight)
 
     def confidence(self, word_prob: float) -> str:
         """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""
@@ -689,6 +702,33 @@ class RetentionModel:
         if word_prob >= self.thresholds["medium"]:
             return "medium"
         return "low"
+
+
+def mixed_probability(trees: np.ndarray, net: np.ndarray | None, weight: float) -> np.ndarray:
+    """``sigmoid((1 - weight) * trees + weight * net)`` of log-odds ``[n]`` (the trees' alone when ``net`` is None)."""
+    z = trees if net is None else (1.0 - weight) * trees + weight * net
+    return 1.0 / (1.0 + np.exp(-np.asarray(z, dtype=np.float64)))
+
+
+def _build_net(spec: dict | None, state: dict | None, source: str):
+    """The network a model spec names, with ``state``'s weights, and its weight in the mix; (None, 0.0) if none."""
+    if spec is None:
+        return None, 0.0
+    from leakloss.text.retention_net import NumpyRetentionNet, field_sizes
+
+    if state is None:
+        raise RetentionModelError(f"{source}: mixes in a network ({spec.get('file')}) whose weights were not given")
+    weight = float(spec["weight"])
+    if not 0.0 <= weight <= 1.0:  # NaN fails too
+        raise RetentionModelError(f"{source}: network weight must be in [0, 1], got {weight}")
+    if list(spec["sizes"]) != field_sizes():
+        raise RetentionModelError(f"{source}: network trained for unit fields of sizes {spec['sizes']}, this code "
+                                  f"has {field_sizes()}: retrain with python -m leakloss.text.train_retention")
+    try:
+        net = NumpyRetentionNet(state, spec["sizes"], int(spec["embed"]), int(spec["hidden"]), int(spec["layers"]))
+    except ValueError as e:
+        raise RetentionModelError(f"{source}: network weights do not fit its architecture: {e}") from None
+    return net, weight
 
 
 def word_probability(p_keep: np.ndarray) -> float:
@@ -705,7 +745,28 @@ def _load(path: str) -> RetentionModel:
         raise RetentionModelError(f"cannot read retention model {path}: {e}") from None
     if not isinstance(spec, dict):
         raise RetentionModelError(f"{path}: not a JSON object")
-    return RetentionModel(spec, str(path))
+    state = None
+    net = spec.get("net")
+    if isinstance(net, dict):
+        state = _read_net_weights(Path(path).parent / str(net.get("file")), net.get("sha256"))
+    return RetentionModel(spec, str(path), state)
+
+
+def _read_net_weights(path: Path, sha256: object) -> dict:
+    """The network's weights (numpy arrays) from their safetensors file, which must be the one the model was
+    exported with."""
+    from safetensors.numpy import load as load_safetensors
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RetentionModelError(f"cannot read the retention model's network weights {path}: {e}") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise RetentionModelError(f"{path}: not the network weights its model was exported with (sha256 differs)")
+    try:
+        return load_safetensors(data)
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise RetentionModelError(f"{path}: not a safetensors file ({type(e).__name__}: {e})") from None
 
 
 def load_retention_model(path: str | Path | None = None) -> RetentionModel:

@@ -13,7 +13,7 @@ never studied on either), ``3 4`` the part the hand-written rules were written o
 (``calibration``: it chose the thresholds alone until 2026-12-02), the rest ``train``. The trees fit
 ``train`` and ``calibration`` together (the *fit words*).
 
-Confidence thresholds are chosen out of fold (:func:`out_of_fold_predictions`): the fit words are cut in
+Confidence thresholds are chosen out of fold (:func:`out_of_fold_logits`): the fit words are cut in
 :data:`CALIBRATION_FOLDS` folds (:func:`calibration_fold`), each predicted by trees fitted on the other
 folds; those predictions of every fit word choose ``high`` and ``medium``. Each fold's trees see 90% of
 the final trees' data, so their confidence is a slightly pessimistic estimate of the final trees'; and
@@ -39,16 +39,20 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from leakloss.atomic import write_text_atomic
+from leakloss.atomic import write_files_atomic, write_text_atomic
 from leakloss.paths import shared_path
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
-    RetentionModel, SlotPlan, WordVocabulary, plan_phones, plan_word, slot_features, word_probability,
+    RetentionModel, SlotPlan, WordVocabulary, mixed_probability, plan_phones, plan_word, slot_features,
+    word_probability,
 )
+
+if TYPE_CHECKING:
+    from leakloss.text.retention_net import RetentionNet
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LEXICON = Path(shared_path("data/nepali-lexicon/lexicon-dev.tsv"))
@@ -59,6 +63,10 @@ HIGH_TARGET = 0.995  # word agreement of `high` words, out of fold (the goal on 
 MEDIUM_TARGET = 0.99  # deletion precision of testable (high + medium) words, out of fold: kept at the
 # goal (0.98 held out) plus a margin, since the held-out figure rests on only ~700 sites
 MEMORY_FOLDS = 5  # out-of-fold context-memory features for the training rows
+NET_EPOCHS = 12  # the sequence network's passes over the fit words (~1 min on 2 cores)
+#: Mix weights of the network tried on the out-of-fold predictions; the one with the most `high` coverage wins.
+NET_WEIGHTS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+NET_FILE = "retention_net.safetensors"
 CALIBRATION_FOLDS = 10  # out-of-fold predictions that choose the confidence thresholds (fold models see 90% of
 # the fit words: with 5 folds, 80%, their thresholds came out stricter than the final model needs)
 
@@ -196,7 +204,7 @@ def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_it
 
 
 def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory,
-                 vocabulary: WordVocabulary) -> dict:
+                 vocabulary: WordVocabulary, net: dict | None = None) -> dict:
     """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
 
     # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
@@ -238,6 +246,7 @@ def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dic
         "categorical": list(CATEGORICAL), "baseline": float(clf._baseline_prediction.ravel()[0]),
         "max_depth": max_depth, "n_cat_values": n_cat_values, "cat_left": cat_left, "trees": trees,
         "thresholds": thresholds, "memory": memory.to_json(), "vocabulary": vocabulary.to_json(), "card": card,
+        **({"net": net} if net is not None else {}),
     }
 
 
@@ -256,10 +265,79 @@ def pick_threshold(probs: Sequence[float], correct: Sequence[bool], target: floa
     return float(p[i]), float(acc[i]), float((i + 1) / len(p))
 
 
-def out_of_fold_predictions(rows: Sequence[tuple[str, tuple[bool, ...] | None]], **fit_kwargs
-                            ) -> list[tuple[tuple[str, ...], float, list[bool]]]:
-    """:func:`predict_words` of every word of ``rows`` by trees (:func:`fit_trees` with ``fit_kwargs``) fitted
-    on the other :func:`calibration_fold` folds; in the order of ``rows``."""
+def fit_net(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, epochs: int = NET_EPOCHS, seed: int = 0,
+            embed: int = 32, hidden: int = 128, layers: int = 2, dropout: float = 0.2, batch_size: int = 256,
+            max_lr: float = 3e-3) -> "RetentionNet":
+    """Train the sequence network (:class:`leakloss.text.retention_net.RetentionNet`) on ``train`` (from
+    :func:`labelled_plans`): binary cross-entropy on the inherent-vowel units, AdamW with a one-cycle learning
+    rate, ``epochs`` passes in a seeded order. Returns it in eval mode."""
+    import torch
+
+    from leakloss.text.retention_net import RetentionNet, batch_ids, field_sizes
+
+    torch.manual_seed(seed)
+    net = RetentionNet(field_sizes(), embed, hidden, layers, dropout)
+    ids, lengths, mask = batch_ids([p for _, p, _ in train])
+    labels = torch.zeros(mask.shape)
+    for i, (_, plan, ref) in enumerate(train):
+        labels[i, list(plan.slots)] = torch.tensor(ref, dtype=torch.float32)
+    opt = torch.optim.AdamW(net.parameters(), lr=max_lr, weight_decay=1e-4)
+    steps = epochs * ((len(train) + batch_size - 1) // batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=max_lr, total_steps=max(steps, 1))
+    order = torch.Generator().manual_seed(seed)
+    net.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(train), generator=order)
+        for b in range(0, len(train), batch_size):
+            idx = perm[b: b + batch_size]
+            t = int(lengths[idx].max())
+            logits = net(ids[idx, :t], lengths[idx])
+            m = mask[idx, :t]
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[m].float(), labels[idx, :t][m])
+            if not torch.isfinite(loss):
+                raise RuntimeError(f"the retention network's loss is {loss.item()} (not finite): stopped")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+    return net.eval()
+
+
+def net_spec(net: "RetentionNet", weight: float, file: str, sha256: str) -> dict:
+    """The ``net`` entry of a model spec: where the weights are, their sha256, the architecture and the mix weight."""
+    return {"file": file, "sha256": sha256, "weight": float(weight), "sizes": list(net.sizes),
+            "embed": net.embed, "hidden": net.lstm.hidden_size, "layers": net.lstm.num_layers}
+
+
+def net_weights_bytes(net: "RetentionNet") -> bytes:
+    """The network's weights as safetensors bytes (contiguous float32 tensors)."""
+    from safetensors.torch import save
+
+    return save({k: v.detach().float().contiguous() for k, v in net.state_dict().items()})
+
+
+def model_with_net(fit: Fit, net: "RetentionNet", weight: float, thresholds: dict[str, float] | None = None,
+                   card: dict | None = None) -> tuple[dict, bytes, RetentionModel]:
+    """The spec, the network's safetensors bytes and the loaded :class:`RetentionModel` of trees + network."""
+    weights = net_weights_bytes(net)
+    spec = export_trees(fit.clf, fit.n_cat_values, thresholds or {"high": 1.0, "medium": 0.0}, card or {},
+                        fit.memory, fit.vocabulary,
+                        net_spec(net, weight, NET_FILE, hashlib.sha256(weights).hexdigest()))
+    from safetensors.numpy import load
+
+    return spec, weights, RetentionModel(spec, "<fitted>", load(weights))
+
+
+def word_logits(model: RetentionModel, plans: Sequence[SlotPlan]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Per plan, the trees' and the network's log-odds (:meth:`RetentionModel.plan_logits`)."""
+    return [model.plan_logits(p) for p in plans]
+
+
+def out_of_fold_logits(rows: Sequence[tuple[str, tuple[bool, ...] | None]], net_kwargs: dict | None = None,
+                       **fit_kwargs) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """:func:`word_logits` of every word of ``rows`` by trees (:func:`fit_trees` with ``fit_kwargs``) and, with
+    ``net_kwargs``, a network (:func:`fit_net`) fitted on the other :func:`calibration_fold` folds; in the order
+    of ``rows``."""
     folds = [calibration_fold(w) for w, _ in rows]
     out: list = [None] * len(rows)
     for k in range(CALIBRATION_FOLDS):
@@ -267,20 +345,29 @@ def out_of_fold_predictions(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
         if not held:
             continue
         others = [r for r, f in zip(rows, folds) if f != k]
-        model = fit_trees(labelled_plans(others), vocabulary_words=[w for w, _ in others], **fit_kwargs).model
-        for i, pred in zip(held, predict_words(model, [rows[i][0] for i in held])):
-            out[i] = pred
+        train = labelled_plans(others)
+        fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **fit_kwargs)
+        model = fit.model if net_kwargs is None else model_with_net(fit, fit_net(train, **net_kwargs), 0.0)[2]
+        for i, pair in zip(held, word_logits(model, [plan_word(rows[i][0]) for i in held])):
+            out[i] = pair
+    return out
+
+
+def predictions_at(plans: Sequence[SlotPlan], logits: Sequence[tuple[np.ndarray, np.ndarray | None]],
+                   weight: float) -> list[tuple[tuple[str, ...], float, list[bool]]]:
+    """(phones, word probability, kept per slot) of each plan from its log-odds mixed at ``weight``."""
+    out = []
+    for plan, (trees, net) in zip(plans, logits):
+        p = mixed_probability(trees, net, weight)
+        kept = [bool(v >= 0.5) for v in p]
+        out.append((plan_phones(plan, kept), word_probability(p), kept))
     return out
 
 
 def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tuple[str, ...], float, list[bool]]]:
-    out = []
-    for w in words:
-        plan = plan_word(w)
-        p = model.predict_plan(plan)
-        kept = [bool(v >= 0.5) for v in p]
-        out.append((plan_phones(plan, kept), word_probability(p), kept))
-    return out
+    """(phones, word probability, kept per slot) of each word by ``model``."""
+    plans = [plan_word(w) for w in words]
+    return predictions_at(plans, word_logits(model, plans), model.net_weight)
 
 
 def agrees(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
@@ -358,6 +445,12 @@ def card_markdown(card: dict) -> str:
         f"{cal['high']['target']}). `medium`: p >= {cal['medium']['threshold']:.6f} (testable deletions real "
         f"contrasts {cal['medium']['deletion_precision']} of {cal['medium']['deletion_sites']} out of fold; "
         f"high+medium coverage {cal['medium']['coverage_high_or_medium']}). `low` below.", "",
+    ]
+    if "network_weight" in cal:
+        tried = ", ".join(f"{w}: {v['high_coverage']} ({v['agreement']})" for w, v in cal["network_weight"]["tried"].items())
+        lines += [f"**Network weight** in the mix: {cal['network_weight']['chosen']}, the out-of-fold `high` coverage "
+                  f"(and agreement) of each weight tried: {tried}.", ""]
+    lines += [
         f"**Held-out test** ({test['words']} words, never used to fit or calibrate): agreement {test['agreement']}, "
         f"`high` agreement {test['high_agreement']}, `high` coverage {test['high_coverage']}.", "",
         "| group | words | agreement |", "|---|---|---|",
@@ -380,7 +473,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-features", type=float, default=1.0, help="share of features tried per split")
     ap.add_argument("--memory-min-count", type=int, default=MEMORY_MIN_COUNT,
                     help="contexts seen in fewer training vowels are not remembered")
+    ap.add_argument("--net-epochs", type=int, default=NET_EPOCHS,
+                    help="the sequence network's epochs; 0: trees alone, no network")
+    ap.add_argument("--seed", type=int, default=0, help="the sequence network's initialisation and data order")
     args = ap.parse_args(argv)
+    if args.net_epochs < 0 or not 0 <= args.seed < 2**32:
+        ap.error("--net-epochs must be >= 0 and --seed in [0, 2**32 - 1]")
     from leakloss.text.hindi import espeak_phonemes
 
     t0 = time.time()
@@ -404,13 +502,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the JSON trees do not reproduce scikit-learn", file=sys.stderr)
         return 1
 
-    # Calibration, out of fold: word probability -> high / medium thresholds
-    preds = out_of_fold_predictions(fit_words, **fit_kwargs)
+    net_kwargs = dict(epochs=args.net_epochs, seed=args.seed) if args.net_epochs else None
+    net = fit_net(labelled_plans(fit_words), **net_kwargs) if net_kwargs else None
+    if net is not None:
+        print(f"fitted the sequence network, {args.net_epochs} epochs ({time.time() - t0:.0f}s)")
+
+    # Calibration, out of fold: the network's mix weight, then word probability -> high / medium thresholds
+    oof = out_of_fold_logits(fit_words, net_kwargs, **fit_kwargs)
+    fit_plans = [plan_word(w) for w, _ in fit_words]
+    weights = {}
+    for weight in (NET_WEIGHTS if net is not None else (0.0,)):
+        preds = predictions_at(fit_plans, oof, weight)
+        correct = agrees(fit_words, preds)
+        weights[weight] = (pick_threshold([p for _, p, _ in preds], correct, HIGH_TARGET), float(np.mean(correct)))
+        (t, acc, cov), agreement = weights[weight]
+        print(f"calibration ({CALIBRATION_FOLDS} folds, {len(fit_words)} words), network weight {weight}: agreement "
+              f"{agreement:.4f}; high >= {t:.4f}: agreement {acc:.4f}, coverage {cov:.3f} ({time.time() - t0:.0f}s)")
+    net_weight = max(weights, key=lambda w: (weights[w][0][2], -w))  # most `high` coverage; the lighter mix on a tie
+    preds = predictions_at(fit_plans, oof, net_weight)
     correct = agrees(fit_words, preds)
     probs = [p for _, p, _ in preds]
-    t_high, acc_high, cov_high = pick_threshold(probs, correct, HIGH_TARGET)
-    print(f"calibration ({CALIBRATION_FOLDS} folds, {len(fit_words)} words): agreement {np.mean(correct):.4f}; "
-          f"high >= {t_high:.4f}: agreement {acc_high:.4f}, coverage {cov_high:.3f} ({time.time() - t0:.0f}s)")
+    t_high, acc_high, cov_high = weights[net_weight][0]
+    if net is not None:
+        model = model_with_net(fit, net, net_weight)[2]
     hindi = espeak_phonemes([w for w, _ in fit_words], "hi")
     dels = [deletion_truth(w, ph, h, ref) for (w, ref), (ph, _, _), h in zip(fit_words, preds, hindi)]
     # medium: the lowest threshold at which testable deletions (words >= t) are real contrasts MEDIUM_TARGET
@@ -452,7 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "name": "leakloss Nepali inherent-vowel retention model",
         "model": f"HistGradientBoostingClassifier (scikit-learn), {clf.n_iter_} trees, <= {args.max_leaf_nodes} "
                  f"leaves each, learning rate {args.learning_rate}, l2 {args.l2}, min {args.min_samples_leaf} rows a leaf, "
-                 f"{args.max_features:.0%} of features tried a split; exported to JSON, evaluated in numpy",
+                 f"{args.max_features:.0%} of features tried a split; exported to JSON, evaluated in numpy"
+                 + ("" if net is None else
+                    f"; mixed in log-odds (weight {net_weight} on the network) with a BiLSTM over the word's units "
+                    f"(leakloss.text.retention_net: {net.lstm.num_layers} layers, {net.lstm.hidden_size} a direction, "
+                    f"{sum(p.numel() for p in net.parameters())} parameters, {args.net_epochs} epochs, seed "
+                    f"{args.seed}; float32 weights in {NET_FILE}, run in numpy)"),
         "features": "per written inherent vowel: letters (consonant, vowel sign/virama/inherent) of the 4 units "
                     "either side, nasal signs and visarga of 2 either side, position, unit/slot counts, the rules' "
                     "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
@@ -480,7 +599,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "calibration": {
             "method": f"out of fold: the {len(fit_words)} fit words in {CALIBRATION_FOLDS} folds (sha1 hex digits "
-                      f"-7..-6 mod {CALIBRATION_FOLDS}), each predicted by trees fitted on the other folds",
+                      f"-7..-6 mod {CALIBRATION_FOLDS}), each predicted by trees (and network) fitted on the other "
+                      f"folds; the network's mix weight is the one of {list(NET_WEIGHTS)} with the most `high` "
+                      f"coverage there",
             "word_probability": "product over the word's vowels of max(p, 1 - p)",
             "high": {"threshold": t_high, "target": HIGH_TARGET, "agreement": round(acc_high, 4),
                      "coverage": round(cov_high, 4)},
@@ -488,16 +609,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "coverage_high_or_medium": round(med_cov, 4),
                        "deletion_precision": round(float(np.mean(d_all)), 4), "deletion_sites": len(d_all)},
             "agreement": round(float(np.mean(correct)), 4),
+            "network_weight": {"chosen": net_weight, "tried": {str(w): {"high_coverage": round(v[0][2], 4),
+                                                                        "agreement": round(v[1], 4)}
+                                                                for w, v in weights.items()}},
         },
         "held_out_test": test,
         "export_check_max_abs_diff": diff,
         "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0)},
     }
-    spec = export_trees(clf, n_cat_values, {"high": t_high, "medium": t_medium}, {"see": "retention.card.json"}, memory,
-                        fit.vocabulary)
+    thresholds = {"high": t_high, "medium": t_medium}
+    files: dict[str | Path, bytes] = {}
+    if net is not None:
+        spec, weights_bytes, _ = model_with_net(fit, net, net_weight, thresholds, {"see": "retention.card.json"})
+        files[args.out / NET_FILE] = weights_bytes
+    else:
+        spec = export_trees(clf, n_cat_values, thresholds, {"see": "retention.card.json"}, memory, fit.vocabulary)
+    files[args.out / "retention.json"] = json.dumps(spec, separators=(",", ":")).encode("utf-8")
     args.out.mkdir(parents=True, exist_ok=True)
-    # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a model)
-    write_text_atomic(args.out / "retention.json", json.dumps(spec, separators=(",", ":")))
+    # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a
+    # model); the trees and the network's weights as one unit (the JSON names the weights' sha256)
+    write_files_atomic(files)
+    if net is None and (args.out / NET_FILE).exists():
+        (args.out / NET_FILE).unlink()  # a trees-only model: a network file left beside it would mislead
     write_text_atomic(args.out / "retention.card.json", json.dumps(card, ensure_ascii=False, indent=1) + "\n")
     write_text_atomic(args.out / "retention.md", card_markdown(card))
     print(f"wrote {args.out / 'retention.json'} ({(args.out / 'retention.json').stat().st_size} bytes) "

@@ -2,12 +2,15 @@ import numpy as np
 import pytest
 
 from leakloss.text.retention import (
-    CONTEXTS, VOCABULARY_NAMES, ContextMemory, WordVocabulary, plan_phones, plan_word, slot_features,
+    CONTEXTS, VOCABULARY_NAMES, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
+    plan_phones, plan_word, slot_features,
 )
+from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
-    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_trees, labelled_plans, memory_fold,
-    out_of_fold_predictions, predict_words, split_of, stem_consistency,
+    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_net, fit_trees, labelled_plans,
+    memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, split_of, stem_consistency,
 )
+from leakloss.text.train_retention import main as train_main
 
 WORDS = ["कमल", "कमलको", "सडक", "सडकमा", "नेकपा", "बजार", "बजारमा", "उपचार", "घरहरू", "रामप्रसाद", "गर्छ", "सुन्दरता"]
 
@@ -80,20 +83,76 @@ def test_agrees_compares_kept_vowels_and_never_credits_an_unaligned_entry():
         True, False, False]
 
 
-def test_out_of_fold_predictions_come_from_trees_that_never_saw_the_word():
+def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
     pytest.importorskip("sklearn")
     rows = _rows()
     kw = dict(max_iter=5, min_samples_leaf=1, memory_min_count=1)
-    preds = out_of_fold_predictions(rows, **kw)
-    assert len(preds) == len(rows)
+    net_kw = dict(epochs=1, hidden=8, embed=4)
+    logits = out_of_fold_logits(rows, net_kw, **kw)
+    assert len(logits) == len(rows)
     folds = {calibration_fold(w) for w, _ in rows}
     assert len(folds) > 1
     for k in folds:
         others = [r for r in rows if calibration_fold(r[0]) != k]
-        model = fit_trees(labelled_plans(others), vocabulary_words=[w for w, _ in others], **kw).model
+        train = labelled_plans(others)
+        fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **kw)
+        model = model_with_net(fit, fit_net(train, **net_kw), 0.0)[2]
         held = [i for i, (w, _) in enumerate(rows) if calibration_fold(w) == k]
-        expected = predict_words(model, [rows[i][0] for i in held])
-        assert [preds[i] for i in held] == expected
+        for i in held:
+            trees, net = model.plan_logits(plan_word(rows[i][0]))
+            np.testing.assert_allclose(logits[i][0], trees, atol=1e-12)
+            np.testing.assert_allclose(logits[i][1], net, atol=1e-5)
     # the full fit (which has seen every word) predicts differently somewhere: the folds are really held out
+    plans = [plan_word(w) for w, _ in rows]
     full = predict_words(fit_trees(labelled_plans(rows), **kw).model, [w for w, _ in rows])
-    assert [p for _, p, _ in full] != [p for _, p, _ in preds]
+    assert [p for _, p, _ in full] != [p for _, p, _ in predictions_at(plans, logits, 0.0)]
+
+
+def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
+    pytest.importorskip("sklearn")
+    labelled = labelled_plans(_rows())
+    fit = fit_trees(labelled, max_iter=5, min_samples_leaf=1, memory_min_count=1)
+    net = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
+    plan = plan_word("सडकमा")
+    trees = fit.model.plan_logits(plan)[0]
+    for weight in (0.0, 0.3, 1.0):
+        _, _, model = model_with_net(fit, net, weight)
+        t, n = model.plan_logits(plan)
+        np.testing.assert_allclose(t, trees)
+        want = 1 / (1 + np.exp(-((1 - weight) * trees + weight * n)))
+        np.testing.assert_allclose(model.predict_plan(plan), want)
+    # the same seed trains the same network
+    again = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
+    np.testing.assert_array_equal(net_logits(again, [plan])[0], net_logits(net, [plan])[0])
+
+
+def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
+    pytest.importorskip("sklearn")
+    lexicon = tmp_path / "lex.tsv"
+    # a tiny lexicon: every word of the test list, its phones from the rules (labels need not be true here)
+    from leakloss.text.g2p import NepaliFrontend
+
+    rules = NepaliFrontend(use_builtin_exceptions=False, retention=None)
+    words = WORDS + ["जन", "पद", "जनपद", "बोल्नु", "बोलिन", "घरमा", "घरको", "कमलमा", "सडकको", "बजारको", "नेपाल",
+                     "नेपालमा", "उपचारमा", "अक्षर", "अक्षरमा", "सहर", "सहरमा", "सहरको", "बाटो", "बाटोमा"]
+    lexicon.write_text("".join(f"{w}\t{' '.join(rules.pronounce(w).phones)}\n" for w in words), encoding="utf-8")
+    out = tmp_path / "model"
+    args = ["--lexicon", str(lexicon), "--out", str(out), "--max-iter", "3", "--min-samples-leaf", "1",
+            "--memory-min-count", "1", "--net-epochs", "1"]
+    assert train_main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["retention.card.json", "retention.json", "retention.md",
+                                                   "retention_net.safetensors"]
+    model = load_retention_model(out / "retention.json")
+    assert model.net is not None and 0 <= model.net_weight <= 1
+    p = NepaliFrontend(use_builtin_exceptions=False, retention=out / "retention.json").pronounce("सडकमा")
+    assert p.source == "model" and all(v.step == "model" for v in p.vowels)
+    # weights that are not the ones the JSON was exported with are refused
+    (out / "retention_net.safetensors").write_bytes(b"x" + (out / "retention_net.safetensors").read_bytes())
+    _load.cache_clear()  # the file changed under the same path
+    with pytest.raises(RetentionModelError, match="sha256 differs"):
+        load_retention_model(out / "retention.json")
+    # trees alone: no network file is left beside the model
+    assert train_main(args[:-1] + ["0"]) == 0
+    assert not (out / "retention_net.safetensors").exists()
+    _load.cache_clear()
+    assert load_retention_model(out / "retention.json").net is None
