@@ -714,7 +714,7 @@ def _build_net(spec: dict | None, state: dict | None, source: str):
     """The network a model spec names, with ``state``'s weights, and its weight in the mix; (None, 0.0) if none."""
     if spec is None:
         return None, 0.0
-    from leakloss.text.retention_net import NumpyRetentionNet, field_sizes
+    from leakloss.text.retention_net import NetEnsemble, NumpyRetentionNet, field_sizes
 
     if state is None:
         raise RetentionModelError(f"{source}: mixes in a network ({spec.get('file')}) whose weights were not given")
@@ -724,11 +724,21 @@ def _build_net(spec: dict | None, state: dict | None, source: str):
     if list(spec["sizes"]) != field_sizes():
         raise RetentionModelError(f"{source}: network trained for unit fields of sizes {spec['sizes']}, this code "
                                   f"has {field_sizes()}: retrain with python -m leakloss.text.train_retention")
+    members = int(spec["members"])
+    if members < 1:
+        raise RetentionModelError(f"{source}: a network ensemble of {members} members")
     try:
-        net = NumpyRetentionNet(state, spec["sizes"], int(spec["embed"]), int(spec["hidden"]), int(spec["layers"]))
+        nets = []
+        for i in range(members):
+            prefix = f"member{i}."
+            own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            nets.append(NumpyRetentionNet(own, spec["sizes"], int(spec["embed"]), int(spec["hidden"]),
+                                          int(spec["layers"])))
+        if set(state) - {f"member{i}.{k}" for i in range(members) for k in nets[i].w}:
+            raise ValueError(f"tensors of no member: {sorted(state)[:4]}")
     except ValueError as e:
         raise RetentionModelError(f"{source}: network weights do not fit its architecture: {e}") from None
-    return net, weight
+    return NetEnsemble(nets), weight
 
 
 def word_probability(p_keep: np.ndarray) -> float:

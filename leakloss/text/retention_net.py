@@ -20,7 +20,7 @@ from torch import nn
 from leakloss.text.retention import SlotPlan, _vocabs
 
 __all__ = ["UNIT_FIELDS", "unit_ids", "field_sizes", "batch_ids", "RetentionNet", "net_logits", "expected_shapes",
-           "NumpyRetentionNet"]
+           "NumpyRetentionNet", "NetEnsemble"]
 
 #: Per unit: consonant, vowel sign, nasal sign, visarga, part (stem / 1st / 2nd / later suffix), compound
 #: boundary, the rules' decision at a slot (0 no slot, 1 drop, 2 keep), the rules' rule name at a slot.
@@ -187,3 +187,15 @@ class NumpyRetentionNet:
         hid = np.maximum(x @ self.w["head.0.weight"].T + self.w["head.0.bias"], 0.0)
         out = hid @ self.w["head.2.weight"].T + self.w["head.2.bias"]
         return out[list(plan.slots), 0].astype(np.float64)
+
+
+class NetEnsemble:
+    """Networks whose log-odds are averaged: ``logits(plan) -> [len(plan.slots)]`` float64."""
+
+    def __init__(self, members: Sequence[NumpyRetentionNet]) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one network")
+        self.members = list(members)
+
+    def logits(self, plan: SlotPlan) -> np.ndarray:
+        return np.mean([m.logits(plan) for m in self.members], axis=0) if plan.slots else np.zeros(0)

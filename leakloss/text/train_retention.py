@@ -26,8 +26,12 @@ own label through the memory; held-out rows read the full memory, as a user's wo
 inherent vowel or unaligned phones: गर्नु makes गर a verb root); a training row reads it without its own
 word (leave-one-out), as a held-out word, never in it, does.
 
-Training needs scikit-learn (``HistGradientBoostingClassifier``); inference does not: the trees are
-exported to JSON and the export is checked to reproduce scikit-learn's probabilities.
+The sequence networks (:mod:`leakloss.text.retention_net`, :data:`NET_MEMBERS` seeds averaged) are trained on
+the same fit words; their weight in the log-odds mix is chosen among :data:`NET_WEIGHTS` on the out-of-fold
+predictions (each fold's trees and networks fitted on the other folds), by `high` coverage.
+
+Training needs scikit-learn (``HistGradientBoostingClassifier``) and torch; inference uses neither: the
+trees are exported to JSON (checked to reproduce scikit-learn's probabilities) and the networks run in numpy.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ MEDIUM_TARGET = 0.99  # deletion precision of testable (high + medium) words, ou
 # goal (0.98 held out) plus a margin, since the held-out figure rests on only ~700 sites
 MEMORY_FOLDS = 5  # out-of-fold context-memory features for the training rows
 NET_EPOCHS = 12  # the sequence network's passes over the fit words (~1 min on 2 cores)
+#: Networks averaged: one network's ranking of words by confidence varies with its seed (held-out `high`
+#: coverage 0.753-0.785 over three seeds at one mix weight); the mean of three varies less.
+NET_MEMBERS = 3
 #: Mix weights of the network tried on the out-of-fold predictions; the one with the most `high` coverage wins.
 NET_WEIGHTS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 NET_FILE = "retention_net.safetensors"
@@ -303,26 +310,35 @@ def fit_net(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, epochs: 
     return net.eval()
 
 
-def net_spec(net: "RetentionNet", weight: float, file: str, sha256: str) -> dict:
-    """The ``net`` entry of a model spec: where the weights are, their sha256, the architecture and the mix weight."""
-    return {"file": file, "sha256": sha256, "weight": float(weight), "sizes": list(net.sizes),
+def fit_nets(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, members: int = NET_MEMBERS, seed: int = 0,
+             **kwargs) -> list["RetentionNet"]:
+    """``members`` networks (:func:`fit_net` with seeds ``seed``, ``seed + 1``, ...), whose log-odds the model averages."""
+    return [fit_net(train, seed=seed + i, **kwargs) for i in range(members)]
+
+
+def net_spec(nets: Sequence["RetentionNet"], weight: float, file: str, sha256: str) -> dict:
+    """The ``net`` entry of a model spec: where the weights are, their sha256, the members' shared architecture
+    and the mix weight."""
+    net = nets[0]
+    return {"file": file, "sha256": sha256, "weight": float(weight), "members": len(nets), "sizes": list(net.sizes),
             "embed": net.embed, "hidden": net.lstm.hidden_size, "layers": net.lstm.num_layers}
 
 
-def net_weights_bytes(net: "RetentionNet") -> bytes:
-    """The network's weights as safetensors bytes (contiguous float32 tensors)."""
+def net_weights_bytes(nets: Sequence["RetentionNet"]) -> bytes:
+    """The members' weights as safetensors bytes (contiguous float32 tensors, ``member{i}.`` before each name)."""
     from safetensors.torch import save
 
-    return save({k: v.detach().float().contiguous() for k, v in net.state_dict().items()})
+    return save({f"member{i}.{k}": v.detach().float().contiguous()
+                 for i, net in enumerate(nets) for k, v in net.state_dict().items()})
 
 
-def model_with_net(fit: Fit, net: "RetentionNet", weight: float, thresholds: dict[str, float] | None = None,
+def model_with_net(fit: Fit, nets: Sequence["RetentionNet"], weight: float, thresholds: dict[str, float] | None = None,
                    card: dict | None = None) -> tuple[dict, bytes, RetentionModel]:
-    """The spec, the network's safetensors bytes and the loaded :class:`RetentionModel` of trees + network."""
-    weights = net_weights_bytes(net)
+    """The spec, the networks' safetensors bytes and the loaded :class:`RetentionModel` of trees + networks."""
+    weights = net_weights_bytes(nets)
     spec = export_trees(fit.clf, fit.n_cat_values, thresholds or {"high": 1.0, "medium": 0.0}, card or {},
                         fit.memory, fit.vocabulary,
-                        net_spec(net, weight, NET_FILE, hashlib.sha256(weights).hexdigest()))
+                        net_spec(nets, weight, NET_FILE, hashlib.sha256(weights).hexdigest()))
     from safetensors.numpy import load
 
     return spec, weights, RetentionModel(spec, "<fitted>", load(weights))
@@ -336,7 +352,7 @@ def word_logits(model: RetentionModel, plans: Sequence[SlotPlan]) -> list[tuple[
 def out_of_fold_logits(rows: Sequence[tuple[str, tuple[bool, ...] | None]], net_kwargs: dict | None = None,
                        **fit_kwargs) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """:func:`word_logits` of every word of ``rows`` by trees (:func:`fit_trees` with ``fit_kwargs``) and, with
-    ``net_kwargs``, a network (:func:`fit_net`) fitted on the other :func:`calibration_fold` folds; in the order
+    ``net_kwargs``, networks (:func:`fit_nets`) fitted on the other :func:`calibration_fold` folds; in the order
     of ``rows``."""
     folds = [calibration_fold(w) for w, _ in rows]
     out: list = [None] * len(rows)
@@ -347,7 +363,7 @@ def out_of_fold_logits(rows: Sequence[tuple[str, tuple[bool, ...] | None]], net_
         others = [r for r, f in zip(rows, folds) if f != k]
         train = labelled_plans(others)
         fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **fit_kwargs)
-        model = fit.model if net_kwargs is None else model_with_net(fit, fit_net(train, **net_kwargs), 0.0)[2]
+        model = fit.model if net_kwargs is None else model_with_net(fit, fit_nets(train, **net_kwargs), 0.0)[2]
         for i, pair in zip(held, word_logits(model, [plan_word(rows[i][0]) for i in held])):
             out[i] = pair
     return out
@@ -475,10 +491,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="contexts seen in fewer training vowels are not remembered")
     ap.add_argument("--net-epochs", type=int, default=NET_EPOCHS,
                     help="the sequence network's epochs; 0: trees alone, no network")
-    ap.add_argument("--seed", type=int, default=0, help="the sequence network's initialisation and data order")
+    ap.add_argument("--net-members", type=int, default=NET_MEMBERS, help="networks averaged (seeds seed, seed+1, ...)")
+    ap.add_argument("--seed", type=int, default=0, help="the sequence networks' initialisation and data order")
     args = ap.parse_args(argv)
-    if args.net_epochs < 0 or not 0 <= args.seed < 2**32:
-        ap.error("--net-epochs must be >= 0 and --seed in [0, 2**32 - 1]")
+    if args.net_epochs < 0 or args.net_members < 1 or not 0 <= args.seed < 2**32 - args.net_members:
+        ap.error("--net-epochs must be >= 0, --net-members >= 1 and --seed in [0, 2**32 - members)")
     from leakloss.text.hindi import espeak_phonemes
 
     t0 = time.time()
@@ -502,10 +519,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the JSON trees do not reproduce scikit-learn", file=sys.stderr)
         return 1
 
-    net_kwargs = dict(epochs=args.net_epochs, seed=args.seed) if args.net_epochs else None
-    net = fit_net(labelled_plans(fit_words), **net_kwargs) if net_kwargs else None
+    net_kwargs = dict(epochs=args.net_epochs, seed=args.seed, members=args.net_members) if args.net_epochs else None
+    nets = fit_nets(labelled_plans(fit_words), **net_kwargs) if net_kwargs else None
+    net = nets[0] if nets else None
     if net is not None:
-        print(f"fitted the sequence network, {args.net_epochs} epochs ({time.time() - t0:.0f}s)")
+        print(f"fitted {len(nets)} sequence networks, {args.net_epochs} epochs ({time.time() - t0:.0f}s)")
 
     # Calibration, out of fold: the network's mix weight, then word probability -> high / medium thresholds
     oof = out_of_fold_logits(fit_words, net_kwargs, **fit_kwargs)
@@ -524,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probs = [p for _, p, _ in preds]
     t_high, acc_high, cov_high = weights[net_weight][0]
     if net is not None:
-        model = model_with_net(fit, net, net_weight)[2]
+        model = model_with_net(fit, nets, net_weight)[2]
     hindi = espeak_phonemes([w for w, _ in fit_words], "hi")
     dels = [deletion_truth(w, ph, h, ref) for (w, ref), (ph, _, _), h in zip(fit_words, preds, hindi)]
     # medium: the lowest threshold at which testable deletions (words >= t) are real contrasts MEDIUM_TARGET
@@ -568,10 +586,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                  f"leaves each, learning rate {args.learning_rate}, l2 {args.l2}, min {args.min_samples_leaf} rows a leaf, "
                  f"{args.max_features:.0%} of features tried a split; exported to JSON, evaluated in numpy"
                  + ("" if net is None else
-                    f"; mixed in log-odds (weight {net_weight} on the network) with a BiLSTM over the word's units "
-                    f"(leakloss.text.retention_net: {net.lstm.num_layers} layers, {net.lstm.hidden_size} a direction, "
-                    f"{sum(p.numel() for p in net.parameters())} parameters, {args.net_epochs} epochs, seed "
-                    f"{args.seed}; float32 weights in {NET_FILE}, run in numpy)"),
+                    f"; mixed in log-odds (weight {net_weight} on the networks) with the mean log-odds of "
+                    f"{len(nets)} BiLSTMs over the word's units (leakloss.text.retention_net: {net.lstm.num_layers} "
+                    f"layers, {net.lstm.hidden_size} a direction, {sum(p.numel() for p in net.parameters())} "
+                    f"parameters each, {args.net_epochs} epochs, seeds {args.seed}..{args.seed + len(nets) - 1}; "
+                    f"float32 weights in {NET_FILE}, run in numpy)"),
         "features": "per written inherent vowel: letters (consonant, vowel sign/virama/inherent) of the 4 units "
                     "either side, nasal signs and visarga of 2 either side, position, unit/slot counts, the rules' "
                     "decision and rule name, neighbouring slots' rule decisions, stem/suffix split, first suffix, "
@@ -620,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = {"high": t_high, "medium": t_medium}
     files: dict[str | Path, bytes] = {}
     if net is not None:
-        spec, weights_bytes, _ = model_with_net(fit, net, net_weight, thresholds, {"see": "retention.card.json"})
+        spec, weights_bytes, _ = model_with_net(fit, nets, net_weight, thresholds, {"see": "retention.card.json"})
         files[args.out / NET_FILE] = weights_bytes
     else:
         spec = export_trees(clf, n_cat_values, thresholds, {"see": "retention.card.json"}, memory, fit.vocabulary)

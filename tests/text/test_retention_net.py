@@ -108,14 +108,14 @@ def shipped_spec() -> dict:
 
 def _spec_with_net(spec: dict, net: RetentionNet, **change) -> dict:
     spec = dict(spec)
-    spec["net"] = {"file": "n.safetensors", "sha256": "x", "weight": 0.3, "sizes": list(net.sizes), "embed": 6,
+    spec["net"] = {"file": "n.safetensors", "sha256": "x", "weight": 0.3, "members": 1, "sizes": list(net.sizes), "embed": 6,
                    "hidden": 8, "layers": 2, **change}
     return spec
 
 
 def test_a_model_with_a_network_needs_fitting_weights(shipped_spec):
     net = _net()
-    state = _numpy_state(net)
+    state = {f"member0.{k}": v for k, v in _numpy_state(net).items()}
     model = RetentionModel(_spec_with_net(shipped_spec, net), net_state=state)
     assert model.net is not None and model.net_weight == 0.3 and model.fingerprint
     plan = plan_word("सडकमा")
@@ -132,4 +132,10 @@ def test_a_model_with_a_network_needs_fitting_weights(shipped_spec):
         RetentionModel(_spec_with_net(shipped_spec, net, hidden=16), net_state=state)
     with pytest.raises(RetentionModelError, match="malformed"):
         RetentionModel(_spec_with_net(shipped_spec, net, weight="heavy"), net_state=state)
+    with pytest.raises(RetentionModelError, match="do not fit its architecture"):  # a second member is missing
+        RetentionModel(_spec_with_net(shipped_spec, net, members=2), net_state=state)
+    with pytest.raises(RetentionModelError, match="tensors of no member"):
+        RetentionModel(_spec_with_net(shipped_spec, net), net_state={**state, "stray": np.zeros(1, np.float32)})
+    with pytest.raises(RetentionModelError, match="ensemble of 0 members"):
+        RetentionModel(_spec_with_net(shipped_spec, net, members=0), net_state=state)
     assert _spec_with_net(shipped_spec, net)["feature_schema"] == FEATURE_SCHEMA

@@ -7,7 +7,7 @@ from leakloss.text.retention import (
 )
 from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
-    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_net, fit_trees, labelled_plans,
+    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
     memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, split_of, stem_consistency,
 )
 from leakloss.text.train_retention import main as train_main
@@ -87,7 +87,7 @@ def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
     pytest.importorskip("sklearn")
     rows = _rows()
     kw = dict(max_iter=5, min_samples_leaf=1, memory_min_count=1)
-    net_kw = dict(epochs=1, hidden=8, embed=4)
+    net_kw = dict(epochs=1, hidden=8, embed=4, members=2)
     logits = out_of_fold_logits(rows, net_kw, **kw)
     assert len(logits) == len(rows)
     folds = {calibration_fold(w) for w, _ in rows}
@@ -96,7 +96,7 @@ def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
         others = [r for r in rows if calibration_fold(r[0]) != k]
         train = labelled_plans(others)
         fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **kw)
-        model = model_with_net(fit, fit_net(train, **net_kw), 0.0)[2]
+        model = model_with_net(fit, fit_nets(train, **net_kw), 0.0)[2]
         held = [i for i, (w, _) in enumerate(rows) if calibration_fold(w) == k]
         for i in held:
             trees, net = model.plan_logits(plan_word(rows[i][0]))
@@ -113,14 +113,19 @@ def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
     labelled = labelled_plans(_rows())
     fit = fit_trees(labelled, max_iter=5, min_samples_leaf=1, memory_min_count=1)
     net = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
+    other = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=4)
     plan = plan_word("सडकमा")
     trees = fit.model.plan_logits(plan)[0]
     for weight in (0.0, 0.3, 1.0):
-        _, _, model = model_with_net(fit, net, weight)
+        _, _, model = model_with_net(fit, [net, other], weight)
         t, n = model.plan_logits(plan)
         np.testing.assert_allclose(t, trees)
+        # the members' mean log-odds
+        np.testing.assert_allclose(n, (net_logits(net, [plan])[0] + net_logits(other, [plan])[0]) / 2, atol=1e-5)
         want = 1 / (1 + np.exp(-((1 - weight) * trees + weight * n)))
         np.testing.assert_allclose(model.predict_plan(plan), want)
+    np.testing.assert_array_equal(net_logits(fit_nets(labelled, members=2, epochs=2, hidden=8, embed=4, seed=3)[1], [plan])[0],
+                                  net_logits(other, [plan])[0])  # member i is seed + i
     # the same seed trains the same network
     again = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
     np.testing.assert_array_equal(net_logits(again, [plan])[0], net_logits(net, [plan])[0])
@@ -138,12 +143,12 @@ def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
     lexicon.write_text("".join(f"{w}\t{' '.join(rules.pronounce(w).phones)}\n" for w in words), encoding="utf-8")
     out = tmp_path / "model"
     args = ["--lexicon", str(lexicon), "--out", str(out), "--max-iter", "3", "--min-samples-leaf", "1",
-            "--memory-min-count", "1", "--net-epochs", "1"]
+            "--memory-min-count", "1", "--net-members", "2", "--net-epochs", "1"]
     assert train_main(args) == 0
     assert sorted(p.name for p in out.iterdir()) == ["retention.card.json", "retention.json", "retention.md",
                                                    "retention_net.safetensors"]
     model = load_retention_model(out / "retention.json")
-    assert model.net is not None and 0 <= model.net_weight <= 1
+    assert model.net is not None and len(model.net.members) == 2 and 0 <= model.net_weight <= 1
     p = NepaliFrontend(use_builtin_exceptions=False, retention=out / "retention.json").pronounce("सडकमा")
     assert p.source == "model" and all(v.step == "model" for v in p.vowels)
     # weights that are not the ones the JSON was exported with are refused
