@@ -423,7 +423,7 @@ class WordVocabulary:
         pieces = spelling_pieces(plan)
         whole = "".join(pieces)
         own = _hash(whole) if exclude_self else None
-        less = int(exclude_self and _hash(whole) in self.words)  # the word's own share of the counts
+        less = int(own is not None and own in self.words)  # the word's own share of the counts
 
         def is_word(text: str) -> int:
             h = _hash(text)

@@ -176,11 +176,12 @@ class NumpyRetentionNet:
             out[t] = h
         return out
 
-    def logits(self, plan: SlotPlan) -> np.ndarray:
-        """Log-odds of keeping each inherent vowel: ``[len(plan.slots)]`` float64."""
+    def logits(self, plan: SlotPlan, ids: np.ndarray | None = None) -> np.ndarray:
+        """Log-odds of keeping each inherent vowel: ``[len(plan.slots)]`` float64 (``ids``: the plan's
+        :func:`unit_ids`, when the caller has them already)."""
         if not plan.slots:
             return np.zeros(0)
-        ids = unit_ids(plan)
+        ids = unit_ids(plan) if ids is None else ids
         x = np.concatenate([self.w[f"embeddings.{i}.weight"][ids[:, i]] for i in range(UNIT_FIELDS)], axis=1)
         for k in range(self.layers):
             x = np.concatenate([self._direction(x, k, ""), self._direction(x, k, "_reverse")], axis=1)
@@ -198,4 +199,7 @@ class NetEnsemble:
         self.members = list(members)
 
     def logits(self, plan: SlotPlan) -> np.ndarray:
-        return np.mean([m.logits(plan) for m in self.members], axis=0) if plan.slots else np.zeros(0)
+        if not plan.slots:
+            return np.zeros(0)
+        ids = unit_ids(plan)  # once for all members
+        return np.mean([m.logits(plan, ids) for m in self.members], axis=0)
