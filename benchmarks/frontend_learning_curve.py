@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout's leakloss
+from leakloss.text.morphology import HUNSPELL_NE, Morphology
 from leakloss.text.normalize import TextError
 from leakloss.text.train_retention import (
     DEFAULT_LEXICON, agrees, fit_trees, labelled_plans, load_rows, pick_threshold, predict_words,
@@ -53,6 +54,8 @@ def subset_key(word: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lexicon", type=Path, default=DEFAULT_LEXICON)
+    ap.add_argument("--hunspell", default=str(HUNSPELL_NE),
+                    help="the dictionary of the morphology features, as the training script's; 'none': without")
     args = ap.parse_args(argv)
     if not args.lexicon.is_file():
         print(f"error: no lexicon at {args.lexicon} (the shared dev lexicon; pass --lexicon PATH)", file=sys.stderr)
@@ -60,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     try:
         rows = load_rows(args.lexicon)
-    except TextError as e:
+        morphology = Morphology({}) if args.hunspell == "none" else Morphology.from_hunspell(args.hunspell)
+    except TextError as e:  # MorphologyError is one
         print(f"error: {e}", file=sys.stderr)
         return 2
     parts: dict[str, list] = {"train": [], "calibration": [], "test": []}
@@ -75,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t1 = time.time()
         train = [t for t in train_all if subset_key(t[0]) < frac]
         vocabulary_words = [w for w, _ in parts["train"] if subset_key(w) < frac]  # with the words no vowel labels
-        model = fit_trees(train, vocabulary_words=vocabulary_words).model
+        model = fit_trees(train, vocabulary_words=vocabulary_words, morphology=morphology).model
         cal = predict_words(model, cal_words)
         threshold, _, _ = pick_threshold([p for _, p, _ in cal], agrees(parts["calibration"], cal),
                                       CALIBRATION_WORDS_TARGET)
@@ -98,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{words_for_goal / lexicon_words:.1f}x what the whole dev lexicon holds ({lexicon_words:,} such words in all splits)")
     t1 = time.time()
     fit_words = labelled_plans(parts["train"] + parts["calibration"])
-    fit_model = fit_trees(fit_words, vocabulary_words=[w for w, _ in parts["train"] + parts["calibration"]]).model
+    fit_model = fit_trees(fit_words, vocabulary_words=[w for w, _ in parts["train"] + parts["calibration"]],
+                          morphology=morphology).model
     beyond = float(np.mean(agrees(parts["test"], predict_words(fit_model, test_words))))
     print(f"  fit on training + calibration words (the shipped model's data): {len(fit_words)} words -> held-out "
           f"agreement {beyond:.4f}, the line says {intercept + slope * math.log2(len(fit_words)):.4f} "

@@ -9,7 +9,9 @@ spelling context (a few letter windows, the word's start up to the slot, the slo
 :class:`ContextMemory`, target encoding) -- and what the training vocabulary says of the word's pieces
 (:class:`WordVocabulary`: is the spelling up to the slot a word of its own and the rest another, a compound's
 members as जन + पद; does the word, or the word without a verb ending, take the verb endings as a root, as
-बोल in बोलिन ``bolinʌ`` does and बेस in बेसिन does not) -- and a small gradient-boosted tree ensemble gives ``P(keep)``.
+बोल in बोलिन ``bolinʌ`` does and बेस in बेसिन does not) -- and what a Nepali hunspell dictionary's word forms say of it
+(:class:`leakloss.text.morphology.Morphology`: is the word a verb form such as सुन् + िन, is the vowel inside
+the affix, are its pieces words) -- and a small gradient-boosted tree ensemble gives ``P(keep)``.
 The trees and the memory were trained by :mod:`leakloss.text.train_retention` on the Google Nepali
 lexicon (CC BY 4.0, see the card ``leakloss/assets/frontend/retention.card.json``) and are stored as plain
 JSON (no pickle; the memory holds counts of spelling contexts that at least :data:`MEMORY_MIN_COUNT`
@@ -35,6 +37,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from leakloss.text.morphology import MORPHOLOGY_NAMES, Morphology
 from leakloss.text.normalize import TextError
 
 __all__ = [
@@ -47,7 +50,7 @@ __all__ = [
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
 FORMAT = "leakloss-retention-gbdt/1"
 #: Bumped whenever :func:`slot_features` changes meaning: a model trained on another schema is refused.
-FEATURE_SCHEMA = 3
+FEATURE_SCHEMA = 4
 
 
 class RetentionModelError(TextError):
@@ -227,8 +230,8 @@ def _feature_layout() -> tuple[list[str], list[bool]]:
     for n, c in more:
         names.append(n)
         cats.append(c)
-    names += list(VOCABULARY_NAMES)
-    cats += [False] * len(VOCABULARY_NAMES)
+    names += list(MORPHOLOGY_NAMES) + list(VOCABULARY_NAMES)
+    cats += [False] * (len(MORPHOLOGY_NAMES) + len(VOCABULARY_NAMES))
     for name in CONTEXT_NAMES:
         names += [f"memory_rate[{name}]", f"memory_count[{name}]"]
         cats += [False, False]
@@ -374,10 +377,15 @@ def _pack(values: Sequence[int], dtype: str) -> str:
 
 
 def _unpack(text: str, dtype: str) -> list[int]:
+    return _unpack_array(text, dtype).tolist()
+
+
+def _unpack_array(text: str, dtype: str) -> np.ndarray:
+    """A base64 table of big-endian ``dtype`` values as a native uint64 array."""
     try:
-        return np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype).astype(np.uint64).tolist()
+        return np.frombuffer(base64.b64decode(text, validate=True), dtype=dtype).astype(np.uint64)
     except (ValueError, TypeError) as e:  # binascii.Error is a ValueError; a length not a multiple of the width too
-        raise RetentionModelError(f"vocabulary table is not base64 of {dtype} values: {e}") from None
+        raise RetentionModelError(f"hash table is not base64 of {dtype} values: {e}") from None
 
 
 @lru_cache(maxsize=1 << 17)  # a word asks for ~40 verb forms of each of its roots: most repeat across words
@@ -493,12 +501,13 @@ def _longest_ending(text: str, vocab: dict[str, int]) -> int:
     return cid
 
 
-def slot_features(plan: SlotPlan, memory: ContextMemory, vocabulary: WordVocabulary,
+def slot_features(plan: SlotPlan, memory: ContextMemory, vocabulary: WordVocabulary, morphology: Morphology,
                   exclude_self: bool = False) -> np.ndarray:
     """Feature rows of a planned word: ``[n_slots, len(FEATURE_NAMES)]`` float64 (categories as ids); the
     last ``2 * len(CONTEXTS)`` columns are ``memory.features(plan)``, the ``len(VOCABULARY_NAMES)`` before
     them ``vocabulary.features(plan, exclude_self)`` (``exclude_self``: the word is a training word of the
-    vocabulary, as when the rows are training rows)."""
+    vocabulary, as when the rows are training rows), the ``len(MORPHOLOGY_NAMES)`` before those
+    ``morphology.features(plan)`` (:mod:`leakloss.text.morphology`)."""
     from leakloss.text import g2p
 
     cons_v, vow_v, why_v, suf_v, end_v = _vocabs()
@@ -548,8 +557,9 @@ def slot_features(plan: SlotPlan, memory: ContextMemory, vocabulary: WordVocabul
         ] + whole
         rows[s, : len(row)] = row
     n_memory = 2 * len(CONTEXTS)
-    rows[:, len(FEATURE_NAMES) - n_memory - len(VOCABULARY_NAMES): len(FEATURE_NAMES) - n_memory] = (
-        vocabulary.features(plan, exclude_self))
+    vocab_from = len(FEATURE_NAMES) - n_memory - len(VOCABULARY_NAMES)
+    rows[:, vocab_from - len(MORPHOLOGY_NAMES): vocab_from] = morphology.features(plan)
+    rows[:, vocab_from: len(FEATURE_NAMES) - n_memory] = vocabulary.features(plan, exclude_self)
     rows[:, len(FEATURE_NAMES) - n_memory:] = memory.features(plan)
     return rows
 
@@ -584,6 +594,7 @@ class RetentionModel:
             self.fingerprint = hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
             self.memory = ContextMemory.from_json(spec["memory"])
             self.vocabulary = WordVocabulary.from_json(spec["vocabulary"])
+            self.morphology = Morphology.from_json(spec["morphology"])
             self.net, self.net_weight = _build_net(spec.get("net"), net_state, source)
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
@@ -683,7 +694,7 @@ class RetentionModel:
 
     def plan_logits_trees(self, plan: SlotPlan) -> np.ndarray:
         """The trees' log-odds of keeping each inherent vowel of a planned word: ``[len(plan.slots)]`` float64."""
-        return self.raw(slot_features(plan, self.memory, self.vocabulary)) if plan.slots else np.zeros(0)
+        return self.raw(slot_features(plan, self.memory, self.vocabulary, self.morphology)) if plan.slots else np.zeros(0)
 
     def plan_logits(self, plan: SlotPlan) -> tuple[np.ndarray, np.ndarray | None]:
         """The trees' and the network's log-odds of keeping each inherent vowel of a planned word, each

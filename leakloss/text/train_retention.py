@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -49,6 +50,7 @@ import numpy as np
 
 from leakloss.atomic import write_files_atomic, write_text_atomic
 from leakloss.paths import shared_path
+from leakloss.text.morphology import HUNSPELL_NE, Morphology, MorphologyError
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
     RetentionModel, SlotPlan, WordVocabulary, mixed_probability, plan_phones, plan_word, slot_features,
@@ -74,6 +76,8 @@ NET_MEMBERS = 3
 #: Mix weights of the network tried on the out-of-fold predictions; the one with the most `high` coverage wins.
 NET_WEIGHTS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 NET_FILE = "retention_net.safetensors"
+#: Where the training script keeps each out-of-fold fold's logits, so that an interrupted run resumes.
+DEFAULT_CHECKPOINTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakloss" / "train_retention"
 CALIBRATION_FOLDS = 10  # out-of-fold predictions that choose the confidence thresholds (fold models see 90% of
 # the fit words: with 5 folds, 80%, their thresholds came out stricter than the final model needs)
 
@@ -144,30 +148,34 @@ def calibration_fold(word: str) -> int:
 
 
 def build_matrix(labelled: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]],
-                 tables: tuple[ContextMemory, WordVocabulary] | None = None, min_count: int = MEMORY_MIN_COUNT,
-                 vocabulary: WordVocabulary | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                 tables: tuple[ContextMemory, WordVocabulary, Morphology] | None = None,
+                 min_count: int = MEMORY_MIN_COUNT, vocabulary: WordVocabulary | None = None,
+                 morphology: Morphology | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Feature rows ``[vowels, len(FEATURE_NAMES)]``, labels ``[vowels]`` and each row's word.
 
-    With ``tables`` (a fitted model's memory and vocabulary): every row's features come from them (held-out
-    words). Without: the rows are the training rows; each word's memory features are counted from the other
+    With ``tables`` (a fitted model's memory, vocabulary and morphology): every row's features come from them
+    (held-out words). Without: the rows are the training rows; each word's memory features are counted from the other
     folds' words only (out-of-fold target encoding), so that the trees learn how far to trust a memory that
     has not seen the word, and its vocabulary features from ``vocabulary`` (the training words', by default
-    those of ``labelled``) without the word itself (leave-one-out: a held-out word is never in it either)."""
+    those of ``labelled``) without the word itself (leave-one-out: a held-out word is never in it either); its
+    morphology features from ``morphology`` (default: none, every form unknown)."""
     if not labelled:
         return np.zeros((0, len(FEATURE_NAMES))), np.zeros(0, dtype=np.int64), []
     fold_memories = None
     if tables is None:
         if vocabulary is None:
             vocabulary = WordVocabulary.count(w for w, _, _ in labelled)
+        if morphology is None:
+            morphology = Morphology({})
         folds = [memory_fold(w) for w, _, _ in labelled]
         fold_memories = [ContextMemory.count(((p, r) for (_, p, r), f in zip(labelled, folds) if f != k), min_count)
                          for k in range(MEMORY_FOLDS)]
     else:
-        memory, vocabulary = tables
+        memory, vocabulary, morphology = tables
     xs, ys, words = [], [], []
     for i, (word, plan, ref) in enumerate(labelled):
         mem = memory if fold_memories is None else fold_memories[folds[i]]
-        xs.append(slot_features(plan, mem, vocabulary, exclude_self=fold_memories is not None))
+        xs.append(slot_features(plan, mem, vocabulary, morphology, exclude_self=fold_memories is not None))
         ys.append(np.asarray(ref, dtype=np.int64))
         words += [word] * len(ref)
     return np.concatenate(xs), np.concatenate(ys), words
@@ -179,6 +187,7 @@ class Fit(NamedTuple):
     clf: object  #: the fitted scikit-learn HistGradientBoostingClassifier
     memory: ContextMemory  #: the context memory counted on all the training words
     vocabulary: WordVocabulary  #: the training words' vocabulary
+    morphology: Morphology  #: the dictionary's word forms (empty when trained without one)
     n_cat_values: int  #: categorical ids are < this
     model: RetentionModel  #: the exported trees, thresholds not calibrated yet (high 1.0, medium 0.0)
     rows: int  #: training rows (written inherent vowels)
@@ -188,17 +197,19 @@ class Fit(NamedTuple):
 def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_iter: int = 600,
               learning_rate: float = 0.05, max_leaf_nodes: int = 31, l2: float = 1.0, min_samples_leaf: int = 20,
               max_features: float = 1.0, memory_min_count: int = MEMORY_MIN_COUNT,
-              vocabulary_words: Sequence[str] | None = None) -> Fit:
+              vocabulary_words: Sequence[str] | None = None, morphology: Morphology | None = None) -> Fit:
     """Fit the gradient-boosted trees on ``train`` (from :func:`labelled_plans`) and export them to the
     JSON model; the training script and ``benchmarks/frontend_learning_curve.py`` both fit through here.
     ``vocabulary_words``: the training words of the vocabulary (all of them, also those :func:`labelled_plans`
     leaves out: a word with no inherent vowel still tells that a root takes verb endings); default the
-    words of ``train``."""
+    words of ``train``. ``morphology``: the word forms of a hunspell dictionary (:mod:`leakloss.text.morphology`);
+    default none (its features all say unknown)."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     memory = ContextMemory.count(((p, r) for _, p, r in train), memory_min_count)
     vocabulary = WordVocabulary.count(vocabulary_words if vocabulary_words is not None else (w for w, _, _ in train))
-    x, y, _ = build_matrix(train, min_count=memory_min_count, vocabulary=vocabulary)
+    morphology = morphology if morphology is not None else Morphology({})
+    x, y, _ = build_matrix(train, min_count=memory_min_count, vocabulary=vocabulary, morphology=morphology)
     n_cat_values = int(max(x[:, [i for i, c in enumerate(CATEGORICAL) if c]].max() + 1, 2))
     clf = HistGradientBoostingClassifier(
         max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -206,12 +217,13 @@ def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_it
         min_samples_leaf=min_samples_leaf, max_features=max_features,
     )
     clf.fit(x, y)
-    model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory, vocabulary))
-    return Fit(clf, memory, vocabulary, n_cat_values, model, int(len(x)), float(y.mean()))
+    model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory, vocabulary,
+                                        morphology))
+    return Fit(clf, memory, vocabulary, morphology, n_cat_values, model, int(len(x)), float(y.mean()))
 
 
 def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory,
-                 vocabulary: WordVocabulary, net: dict | None = None) -> dict:
+                 vocabulary: WordVocabulary, morphology: Morphology, net: dict | None = None) -> dict:
     """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
 
     # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
@@ -252,7 +264,8 @@ def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dic
         "format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
         "categorical": list(CATEGORICAL), "baseline": float(clf._baseline_prediction.ravel()[0]),
         "max_depth": max_depth, "n_cat_values": n_cat_values, "cat_left": cat_left, "trees": trees,
-        "thresholds": thresholds, "memory": memory.to_json(), "vocabulary": vocabulary.to_json(), "card": card,
+        "thresholds": thresholds, "memory": memory.to_json(), "vocabulary": vocabulary.to_json(),
+        "morphology": morphology.to_json(), "card": card,
         **({"net": net} if net is not None else {}),
     }
 
@@ -337,7 +350,7 @@ def model_with_net(fit: Fit, nets: Sequence["RetentionNet"], weight: float, thre
     """The spec, the networks' safetensors bytes and the loaded :class:`RetentionModel` of trees + networks."""
     weights = net_weights_bytes(nets)
     spec = export_trees(fit.clf, fit.n_cat_values, thresholds or {"high": 1.0, "medium": 0.0}, card or {},
-                        fit.memory, fit.vocabulary,
+                        fit.memory, fit.vocabulary, fit.morphology,
                         net_spec(nets, weight, NET_FILE, hashlib.sha256(weights).hexdigest()))
     from safetensors.numpy import load
 
@@ -350,23 +363,69 @@ def word_logits(model: RetentionModel, plans: Sequence[SlotPlan]) -> list[tuple[
 
 
 def out_of_fold_logits(rows: Sequence[tuple[str, tuple[bool, ...] | None]], net_kwargs: dict | None = None,
-                       **fit_kwargs) -> list[tuple[np.ndarray, np.ndarray | None]]:
+                       checkpoints: Path | None = None, **fit_kwargs) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """:func:`word_logits` of every word of ``rows`` by trees (:func:`fit_trees` with ``fit_kwargs``) and, with
     ``net_kwargs``, networks (:func:`fit_nets`) fitted on the other :func:`calibration_fold` folds; in the order
-    of ``rows``."""
+    of ``rows``. ``checkpoints``: a folder where each finished fold's logits are saved (:func:`save_fold`) and
+    from which a rerun takes them instead of refitting (the folder must belong to these rows and settings:
+    :func:`run_key` names one)."""
     folds = [calibration_fold(w) for w, _ in rows]
     out: list = [None] * len(rows)
     for k in range(CALIBRATION_FOLDS):
         held = [i for i, f in enumerate(folds) if f == k]
         if not held:
             continue
-        others = [r for r, f in zip(rows, folds) if f != k]
-        train = labelled_plans(others)
-        fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **fit_kwargs)
-        model = fit.model if net_kwargs is None else model_with_net(fit, fit_nets(train, **net_kwargs), 0.0)[2]
-        for i, pair in zip(held, word_logits(model, [plan_word(rows[i][0]) for i in held])):
+        words = [rows[i][0] for i in held]
+        pairs = load_fold(checkpoints / f"fold{k}.npz", words) if checkpoints is not None else None
+        if pairs is None:
+            others = [r for r, f in zip(rows, folds) if f != k]
+            train = labelled_plans(others)
+            fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **fit_kwargs)
+            model = fit.model if net_kwargs is None else model_with_net(fit, fit_nets(train, **net_kwargs), 0.0)[2]
+            pairs = word_logits(model, [plan_word(w) for w in words])
+            if checkpoints is not None:
+                save_fold(checkpoints / f"fold{k}.npz", words, pairs)
+        for i, pair in zip(held, pairs):
             out[i] = pair
     return out
+
+
+def run_key(*parts: object) -> str:
+    """A name for a training run's checkpoints: sha256 of what decides its folds' logits (the lexicon's and the
+    dictionary's bytes, the settings, the feature schema), so that a rerun with anything changed starts afresh."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def save_fold(path: Path, words: Sequence[str], pairs: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
+    """One fold's logits as an ``.npz`` (no pickle), written whole or not at all."""
+    import io
+
+    has_net = bool(pairs) and pairs[0][1] is not None
+    buf = io.BytesIO()
+    np.savez(buf, words=np.asarray(words, dtype=str), lengths=np.asarray([len(t) for t, _ in pairs], dtype=np.int64),
+             trees=np.concatenate([t for t, _ in pairs] or [np.zeros(0)]),
+             net=np.concatenate([n for _, n in pairs] or [np.zeros(0)]) if has_net else np.zeros(0),
+             has_net=np.asarray(has_net))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_files_atomic({path: buf.getvalue()})
+
+
+def load_fold(path: Path, words: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray | None]] | None:
+    """A fold saved by :func:`save_fold`, or None when there is none, or it is unreadable, or it holds other words."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if z["words"].tolist() != list(words):
+                return None
+            ends = np.cumsum(z["lengths"])
+            trees = np.split(z["trees"], ends[:-1]) if len(ends) else []
+            nets = np.split(z["net"], ends[:-1]) if bool(z["has_net"]) and len(ends) else None
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    return [(t, None if nets is None else n) for t, n in zip(trees, nets or [None] * len(trees))]
 
 
 def predictions_at(plans: Sequence[SlotPlan], logits: Sequence[tuple[np.ndarray, np.ndarray | None]],
@@ -454,6 +513,8 @@ def card_markdown(card: dict) -> str:
         f"**Model.** {card['model']}.", "",
         f"**Features.** {card['features']}.", "",
         f"**Training data.** {td['source']}. Licence: {td['license']}", "",
+        *([f"**Morphology data.** {card['morphology_data']['source']}. Licence: {card['morphology_data']['license']}.", ""]
+          if "morphology_data" in card else []),
         f"**Labels.** {td['labels']}.", "",
         f"**Split.** {td['split']}: {td['words']} words; {td['train_rows']} training rows (inherent vowels).", "",
         f"**Calibration** ({cal['method']}). Word probability = {cal['word_probability']}. `high`: p >= {cal['high']['threshold']:.6f} "
@@ -493,12 +554,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the sequence network's epochs; 0: trees alone, no network")
     ap.add_argument("--net-members", type=int, default=NET_MEMBERS, help="networks averaged (seeds seed, seed+1, ...)")
     ap.add_argument("--seed", type=int, default=0, help="the sequence networks' initialisation and data order")
+    ap.add_argument("--checkpoints", default=str(DEFAULT_CHECKPOINTS),
+                    help="folder of the out-of-fold folds' checkpoints (a rerun resumes from them); 'none': keep none")
+    ap.add_argument("--hunspell", default=str(HUNSPELL_NE),
+                    help="hunspell dictionary (PATH.dic + PATH.aff) whose word forms are features; 'none': without")
     args = ap.parse_args(argv)
     if args.net_epochs < 0 or args.net_members < 1 or not 0 <= args.seed < 2**32 - args.net_members:
         ap.error("--net-epochs must be >= 0, --net-members >= 1 and --seed in [0, 2**32 - members)")
     from leakloss.text.hindi import espeak_phonemes
 
     t0 = time.time()
+    try:
+        morphology = Morphology({}) if args.hunspell == "none" else Morphology.from_hunspell(args.hunspell)
+    except MorphologyError as e:
+        print(f"error: {e} (Debian: apt install hunspell-ne; or --hunspell none)", file=sys.stderr)
+        return 2
+    print(f"morphology: {len(morphology)} word forms of {args.hunspell}")
     rows = load_rows(args.lexicon)
     parts = {"train": [], "calibration": [], "test": []}
     for w, ref in rows:
@@ -507,12 +578,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     fit_words = parts["train"] + parts["calibration"]
     fit_kwargs = dict(max_iter=args.max_iter, learning_rate=args.learning_rate, max_leaf_nodes=args.max_leaf_nodes,
                       l2=args.l2, min_samples_leaf=args.min_samples_leaf, max_features=args.max_features,
-                      memory_min_count=args.memory_min_count)
+                      memory_min_count=args.memory_min_count, morphology=morphology)
     fit = fit_trees(labelled_plans(fit_words), vocabulary_words=[w for w, _ in fit_words], **fit_kwargs)
     clf, memory, n_cat_values, model = fit.clf, fit.memory, fit.n_cat_values, fit.model
     print(f"fit rows {fit.rows}, keep rate {fit.keep_rate:.3f}, categories < {n_cat_values}, "
           f"memory {len(memory)} contexts; fitted {clf.n_iter_} trees ({time.time() - t0:.0f}s)")
-    xt, _, _ = build_matrix(labelled_plans(parts["test"]), (memory, fit.vocabulary))
+    xt, _, _ = build_matrix(labelled_plans(parts["test"]), (memory, fit.vocabulary, morphology))
     diff = float(np.abs(model.predict_proba(xt) - clf.predict_proba(xt)[:, 1]).max())
     print(f"export check: max |p_json - p_sklearn| = {diff:.2e} on {len(xt)} held-out rows")
     if diff > 1e-6:
@@ -520,13 +591,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     net_kwargs = dict(epochs=args.net_epochs, seed=args.seed, members=args.net_members) if args.net_epochs else None
+    checkpoints = None
+    if args.checkpoints != "none":
+        dictionary = b"" if args.hunspell == "none" else b"".join(
+            Path(args.hunspell).with_suffix(e).read_bytes() for e in (".dic", ".aff"))
+        checkpoints = Path(args.checkpoints) / run_key(
+            args.lexicon.read_bytes(), dictionary, FEATURE_SCHEMA, CALIBRATION_FOLDS, net_kwargs,
+            {k: v for k, v in fit_kwargs.items() if k != "morphology"})
+        print(f"fold checkpoints: {checkpoints}")
     nets = fit_nets(labelled_plans(fit_words), **net_kwargs) if net_kwargs else None
     net = nets[0] if nets else None
     if net is not None:
         print(f"fitted {len(nets)} sequence networks, {args.net_epochs} epochs ({time.time() - t0:.0f}s)")
 
     # Calibration, out of fold: the network's mix weight, then word probability -> high / medium thresholds
-    oof = out_of_fold_logits(fit_words, net_kwargs, **fit_kwargs)
+    resumed = len(list(checkpoints.glob("fold*.npz"))) if checkpoints is not None and checkpoints.is_dir() else 0
+    print(f"out-of-fold: {resumed} of {CALIBRATION_FOLDS} folds resumed from checkpoints")
+    oof = out_of_fold_logits(fit_words, net_kwargs, checkpoints, **fit_kwargs)
     fit_plans = [plan_word(w) for w, _ in fit_words]
     weights = {}
     for weight in (NET_WEIGHTS if net is not None else (0.0,)):
@@ -603,7 +684,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"and endings with counts; no spelling stored): is the spelling up to the vowel's letter a "
                     f"word, is the rest one, how many words start / end so, and how many verb forms (-नु -यो -छ "
                     f"-एको ...) the part up to the letter, the word, and the word without a verb ending take as a "
-                    f"root; training rows read it leave-one-out",
+                    f"root; training rows read it leave-one-out; "
+                    + (f"word forms of a hunspell dictionary ({len(morphology)} forms of {morphology.source}, "
+                       f"64-bit hashes with what made each: listed stem, verb or nominal rule, affix lengths): is "
+                       f"the word a form, a verb / nominal form, the slot's distance to the affix, are its pieces "
+                       f"forms, is the part up to the letter + halanta a form or a verb root"
+                       if len(morphology) else "no morphology dictionary (its features constant)"),
         "training_data": {
             "source": "google/language-resources ne/data/lexicon.tsv (Google, 2018), the development "
                       "part shared with this project (lexicon-dev.tsv, 34,054 entries); not in this repository",
@@ -616,6 +702,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "(3-4, `calibration`, and 5-f, `train`: the words the hand-written rules were written on)",
             "words": {k: len(v) for k, v in parts.items()}, "train_rows": fit.rows,
         },
+        **({"morphology_data": {
+            "source": "hunspell-ne (Debian package, from LibreOffice dictionaries): ne_NP.dic / ne_NP.aff, "
+                      f"{len(morphology)} word forms expanded from its stems and affix rules, stored as 64-bit hashes",
+            "license": "LGPL-2.1; copyright Madan Puraskar Pustakalaya (Nepali spell-checker dictionary)",
+        }} if len(morphology) else {}),
         "calibration": {
             "method": f"out of fold: the {len(fit_words)} fit words in {CALIBRATION_FOLDS} folds (sha1 hex digits "
                       f"-7..-6 mod {CALIBRATION_FOLDS}), each predicted by trees (and network) fitted on the other "
@@ -634,7 +725,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "held_out_test": test,
         "export_check_max_abs_diff": diff,
-        "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0)},
+        "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0),
+                         "folds_resumed": resumed},
     }
     thresholds = {"high": t_high, "medium": t_medium}
     files: dict[str | Path, bytes] = {}
@@ -642,7 +734,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec, weights_bytes, _ = model_with_net(fit, nets, net_weight, thresholds, {"see": "retention.card.json"})
         files[args.out / NET_FILE] = weights_bytes
     else:
-        spec = export_trees(clf, n_cat_values, thresholds, {"see": "retention.card.json"}, memory, fit.vocabulary)
+        spec = export_trees(clf, n_cat_values, thresholds, {"see": "retention.card.json"}, memory, fit.vocabulary,
+                            morphology)
     files[args.out / "retention.json"] = json.dumps(spec, separators=(",", ":")).encode("utf-8")
     args.out.mkdir(parents=True, exist_ok=True)
     # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a

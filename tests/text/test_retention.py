@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leakloss.text.g2p import SUFFIXES, NepaliFrontend, inherent_vowel_pattern, iter_lexicon
+from leakloss.text.morphology import Morphology
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, CONTEXTS, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, UNSEEN_RATE,
     VERB_FORMS, VERB_ROOT_ENDINGS, VOCABULARY_NAMES, ContextMemory, RetentionModel, RetentionModelError,
@@ -20,6 +21,7 @@ WORDS = ["नेकपा", "बजारको", "घरहरूमा", "र�
          "अक्षरहरू", "अगाडिसम्म", "दुःख", "काठमाडौँमा", "पानीवाला", "सम्पादकहरूलाई"]
 _EMPTY_MEMORY = ContextMemory({name: {} for name in CONTEXT_NAMES})
 _EMPTY_VOCABULARY = WordVocabulary((), {}, {})
+_EMPTY_MORPHOLOGY = Morphology({})
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_every_suffix_has_an_alignable_pattern():
 def test_plan_with_the_rules_decisions_gives_the_rules_phones(rules, word):
     plan = plan_word(word)
     assert plan_phones(plan, plan.rule_kept) == rules.pronounce(word).phones
-    x = slot_features(plan, _EMPTY_MEMORY, _EMPTY_VOCABULARY)
+    x = slot_features(plan, _EMPTY_MEMORY, _EMPTY_VOCABULARY, _EMPTY_MORPHOLOGY)
     assert x.shape == (len(plan.slots), len(FEATURE_NAMES)) and np.isfinite(x).all()
     assert all((x[:, i] >= 0).all() and (x[:, i] == np.round(x[:, i])).all() for i, c in enumerate(CATEGORICAL) if c)
     memory_columns = x[:, -2 * len(CONTEXTS):]
@@ -184,7 +186,8 @@ def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_val
     return {"format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
             "baseline": rng.uniform(-1, 1), "max_depth": depth, "n_cat_values": n_cat_values,
             "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5},
-            "memory": _EMPTY_MEMORY.to_json(), "vocabulary": _EMPTY_VOCABULARY.to_json()}
+            "memory": _EMPTY_MEMORY.to_json(), "vocabulary": _EMPTY_VOCABULARY.to_json(),
+            "morphology": _EMPTY_MORPHOLOGY.to_json()}
 
 
 def _naive_raw(spec: dict, row: list[float]) -> float:
@@ -228,6 +231,13 @@ def test_malformed_or_foreign_models_are_typed_errors(tmp_path):
         RetentionModel({k: v for k, v in spec.items() if k != "memory"})
     with pytest.raises(RetentionModelError, match="malformed"):
         RetentionModel({k: v for k, v in spec.items() if k != "vocabulary"})
+    with pytest.raises(RetentionModelError, match="malformed"):
+        RetentionModel({k: v for k, v in spec.items() if k != "morphology"})
+    morphology = Morphology({1: 2, 3: 4}).to_json()
+    with pytest.raises(RetentionModelError, match="hashed with"):
+        RetentionModel({**spec, "morphology": {**morphology, "hash": "md5"}})
+    with pytest.raises(RetentionModelError, match="2 hashes and 1 bit fields"):
+        RetentionModel({**spec, "morphology": {**morphology, "bits": "AAAAAQ=="}})
     vocabulary = WordVocabulary.count(["जन", "पद"]).to_json()
     with pytest.raises(RetentionModelError, match="hashed with"):
         RetentionModel({**spec, "vocabulary": {**vocabulary, "hash": "md5"}})
@@ -253,7 +263,7 @@ def test_word_probability():
 
 def test_shipped_model_is_json_with_a_card():
     spec = json.loads(SHIPPED_MODEL.read_text(encoding="utf-8"))  # JSON, not a pickle
-    assert SHIPPED_MODEL.stat().st_size < 12_000_000
+    assert SHIPPED_MODEL.stat().st_size < 22_000_000  # 11.5 MB of it the dictionary's 721k word-form hashes
     # contexts, not words: every key leaves the slot's own letter out (one bare *, see context_keys), and
     # each is shared by at least min_count training vowels
     memory = spec["memory"]
@@ -264,10 +274,13 @@ def test_shipped_model_is_json_with_a_card():
     # the vocabulary holds hashes and counts, never a spelling
     assert set(spec["vocabulary"]) == {"hash", "words", "starts", "ends"}
     assert not any("\u0900" <= ch <= "\u097f" for ch in json.dumps(spec["vocabulary"], ensure_ascii=False))
+    assert set(spec["morphology"]) == {"hash", "source", "forms", "bits"}
+    assert not any("\u0900" <= ch <= "\u097f" for ch in json.dumps(spec["morphology"], ensure_ascii=False))
     model = load_retention_model()
     assert len(model.vocabulary) > 20_000
     assert 0 < model.thresholds["medium"] <= model.thresholds["high"] <= 1
     card = json.loads((SHIPPED_MODEL.parent / "retention.card.json").read_text(encoding="utf-8"))
+    assert "LGPL-2.1" in card["morphology_data"]["license"] and "hunspell-ne" in card["morphology_data"]["source"]
     assert "CC BY 4.0" in card["training_data"]["license"] and "google/language-resources" in card["training_data"]["source"]
     assert card["calibration"]["high"]["threshold"] == spec["thresholds"]["high"]
     assert card["held_out_test"]["high_agreement"] >= 0.995

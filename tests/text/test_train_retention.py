@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from leakloss.text.morphology import Morphology
 from leakloss.text.retention import (
     CONTEXTS, VOCABULARY_NAMES, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
     plan_phones, plan_word, slot_features,
@@ -8,7 +9,8 @@ from leakloss.text.retention import (
 from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
     CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
-    memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, split_of, stem_consistency,
+    load_fold, memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, run_key, save_fold,
+    split_of, stem_consistency,
 )
 from leakloss.text.train_retention import main as train_main
 
@@ -40,14 +42,14 @@ def test_training_rows_never_remember_their_own_word():
         others = ContextMemory.count(((p, r) for v, p, r in labelled if memory_fold(v) != memory_fold(w)), min_count=1)
         # nor their own spelling: the vocabulary features are those of the other words' vocabulary
         without = WordVocabulary.count(v for v, _, _ in labelled if v != w)
-        np.testing.assert_array_equal(x[row: row + len(ref)], slot_features(plan, others, without))
+        np.testing.assert_array_equal(x[row: row + len(ref)], slot_features(plan, others, without, Morphology({})))
         np.testing.assert_array_equal(y[row: row + len(ref)], np.asarray(ref, dtype=np.int64))
         row += len(ref)
     # with a memory given (calibration / test rows) every row reads that memory
     full = ContextMemory.count(((p, r) for _, p, r in labelled), min_count=1)
     vocabulary = WordVocabulary.count(w for w, _, _ in labelled)
-    xc, _, _ = build_matrix(labelled, (full, vocabulary))
-    np.testing.assert_array_equal(xc[: len(labelled[0][2])], slot_features(labelled[0][1], full, vocabulary))
+    xc, _, _ = build_matrix(labelled, (full, vocabulary, Morphology({})))
+    np.testing.assert_array_equal(xc[: len(labelled[0][2])], slot_features(labelled[0][1], full, vocabulary, Morphology({})))
     assert (xc[:, -2 * len(CONTEXTS) + 1::2] >= 1).all()  # the full memory has seen every context
 
 
@@ -70,7 +72,7 @@ def test_fit_trees_exports_the_trees_it_fitted():
     assert fit.rows == n_vowels and fit.clf.n_iter_ == 5
     assert fit.keep_rate == pytest.approx(np.mean([v for _, _, ref in labelled for v in ref]))
     # the exported JSON trees give scikit-learn's probabilities on rows that read the full memory
-    x, _, _ = build_matrix(labelled, (fit.memory, fit.vocabulary), min_count=1)
+    x, _, _ = build_matrix(labelled, (fit.memory, fit.vocabulary, fit.morphology), min_count=1)
     np.testing.assert_allclose(fit.model.predict_proba(x), fit.clf.predict_proba(x)[:, 1], atol=1e-9)
     assert fit.model.thresholds == {"high": 1.0, "medium": 0.0}  # not calibrated yet
 
@@ -142,13 +144,20 @@ def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
                      "नेपालमा", "उपचारमा", "अक्षर", "अक्षरमा", "सहर", "सहरमा", "सहरको", "बाटो", "बाटोमा"]
     lexicon.write_text("".join(f"{w}\t{' '.join(rules.pronounce(w).phones)}\n" for w in words), encoding="utf-8")
     out = tmp_path / "model"
-    args = ["--lexicon", str(lexicon), "--out", str(out), "--max-iter", "3", "--min-samples-leaf", "1",
-            "--memory-min-count", "1", "--net-members", "2", "--net-epochs", "1"]
+    (tmp_path / "ne.dic").write_text("2\nबोल्/1\nघर/15\n", encoding="utf-8")  # a tiny hunspell pair
+    (tmp_path / "ne.aff").write_text("SFX 1 Y 1\nSFX 1 ् िन ्\n\nSFX 15 Y 1\nSFX 15 0 मा .\n", encoding="utf-8")
+    args = ["--lexicon", str(lexicon), "--out", str(out), "--checkpoints", str(tmp_path / "ck"), "--max-iter", "3", "--min-samples-leaf", "1",
+            "--memory-min-count", "1", "--hunspell", str(tmp_path / "ne"), "--net-members", "2", "--net-epochs", "1"]
+    assert train_main(args[:-8] + ["--hunspell", str(tmp_path / "missing")]) == 2  # no dictionary: an error
+    assert not out.exists()
     assert train_main(args) == 0
+    (run,) = (tmp_path / "ck").iterdir()  # one run's folds, named by its key
+    assert any(run.glob("fold*.npz"))
     assert sorted(p.name for p in out.iterdir()) == ["retention.card.json", "retention.json", "retention.md",
                                                    "retention_net.safetensors"]
     model = load_retention_model(out / "retention.json")
     assert model.net is not None and len(model.net.members) == 2 and 0 <= model.net_weight <= 1
+    assert len(model.morphology) == 4 and model.morphology.source == "ne"  # बोल् बोलिन घर घरमा
     p = NepaliFrontend(use_builtin_exceptions=False, retention=out / "retention.json").pronounce("सडकमा")
     assert p.source == "model" and all(v.step == "model" for v in p.vowels)
     # weights that are not the ones the JSON was exported with are refused
@@ -161,3 +170,40 @@ def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
     assert not (out / "retention_net.safetensors").exists()
     _load.cache_clear()
     assert load_retention_model(out / "retention.json").net is None
+
+
+def test_out_of_fold_folds_are_checkpointed_and_a_rerun_resumes_from_them(tmp_path, monkeypatch):
+    pytest.importorskip("sklearn")
+    import leakloss.text.train_retention as tr
+
+    rows = _rows()
+    kw = dict(max_iter=3, min_samples_leaf=1, memory_min_count=1)
+    first = out_of_fold_logits(rows, None, tmp_path / "run", **kw)
+    saved = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert saved == sorted(f"fold{k}.npz" for k in {calibration_fold(w) for w, _ in rows})
+
+    def no_fit(*a, **k):
+        raise AssertionError("a checkpointed fold was refitted")
+
+    monkeypatch.setattr(tr, "fit_trees", no_fit)
+    again = out_of_fold_logits(rows, None, tmp_path / "run", **kw)
+    for (t1, n1), (t2, n2) in zip(first, again):
+        np.testing.assert_array_equal(t1, t2)
+        assert n1 is None and n2 is None
+    # a fold file of other words, or a damaged one, is not taken
+    k = calibration_fold(rows[0][0])
+    assert load_fold(tmp_path / "run" / f"fold{k}.npz", ["कमल", "other"]) is None
+    (tmp_path / "run" / f"fold{k}.npz").write_bytes(b"not an npz")
+    assert load_fold(tmp_path / "run" / f"fold{k}.npz", [rows[0][0]]) is None
+    assert load_fold(tmp_path / "missing.npz", []) is None
+
+
+def test_fold_round_trip_keeps_network_logits_and_empty_words(tmp_path):
+    pairs = [(np.array([0.5, -1.0]), np.array([2.0, 3.0])), (np.zeros(0), np.zeros(0)), (np.array([1.5]), np.array([-2.0]))]
+    save_fold(tmp_path / "f.npz", ["क", "ख", "ग"], pairs)
+    back = load_fold(tmp_path / "f.npz", ["क", "ख", "ग"])
+    assert len(back) == 3
+    for (t1, n1), (t2, n2) in zip(pairs, back):
+        np.testing.assert_array_equal(t1, t2)
+        np.testing.assert_array_equal(n1, n2)
+    assert run_key(b"lexicon", {"a": 1}) != run_key(b"lexicon", {"a": 2}) == run_key(b"lexicon", {"a": 2})
