@@ -89,7 +89,8 @@ def _clean(text: str) -> str:
 
 
 def parse_affixes(text: str) -> dict[str, list[AffixRule]]:
-    """The SFX/PFX rules of a hunspell ``.aff`` file (``FLAG num`` or single-character flags), by flag."""
+    """The SFX/PFX rules of a hunspell ``.aff`` file, by flag (as ne_NP writes them: ``FLAG num``, comma-separated
+    continuation flags; other flag formats and affix options are not read)."""
     rules: dict[str, list[AffixRule]] = {}
     for n, line in enumerate(text.splitlines(), 1):
         p = line.split()
