@@ -30,6 +30,15 @@ The sequence networks (:mod:`leakloss.text.retention_net`, :data:`NET_MEMBERS` s
 the same fit words; their weight in the log-odds mix is chosen among :data:`NET_WEIGHTS` on the out-of-fold
 predictions (each fold's trees and networks fitted on the other folds), by `high` coverage.
 
+The morphology features (:mod:`leakloss.text.morphology`) come from a hunspell dictionary, by default Debian's
+``hunspell-ne`` (``--hunspell PATH`` for another, ``none`` for none); the model stores its forms as hashes, so
+inference never needs the dictionary installed.
+
+A run takes ~45 minutes on 2 cores, most of it the :data:`CALIBRATION_FOLDS` out-of-fold fits; each fold's
+logits are saved under ``--checkpoints`` (default ``~/.cache/leakloss/train_retention/<run key>``, the key a
+hash of the lexicon, the dictionary and the settings: :func:`run_key`), and an interrupted run started again
+with the same inputs takes the finished folds from there.
+
 Training needs scikit-learn (``HistGradientBoostingClassifier``) and torch; inference uses neither: the
 trees are exported to JSON (checked to reproduce scikit-learn's probabilities) and the networks run in numpy.
 """
