@@ -36,7 +36,7 @@ inference never needs the dictionary installed.
 
 A run takes ~45 minutes on 2 cores, most of it the :data:`CALIBRATION_FOLDS` out-of-fold fits; each fold's
 logits are saved under ``--checkpoints`` (default ``~/.cache/leakloss/train_retention/<run key>``, the key a
-hash of the lexicon, the dictionary and the settings: :func:`run_key`), and an interrupted run started again
+hash of the lexicon, the dictionary, the code and the settings: :func:`run_key`), and an interrupted run started again
 with the same inputs takes the finished folds from there.
 
 Training needs scikit-learn (``HistGradientBoostingClassifier``) and torch; inference uses neither: the
@@ -401,7 +401,8 @@ def out_of_fold_logits(rows: Sequence[tuple[str, tuple[bool, ...] | None]], net_
 
 def run_key(*parts: object) -> str:
     """A name for a training run's checkpoints: sha256 of what decides its folds' logits (the lexicon's and the
-    dictionary's bytes, the settings, the feature schema), so that a rerun with anything changed starts afresh."""
+    dictionary's bytes, the frontend's and the model's source files, the settings, the feature schema), so that a
+    rerun with anything changed starts afresh."""
     h = hashlib.sha256()
     for part in parts:
         h.update(part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode("utf-8"))
@@ -604,8 +605,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checkpoints != "none":
         dictionary = b"" if args.hunspell == "none" else b"".join(
             Path(args.hunspell).with_suffix(e).read_bytes() for e in (".dic", ".aff"))
+        from leakloss.text import g2p, retention, retention_net
+        from leakloss.text import morphology as morphology_module
+
+        code = b"".join(Path(m.__file__).read_bytes()
+                        for m in (g2p, morphology_module, retention, retention_net, sys.modules[__name__]))
         checkpoints = Path(args.checkpoints) / run_key(
-            args.lexicon.read_bytes(), dictionary, FEATURE_SCHEMA, CALIBRATION_FOLDS, net_kwargs,
+            args.lexicon.read_bytes(), dictionary, code, FEATURE_SCHEMA, CALIBRATION_FOLDS, net_kwargs,
             {k: v for k, v in fit_kwargs.items() if k != "morphology"})
         print(f"fold checkpoints: {checkpoints}")
     nets = fit_nets(labelled_plans(fit_words), **net_kwargs) if net_kwargs else None
