@@ -75,7 +75,8 @@ class LexiconEntryError(LexiconError):
 class VowelDecision:
     """One written inherent vowel of a word: unit index, its letter (the consonant, or अ), whether it is
     pronounced (``None`` when a lexicon entry's phones cannot be aligned to the spelling), the step that
-    decided it and, for the model, ``P(keep)``."""
+    decided it and, for the model, ``P(keep)`` (with the phonotactic rescoring, the posterior over the word's
+    candidate patterns, :mod:`leakloss.text.phonotactics`)."""
 
     unit: int
     letter: str
@@ -1037,7 +1038,7 @@ class NepaliFrontend:
         return pron
 
     def _pronounce(self, word: str) -> Pronunciation:
-        from leakloss.text.retention import plan_phones, plan_word, word_probability
+        from leakloss.text.retention import forced_slots, plan_phones, plan_word
 
         norm, units = _check_word(word)
         if norm in self.lexicon:
@@ -1054,17 +1055,15 @@ class NepaliFrontend:
                 phones = phones + SUFFIXES[suf]
             return Pronunciation(norm, phones, "suffix", "high", vowels)
         if self.retention is not None:
-            p_keep = self.retention.predict_plan(plan)
-            # an independent अ is always said, and a written nasal sign needs its vowel: the rules fix those
-            # slots (the model's "drop" was reported but never said, or silently lost the nasal)
-            forced = [plan.units[k].cons is None or bool(plan.units[k].nasal) for k in plan.slots]
-            kept = [f or bool(p >= 0.5) for f, p in zip(forced, p_keep)]
-            prob = word_probability([p for f, p in zip(forced, p_keep) if not f])
+            # the rules fix the forced slots (an independent अ, a vowel under a nasal sign); the model the rest
+            forced = forced_slots(plan)
+            decision = self.retention.decide(plan, forced)
             vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") if f else
                            VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))
-                           for k, kk, p, f in zip(plan.slots, kept, p_keep, forced))
-            return Pronunciation(norm, plan_phones(plan, kept), "model", self.retention.confidence(prob),  # type: ignore[arg-type]
-                                 vowels, prob)
+                           for k, kk, p, f in zip(plan.slots, decision.kept, decision.p_keep, forced))
+            prob = decision.probability
+            return Pronunciation(norm, plan_phones(plan, decision.kept), "model",
+                                 self.retention.confidence(prob), vowels, prob)  # type: ignore[arg-type]
         # an independent अ is always said (the phones have it): its slot is decided like a final schwa otherwise
         vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk or plan.units[k].cons is None, "rule")
                        for k, kk in zip(plan.slots, plan.rule_kept))

@@ -20,7 +20,9 @@ words' spellings and of their prefixes and endings, with counts; no spelling is 
 train, never to run).
 
 A word's probability is the product over its slots of the probability of the decision taken
-(``max(p, 1 - p)``); the card's thresholds, chosen on a calibration part of the lexicon that neither the
+(``max(p, 1 - p)``); a model with n-gram models (``spec["phonotactics"]``) instead decides the word's slots
+together (:mod:`leakloss.text.phonotactics`: candidate patterns rescored by how Nepali words sound) and
+gives the chosen pattern's posterior. The card's thresholds, chosen on a calibration part of the lexicon that neither the
 trees nor the rules were fitted on, turn it into ``high`` / ``medium`` / ``low``.
 """
 
@@ -39,12 +41,14 @@ import numpy as np
 
 from leakloss.text.morphology import MORPHOLOGY_NAMES, Morphology
 from leakloss.text.normalize import TextError
+from leakloss.text.phonotactics import Phonotactics, Rescored
+
 
 __all__ = [
     "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
     "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
     "ContextMemory", "CONTEXTS", "context_keys", "WordVocabulary", "VOCABULARY_NAMES", "VERB_FORMS",
-    "VERB_ROOT_ENDINGS", "spelling_pieces", "mixed_probability",
+    "VERB_ROOT_ENDINGS", "spelling_pieces", "mixed_probability", "forced_slots",
 ]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
@@ -574,7 +578,8 @@ class RetentionModel:
     mixed with a sequence network (``spec["net"]``, :mod:`leakloss.text.retention_net`): then
     ``P(keep) = sigmoid((1 - w) * trees + w * net)`` in log-odds, ``w = spec["net"]["weight"]``; ``net_state``
     holds the network's weights as numpy arrays (the safetensors file the spec names; :func:`load_retention_model`
-    reads it), run by :class:`leakloss.text.retention_net.NumpyRetentionNet`.
+    reads it), run by :class:`leakloss.text.retention_net.NumpyRetentionNet`. ``spec["phonotactics"]``, if
+    present, rescores each word's decisions together (:meth:`decide`, :mod:`leakloss.text.phonotactics`).
 
     Trees are padded to one node table ``[n_trees, max_nodes]``; a numpy loop over depth walks all trees
     for all rows at once. Numeric nodes go left when ``x <= threshold``; categorical nodes go left when
@@ -596,6 +601,9 @@ class RetentionModel:
             self.vocabulary = WordVocabulary.from_json(spec["vocabulary"])
             self.morphology = Morphology.from_json(spec["morphology"])
             self.net, self.net_weight = _build_net(spec.get("net"), net_state, source)
+            #: the n-gram models that rescore a word's patterns together, or None (slot by slot)
+            self.phonotactics = None if spec.get("phonotactics") is None else Phonotactics.from_json(
+                spec["phonotactics"], source)
             self.baseline = float(spec["baseline"])
             self.thresholds = {k: float(v) for k, v in spec["thresholds"].items()}
             if not trees:
@@ -706,6 +714,21 @@ class RetentionModel:
         """``P(keep)`` per inherent vowel of a planned word: ``[len(plan.slots)]``."""
         return mixed_probability(*self.plan_logits(plan), self.net_weight)
 
+    def decide(self, plan: SlotPlan, forced: Sequence[bool] | None = None) -> Rescored:
+        """Keep or drop each inherent vowel of a planned word, ``forced`` slots (default :func:`forced_slots`)
+        always kept: the word's pattern (rescored by the n-gram models when the model has them,
+        :mod:`leakloss.text.phonotactics`; else each free slot kept when ``P(keep) >= 0.5``), each slot's
+        ``P(keep)`` ``[n_slots]`` (a forced slot's: 1) and the word's probability (:func:`word_probability`
+        of the free slots without rescoring)."""
+        p_keep = self.predict_plan(plan)
+        forced = np.asarray(forced_slots(plan) if forced is None else forced, dtype=bool)
+        if forced.shape != p_keep.shape:
+            raise ValueError(f"{len(forced)} forced flags for {len(p_keep)} slots")
+        if self.phonotactics is None:
+            return Rescored(tuple(bool(f or p >= 0.5) for f, p in zip(forced, p_keep)),
+                            np.where(forced, 1.0, p_keep), word_probability(p_keep[~forced]))
+        return self.phonotactics.decide(plan, p_keep, forced)
+
     def confidence(self, word_prob: float) -> str:
         """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""
         if word_prob >= self.thresholds["high"]:
@@ -750,6 +773,12 @@ def _build_net(spec: dict | None, state: dict | None, source: str):
     except ValueError as e:
         raise RetentionModelError(f"{source}: network weights do not fit its architecture: {e}") from None
     return NetEnsemble(nets), weight
+
+
+def forced_slots(plan: SlotPlan) -> list[bool]:
+    """Per slot: is its vowel always said whatever a model says? An independent अ is a vowel letter, and a written
+    nasal sign needs its vowel (a model's "drop" there would be reported but never said, or lose the nasal)."""
+    return [plan.units[k].cons is None or bool(plan.units[k].nasal) for k in plan.slots]
 
 
 def word_probability(p_keep: np.ndarray) -> float:

@@ -30,6 +30,12 @@ The sequence networks (:mod:`leakloss.text.retention_net`, :data:`NET_MEMBERS` s
 the same fit words; their weight in the log-odds mix is chosen among :data:`NET_WEIGHTS` on the out-of-fold
 predictions (each fold's trees and networks fitted on the other folds), by `high` coverage.
 
+Then the word's decisions are rescored together (:mod:`leakloss.text.phonotactics`): each candidate pattern's
+phones and marked letters are scored by n-gram models of the fit words' patterns; their weights and the keep
+bonus are chosen among :data:`PHONOTACTIC_WEIGHTS` x :data:`KEEP_BONUSES` for the most out-of-fold agreement,
+each fold's words scored by n-gram models counted without them (``--phone-order 0 --letter-order 0``: no
+rescoring).
+
 The morphology features (:mod:`leakloss.text.morphology`) come from a hunspell dictionary, by default Debian's
 ``hunspell-ne`` (``--hunspell PATH`` for another, ``none`` for none); the model stores its forms as hashes, so
 inference never needs the dictionary installed.
@@ -62,9 +68,10 @@ from leakloss.paths import shared_path
 from leakloss.text.morphology import HUNSPELL_NE, Morphology, MorphologyError
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, MEMORY_MIN_COUNT, ContextMemory,
-    RetentionModel, SlotPlan, WordVocabulary, mixed_probability, plan_phones, plan_word, slot_features,
-    word_probability,
+    RetentionModel, SlotPlan, WordVocabulary, forced_slots, mixed_probability, plan_phones, plan_word,
+    slot_features,
 )
+from leakloss.text.phonotactics import KINDS, ORDERS, Candidates, NgramModel, Phonotactics, candidates, pattern_tokens, rescore
 
 if TYPE_CHECKING:
     from leakloss.text.retention_net import RetentionNet
@@ -85,6 +92,10 @@ NET_MEMBERS = 3
 #: Mix weights of the network tried on the out-of-fold predictions; the one with the most `high` coverage wins.
 NET_WEIGHTS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 NET_FILE = "retention_net.safetensors"
+#: Weights of each n-gram's log-probability (per kind of :data:`leakloss.text.phonotactics.KINDS`) and bonuses per
+#: kept vowel tried on the out-of-fold predictions (every combination).
+PHONOTACTIC_WEIGHTS: dict[str, tuple[float, ...]] = {"phones": (0.0, 0.1, 0.2, 0.3), "letters": (0.0, 0.3, 0.5, 0.7)}
+KEEP_BONUSES: tuple[float, ...] = (-1.5, -1.25, -1.0, -0.75, -0.5, -0.25, 0.0)
 #: Where the training script keeps each out-of-fold fold's logits, so that an interrupted run resumes.
 DEFAULT_CHECKPOINTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakloss" / "train_retention"
 CALIBRATION_FOLDS = 10  # out-of-fold predictions that choose the confidence thresholds (fold models see 90% of
@@ -232,8 +243,10 @@ def fit_trees(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, max_it
 
 
 def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dict, memory: ContextMemory,
-                 vocabulary: WordVocabulary, morphology: Morphology, net: dict | None = None) -> dict:
-    """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads."""
+                 vocabulary: WordVocabulary, morphology: Morphology, net: dict | None = None,
+                 phonotactics: dict | None = None) -> dict:
+    """A fitted binary ``HistGradientBoostingClassifier`` -> the JSON spec :class:`RetentionModel` reads
+    (``net``: :func:`net_spec`; ``phonotactics``: the n-gram model's JSON, its weight and the keep bonus)."""
 
     # scikit-learn re-encodes categorical columns with an OrdinalEncoder (categories sorted, unknown ones
     # missing) and puts them first: map its columns and category codes back to ours.
@@ -276,6 +289,7 @@ def export_trees(clf, n_cat_values: int, thresholds: dict[str, float], card: dic
         "thresholds": thresholds, "memory": memory.to_json(), "vocabulary": vocabulary.to_json(),
         "morphology": morphology.to_json(), "card": card,
         **({"net": net} if net is not None else {}),
+        **({"phonotactics": phonotactics} if phonotactics is not None else {}),
     }
 
 
@@ -355,12 +369,13 @@ def net_weights_bytes(nets: Sequence["RetentionNet"]) -> bytes:
 
 
 def model_with_net(fit: Fit, nets: Sequence["RetentionNet"], weight: float, thresholds: dict[str, float] | None = None,
-                   card: dict | None = None) -> tuple[dict, bytes, RetentionModel]:
-    """The spec, the networks' safetensors bytes and the loaded :class:`RetentionModel` of trees + networks."""
+                   card: dict | None = None, phonotactics: dict | None = None) -> tuple[dict, bytes, RetentionModel]:
+    """The spec, the networks' safetensors bytes and the loaded :class:`RetentionModel` of trees + networks
+    (+ the phonotactic rescoring, if given)."""
     weights = net_weights_bytes(nets)
     spec = export_trees(fit.clf, fit.n_cat_values, thresholds or {"high": 1.0, "medium": 0.0}, card or {},
                         fit.memory, fit.vocabulary, fit.morphology,
-                        net_spec(nets, weight, NET_FILE, hashlib.sha256(weights).hexdigest()))
+                        net_spec(nets, weight, NET_FILE, hashlib.sha256(weights).hexdigest()), phonotactics)
     from safetensors.numpy import load
 
     return spec, weights, RetentionModel(spec, "<fitted>", load(weights))
@@ -439,20 +454,92 @@ def load_fold(path: Path, words: Sequence[str]) -> list[tuple[np.ndarray, np.nda
 
 
 def predictions_at(plans: Sequence[SlotPlan], logits: Sequence[tuple[np.ndarray, np.ndarray | None]],
-                   weight: float) -> list[tuple[tuple[str, ...], float, list[bool]]]:
-    """(phones, word probability, kept per slot) of each plan from its log-odds mixed at ``weight``."""
+                   weight: float, ngrams: Sequence[dict[str, NgramModel]] | None = None,
+                   ngram_weights: Sequence[float] = (), keep_bonus: float = 0.0
+                   ) -> list[tuple[tuple[str, ...], float, list[bool]]]:
+    """(phones, word probability, kept per slot) of each plan from its log-odds mixed at ``weight``, decided as
+    :meth:`RetentionModel.decide` decides (forced slots kept; rescored by the models ``ngrams[i]`` for plan i at
+    ``ngram_weights``, if given)."""
+    return decisions(plans, candidate_tables(plans, logits, weight, ngrams), ngram_weights, keep_bonus)
+
+
+def candidate_tables(plans: Sequence[SlotPlan], logits: Sequence[tuple[np.ndarray, np.ndarray | None]],
+                     weight: float, ngrams: Sequence[dict[str, NgramModel]] | None = None) -> list[Candidates]:
+    """Each plan's candidate patterns (:func:`leakloss.text.phonotactics.candidates`) from its log-odds mixed at
+    ``weight``, scored by the models ``ngrams[i]`` (none: no n-gram scores)."""
+    return [candidates(plan, mixed_probability(trees, net, weight), None if ngrams is None else ngrams[i],
+                       forced_slots(plan)) for i, (plan, (trees, net)) in enumerate(zip(plans, logits))]
+
+
+def decisions(plans: Sequence[SlotPlan], tables: Sequence[Candidates], ngram_weights: Sequence[float],
+              keep_bonus: float) -> list[tuple[tuple[str, ...], float, list[bool]]]:
+    """(phones, word probability, kept per slot) of each plan, its candidates rescored at these settings."""
     out = []
-    for plan, (trees, net) in zip(plans, logits):
-        p = mixed_probability(trees, net, weight)
-        kept = [bool(v >= 0.5) for v in p]
-        out.append((plan_phones(plan, kept), word_probability(p), kept))
+    for plan, table in zip(plans, tables):
+        d = rescore(table, ngram_weights if table.ngram_logp.shape[1] else [], keep_bonus)
+        out.append((plan_phones(plan, d.kept), d.probability, list(d.kept)))
     return out
 
 
 def predict_words(model: RetentionModel, words: Sequence[str]) -> list[tuple[tuple[str, ...], float, list[bool]]]:
-    """(phones, word probability, kept per slot) of each word by ``model``."""
-    plans = [plan_word(w) for w in words]
-    return predictions_at(plans, word_logits(model, plans), model.net_weight)
+    """(phones, word probability, kept per slot) of each word by ``model`` (:meth:`RetentionModel.decide`)."""
+    out = []
+    for w in words:
+        plan = plan_word(w)
+        d = model.decide(plan)
+        out.append((plan_phones(plan, d.kept), d.probability, list(d.kept)))
+    return out
+
+
+def fold_ngrams(rows: Sequence[tuple[str, tuple[bool, ...] | None]], orders: dict[str, int]
+                ) -> list[dict[str, NgramModel]]:
+    """Per word of ``rows``, the n-gram models (kind -> order: ``orders``) of the other :func:`calibration_fold`
+    folds' patterns (the lexicon's pattern as :func:`leakloss.text.phonotactics.pattern_tokens` writes it), so
+    that no word is scored by a model that has seen it."""
+    folds = [calibration_fold(w) for w, _ in rows]
+    labelled = labelled_plans(rows)
+    models = {f: count_ngrams([(p, r) for w, p, r in labelled if calibration_fold(w) != f], orders)
+              for f in sorted(set(folds))}
+    return [models[f] for f in folds]
+
+
+def count_ngrams(patterns: Sequence[tuple[SlotPlan, Sequence[bool]]], orders: dict[str, int]) -> dict[str, NgramModel]:
+    """An n-gram model per kind of ``orders`` (kind -> order) counted on the (plan, kept) ``patterns``."""
+    return {kind: NgramModel.count((pattern_tokens(p, r, kind) for p, r in patterns), order)
+            for kind, order in orders.items()}
+
+
+def choose_rescoring(rows: Sequence[tuple[str, tuple[bool, ...] | None]], plans: Sequence[SlotPlan],
+                     tables: Sequence[Candidates], kinds: Sequence[str]
+                     ) -> tuple[tuple[tuple[float, ...], float], float, float]:
+    """The n-gram weights (one per kind of ``kinds``, from :data:`PHONOTACTIC_WEIGHTS`) and keep bonus (from
+    :data:`KEEP_BONUSES`) with the most words of ``rows`` agreeing (on a tie: the lighter weights, then the bonus
+    nearer 0); returns ((weights, bonus), its agreement, the agreement without rescoring)."""
+    from itertools import product
+
+    from leakloss.text.g2p import inherent_vowel_pattern
+
+    right = np.concatenate([[ref is not None and inherent_vowel_pattern(w, plan_phones(plan, k)) == ref
+                             for k in table.kept] for (w, ref), plan, table in zip(rows, plans, tables)]).astype(bool)
+    sizes = [len(t.kept) for t in tables]
+    word = np.repeat(np.arange(len(tables)), sizes)
+    feats = np.column_stack([np.concatenate([t.slot_logp for t in tables]),
+                             np.concatenate([t.ngram_logp for t in tables]).reshape(len(word), len(kinds)),
+                             np.concatenate([t.n_kept for t in tables])])
+    position = np.arange(len(word))
+
+    def agreement(w: np.ndarray) -> float:
+        # each word's first candidate of highest score, as rescore's argmax takes it
+        order = np.lexsort((position, -(feats @ w), word))
+        first = np.r_[True, word[order][1:] != word[order][:-1]]
+        return float(right[order][first].sum()) / max(len(rows), 1)
+
+    scores = {}
+    for ws in product(*(PHONOTACTIC_WEIGHTS[k] for k in kinds)):
+        for b in KEEP_BONUSES:
+            scores[(tuple(ws), b)] = agreement(np.array([1.0, *ws, b]))
+    best = max(scores, key=lambda wb: (scores[wb], -sum(wb[0]), -abs(wb[1])))
+    return best, scores[best], scores[(tuple(0.0 for _ in kinds), 0.0)]
 
 
 def agrees(rows: Sequence[tuple[str, tuple[bool, ...] | None]],
@@ -537,6 +624,11 @@ def card_markdown(card: dict) -> str:
         tried = ", ".join(f"{w}: {v['high_coverage']} ({v['agreement']})" for w, v in cal["network_weight"]["tried"].items())
         lines += [f"**Network weight** in the mix: {cal['network_weight']['chosen']}, the out-of-fold `high` coverage "
                   f"(and agreement) of each weight tried: {tried}.", ""]
+    if "phonotactics" in card:
+        ph = card["phonotactics"]
+        lines += [f"**Phonotactic rescoring.** {ph['model']}. {ph['rescoring']}; weights {ph['weights']}, keep bonus "
+                  f"{ph['keep_bonus']} ({ph['chosen']}): out-of-fold agreement {ph['out_of_fold_agreement']['rescored']} "
+                  f"(not rescored {ph['out_of_fold_agreement']['not_rescored']}).", ""]
     lines += [
         f"**Held-out test** ({test['words']} words, never used to fit or calibrate): agreement {test['agreement']}, "
         f"`high` agreement {test['high_agreement']}, `high` coverage {test['high_coverage']}.", "",
@@ -566,11 +658,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the sequence networks' initialisation and data order")
     ap.add_argument("--checkpoints", default=str(DEFAULT_CHECKPOINTS),
                     help="folder of the out-of-fold folds' checkpoints (a rerun resumes from them); 'none': keep none")
+    ap.add_argument("--phone-order", type=int, default=ORDERS["phones"],
+                    help="order of the phone n-gram that rescores each word's decisions together; 0: none")
+    ap.add_argument("--letter-order", type=int, default=ORDERS["letters"],
+                    help="order of the n-gram of letters marked kept/dropped that rescores them too; 0: none")
     ap.add_argument("--hunspell", default=str(HUNSPELL_NE),
                     help="hunspell dictionary (PATH.dic + PATH.aff) whose word forms are features; 'none': without")
     args = ap.parse_args(argv)
     if args.net_epochs < 0 or args.net_members < 1 or not 0 <= args.seed < 2**32 - args.net_members:
         ap.error("--net-epochs must be >= 0, --net-members >= 1 and --seed in [0, 2**32 - members)")
+    if not (0 <= args.phone_order <= 12 and 0 <= args.letter_order <= 12):
+        ap.error("--phone-order and --letter-order must be in [0, 12] (0: that n-gram not used)")
+    orders = {k: o for k, o in zip(KINDS, (args.phone_order, args.letter_order)) if o}
     from leakloss.text.hindi import espeak_phonemes
 
     t0 = time.time()
@@ -624,21 +723,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"out-of-fold: {resumed} of {CALIBRATION_FOLDS} folds resumed from checkpoints")
     oof = out_of_fold_logits(fit_words, net_kwargs, checkpoints, **fit_kwargs)
     fit_plans = [plan_word(w) for w, _ in fit_words]
+    ngrams = fold_ngrams(fit_words, orders) if orders else None
     weights = {}
     for weight in (NET_WEIGHTS if net is not None else (0.0,)):
-        preds = predictions_at(fit_plans, oof, weight)
+        tables = candidate_tables(fit_plans, oof, weight, ngrams)
+        rescoring, plain = ((), 0.0), None
+        if ngrams is not None:
+            rescoring, _, plain = choose_rescoring(fit_words, fit_plans, tables, list(orders))
+        preds = decisions(fit_plans, tables, *rescoring)
         correct = agrees(fit_words, preds)
-        weights[weight] = (pick_threshold([p for _, p, _ in preds], correct, HIGH_TARGET), float(np.mean(correct)))
-        (t, acc, cov), agreement = weights[weight]
+        weights[weight] = (pick_threshold([p for _, p, _ in preds], correct, HIGH_TARGET), float(np.mean(correct)),
+                           rescoring, plain)
+        (t, acc, cov), agreement = weights[weight][:2]
         print(f"calibration ({CALIBRATION_FOLDS} folds, {len(fit_words)} words), network weight {weight}: agreement "
-              f"{agreement:.4f}; high >= {t:.4f}: agreement {acc:.4f}, coverage {cov:.3f} ({time.time() - t0:.0f}s)")
+              f"{agreement:.4f}" + ("" if plain is None else f" (not rescored {plain:.4f}; n-gram weights "
+                                    f"{dict(zip(orders, rescoring[0]))}, keep bonus {rescoring[1]})")
+              + f"; high >= {t:.4f}: agreement {acc:.4f}, coverage {cov:.3f} ({time.time() - t0:.0f}s)")
     net_weight = max(weights, key=lambda w: (weights[w][0][2], -w))  # most `high` coverage; the lighter mix on a tie
-    preds = predictions_at(fit_plans, oof, net_weight)
+    (t_high, acc_high, cov_high), _, rescoring, plain = weights[net_weight]
+    preds = decisions(fit_plans, candidate_tables(fit_plans, oof, net_weight, ngrams), *rescoring)
     correct = agrees(fit_words, preds)
     probs = [p for _, p, _ in preds]
-    t_high, acc_high, cov_high = weights[net_weight][0]
+    phonotactics = None
+    if ngrams is not None:
+        final_ngrams = count_ngrams([(p, r) for _, p, r in labelled_plans(fit_words)], orders)
+        phonotactics = Phonotactics(final_ngrams, dict(zip(orders, rescoring[0])), rescoring[1]).to_json()
     if net is not None:
-        model = model_with_net(fit, nets, net_weight)[2]
+        model = model_with_net(fit, nets, net_weight, phonotactics=phonotactics)[2]
+    elif phonotactics is not None:
+        model = RetentionModel(export_trees(clf, n_cat_values, {"high": 1.0, "medium": 0.0}, {}, memory,
+                                            fit.vocabulary, morphology, phonotactics=phonotactics))
     hindi = espeak_phonemes([w for w, _ in fit_words], "hi")
     dels = [deletion_truth(w, ph, h, ref) for (w, ref), (ph, _, _), h in zip(fit_words, preds, hindi)]
     # medium: the lowest threshold at which testable deletions (words >= t) are real contrasts MEDIUM_TARGET
@@ -652,9 +766,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             t_medium = probs[i]
     sel = [i for i in range(len(probs)) if probs[i] >= t_medium]
     d_all = [d for i in sel for d in dels[i]]
+    deletion_precision = round(float(np.mean(d_all)), 4) if d_all else None  # None: no testable deletion at all
     med_cov = len(sel) / len(probs)
     print(f"calibration: medium >= {t_medium:.4f}: high+medium coverage {med_cov:.3f}, "
-          f"deletion precision {np.mean(d_all):.4f} over {len(d_all)} sites")
+          f"deletion precision {deletion_precision} over {len(d_all)} sites")
 
     # Held-out test figures for the card (the benchmark recomputes them through the frontend)
     test_words = [w for w, _ in parts["test"]]
@@ -727,17 +842,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"-7..-6 mod {CALIBRATION_FOLDS}), each predicted by trees (and network) fitted on the other "
                       f"folds; the network's mix weight is the one of {list(NET_WEIGHTS)} with the most `high` "
                       f"coverage there",
-            "word_probability": "product over the word's vowels of max(p, 1 - p)",
+            "word_probability": ("product over the word's vowels of max(p, 1 - p)" if phonotactics is None else
+                                 "the chosen pattern's posterior among the word's candidate patterns (softmax of "
+                                 "their rescored log-scores, leakloss.text.phonotactics)"),
             "high": {"threshold": t_high, "target": HIGH_TARGET, "agreement": round(acc_high, 4),
                      "coverage": round(cov_high, 4)},
             "medium": {"threshold": t_medium, "target_deletion_precision": MEDIUM_TARGET,
                        "coverage_high_or_medium": round(med_cov, 4),
-                       "deletion_precision": round(float(np.mean(d_all)), 4), "deletion_sites": len(d_all)},
+                       "deletion_precision": deletion_precision, "deletion_sites": len(d_all)},
             "agreement": round(float(np.mean(correct)), 4),
             "network_weight": {"chosen": net_weight, "tried": {str(w): {"high_coverage": round(v[0][2], 4),
                                                                         "agreement": round(v[1], 4)}
                                                                 for w, v in weights.items()}},
         },
+        **({"phonotactics": {
+            "model": "n-grams of the fit words' patterns (the lexicon's keep/drop decisions written out by "
+                     "leakloss.text.phonotactics.pattern_tokens), interpolated absolute discounting over Kneser-Ney "
+                     "continuation unigrams, stored as 64-bit hashes with counts: " + "; ".join(
+                         f"{k} order {orders[k]}, {len(m)} n-grams, {len(m.history_keys)} histories"
+                         for k, m in final_ngrams.items()),
+            "rescoring": "a word's candidate patterns (all, or a beam when more than 6 free slots) scored "
+                         "sum log P(slot decision) + sum of weight * log P_ngram(tokens) + keep_bonus * kept vowels",
+            "weights": dict(zip(orders, rescoring[0])), "keep_bonus": rescoring[1],
+            "chosen": f"the most out-of-fold agreement over weights {[PHONOTACTIC_WEIGHTS[k] for k in orders]} x keep "
+                      f"bonuses {list(KEEP_BONUSES)}, each fold's words scored by n-grams counted without them",
+            "out_of_fold_agreement": {"rescored": round(float(np.mean(correct)), 4), "not_rescored": round(plain, 4)},
+        }} if phonotactics is not None else {}),
         "held_out_test": test,
         "export_check_max_abs_diff": diff,
         "trained_with": {"script": "python -m leakloss.text.train_retention", "seconds": round(time.time() - t0),
@@ -746,11 +876,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = {"high": t_high, "medium": t_medium}
     files: dict[str | Path, bytes] = {}
     if net is not None:
-        spec, weights_bytes, _ = model_with_net(fit, nets, net_weight, thresholds, {"see": "retention.card.json"})
+        spec, weights_bytes, _ = model_with_net(fit, nets, net_weight, thresholds, {"see": "retention.card.json"},
+                                                phonotactics)
         files[args.out / NET_FILE] = weights_bytes
     else:
         spec = export_trees(clf, n_cat_values, thresholds, {"see": "retention.card.json"}, memory, fit.vocabulary,
-                            morphology)
+                            morphology, phonotactics=phonotactics)
     files[args.out / "retention.json"] = json.dumps(spec, separators=(",", ":")).encode("utf-8")
     args.out.mkdir(parents=True, exist_ok=True)
     # each file whole or not at all (a reader, or the frontend loading in another process, never sees half a

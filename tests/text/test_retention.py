@@ -263,7 +263,9 @@ def test_word_probability():
 
 def test_shipped_model_is_json_with_a_card():
     spec = json.loads(SHIPPED_MODEL.read_text(encoding="utf-8"))  # JSON, not a pickle
-    assert SHIPPED_MODEL.stat().st_size < 22_000_000  # 11.5 MB of it the dictionary's 721k word-form hashes
+    # 11.5 MB of it the dictionary's 721k word-form hashes, 6.4 MB the phonotactic n-grams' hashes
+    assert SHIPPED_MODEL.stat().st_size < 27_000_000
+    assert set(spec["phonotactics"]["ngrams"]) == {"phones", "letters"}  # decisions rescored word by word
     # contexts, not words: every key leaves the slot's own letter out (one bare *, see context_keys), and
     # each is shared by at least min_count training vowels
     memory = spec["memory"]

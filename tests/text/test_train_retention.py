@@ -1,14 +1,18 @@
+import json
+
 import numpy as np
 import pytest
 
 from leakloss.text.morphology import Morphology
+from leakloss.text.phonotactics import candidates, rescore
 from leakloss.text.retention import (
+    RetentionModel, forced_slots,
     CONTEXTS, VOCABULARY_NAMES, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
     plan_phones, plan_word, slot_features,
 )
 from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
-    CALIBRATION_FOLDS, MEMORY_FOLDS, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
+    CALIBRATION_FOLDS, KEEP_BONUSES, MEMORY_FOLDS, PHONOTACTIC_WEIGHTS, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
     load_fold, memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, run_key, save_fold,
     split_of, stem_consistency,
 )
@@ -133,6 +137,12 @@ def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
     np.testing.assert_array_equal(net_logits(again, [plan])[0], net_logits(net, [plan])[0])
 
 
+def model_state(out):
+    from safetensors.numpy import load_file
+
+    return load_file(out / "retention_net.safetensors")
+
+
 def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
     pytest.importorskip("sklearn")
     lexicon = tmp_path / "lex.tsv"
@@ -160,16 +170,33 @@ def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
     assert len(model.morphology) == 4 and model.morphology.source == "ne"  # बोल् बोलिन घर घरमा
     p = NepaliFrontend(use_builtin_exceptions=False, retention=out / "retention.json").pronounce("सडकमा")
     assert p.source == "model" and all(v.step == "model" for v in p.vowels)
+    # the phone n-gram rescoring is part of the model, and the frontend decides through it
+    ph = model.phonotactics
+    assert {k: m.order for k, m in ph.ngrams.items()} == {"phones": 6, "letters": 3}
+    assert all(ph.weights[k] in PHONOTACTIC_WEIGHTS[k] for k in ph.ngrams) and ph.keep_bonus in KEEP_BONUSES
+    plan = plan_word("सडकमा")
+    want = rescore(candidates(plan, model.predict_plan(plan), ph.ngrams, forced_slots(plan)),
+                   [ph.weights[k] for k in ph.ngrams], ph.keep_bonus)
+    assert p.vowels and [v.kept for v in p.vowels] == list(want.kept) and p.probability == pytest.approx(want.probability)
+    card = json.loads((out / "retention.card.json").read_text(encoding="utf-8"))
+    assert set(card["phonotactics"]["out_of_fold_agreement"]) == {"rescored", "not_rescored"}
+    spec = json.loads((out / "retention.json").read_text(encoding="utf-8"))
+    for bad in ({"weights": {"phones": -1.0, "letters": 0.0}}, {"keep_bonus": float("nan")},
+                {"ngrams": {"phones": {"hash": "md5"}, "letters": {}}}):
+        with pytest.raises(RetentionModelError):
+            RetentionModel(dict(spec, phonotactics=dict(spec["phonotactics"], **bad)), "t.json", model_state(out))
     # weights that are not the ones the JSON was exported with are refused
     (out / "retention_net.safetensors").write_bytes(b"x" + (out / "retention_net.safetensors").read_bytes())
     _load.cache_clear()  # the file changed under the same path
     with pytest.raises(RetentionModelError, match="sha256 differs"):
         load_retention_model(out / "retention.json")
-    # trees alone: no network file is left beside the model
-    assert train_main(args[:-1] + ["0"]) == 0
+    # trees alone: no network file is left beside the model; no rescoring when asked for none
+    assert train_main(args[:-1] + ["0", "--phone-order", "0", "--letter-order", "0"]) == 0
     assert not (out / "retention_net.safetensors").exists()
     _load.cache_clear()
-    assert load_retention_model(out / "retention.json").net is None
+    alone = load_retention_model(out / "retention.json")
+    assert alone.net is None and alone.phonotactics is None
+    assert alone.decide(plan).kept == tuple(bool(v >= 0.5) for v in alone.predict_plan(plan))
 
 
 def test_out_of_fold_folds_are_checkpointed_and_a_rerun_resumes_from_them(tmp_path, monkeypatch):
