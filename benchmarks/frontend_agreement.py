@@ -26,6 +26,10 @@ NepTTS-style check (``deletion_precision``): for held-out words the frontend mar
 contrast when the lexicon pronounces the inherent vowel our ʌ stands for (and espeak hi drops it, which
 is what makes it a site).
 
+Held-out words the model decides are also counted by what the phonotactic rescoring
+(:mod:`leakloss.text.phonotactics`) did to them against the slot-by-slot decisions: ``rescoring_same``,
+``_fixed``, ``_broke``, ``_changed_both_wrong``.
+
     python benchmarks/frontend_agreement.py [--lexicon PATH] [--limit N]
 
 The last line is ``agreement=... high_agreement=... high_coverage=... espeak_ne_agreement=...
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.normalize import TextError
 from leakloss.text.phones import clean_espeak_ipa
+from leakloss.text.retention import forced_slots, plan_phones, plan_word
 from leakloss.text.train_retention import deletion_truth, split_of, stem_consistency, word_groups
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,6 +87,19 @@ def espeak_ne(words: Sequence[str]) -> list[list[str]] | None:
     return [[clean_espeak_ipa(p) for p in line.replace("|", " ").split()] for line in out]
 
 
+def slot_by_slot(fe: NepaliFrontend, pron, ref: tuple[bool, ...] | None, ok: bool) -> str:
+    """What the phonotactic rescoring did to a model-decided word: ``same`` (the slot-by-slot decisions, each
+    slot kept when P(keep) >= 0.5, are the rescored ones), ``fixed`` / ``broke`` the lexicon's pattern, or
+    ``changed_both_wrong``."""
+    plan = plan_word(pron.word)
+    p_keep = fe.retention.predict_plan(plan)
+    kept = [f or bool(p >= 0.5) for f, p in zip(forced_slots(plan), p_keep)]
+    if tuple(kept) == tuple(v.kept for v in pron.vowels):
+        return "same"
+    before_ok = ref is not None and inherent_vowel_pattern(pron.word, plan_phones(plan, kept)) == ref
+    return "fixed" if ok and not before_ok else "broke" if before_ok and not ok else "changed_both_wrong"
+
+
 def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
           espeak: dict[str, list[str]] | None, hindi: dict[str, list[str]] | None = None,
           rules: NepaliFrontend | None = None) -> dict[str, float]:
@@ -90,10 +108,13 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
     by_source: Counter[tuple[str, str]] = Counter()
     groups: Counter[tuple[str, str]] = Counter()
     dels: list[bool] = []
+    rescoring: Counter[str] = Counter()
     for word, ref in rows:
         pron = fe.pronounce(word)
         ours = inherent_vowel_pattern(word, pron.phones)
         ok = ref is not None and ours is not None and ours == ref
+        if rules is not None and pron.source == "model" and fe.retention.phonotactics is not None:
+            rescoring[slot_by_slot(fe, pron, ref, ok)] += 1
         ref_none += ref is None
         our_none += ours is None
         match += ok
@@ -118,6 +139,8 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
         "lexicon_unalignable": ref_none, "ours_unalignable": our_none,
         **{f"share_{s}_{c}": v / n for (s, c), v in sorted(by_source.items())},
     }
+    if rescoring:
+        out.update({f"rescoring_{k}": rescoring[k] for k in ("same", "fixed", "broke", "changed_both_wrong")})
     if hindi is not None:
         out["deletion_sites"] = len(dels)
         out["deletion_precision"] = sum(dels) / max(len(dels), 1)

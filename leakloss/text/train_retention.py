@@ -861,7 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "continuation unigrams, stored as 64-bit hashes with counts: " + "; ".join(
                          f"{k} order {orders[k]}, {len(m)} n-grams, {len(m.history_keys)} histories"
                          for k, m in final_ngrams.items()),
-            "rescoring": "a word's candidate patterns (all, or a beam when more than 6 free slots) scored "
+            "rescoring": "A word's candidate patterns (all, or a beam when more than 6 free slots) scored "
                          "sum log P(slot decision) + sum of weight * log P_ngram(tokens) + keep_bonus * kept vowels",
             "weights": dict(zip(orders, rescoring[0])), "keep_bonus": rescoring[1],
             "chosen": f"the most out-of-fold agreement over weights {[PHONOTACTIC_WEIGHTS[k] for k in orders]} x keep "
