@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["NgramModel", "Phonotactics", "Candidates", "Rescored", "candidates", "rescore", "pattern_tokens", "ORDERS", "DISCOUNT",
+__all__ = ["NgramModel", "Phonotactics", "Candidates", "Rescored", "candidates", "rescore", "pattern_scores", "pattern_tokens", "ORDERS", "DISCOUNT",
            "BEAM", "EXHAUSTIVE_SLOTS", "BOS", "EOS", "KINDS"]
 
 #: The token sequences a pattern is written as (:func:`pattern_tokens`), in the order of every weight vector.
@@ -44,6 +44,13 @@ EXHAUSTIVE_SLOTS = 6  #: words with at most this many free slots have all 2**n p
 BEAM = 32  #: otherwise the likeliest patterns kept by a beam over the slots' own probabilities
 BOS, EOS = "<s>", "</s>"
 _UNSEEN = 0.5  #: pseudo-count of every token in the unigram distribution (an unseen phone is not impossible)
+
+
+def _count(value: object) -> int:
+    """A count read from JSON: a non-negative integer (not a bool, not 1.7, not Infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a count must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _key(tokens: Sequence[str]) -> str:
@@ -168,11 +175,15 @@ class NgramModel:
             keys, counts = _unpack_array(spec["ngrams"], ">u8"), _unpack_array(spec["ngram_counts"], ">u4")
             hkeys = _unpack_array(spec["histories"], ">u8")
             hcounts, htypes = _unpack_array(spec["history_counts"], ">u4"), _unpack_array(spec["history_types"], ">u4")
-            continuation = {str(k): int(v) for k, v in spec["continuation"].items()}
+            continuation = {str(k): _count(v) for k, v in spec["continuation"].items()}
             order, discount = spec["order"], float(spec["discount"])
+            if isinstance(order, bool) or not isinstance(order, int):
+                raise ValueError(f"order must be an integer, got {order!r}")
+            if not continuation:
+                raise ValueError("no continuation counts (an n-gram model of nothing)")
         except RetentionModelError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise RetentionModelError(f"{source}: malformed n-gram table ({type(e).__name__}: {e})") from None
         if len(keys) != len(counts) or not len(hkeys) == len(hcounts) == len(htypes):
             raise RetentionModelError(f"{source}: n-gram keys and counts differ in length")
@@ -181,8 +192,6 @@ class NgramModel:
                 raise RetentionModelError(f"{source}: {name} hashes are not sorted and distinct")
         if (counts == 0).any() or (hcounts == 0).any() or (htypes == 0).any() or (htypes > hcounts).any():
             raise RetentionModelError(f"{source}: n-gram counts must be >= 1 and continuations <= counts")
-        if any(v < 0 for v in continuation.values()):
-            raise RetentionModelError(f"{source}: negative continuation counts")
         model = cls(order, discount, {}, {}, continuation, source)
         model.ngram_keys, model.ngram_counts = keys, counts.astype(np.float64)
         model.history_keys, model.history_counts, model.history_types = (
@@ -210,12 +219,14 @@ def pattern_tokens(plan, kept: Sequence[bool], kind: str) -> list[str]:
 class Candidates(NamedTuple):
     """A word's candidate patterns: ``kept [c, n_slots]`` bool; ``slot_logp [c]``: sum over free slots of the
     log-probability of the candidate's decision; ``ngram_logp [c, k]``: :meth:`NgramModel.log_prob` of its tokens
-    by each of the ``k`` n-gram models given; ``n_kept [c]``: free slots it keeps."""
+    by each of the ``k`` n-gram models given; ``n_kept [c]``: free slots it keeps; ``p_keep``: the slots' own
+    probabilities."""
 
     kept: np.ndarray
     slot_logp: np.ndarray
     ngram_logp: np.ndarray
     n_kept: np.ndarray
+    p_keep: np.ndarray  #: ``[n_slots]`` each slot's own P(keep) (clipped to (0, 1); a forced slot's: 1)
 
 
 class Phonotactics(NamedTuple):
@@ -240,7 +251,7 @@ class Phonotactics(NamedTuple):
             keep_bonus = float(spec["keep_bonus"])
         except RetentionModelError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise RetentionModelError(f"{source}: malformed phonotactics entry ({type(e).__name__}: {e})") from None
         if set(ngrams) != set(weights) or not set(ngrams) <= set(KINDS):
             raise RetentionModelError(f"{source}: phonotactic n-grams {sorted(ngrams)} and weights {sorted(weights)} "
@@ -295,14 +306,25 @@ def candidates(plan, p_keep: np.ndarray, ngrams: Mapping[str, NgramModel] | None
     models = list((ngrams or {}).items())
     ngram_logp = np.asarray([[m.log_prob(pattern_tokens(plan, row, kind)) for kind, m in models] for row in kept],
                             dtype=np.float64).reshape(len(kept), len(models))
-    return Candidates(kept, slot_logp, ngram_logp, choice.sum(axis=1).astype(np.float64))
+    return Candidates(kept, slot_logp, ngram_logp, choice.sum(axis=1).astype(np.float64), np.where(forced_mask, 1.0, p))
+
+
+def pattern_scores(cands: Candidates, weights: Sequence[float], keep_bonus: float) -> np.ndarray:
+    """``[c]`` each candidate's ``slot_logp + ngram_logp @ weights + keep_bonus * n_kept`` (the one place it is
+    summed, so that the training script's vectorised search ranks candidates exactly as :func:`rescore` does)."""
+    return cands.slot_logp + cands.ngram_logp @ np.asarray(weights, dtype=np.float64).reshape(-1) + keep_bonus * cands.n_kept
 
 
 def rescore(cands: Candidates, weights: Sequence[float], keep_bonus: float) -> Rescored:
-    """The pattern of highest ``slot_logp + ngram_logp @ weights + keep_bonus * n_kept``, its posterior (softmax
-    over the candidates) and each slot's posterior ``P(keep)``; ties go to the first candidate."""
-    s = cands.slot_logp + cands.ngram_logp @ np.asarray(weights, dtype=np.float64).reshape(-1) + keep_bonus * cands.n_kept
+    """The pattern of highest :func:`pattern_scores`, its posterior (softmax over the candidates scored) and each
+    slot's posterior ``P(keep)``; ties go to the first candidate. With every weight and the bonus zero the slots are
+    independent and the exact values are returned: each slot's own ``P(keep)``, and the product of the chosen
+    decisions' probabilities (a beam's softmax would leave out the patterns it dropped). With n-grams, a word
+    whose patterns were cut to a beam gets its posterior among the beam's (an upper estimate)."""
+    s = pattern_scores(cands, weights, keep_bonus)
     best = int(np.argmax(s))
+    if keep_bonus == 0.0 and not np.any(np.asarray(weights, dtype=np.float64)):
+        return Rescored(tuple(bool(v) for v in cands.kept[best]), cands.p_keep, float(np.exp(cands.slot_logp[best])))
     post = np.exp(s - s[best])
     post /= post.sum()
     marginal = post @ cands.kept.astype(np.float64)

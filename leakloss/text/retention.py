@@ -730,7 +730,7 @@ class RetentionModel:
         return self.phonotactics.decide(plan, p_keep, forced)
 
     def confidence(self, word_prob: float) -> str:
-        """``high`` / ``medium`` / ``low`` from a word probability (:func:`word_probability`)."""
+        """``high`` / ``medium`` / ``low`` from a word probability (:meth:`decide`'s ``probability``)."""
         if word_prob >= self.thresholds["high"]:
             return "high"
         if word_prob >= self.thresholds["medium"]:

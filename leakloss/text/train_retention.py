@@ -71,7 +71,9 @@ from leakloss.text.retention import (
     RetentionModel, SlotPlan, WordVocabulary, forced_slots, mixed_probability, plan_phones, plan_word,
     slot_features,
 )
-from leakloss.text.phonotactics import KINDS, ORDERS, Candidates, NgramModel, Phonotactics, candidates, pattern_tokens, rescore
+from leakloss.text.phonotactics import (
+    KINDS, ORDERS, Candidates, NgramModel, Phonotactics, candidates, pattern_scores, pattern_tokens, rescore,
+)
 
 if TYPE_CHECKING:
     from leakloss.text.retention_net import RetentionNet
@@ -523,21 +525,21 @@ def choose_rescoring(rows: Sequence[tuple[str, tuple[bool, ...] | None]], plans:
                              for k in table.kept] for (w, ref), plan, table in zip(rows, plans, tables)]).astype(bool)
     sizes = [len(t.kept) for t in tables]
     word = np.repeat(np.arange(len(tables)), sizes)
-    feats = np.column_stack([np.concatenate([t.slot_logp for t in tables]),
-                             np.concatenate([t.ngram_logp for t in tables]).reshape(len(word), len(kinds)),
-                             np.concatenate([t.n_kept for t in tables])])
+    flat = Candidates(np.zeros((len(word), 0), dtype=bool), np.concatenate([t.slot_logp for t in tables]),
+                      np.concatenate([t.ngram_logp for t in tables]).reshape(len(word), len(kinds)),
+                      np.concatenate([t.n_kept for t in tables]), np.zeros(0))
     position = np.arange(len(word))
 
-    def agreement(w: np.ndarray) -> float:
-        # each word's first candidate of highest score, as rescore's argmax takes it
-        order = np.lexsort((position, -(feats @ w), word))
+    def agreement(ws: tuple[float, ...], b: float) -> float:
+        # each word's first candidate of highest score, as rescore's argmax takes it, summed as rescore sums it
+        order = np.lexsort((position, -pattern_scores(flat, ws, b), word))
         first = np.r_[True, word[order][1:] != word[order][:-1]]
         return float(right[order][first].sum()) / max(len(rows), 1)
 
     scores = {}
     for ws in product(*(PHONOTACTIC_WEIGHTS[k] for k in kinds)):
         for b in KEEP_BONUSES:
-            scores[(tuple(ws), b)] = agreement(np.array([1.0, *ws, b]))
+            scores[(tuple(ws), b)] = agreement(tuple(ws), b)
     best = max(scores, key=lambda wb: (scores[wb], -sum(wb[0]), -abs(wb[1])))
     return best, scores[best], scores[(tuple(0.0 for _ in kinds), 0.0)]
 
@@ -842,7 +844,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"-7..-6 mod {CALIBRATION_FOLDS}), each predicted by trees (and network) fitted on the other "
                       f"folds; the network's mix weight is the one of {list(NET_WEIGHTS)} with the most `high` "
                       f"coverage there",
-            "word_probability": ("product over the word's vowels of max(p, 1 - p)" if phonotactics is None else
+            "word_probability": ("product over the word's free vowels (not the forced ones) of max(p, 1 - p)"
+                                 if phonotactics is None else
                                  "the chosen pattern's posterior among the word's candidate patterns (softmax of "
                                  "their rescored log-scores, leakloss.text.phonotactics)"),
             "high": {"threshold": t_high, "target": HIGH_TARGET, "agreement": round(acc_high, 4),

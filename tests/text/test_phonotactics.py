@@ -70,7 +70,9 @@ def test_json_round_trip_and_malformed_tables_are_typed_errors():
     assert len(back) == len(lm) and back.order == 4
     bad = [dict(spec, hash="md5"), dict(spec, ngrams=spec["ngrams"][:-4] + "====", ngram_counts="not base64!"),
            dict(spec, ngram_counts=spec["ngram_counts"][:8]), {k: v for k, v in spec.items() if k != "histories"},
-           dict(spec, order=0), dict(spec, discount=1.5), dict(spec, continuation=[1, 2])]
+           dict(spec, order=0), dict(spec, order=True), dict(spec, order=2.5), dict(spec, discount=1.5),
+           dict(spec, continuation=[1, 2]), dict(spec, continuation={}), dict(spec, continuation={"k": float("inf")}),
+           dict(spec, continuation={"k": 1.7}), dict(spec, continuation={"k": -1})]
     keys = np.frombuffer(__import__("base64").b64decode(spec["ngrams"]), dtype=">u8")
     from leakloss.text.retention import _pack
 
@@ -111,6 +113,10 @@ def test_a_word_with_many_slots_keeps_a_beam_that_holds_the_likeliest_patterns()
     every = sorted((sum(math.log(p[i] if r[i] else 1 - p[i]) for i in range(n)) for r in
                     itertools.product((True, False), repeat=n)), reverse=True)
     assert sorted(c.slot_logp, reverse=True) == pytest.approx(every[:BEAM])
+    # without n-grams the slots are independent: the exact values, not a softmax over the beam alone
+    r = rescore(c, [], 0.0)
+    assert r.kept == tuple(bool(v >= 0.5) for v in p) and r.probability == pytest.approx(word_probability(p), rel=1e-9)
+    np.testing.assert_allclose(r.p_keep, p)
 
 
 @settings(max_examples=60, deadline=None)

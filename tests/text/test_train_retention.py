@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from leakloss.text.morphology import Morphology
-from leakloss.text.phonotactics import candidates, rescore
+from leakloss.text.phonotactics import candidates, pattern_tokens, rescore
 from leakloss.text.retention import (
     RetentionModel, forced_slots,
     CONTEXTS, VOCABULARY_NAMES, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
@@ -12,7 +12,7 @@ from leakloss.text.retention import (
 )
 from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
-    CALIBRATION_FOLDS, KEEP_BONUSES, MEMORY_FOLDS, PHONOTACTIC_WEIGHTS, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
+    CALIBRATION_FOLDS, KEEP_BONUSES, MEMORY_FOLDS, PHONOTACTIC_WEIGHTS, choose_rescoring, count_ngrams, fold_ngrams, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
     load_fold, memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, run_key, save_fold,
     split_of, stem_consistency,
 )
@@ -109,9 +109,38 @@ def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
             np.testing.assert_allclose(logits[i][0], trees, atol=1e-12)
             np.testing.assert_allclose(logits[i][1], net, atol=1e-5)
     # the full fit (which has seen every word) predicts differently somewhere: the folds are really held out
+    full = fit_trees(labelled_plans(rows), **kw).model
+    assert any(not np.allclose(full.plan_logits(plan_word(w))[0], logits[i][0]) for i, (w, _) in enumerate(rows))
+
+
+def test_fold_ngrams_never_count_the_word_they_score():
+    rows = _rows()
+    models = fold_ngrams(rows, {"phones": 3, "letters": 2})
+    labelled = labelled_plans(rows)
+    for (w, _), m in zip(rows, models):
+        own = calibration_fold(w)
+        want = count_ngrams([(p, r) for v, p, r in labelled if calibration_fold(v) != own], {"phones": 3, "letters": 2})
+        plan = plan_word(w)
+        for kind in ("phones", "letters"):
+            toks = pattern_tokens(plan, [True] * len(plan.slots), kind)
+            assert m[kind].log_prob(toks) == want[kind].log_prob(toks)
+
+
+def test_choose_rescoring_takes_the_lightest_setting_that_agrees_most():
+    # two words with one free slot; the slots alone get the first wrong (by 0.5 in log-probability); the n-gram
+    # score favours its lexicon pattern, and so does any keep bonus below -0.5; no rescoring: half agree
+    rows = [("कम", (True, False)), ("घर", (True, False))]
     plans = [plan_word(w) for w, _ in rows]
-    full = predict_words(fit_trees(labelled_plans(rows), **kw).model, [w for w, _ in rows])
-    assert [p for _, p, _ in full] != [p for _, p, _ in predictions_at(plans, logits, 0.0)]
+    tables = []
+    for plan, slot_keep in zip(plans, (0.4, 0.9)):
+        c = candidates(plan, np.array([slot_keep, 0.1]), None, [True, False])
+        # pattern (keep, keep) / (keep, drop): the n-gram prefers dropping the final vowel
+        tables.append(c._replace(ngram_logp=np.where(c.kept[:, 1], -10.0, -1.0)[:, None],
+                                 slot_logp=np.where(c.kept[:, 1], 0.0, -0.5) if slot_keep == 0.4 else c.slot_logp))
+    (weights, bonus), agreement, plain = choose_rescoring(rows, plans, tables, ["phones"])
+    assert plain == 0.5 and agreement == 1.0
+    # a keep bonus of -0.75 fixes it without the n-gram: no weight is lighter, no fixing bonus nearer 0
+    assert weights == (0.0,) and bonus == -0.75
 
 
 def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
