@@ -26,7 +26,7 @@ import numpy as np
 from leakloss.text.normalize import TextError
 
 __all__ = [
-    "AffixRule", "HUNSPELL_NE", "MORPHOLOGY_NAMES", "Morphology", "MorphologyError", "VERB_FLAGS",
+    "AffixRule", "HUNSPELL_NE", "MORPHOLOGY_NAMES", "MORPHOLOGY_UNIT_SIZES", "Morphology", "MorphologyError", "VERB_FLAGS",
     "expand_hunspell", "form_bits", "parse_affixes", "read_dictionary",
 ]
 
@@ -49,6 +49,13 @@ MORPHOLOGY_NAMES: tuple[str, ...] = (
     "morph_right_known", "morph_left_halanta_known", "morph_before_known", "morph_from_known",
     "morph_left_halanta_verb", "morph_left_verb", "morph_left_listed", "morph_right_listed",
 )
+
+#: Categories of :meth:`Morphology.unit_fields`, per unit of a word (the sequence network's morphology inputs):
+#: the whole word's listed / verb / nominal bits (1 + bits); is the spelling up to and including the unit a form
+#: (0 no, 1 yes, 2 yes and a verb form; +1) and the same with a halanta after it (a consonant-final member or a
+#: verb root); is the rest after the unit a form (0: the unit is the last, 1 no, 2 yes); where the unit stands
+#: to the word's verb / nominal affixes (0 no such analysis, 1 before every affix start, 2 at or inside one).
+MORPHOLOGY_UNIT_SIZES: tuple[int, ...] = (9, 4, 4, 3, 3, 3)
 
 _HALANTA = "\u094d"
 
@@ -167,6 +174,12 @@ def _lengths(bits: int, shift: int) -> list[int]:
     return [n for n in range(LENGTH_BITS) if field >> n & 1]
 
 
+def _affix_starts(bits: int, length: int) -> tuple[list[int], list[int]]:
+    """Where a form's verb and nominal affixes start (character offsets in a spelling of ``length`` characters)."""
+    return ([length - n for n in _lengths(bits, VERB_LENGTH_SHIFT)] if bits & VERB else [],
+            [length - n for n in _lengths(bits, NOMINAL_LENGTH_SHIFT)] if bits & NOMINAL else [])
+
+
 class Morphology:
     """Word forms of a hunspell dictionary: sorted blake2b-64 hashes of their spellings, each with a bit field
     (:func:`form_bits`), looked up by binary search (721k forms of ne_NP: 8.7 MB of arrays, not a dict).
@@ -214,6 +227,33 @@ class Morphology:
         found = (self.keys[i] == hashes) & np.asarray([bool(t) for t in texts])
         return np.where(found, self.values[i], 0).astype(np.int64).tolist()
 
+    def unit_fields(self, plan) -> np.ndarray:
+        """``[len(plan.units), len(MORPHOLOGY_UNIT_SIZES)]`` int64 category ids of each unit of a planned word
+        (:data:`MORPHOLOGY_UNIT_SIZES` says what they are): the per-letter view of :meth:`features` that a
+        sequence network reads."""
+        from leakloss.text.retention import spelling_pieces
+
+        pieces = spelling_pieces(plan)
+        whole = "".join(pieces)
+        ends = np.cumsum([len(p) for p in pieces], dtype=np.int64).tolist()
+        found = self.lookup([whole] + [whole[:e] for e in ends] + [whole[:e] + _HALANTA for e in ends]
+                            + [whole[e:] for e in ends])
+        n = len(pieces)
+        word, left, left_halanta, rest = found[0], found[1: 1 + n], found[1 + n: 1 + 2 * n], found[1 + 2 * n:]
+        verb_starts, nominal_starts = _affix_starts(word, len(whole))
+
+        def form(bits: int) -> int:
+            return 1 + int(bits != 0) + int(bool(bits & VERB))
+
+        def place(starts: list[int], end: int) -> int:
+            return 0 if not starts else 2 if min(starts) < end else 1
+
+        out = np.zeros((n, len(MORPHOLOGY_UNIT_SIZES)), dtype=np.int64)
+        for i, end in enumerate(ends):
+            out[i] = (1 + (word & (LISTED | VERB | NOMINAL)), form(left[i]), form(left_halanta[i]),
+                      0 if i == n - 1 else 1 + int(rest[i] != 0), place(verb_starts, end), place(nominal_starts, end))
+        return out
+
     def features(self, plan) -> np.ndarray:
         from leakloss.text.retention import spelling_pieces
 
@@ -226,8 +266,7 @@ class Morphology:
             queries += [whole[: ends[k]], whole[ends[k]:], whole[: ends[k]] + _HALANTA, before, whole[len(before):]]
         found = self.lookup(queries)
         word, word_halanta = found[0], found[1]
-        verb_starts = [len(whole) - n for n in _lengths(word, VERB_LENGTH_SHIFT)] if word & VERB else []
-        nominal_starts = [len(whole) - n for n in _lengths(word, NOMINAL_LENGTH_SHIFT)] if word & NOMINAL else []
+        verb_starts, nominal_starts = _affix_starts(word, len(whole))
         word_row = [int(word != 0), int(bool(word & LISTED)), int(bool(word & VERB)), int(bool(word & NOMINAL)),
                     int(word_halanta != 0), (word >> COUNT_SHIFT) & ((1 << COUNT_BITS) - 1)]
 

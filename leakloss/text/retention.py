@@ -600,7 +600,7 @@ class RetentionModel:
             self.memory = ContextMemory.from_json(spec["memory"])
             self.vocabulary = WordVocabulary.from_json(spec["vocabulary"])
             self.morphology = Morphology.from_json(spec["morphology"])
-            self.net, self.net_weight = _build_net(spec.get("net"), net_state, source)
+            self.net, self.net_weight = _build_net(spec.get("net"), net_state, source, self.morphology)
             #: the n-gram models that rescore a word's patterns together, or None (slot by slot)
             self.phonotactics = None if spec.get("phonotactics") is None else Phonotactics.from_json(
                 spec["phonotactics"], source)
@@ -744,8 +744,9 @@ def mixed_probability(trees: np.ndarray, net: np.ndarray | None, weight: float) 
     return 1.0 / (1.0 + np.exp(-np.asarray(z, dtype=np.float64)))
 
 
-def _build_net(spec: dict | None, state: dict | None, source: str):
-    """The network a model spec names, with ``state``'s weights, and its weight in the mix; (None, 0.0) if none."""
+def _build_net(spec: dict | None, state: dict | None, source: str, morphology: Morphology):
+    """The network a model spec names, with ``state``'s weights reading ``morphology``, and its weight in the
+    mix; (None, 0.0) if none."""
     if spec is None:
         return None, 0.0
     from leakloss.text.retention_net import NetEnsemble, NumpyRetentionNet, field_sizes
@@ -767,7 +768,7 @@ def _build_net(spec: dict | None, state: dict | None, source: str):
             prefix = f"member{i}."
             own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
             nets.append(NumpyRetentionNet(own, spec["sizes"], int(spec["embed"]), int(spec["hidden"]),
-                                          int(spec["layers"])))
+                                          int(spec["layers"]), morphology))
         if set(state) - {f"member{i}.{k}" for i in range(members) for k in nets[i].w}:
             raise ValueError(f"tensors of no member: {sorted(state)[:4]}")
     except ValueError as e:

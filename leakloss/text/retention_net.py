@@ -17,35 +17,44 @@ import numpy as np
 import torch
 from torch import nn
 
+from leakloss.text.morphology import MORPHOLOGY_UNIT_SIZES, Morphology
 from leakloss.text.retention import SlotPlan, _vocabs
 
 __all__ = ["UNIT_FIELDS", "unit_ids", "field_sizes", "batch_ids", "RetentionNet", "net_logits", "expected_shapes",
            "NumpyRetentionNet", "NetEnsemble"]
 
 #: Per unit: consonant, vowel sign, nasal sign, visarga, part (stem / 1st / 2nd / later suffix), compound
-#: boundary, the rules' decision at a slot (0 no slot, 1 drop, 2 keep), the rules' rule name at a slot.
-UNIT_FIELDS = 8
+#: boundary, the rules' decision at a slot (0 no slot, 1 drop, 2 keep), the rules' rule name at a slot; then
+#: the hunspell morphology of the unit (:meth:`leakloss.text.morphology.Morphology.unit_fields`: is the word a
+#: verb / nominal form, is the spelling up to the unit a form, does the unit sit inside a verb / nominal affix).
+UNIT_FIELDS = 8 + len(MORPHOLOGY_UNIT_SIZES)
 
 
 def field_sizes() -> list[int]:
     """How many ids each of the :data:`UNIT_FIELDS` fields takes (its embedding's rows)."""
     cons_v, vow_v, why_v, _, _ = _vocabs()
-    return [max(cons_v.values()) + 1, max(vow_v.values()) + 1, 3, 2, 4, 2, 3, max(why_v.values()) + 1]
+    return [max(cons_v.values()) + 1, max(vow_v.values()) + 1, 3, 2, 4, 2, 3, max(why_v.values()) + 1,
+            *MORPHOLOGY_UNIT_SIZES]
 
 
-def unit_ids(plan: SlotPlan) -> np.ndarray:
-    """``[len(plan.units), UNIT_FIELDS]`` int64 ids of a planned word's units."""
+_NO_FORMS = Morphology({})
+
+
+def unit_ids(plan: SlotPlan, morphology: Morphology | None = None) -> np.ndarray:
+    """``[len(plan.units), UNIT_FIELDS]`` int64 ids of a planned word's units (``morphology``: the word forms the
+    model was trained with; None: none known)."""
     from leakloss.text import g2p
 
     cons_v, vow_v, why_v, _, _ = _vocabs()
     slot_of = {k: s for s, k in enumerate(plan.slots)}
     bounds = set(plan.bounds)
     out = np.zeros((len(plan.units), UNIT_FIELDS), dtype=np.int64)
+    out[:, 8:] = (_NO_FORMS if morphology is None else morphology).unit_fields(plan)
     for part, (_, a, b) in enumerate(plan.parts):
         for i in range(a, b):
             u = plan.units[i]
             s = slot_of.get(i)
-            out[i] = (
+            out[i, :8] = (
                 cons_v.get(u.cons, 1) if u.cons is not None else 1,
                 vow_v.get(u.vowel, 1),
                 0 if not u.nasal else (1 if u.nasal == g2p.ANUSVARA else 2),
@@ -58,9 +67,11 @@ def unit_ids(plan: SlotPlan) -> np.ndarray:
     return out
 
 
-def batch_ids(plans: Sequence[SlotPlan]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Padded ids ``[B, T, UNIT_FIELDS]`` (long), lengths ``[B]`` (long) and the slot mask ``[B, T]`` (bool)."""
-    ids = [unit_ids(p) for p in plans]
+def batch_ids(plans: Sequence[SlotPlan], morphology: Morphology | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded ids ``[B, T, UNIT_FIELDS]`` (long, :func:`unit_ids`), lengths ``[B]`` (long) and the slot mask
+    ``[B, T]`` (bool)."""
+    ids = [unit_ids(p, morphology) for p in plans]
     t = max((len(x) for x in ids), default=1)
     out = np.zeros((len(plans), max(t, 1), UNIT_FIELDS), dtype=np.int64)
     mask = np.zeros((len(plans), max(t, 1)), dtype=bool)
@@ -100,15 +111,17 @@ class RetentionNet(nn.Module):
 
 
 @torch.no_grad()
-def net_logits(net: RetentionNet, plans: Sequence[SlotPlan], batch_size: int = 512) -> list[np.ndarray]:
-    """Per plan, the network's log-odds of keeping each inherent vowel: ``[len(plan.slots)]`` float64."""
+def net_logits(net: RetentionNet, plans: Sequence[SlotPlan], morphology: Morphology | None = None,
+               batch_size: int = 512) -> list[np.ndarray]:
+    """Per plan, the network's log-odds of keeping each inherent vowel: ``[len(plan.slots)]`` float64
+    (``morphology``: the word forms it was trained with)."""
     was_training = net.training
     net.eval()
     out: list[np.ndarray] = []
     try:
         for b in range(0, len(plans), batch_size):
             chunk = plans[b: b + batch_size]
-            ids, lengths, _ = batch_ids(chunk)
+            ids, lengths, _ = batch_ids(chunk, morphology)
             logits = net(ids, lengths).float()
             out += [logits[i, list(p.slots)].double().numpy() for i, p in enumerate(chunk)]
     finally:
@@ -143,11 +156,12 @@ class NumpyRetentionNet:
     frontend 10x slower beside another torch job); numpy's small matrix products do not.
 
     ``state``: the state dict as numpy arrays (``safetensors.numpy.load``); shapes must be those of the
-    architecture (:func:`expected_shapes`), else ``ValueError``.
+    architecture (:func:`expected_shapes`), else ``ValueError``. ``morphology``: the word forms it was trained
+    with (:func:`unit_ids`).
     """
 
     def __init__(self, state: dict[str, np.ndarray], sizes: Sequence[int], embed: int, hidden: int,
-                 layers: int) -> None:
+                 layers: int, morphology: Morphology | None = None) -> None:
         want = expected_shapes(sizes, embed, hidden, layers)
         if set(state) != set(want):
             missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
@@ -157,6 +171,7 @@ class NumpyRetentionNet:
             raise ValueError(f"tensor shapes {bad[:4]}")
         self.sizes = [int(n) for n in sizes]
         self.hidden, self.layers = int(hidden), int(layers)
+        self.morphology = morphology
         self.w = {k: np.asarray(v, dtype=np.float32) for k, v in state.items()}
         if not all(np.isfinite(v).all() for v in self.w.values()):
             raise ValueError("non-finite weights")
@@ -181,7 +196,7 @@ class NumpyRetentionNet:
         :func:`unit_ids`, when the caller has them already)."""
         if not plan.slots:
             return np.zeros(0)
-        ids = unit_ids(plan) if ids is None else ids
+        ids = unit_ids(plan, self.morphology) if ids is None else ids
         x = np.concatenate([self.w[f"embeddings.{i}.weight"][ids[:, i]] for i in range(UNIT_FIELDS)], axis=1)
         for k in range(self.layers):
             x = np.concatenate([self._direction(x, k, ""), self._direction(x, k, "_reverse")], axis=1)
@@ -191,15 +206,17 @@ class NumpyRetentionNet:
 
 
 class NetEnsemble:
-    """Networks whose log-odds are averaged: ``logits(plan) -> [len(plan.slots)]`` float64."""
+    """Networks whose log-odds are averaged: ``logits(plan) -> [len(plan.slots)]`` float64 (the members share
+    the first one's morphology)."""
 
     def __init__(self, members: Sequence[NumpyRetentionNet]) -> None:
         if not members:
             raise ValueError("an ensemble needs at least one network")
         self.members = list(members)
+        self.morphology = self.members[0].morphology
 
     def logits(self, plan: SlotPlan) -> np.ndarray:
         if not plan.slots:
             return np.zeros(0)
-        ids = unit_ids(plan)  # once for all members
+        ids = unit_ids(plan, self.morphology)  # once for all members
         return np.mean([m.logits(plan, ids) for m in self.members], axis=0)

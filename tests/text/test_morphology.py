@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leakloss.text.morphology import (
-    COUNT_BITS, COUNT_SHIFT, HUNSPELL_NE, LISTED, MORPHOLOGY_NAMES, NO_AFFIX, NOMINAL, VERB, Morphology,
+    COUNT_BITS, COUNT_SHIFT, HUNSPELL_NE, LISTED, MORPHOLOGY_NAMES, MORPHOLOGY_UNIT_SIZES, NO_AFFIX, NOMINAL, VERB, Morphology,
     MorphologyError, expand_hunspell, form_bits, parse_affixes,
 )
 from leakloss.text.retention import RetentionModelError, _hash, _pack, plan_word, spelling_pieces
@@ -139,6 +139,54 @@ def test_features_of_known_words(word):
         assert x[0, col["morph_nominal_affix_distance"]] == NO_AFFIX
     if word == "कमल":
         assert (x[:, col["morph_word_known"]] == 0).all()
+
+
+def _naive_unit_fields(forms: dict[str, int], word: str) -> np.ndarray:
+    """:meth:`Morphology.unit_fields` straight from its definition, over spellings."""
+    from leakloss.text.morphology import LENGTH_BITS, NOMINAL_LENGTH_SHIFT, VERB_LENGTH_SHIFT
+
+    pieces = spelling_pieces(plan_word(word))
+    whole = "".join(pieces)
+    b = forms.get(whole, 0)
+
+    def form(t: str) -> int:
+        return 0 if not forms.get(t) else 2 if forms[t] & VERB else 1
+
+    rows = []
+    for i in range(len(pieces)):
+        end = sum(len(p) for p in pieces[: i + 1])
+        place = []
+        for kind, shift in ((VERB, VERB_LENGTH_SHIFT), (NOMINAL, NOMINAL_LENGTH_SHIFT)):
+            starts = [len(whole) - n for n in range(LENGTH_BITS) if b & kind and (b >> (shift + n)) & 1]
+            place.append(0 if not starts else 2 if any(s < end for s in starts) else 1)
+        rows.append([1 + (b & 7), 1 + form(whole[:end]), 1 + form(whole[:end] + H),
+                     0 if end == len(whole) else 1 + int(whole[end:] in forms), *place])
+    return np.asarray(rows, dtype=np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_LETTERS), min_size=1, max_size=9).map("".join))
+def test_unit_fields_match_the_definition_on_any_spelling(word):
+    forms = _forms()
+    try:
+        plan = plan_word(word)
+    except Exception:  # noqa: BLE001 - a spelling the frontend refuses is not the morphology's business
+        return
+    got = Morphology({_hash(f): b for f, b in forms.items()}).unit_fields(plan)
+    assert got.shape == (len(plan.units), len(MORPHOLOGY_UNIT_SIZES)) and got.dtype == np.int64
+    np.testing.assert_array_equal(got, _naive_unit_fields(forms, word))
+    assert ((got >= 0) & (got < np.asarray(MORPHOLOGY_UNIT_SIZES))).all()
+
+
+def test_unit_fields_of_a_verb_form_and_of_an_unknown_word():
+    table = Morphology({_hash(f): b for f, b in _forms().items()})
+    sunina = table.unit_fields(plan_word("सुनिन"))  # सु नि न: सुन् + िन, the affix starts at ि
+    assert (sunina[:, 0] == 1 + VERB).all()
+    assert sunina[:, 4].tolist() == [1, 2, 2] and sunina[:, 5].tolist() == [0, 0, 0]
+    assert sunina[0, 2] == 1  # सु + halanta is no form; सुन् is, but that is the second unit's letter
+    assert sunina[1, 1] == 1 and sunina[:, 3].tolist() == [1, 1, 0]
+    unknown = Morphology({}).unit_fields(plan_word("कमल"))
+    assert unknown.tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]]
 
 
 def test_json_round_trip_holds_hashes_only_and_refuses_bad_tables():

@@ -6,8 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leakloss.text.morphology import LISTED, NOMINAL, VERB, Morphology, form_bits
 from leakloss.text.retention import (
-    FEATURE_SCHEMA, SHIPPED_MODEL, RetentionModel, RetentionModelError, mixed_probability, plan_word,
+    FEATURE_SCHEMA, SHIPPED_MODEL, RetentionModel, RetentionModelError, _hash, mixed_probability, plan_word,
 )
 from leakloss.text.retention_net import (
     UNIT_FIELDS, NumpyRetentionNet, RetentionNet, batch_ids, expected_shapes, field_sizes, net_logits, unit_ids,
@@ -15,6 +16,12 @@ from leakloss.text.retention_net import (
 
 WORDS = ["नेकपा", "बजारको", "घरहरूमा", "रामप्रसाद", "गर्छ", "कमल", "सडकमा", "हुनसक्छ", "उपचार", "सुन्दरता",
          "अक्षरहरू", "काठमाडौँमा", "पानीवाला", "सम्पादकहरूलाई", "आमा", "क"]
+
+
+# a few word forms, so that the morphology fields are not all "unknown"
+FORMS = Morphology({_hash("सडकमा"): form_bits([(NOMINAL, 2)]), _hash("सडक"): form_bits([(LISTED, 0)]),
+                    _hash("गर्छ"): form_bits([(VERB, 2)]), _hash("गर्"): form_bits([(LISTED, 0)]),
+                    _hash("घरहरूमा"): form_bits([(NOMINAL, 5), (NOMINAL, 2)])})
 
 
 def _net(seed: int = 0) -> RetentionNet:
@@ -25,12 +32,21 @@ def _net(seed: int = 0) -> RetentionNet:
 @pytest.mark.parametrize("word", WORDS)
 def test_unit_ids_are_in_range_and_mark_the_slots(word):
     plan = plan_word(word)
-    ids = unit_ids(plan)
+    ids = unit_ids(plan, FORMS)
     assert ids.shape == (len(plan.units), UNIT_FIELDS) and ids.dtype == np.int64
     assert ((ids >= 0) & (ids < np.asarray(field_sizes()))).all()
     decision = ids[:, 6]
     assert [i for i in range(len(plan.units)) if decision[i]] == list(plan.slots)
     assert [bool(decision[k] - 1) for k in plan.slots] == list(plan.rule_kept)
+    np.testing.assert_array_equal(ids[:, 8:], FORMS.unit_fields(plan))
+    np.testing.assert_array_equal(unit_ids(plan)[:, :8], ids[:, :8])  # no dictionary: the spelling fields alike
+
+
+def test_the_network_reads_the_morphology():
+    plan = plan_word("सडकमा")
+    assert (unit_ids(plan, FORMS)[:, 8:] != unit_ids(plan)[:, 8:]).any()
+    net = _net(1)
+    assert not np.allclose(net_logits(net, [plan], FORMS)[0], net_logits(net, [plan])[0])
 
 
 @settings(max_examples=20, deadline=None)
@@ -38,10 +54,10 @@ def test_unit_ids_are_in_range_and_mark_the_slots(word):
 def test_a_word_gets_the_same_logits_alone_and_in_a_padded_batch(picks, seed):
     net = _net(seed)
     plans = [plan_word(w) for w in picks]
-    batched = net_logits(net, plans)
+    batched = net_logits(net, plans, FORMS)
     for plan, got in zip(plans, batched):
         assert got.shape == (len(plan.slots),) and got.dtype == np.float64
-        np.testing.assert_allclose(got, net_logits(net, [plan])[0], atol=1e-5)
+        np.testing.assert_allclose(got, net_logits(net, [plan], FORMS)[0], atol=1e-5)
 
 
 def test_batch_ids_pad_and_mask():
@@ -79,9 +95,9 @@ def test_numpy_forward_matches_torch(picks, seed, layers):
     with torch.no_grad():  # larger weights than the init's: the gates saturate and the check is not trivial
         for p in net.parameters():
             p.mul_(3.0)
-    fast = NumpyRetentionNet(_numpy_state(net), field_sizes(), 6, 8, layers)
+    fast = NumpyRetentionNet(_numpy_state(net), field_sizes(), 6, 8, layers, FORMS)
     plans = [plan_word(w) for w in picks]
-    for plan, want in zip(plans, net_logits(net, plans)):
+    for plan, want in zip(plans, net_logits(net, plans, FORMS)):
         np.testing.assert_allclose(fast.logits(plan), want, rtol=1e-4, atol=1e-4)
 
 
@@ -120,7 +136,8 @@ def test_a_model_with_a_network_needs_fitting_weights(shipped_spec):
     assert model.net is not None and model.net_weight == 0.3 and model.fingerprint
     plan = plan_word("सडकमा")
     trees, n = model.plan_logits(plan)
-    np.testing.assert_allclose(n, net_logits(net, [plan])[0], atol=1e-5)
+    assert model.net.morphology is model.morphology  # the network reads the model's word forms
+    np.testing.assert_allclose(n, net_logits(net, [plan], model.morphology)[0], atol=1e-5)
     np.testing.assert_allclose(model.predict_plan(plan), mixed_probability(trees, n, 0.3))
     with pytest.raises(RetentionModelError, match="weights were not given"):
         RetentionModel(_spec_with_net(shipped_spec, net))

@@ -102,7 +102,7 @@ def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
         others = [r for r in rows if calibration_fold(r[0]) != k]
         train = labelled_plans(others)
         fit = fit_trees(train, vocabulary_words=[w for w, _ in others], **kw)
-        model = model_with_net(fit, fit_nets(train, **net_kw), 0.0)[2]
+        model = model_with_net(fit, fit_nets(train, morphology=fit.morphology, **net_kw), 0.0)[2]
         held = [i for i, (w, _) in enumerate(rows) if calibration_fold(w) == k]
         for i in held:
             trees, net = model.plan_logits(plan_word(rows[i][0]))
@@ -145,25 +145,31 @@ def test_choose_rescoring_takes_the_lightest_setting_that_agrees_most():
 
 def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
     pytest.importorskip("sklearn")
+    from leakloss.text.morphology import NOMINAL, Morphology, form_bits
+    from leakloss.text.retention import _hash
+
+    forms = Morphology({_hash("सडकमा"): form_bits([(NOMINAL, 2)]), _hash("सडक"): form_bits([(NOMINAL, 0)])})
     labelled = labelled_plans(_rows())
-    fit = fit_trees(labelled, max_iter=5, min_samples_leaf=1, memory_min_count=1)
-    net = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
-    other = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=4)
+    fit = fit_trees(labelled, max_iter=5, min_samples_leaf=1, memory_min_count=1, morphology=forms)
+    net = fit_net(labelled, morphology=forms, epochs=2, hidden=8, embed=4, seed=3)
+    other = fit_net(labelled, morphology=forms, epochs=2, hidden=8, embed=4, seed=4)
     plan = plan_word("सडकमा")
     trees = fit.model.plan_logits(plan)[0]
     for weight in (0.0, 0.3, 1.0):
         _, _, model = model_with_net(fit, [net, other], weight)
         t, n = model.plan_logits(plan)
         np.testing.assert_allclose(t, trees)
-        # the members' mean log-odds
-        np.testing.assert_allclose(n, (net_logits(net, [plan])[0] + net_logits(other, [plan])[0]) / 2, atol=1e-5)
+        # the members' mean log-odds, reading the model's word forms
+        np.testing.assert_allclose(n, (net_logits(net, [plan], forms)[0] + net_logits(other, [plan], forms)[0]) / 2,
+                                   atol=1e-5)
         want = 1 / (1 + np.exp(-((1 - weight) * trees + weight * n)))
         np.testing.assert_allclose(model.predict_plan(plan), want)
-    np.testing.assert_array_equal(net_logits(fit_nets(labelled, members=2, epochs=2, hidden=8, embed=4, seed=3)[1], [plan])[0],
-                                  net_logits(other, [plan])[0])  # member i is seed + i
+    members = fit_nets(labelled, morphology=forms, members=2, epochs=2, hidden=8, embed=4, seed=3)
+    np.testing.assert_array_equal(net_logits(members[1], [plan], forms)[0],
+                                  net_logits(other, [plan], forms)[0])  # member i is seed + i
     # the same seed trains the same network
-    again = fit_net(labelled, epochs=2, hidden=8, embed=4, seed=3)
-    np.testing.assert_array_equal(net_logits(again, [plan])[0], net_logits(net, [plan])[0])
+    again = fit_net(labelled, morphology=forms, epochs=2, hidden=8, embed=4, seed=3)
+    np.testing.assert_array_equal(net_logits(again, [plan], forms)[0], net_logits(net, [plan], forms)[0])
 
 
 def model_state(out):
