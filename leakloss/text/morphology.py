@@ -26,8 +26,8 @@ import numpy as np
 from leakloss.text.normalize import TextError
 
 __all__ = [
-    "AffixRule", "HUNSPELL_NE", "MORPHOLOGY_NAMES", "MORPHOLOGY_UNIT_SIZES", "Morphology", "MorphologyError", "VERB_FLAGS",
-    "expand_hunspell", "form_bits", "parse_affixes", "read_dictionary",
+    "AffixRule", "HUNSPELL_NE", "MORPHOLOGY_NAMES", "MORPHOLOGY_UNIT_SIZES", "Morphology", "MorphologyError",
+    "VERB_FLAGS", "expand_hunspell", "form_bits", "parse_affixes", "read_dictionary",
 ]
 
 #: Debian's hunspell-ne (``apt install hunspell-ne``): ``ne_NP.dic`` and ``ne_NP.aff``.
@@ -53,8 +53,9 @@ MORPHOLOGY_NAMES: tuple[str, ...] = (
 #: Categories of :meth:`Morphology.unit_fields`, per unit of a word (the sequence network's morphology inputs):
 #: the whole word's listed / verb / nominal bits (1 + bits); is the spelling up to and including the unit a form
 #: (0 no, 1 yes, 2 yes and a verb form; +1) and the same with a halanta after it (a consonant-final member or a
-#: verb root); is the rest after the unit a form (0: the unit is the last, 1 no, 2 yes); where the unit stands
-#: to the word's verb / nominal affixes (0 no such analysis, 1 before every affix start, 2 at or inside one).
+#: verb root; never a form after a unit that ends in a vowel sign or a halanta already); is the rest after the
+#: unit a form (0: the unit is the last, 1 no, 2 yes); where the unit stands to the word's verb / nominal affixes
+#: (0 no such analysis, 1 before every affix start, 2 at or inside one).
 MORPHOLOGY_UNIT_SIZES: tuple[int, ...] = (9, 4, 4, 3, 3, 3)
 
 _HALANTA = "\u094d"

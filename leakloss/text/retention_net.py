@@ -37,19 +37,16 @@ def field_sizes() -> list[int]:
             *MORPHOLOGY_UNIT_SIZES]
 
 
-_NO_FORMS = Morphology({})
-
-
-def unit_ids(plan: SlotPlan, morphology: Morphology | None = None) -> np.ndarray:
+def unit_ids(plan: SlotPlan, morphology: Morphology) -> np.ndarray:
     """``[len(plan.units), UNIT_FIELDS]`` int64 ids of a planned word's units (``morphology``: the word forms the
-    model was trained with; None: none known)."""
+    model was trained with; ``Morphology({})`` when it knew none)."""
     from leakloss.text import g2p
 
     cons_v, vow_v, why_v, _, _ = _vocabs()
     slot_of = {k: s for s, k in enumerate(plan.slots)}
     bounds = set(plan.bounds)
     out = np.zeros((len(plan.units), UNIT_FIELDS), dtype=np.int64)
-    out[:, 8:] = (_NO_FORMS if morphology is None else morphology).unit_fields(plan)
+    out[:, 8:] = morphology.unit_fields(plan)
     for part, (_, a, b) in enumerate(plan.parts):
         for i in range(a, b):
             u = plan.units[i]
@@ -67,8 +64,7 @@ def unit_ids(plan: SlotPlan, morphology: Morphology | None = None) -> np.ndarray
     return out
 
 
-def batch_ids(plans: Sequence[SlotPlan], morphology: Morphology | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_ids(plans: Sequence[SlotPlan], morphology: Morphology) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Padded ids ``[B, T, UNIT_FIELDS]`` (long, :func:`unit_ids`), lengths ``[B]`` (long) and the slot mask
     ``[B, T]`` (bool)."""
     ids = [unit_ids(p, morphology) for p in plans]
@@ -95,7 +91,7 @@ class RetentionNet(nn.Module):
             raise ValueError(f"{len(sizes)} field sizes for {UNIT_FIELDS} unit fields")
         self.sizes = [int(n) for n in sizes]
         self.embed = int(embed)
-        # small fields (nasal, visarga, part, boundary, decision) need few dimensions
+        # small fields (nasal, visarga, part, boundary, decision, the six morphology fields) need few dimensions
         self.embeddings = nn.ModuleList([nn.Embedding(n, embed if n > 10 else 8) for n in self.sizes])
         width = sum(e.embedding_dim for e in self.embeddings)
         self.lstm = nn.LSTM(width, hidden, num_layers=layers, bidirectional=True, batch_first=True,
@@ -111,7 +107,7 @@ class RetentionNet(nn.Module):
 
 
 @torch.no_grad()
-def net_logits(net: RetentionNet, plans: Sequence[SlotPlan], morphology: Morphology | None = None,
+def net_logits(net: RetentionNet, plans: Sequence[SlotPlan], morphology: Morphology,
                batch_size: int = 512) -> list[np.ndarray]:
     """Per plan, the network's log-odds of keeping each inherent vowel: ``[len(plan.slots)]`` float64
     (``morphology``: the word forms it was trained with)."""
@@ -161,7 +157,7 @@ class NumpyRetentionNet:
     """
 
     def __init__(self, state: dict[str, np.ndarray], sizes: Sequence[int], embed: int, hidden: int,
-                 layers: int, morphology: Morphology | None = None) -> None:
+                 layers: int, morphology: Morphology) -> None:
         want = expected_shapes(sizes, embed, hidden, layers)
         if set(state) != set(want):
             missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
@@ -206,14 +202,16 @@ class NumpyRetentionNet:
 
 
 class NetEnsemble:
-    """Networks whose log-odds are averaged: ``logits(plan) -> [len(plan.slots)]`` float64 (the members share
-    the first one's morphology)."""
+    """Networks whose log-odds are averaged: ``logits(plan) -> [len(plan.slots)]`` float64 (the members read
+    one morphology table: their inputs are computed once)."""
 
     def __init__(self, members: Sequence[NumpyRetentionNet]) -> None:
         if not members:
             raise ValueError("an ensemble needs at least one network")
         self.members = list(members)
         self.morphology = self.members[0].morphology
+        if any(m.morphology is not self.morphology for m in self.members):
+            raise ValueError("the members of an ensemble must read the same morphology table")
 
     def logits(self, plan: SlotPlan) -> np.ndarray:
         if not plan.slots:

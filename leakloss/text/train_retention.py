@@ -15,7 +15,8 @@ never studied on either), ``3 4`` the part the hand-written rules were written o
 
 Confidence thresholds are chosen out of fold (:func:`out_of_fold_logits`): the fit words are cut in
 :data:`CALIBRATION_FOLDS` folds (:func:`calibration_fold`), each predicted by trees fitted on the other
-folds; those predictions of every fit word choose ``high`` and ``medium``. Each fold's trees see 90% of
+folds (and networks, when the model has them); those predictions of every fit word choose ``high`` and
+``medium``. Each fold's trees see 90% of
 the final trees' data, so their confidence is a slightly pessimistic estimate of the final trees'; and
 27.5k out-of-fold words instead of 4.2k calibration words let the ``high`` target sit one standard error above
 the goal (:data:`HIGH_TARGET`), not the wide margin 4.2k words would need.
@@ -312,11 +313,11 @@ def pick_threshold(probs: Sequence[float], correct: Sequence[bool], target: floa
     return float(p[i]), float(acc[i]), float((i + 1) / len(p))
 
 
-def fit_net(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, morphology: Morphology | None = None,
+def fit_net(train: Sequence[tuple[str, SlotPlan, tuple[bool, ...]]], *, morphology: Morphology,
             epochs: int = NET_EPOCHS, seed: int = 0, embed: int = 32, hidden: int = 128, layers: int = 2,
             dropout: float = 0.2, batch_size: int = 256, max_lr: float = 3e-3) -> "RetentionNet":
     """Train the sequence network (:class:`leakloss.text.retention_net.RetentionNet`) on ``train`` (from
-    :func:`labelled_plans`), reading ``morphology``'s word forms (the trees' table; None: none): binary
+    :func:`labelled_plans`), reading ``morphology``'s word forms (the trees' table): binary
     cross-entropy on the inherent-vowel units, AdamW with a one-cycle learning rate, ``epochs`` passes in a
     seeded order. Returns it in eval mode."""
     import torch

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leakloss.text.morphology import (
-    COUNT_BITS, COUNT_SHIFT, HUNSPELL_NE, LISTED, MORPHOLOGY_NAMES, MORPHOLOGY_UNIT_SIZES, NO_AFFIX, NOMINAL, VERB, Morphology,
-    MorphologyError, expand_hunspell, form_bits, parse_affixes,
+    COUNT_BITS, COUNT_SHIFT, HUNSPELL_NE, LISTED, MORPHOLOGY_NAMES, MORPHOLOGY_UNIT_SIZES, NO_AFFIX, NOMINAL, VERB,
+    Morphology, MorphologyError, expand_hunspell, form_bits, parse_affixes,
 )
 from leakloss.text.retention import RetentionModelError, _hash, _pack, plan_word, spelling_pieces
 
@@ -176,6 +176,36 @@ def test_unit_fields_match_the_definition_on_any_spelling(word):
     assert got.shape == (len(plan.units), len(MORPHOLOGY_UNIT_SIZES)) and got.dtype == np.int64
     np.testing.assert_array_equal(got, _naive_unit_fields(forms, word))
     assert ((got >= 0) & (got < np.asarray(MORPHOLOGY_UNIT_SIZES))).all()
+
+
+def _richer_forms() -> dict[str, int]:
+    """The toy pair's forms plus forms with two affixes of a kind and a listed verb form (every field value)."""
+    return {**_forms(), "घरहरूमा": form_bits([(NOMINAL, 5), (NOMINAL, 2)]), "घरहरू": form_bits([(NOMINAL, 3)]),
+            "गर्छ": form_bits([(VERB, 2), (LISTED, 0)]), "गर्": form_bits([(LISTED, 0)]),
+            "कमल": form_bits([(LISTED, 0)]), "कम्": form_bits([(VERB, 0)])}
+
+
+def test_unit_fields_match_the_definition_on_every_form():
+    forms = _richer_forms()
+    table = Morphology({_hash(f): b for f, b in forms.items()})
+    seen = set()
+    for word in forms:
+        try:
+            plan = plan_word(word)
+        except Exception:  # noqa: BLE001 - a spelling the frontend refuses is not the morphology's business
+            continue
+        got = table.unit_fields(plan)
+        np.testing.assert_array_equal(got, _naive_unit_fields(forms, word), err_msg=word)
+        seen |= {(c, v) for row in got.tolist() for c, v in enumerate(row)}
+    # the forms reach every value of every field but the first's (fields 1 and 2 leave 0, the padding id, unused),
+    # so a wrong field cannot hide
+    assert seen >= {(c, v) for c, n in enumerate(MORPHOLOGY_UNIT_SIZES) for v in range(int(c in (1, 2)), n) if c}
+
+
+def test_a_unit_between_two_affix_starts_is_inside():
+    table = Morphology({_hash(f): b for f, b in _richer_forms().items()})
+    # घ र ह रू मा: nominal affixes हरूमा (from ह) and मा; र ends before both, ह at or after the first
+    assert table.unit_fields(plan_word("घरहरूमा"))[:, 5].tolist() == [1, 1, 2, 2, 2]
 
 
 def test_unit_fields_of_a_verb_form_and_of_an_unknown_word():

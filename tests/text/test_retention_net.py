@@ -22,6 +22,7 @@ WORDS = ["नेकपा", "बजारको", "घरहरूमा", "र�
 FORMS = Morphology({_hash("सडकमा"): form_bits([(NOMINAL, 2)]), _hash("सडक"): form_bits([(LISTED, 0)]),
                     _hash("गर्छ"): form_bits([(VERB, 2)]), _hash("गर्"): form_bits([(LISTED, 0)]),
                     _hash("घरहरूमा"): form_bits([(NOMINAL, 5), (NOMINAL, 2)])})
+NO_FORMS = Morphology({})
 
 
 def _net(seed: int = 0) -> RetentionNet:
@@ -39,14 +40,14 @@ def test_unit_ids_are_in_range_and_mark_the_slots(word):
     assert [i for i in range(len(plan.units)) if decision[i]] == list(plan.slots)
     assert [bool(decision[k] - 1) for k in plan.slots] == list(plan.rule_kept)
     np.testing.assert_array_equal(ids[:, 8:], FORMS.unit_fields(plan))
-    np.testing.assert_array_equal(unit_ids(plan)[:, :8], ids[:, :8])  # no dictionary: the spelling fields alike
+    np.testing.assert_array_equal(unit_ids(plan, NO_FORMS)[:, :8], ids[:, :8])  # no dictionary: spelling alike
 
 
 def test_the_network_reads_the_morphology():
     plan = plan_word("सडकमा")
-    assert (unit_ids(plan, FORMS)[:, 8:] != unit_ids(plan)[:, 8:]).any()
+    assert (unit_ids(plan, FORMS)[:, 8:] != unit_ids(plan, NO_FORMS)[:, 8:]).any()
     net = _net(1)
-    assert not np.allclose(net_logits(net, [plan], FORMS)[0], net_logits(net, [plan])[0])
+    assert not np.allclose(net_logits(net, [plan], FORMS)[0], net_logits(net, [plan], NO_FORMS)[0])
 
 
 @settings(max_examples=20, deadline=None)
@@ -62,14 +63,14 @@ def test_a_word_gets_the_same_logits_alone_and_in_a_padded_batch(picks, seed):
 
 def test_batch_ids_pad_and_mask():
     plans = [plan_word("कमल"), plan_word("आमा")]
-    ids, lengths, mask = batch_ids(plans)
+    ids, lengths, mask = batch_ids(plans, FORMS)
     assert ids.shape == (2, 3, UNIT_FIELDS) and lengths.tolist() == [3, 2]
     assert mask.tolist() == [[True, True, True], [False, False, False]]
 
 
 def test_forward_is_float32_and_differentiable():
     net = _net().train()
-    ids, lengths, mask = batch_ids([plan_word(w) for w in WORDS])
+    ids, lengths, mask = batch_ids([plan_word(w) for w in WORDS], FORMS)
     out = net(ids, lengths)
     assert out.shape == mask.shape and out.dtype == torch.float32
     out[mask].sum().backward()
@@ -104,11 +105,21 @@ def test_numpy_forward_matches_torch(picks, seed, layers):
 def test_numpy_net_refuses_weights_of_another_shape():
     state = _numpy_state(_net())
     with pytest.raises(ValueError, match="tensor shapes"):
-        NumpyRetentionNet({**state, "head.0.bias": np.zeros(9, np.float32)}, field_sizes(), 6, 8, 2)
+        NumpyRetentionNet({**state, "head.0.bias": np.zeros(9, np.float32)}, field_sizes(), 6, 8, 2, FORMS)
     with pytest.raises(ValueError, match="missing tensors"):
-        NumpyRetentionNet({k: v for k, v in state.items() if k != "head.2.bias"}, field_sizes(), 6, 8, 2)
+        NumpyRetentionNet({k: v for k, v in state.items() if k != "head.2.bias"}, field_sizes(), 6, 8, 2, FORMS)
     with pytest.raises(ValueError, match="non-finite"):
-        NumpyRetentionNet({**state, "head.2.bias": np.array([np.nan], np.float32)}, field_sizes(), 6, 8, 2)
+        NumpyRetentionNet({**state, "head.2.bias": np.array([np.nan], np.float32)}, field_sizes(), 6, 8, 2, FORMS)
+
+
+def test_an_ensemble_reads_one_morphology_table():
+    from leakloss.text.retention_net import NetEnsemble
+
+    state = _numpy_state(_net())
+    one, same = (NumpyRetentionNet(state, field_sizes(), 6, 8, 2, FORMS) for _ in range(2))
+    assert NetEnsemble([one, same]).morphology is FORMS
+    with pytest.raises(ValueError, match="same morphology"):
+        NetEnsemble([one, NumpyRetentionNet(state, field_sizes(), 6, 8, 2, NO_FORMS)])
 
 
 def test_mixed_probability_is_a_weighted_sum_of_log_odds():

@@ -92,7 +92,12 @@ def test_agrees_compares_kept_vowels_and_never_credits_an_unaligned_entry():
 def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
     pytest.importorskip("sklearn")
     rows = _rows()
-    kw = dict(max_iter=5, min_samples_leaf=1, memory_min_count=1)
+    from leakloss.text.morphology import NOMINAL, Morphology, form_bits
+    from leakloss.text.retention import _hash
+
+    # a table of word forms, so that each fold's networks must be given the fold's table to reproduce
+    forms = Morphology({_hash(w): form_bits([(NOMINAL, 2)]) for w, _ in rows[::2]})
+    kw = dict(max_iter=5, min_samples_leaf=1, memory_min_count=1, morphology=forms)
     net_kw = dict(epochs=1, hidden=8, embed=4, members=2)
     logits = out_of_fold_logits(rows, net_kw, **kw)
     assert len(logits) == len(rows)
