@@ -30,8 +30,8 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["NgramModel", "Phonotactics", "Candidates", "Rescored", "candidates", "rescore", "pattern_scores", "pattern_tokens", "ORDERS", "DISCOUNT",
-           "BEAM", "EXHAUSTIVE_SLOTS", "BOS", "EOS", "KINDS"]
+__all__ = ["NgramModel", "Phonotactics", "Candidates", "Rescored", "candidates", "rescore", "pattern_scores",
+           "pattern_tokens", "ORDERS", "DISCOUNT", "BEAM", "EXHAUSTIVE_SLOTS", "BOS", "EOS", "KINDS"]
 
 #: The token sequences a pattern is written as (:func:`pattern_tokens`), in the order of every weight vector.
 KINDS: tuple[str, ...] = ("phones", "letters")
@@ -93,7 +93,8 @@ class NgramModel:
         self._cache: dict[tuple[tuple[str, ...], str], float] = {}
 
     @classmethod
-    def count(cls, sequences: Iterable[Sequence[str]], order: int = ORDERS["phones"], discount: float = DISCOUNT) -> "NgramModel":
+    def count(cls, sequences: Iterable[Sequence[str]], order: int = ORDERS["phones"],
+              discount: float = DISCOUNT) -> "NgramModel":
         """The model of ``sequences`` (each a word's phones; :data:`EOS` is appended, :data:`BOS` pads the history)."""
         from leakloss.text.retention import _hash
 
@@ -159,7 +160,8 @@ class NgramModel:
 
         return {"hash": VOCABULARY_HASH, "order": self.order, "discount": self.discount,
                 "continuation": dict(sorted(self.continuation.items())),
-                "ngrams": _pack(self.ngram_keys, ">u8"), "ngram_counts": _pack(self.ngram_counts.astype(np.uint64), ">u4"),
+                "ngrams": _pack(self.ngram_keys, ">u8"),
+                "ngram_counts": _pack(self.ngram_counts.astype(np.uint64), ">u4"),
                 "histories": _pack(self.history_keys, ">u8"),
                 "history_counts": _pack(self.history_counts.astype(np.uint64), ">u4"),
                 "history_types": _pack(self.history_types.astype(np.uint64), ">u4")}
@@ -306,13 +308,15 @@ def candidates(plan, p_keep: np.ndarray, ngrams: Mapping[str, NgramModel] | None
     models = list((ngrams or {}).items())
     ngram_logp = np.asarray([[m.log_prob(pattern_tokens(plan, row, kind)) for kind, m in models] for row in kept],
                             dtype=np.float64).reshape(len(kept), len(models))
-    return Candidates(kept, slot_logp, ngram_logp, choice.sum(axis=1).astype(np.float64), np.where(forced_mask, 1.0, p))
+    return Candidates(kept, slot_logp, ngram_logp, choice.sum(axis=1).astype(np.float64),
+                      np.where(forced_mask, 1.0, p))
 
 
 def pattern_scores(cands: Candidates, weights: Sequence[float], keep_bonus: float) -> np.ndarray:
     """``[c]`` each candidate's ``slot_logp + ngram_logp @ weights + keep_bonus * n_kept`` (the one place it is
     summed, so that the training script's vectorised search ranks candidates exactly as :func:`rescore` does)."""
-    return cands.slot_logp + cands.ngram_logp @ np.asarray(weights, dtype=np.float64).reshape(-1) + keep_bonus * cands.n_kept
+    weights = np.asarray(weights, dtype=np.float64).reshape(-1)
+    return cands.slot_logp + cands.ngram_logp @ weights + keep_bonus * cands.n_kept
 
 
 def rescore(cands: Candidates, weights: Sequence[float], keep_bonus: float) -> Rescored:

@@ -180,8 +180,11 @@ class NumpyRetentionNet:
         c = np.zeros(self.hidden, dtype=np.float32)
         out = np.empty((len(x), self.hidden), dtype=np.float32)
         steps = range(len(x) - 1, -1, -1) if sfx else range(len(x))
+        n = self.hidden
         for t in steps:
-            i, f, g, o = np.split(gates_in[t] + h @ w_hh, 4)  # torch's gate order
+            gates = gates_in[t] + h @ w_hh
+            # torch's gate order; plain slices (np.split cost a third of the frontend's time)
+            i, f, g, o = gates[:n], gates[n: 2 * n], gates[2 * n: 3 * n], gates[3 * n:]
             c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
             h = _sigmoid(o) * np.tanh(c)
             out[t] = h

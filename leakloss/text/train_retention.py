@@ -740,16 +740,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         preds = decisions(fit_plans, tables, *rescoring)
         correct = agrees(fit_words, preds)
         weights[weight] = (pick_threshold([p for _, p, _ in preds], correct, HIGH_TARGET), float(np.mean(correct)),
-                           rescoring, plain)
+                           rescoring, plain, preds, correct)
         (t, acc, cov), agreement = weights[weight][:2]
         print(f"calibration ({CALIBRATION_FOLDS} folds, {len(fit_words)} words), network weight {weight}: agreement "
               f"{agreement:.4f}" + ("" if plain is None else f" (not rescored {plain:.4f}; n-gram weights "
                                     f"{dict(zip(orders, rescoring[0]))}, keep bonus {rescoring[1]})")
               + f"; high >= {t:.4f}: agreement {acc:.4f}, coverage {cov:.3f} ({time.time() - t0:.0f}s)")
     net_weight = max(weights, key=lambda w: (weights[w][0][2], -w))  # most `high` coverage; the lighter mix on a tie
-    (t_high, acc_high, cov_high), _, rescoring, plain = weights[net_weight]
-    preds = decisions(fit_plans, candidate_tables(fit_plans, oof, net_weight, ngrams), *rescoring)
-    correct = agrees(fit_words, preds)
+    (t_high, acc_high, cov_high), _, rescoring, plain, preds, correct = weights[net_weight]
     probs = [p for _, p, _ in preds]
     phonotactics = None
     if ngrams is not None:
