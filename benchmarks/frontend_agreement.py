@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this 
 from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.normalize import TextError
 from leakloss.text.phones import clean_espeak_ipa
-from leakloss.text.retention import forced_slots, plan_phones, plan_word
+from leakloss.text.retention import forced_slots, plan_phones, plan_word, slot_by_slot
 from leakloss.text.train_retention import deletion_truth, split_of, stem_consistency, word_groups
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,14 +87,13 @@ def espeak_ne(words: Sequence[str]) -> list[list[str]] | None:
     return [[clean_espeak_ipa(p) for p in line.replace("|", " ").split()] for line in out]
 
 
-def slot_by_slot(fe: NepaliFrontend, pron, ref: tuple[bool, ...] | None, ok: bool) -> str:
-    """What the phonotactic rescoring did to a model-decided word: ``same`` (the slot-by-slot decisions, each
-    slot kept when P(keep) >= 0.5, are the rescored ones), ``fixed`` / ``broke`` the lexicon's pattern, or
-    ``changed_both_wrong``."""
+def rescoring_effect(fe: NepaliFrontend, pron, ref: tuple[bool, ...] | None, ok: bool) -> str:
+    """What the phonotactic rescoring did to a model-decided word: ``same`` (the slot-by-slot decisions,
+    :func:`leakloss.text.retention.slot_by_slot`, are the rescored ones), ``fixed`` / ``broke`` the lexicon's
+    pattern, or ``changed_both_wrong``."""
     plan = plan_word(pron.word)
-    p_keep = fe.retention.predict_plan(plan)
-    kept = [f or bool(p >= 0.5) for f, p in zip(forced_slots(plan), p_keep)]
-    if tuple(kept) == tuple(v.kept for v in pron.vowels):
+    kept = slot_by_slot(fe.retention.predict_plan(plan), forced_slots(plan)).kept
+    if kept == tuple(v.kept for v in pron.vowels):
         return "same"
     before_ok = ref is not None and inherent_vowel_pattern(pron.word, plan_phones(plan, kept)) == ref
     return "fixed" if ok and not before_ok else "broke" if before_ok and not ok else "changed_both_wrong"
@@ -114,7 +113,7 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
         ours = inherent_vowel_pattern(word, pron.phones)
         ok = ref is not None and ours is not None and ours == ref
         if count_rescoring and pron.source == "model" and fe.retention.phonotactics is not None:
-            rescoring[slot_by_slot(fe, pron, ref, ok)] += 1
+            rescoring[rescoring_effect(fe, pron, ref, ok)] += 1
         ref_none += ref is None
         our_none += ours is None
         match += ok

@@ -48,7 +48,7 @@ __all__ = [
     "SlotPlan", "RetentionModel", "RetentionModelError", "plan_word", "slot_features", "FEATURE_NAMES",
     "CATEGORICAL", "SHIPPED_MODEL", "load_retention_model", "word_probability", "ENDINGS", "plan_phones",
     "ContextMemory", "CONTEXTS", "context_keys", "WordVocabulary", "VOCABULARY_NAMES", "VERB_FORMS",
-    "VERB_ROOT_ENDINGS", "spelling_pieces", "mixed_probability", "forced_slots",
+    "VERB_ROOT_ENDINGS", "spelling_pieces", "mixed_probability", "forced_slots", "slot_by_slot",
 ]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "frontend" / "retention.json"
@@ -725,8 +725,7 @@ class RetentionModel:
         if forced.shape != p_keep.shape:
             raise ValueError(f"{len(forced)} forced flags for {len(p_keep)} slots")
         if self.phonotactics is None:
-            return Rescored(tuple(bool(f or p >= 0.5) for f, p in zip(forced, p_keep)),
-                            np.where(forced, 1.0, p_keep), word_probability(p_keep[~forced]))
+            return slot_by_slot(p_keep, forced)
         return self.phonotactics.decide(plan, p_keep, forced)
 
     def confidence(self, word_prob: float) -> str:
@@ -780,6 +779,15 @@ def forced_slots(plan: SlotPlan) -> list[bool]:
     """Per slot: is its vowel always said whatever a model says? An independent अ is a vowel letter, and a written
     nasal sign needs its vowel (a model's "drop" there would be reported but never said, or lose the nasal)."""
     return [plan.units[k].cons is None or bool(plan.units[k].nasal) for k in plan.slots]
+
+
+def slot_by_slot(p_keep: np.ndarray, forced: Sequence[bool]) -> Rescored:
+    """Each slot decided alone: kept when forced or ``P(keep) >= 0.5``; ``p_keep [n_slots]`` as given (a forced
+    slot's: 1); the word's probability the :func:`word_probability` of the free slots."""
+    p_keep = np.asarray(p_keep, dtype=np.float64)
+    forced = np.asarray(forced, dtype=bool)
+    return Rescored(tuple(bool(f or p >= 0.5) for f, p in zip(forced, p_keep)), np.where(forced, 1.0, p_keep),
+                    word_probability(p_keep[~forced]))
 
 
 def word_probability(p_keep: np.ndarray) -> float:

@@ -13,7 +13,7 @@ from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, CONTEXTS, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, UNSEEN_RATE,
     VERB_FORMS, VERB_ROOT_ENDINGS, VOCABULARY_NAMES, ContextMemory, RetentionModel, RetentionModelError,
     WordVocabulary, _suffix_pattern, context_keys, load_retention_model, plan_phones, plan_word, slot_features,
-    spelling_pieces, word_probability,
+    slot_by_slot, spelling_pieces, word_probability,
 )
 
 SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
@@ -357,3 +357,11 @@ def test_a_malformed_tree_table_is_refused_at_load_not_at_the_first_word(name, m
     """These loaded, then failed as IndexError / KeyError when a word was pronounced."""
     with pytest.raises(RetentionModelError, match=name):
         RetentionModel(_mutated(mutate), "m.json")
+
+
+def test_slot_by_slot_keeps_forced_and_likely_vowels_and_multiplies_the_free_ones():
+    d = slot_by_slot(np.array([0.2, 0.7, 0.5, 0.1]), [False, False, False, True])
+    assert d.kept == (False, True, True, True)  # 0.5 keeps, as p >= 0.5 does; the forced slot is kept
+    np.testing.assert_allclose(d.p_keep, [0.2, 0.7, 0.5, 1.0])
+    assert d.probability == pytest.approx(0.8 * 0.7 * 0.5)  # the forced slot is not a decision
+    assert slot_by_slot(np.zeros(0), []).probability == word_probability(np.zeros(0))
