@@ -111,6 +111,34 @@ def sites_in_span(sites: Sequence[TimedSite], span: torch.Tensor, frame_rate: fl
     return kept
 
 
+@contextlib.contextmanager
+def transformer_inputs(model: nn.Module) -> Iterator[dict[str, Any]]:
+    """A dict filled, during the block, with the keyword arguments of ``model.transformer``'s last call (F5's
+    ``CFM.forward`` passes ``x`` (= x_t), ``cond``, ``text``, ``time``, ``drop_text``, ... by keyword only)."""
+    seen: dict[str, Any] = {}
+
+    def grab(_module: nn.Module, _args: tuple, kwargs: dict, _out: torch.Tensor) -> None:
+        seen.update(kwargs)
+
+    handle = model.transformer.register_forward_hook(grab, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def clean_mel_estimate(x_t: torch.Tensor, time: torch.Tensor, pred: torch.Tensor, cond: torch.Tensor,
+                       lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """F5's one-step clean-mel estimate: ``x1_hat = x_t + (1 - t) * pred`` on the infilled span, the ground truth
+    (= ``cond``) elsewhere; ``x_t, pred, cond [b, n, d]``, ``time [b]``, ``lens [b]`` -> ``(x1_hat, span [b, n])``."""
+    seq_len = x_t.shape[1]
+    # CFM zeroes cond exactly on the infilled span; a real log-mel frame is never all-zero, and if one
+    # were it would just get the estimate instead of the ground truth (same frame, no harm)
+    span = (cond == 0).all(dim=-1) & lens_to_mask(lens, length=seq_len)  # [b, n]
+    t = time.reshape(-1, 1, 1).to(pred.dtype)
+    return torch.where(span[..., None], x_t + (1 - t) * pred, cond), span
+
+
 class LeakAwareCFM(CFM):
     """F5's ``CFM`` whose training loss adds ``leak_weight * w(t) * leak_penalty(x1_hat)``.
 
@@ -213,16 +241,8 @@ class LeakAwareCFM(CFM):
         noise_scheduler: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``inp`` ``[b, n, d]`` mel (or ``[b, nw]`` wave), ``text`` list[str] or ``[b, nt]`` -> ``(loss, cond, pred)``."""
-        seen: dict[str, Any] = {}
-
-        def grab(_module: nn.Module, _args: tuple, kwargs: dict, _out: torch.Tensor) -> None:
-            seen.update(kwargs)  # CFM.forward calls the transformer with keyword arguments only
-
-        handle = self.transformer.register_forward_hook(grab, with_kwargs=True)
-        try:
+        with transformer_inputs(self) as seen:
             flow_loss, cond, pred = super().forward(inp, text, lens=lens, noise_scheduler=noise_scheduler)
-        finally:
-            handle.remove()
 
         self.last_flow_loss = flow_loss.detach()
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = None, 0.0, None
@@ -241,11 +261,7 @@ class LeakAwareCFM(CFM):
         batch, seq_len = x_t.shape[:2]
         if lens is None:
             lens = torch.full((batch,), seq_len, device=x_t.device, dtype=torch.long)
-        # CFM zeroes cond exactly on the infilled span; a real log-mel frame is never all-zero, and if one
-        # were it would just get the estimate instead of the ground truth (same frame, no harm)
-        span = (cond == 0).all(dim=-1) & lens_to_mask(lens, length=seq_len)  # [b, n]
-        t = time.reshape(-1, 1, 1).to(pred.dtype)
-        x1_hat = torch.where(span[..., None], x_t + (1 - t) * pred, cond)  # [b, n, d]
+        x1_hat, span = clean_mel_estimate(x_t, time, pred, cond, lens)
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
             penalty, parts = self._leak_penalty(x1_hat.detach() if monitor_only else x1_hat, lens, span, text)

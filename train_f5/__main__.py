@@ -74,9 +74,11 @@ def load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict | None:
     from leakloss.checks import ResumeError, first_line
 
     path = out_dir / f"{CHECKPOINT}.safetensors"
-    if not path.is_file():
+    if not path.is_file() and not (out_dir / "model.safetensors").is_file():
         return None
     try:
+        if not path.is_file():
+            return _load_shipped_model(out_dir, model, ema)
         return _load_checkpoint(out_dir, model, ema, opt)
     except Exception as err:  # safetensors, json and load_state_dict each raise their own kind
         first = first_line(err)[:300]
@@ -100,6 +102,22 @@ def _load_checkpoint(out_dir: Path, model, ema: dict, opt) -> dict:
     else:  # weights only (e.g. a committed checkpoint): the optimizer starts afresh, warm-up included
         meta["fresh_optimizer_at"] = meta["step"]
     return meta
+
+
+def _load_shipped_model(out_dir: Path, model, ema: dict) -> dict:
+    """A shipped model (EMA weights + card, what is committed) as the start of a new run: its weights become both
+    the training weights and the EMA, the optimizer starts afresh (warm-up included), the card's counters and
+    learning curve carry on."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(out_dir / "model.safetensors"))
+    card = json.loads((out_dir / "model.json").read_text(encoding="utf-8"))
+    model.load_state_dict(weights)
+    for k, v in ema.items():
+        v.copy_(weights[k])
+    step = int(card["steps"])
+    return {"step": step, "minutes": float(card["training_minutes"]), "runs": int(card.get("runs", 1)),
+            "curve": list(card.get("learning_curve", [])), "fresh_optimizer_at": step}
 
 
 def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
@@ -145,6 +163,23 @@ def learning_rate(step: int, base: float, warmup_steps: int, warm_from: int = 0,
     return lr
 
 
+def corpus_texts(cfg: DictConfig) -> list[str]:
+    """The phrases the Hindi base reads (``data.*`` and ``seed`` fix them)."""
+    from train_f5.data import DEFAULT_PROMPTS, default_sentences, phrases
+
+    sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
+    return phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
+
+
+def corpus_for(cfg: DictConfig, texts: list[str] | None = None):
+    """The pretraining corpus (synthesised once into ``cache_dir``, then read from there)."""
+    from leakloss.speech.synth import TRAIN_HINDI_VOICES
+    from train_f5.data import build_corpus
+
+    texts = corpus_texts(cfg) if texts is None else texts
+    return build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir, workers=cfg.data.workers)
+
+
 def run(cfg: DictConfig) -> dict:
     with stop_on_signal() as stop:
         return _run(cfg, stop)
@@ -152,8 +187,9 @@ def run(cfg: DictConfig) -> dict:
 
 def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     from leakloss.speech.synth import TRAIN_HINDI_VOICES
-    from train_f5.data import DEFAULT_PROMPTS, build_corpus, default_sentences, pair_batches, phrases
-    from train_f5.evaluate import probe_phone_error_rate
+    from integrations.f5_tts import clean_mel_estimate, transformer_inputs
+    from train_f5.data import pair_batches
+    from train_f5.evaluate import probe_phone_error_rates
 
     torch.set_num_threads(cfg.num_threads)
     device = torch.device(cfg.device)
@@ -165,15 +201,19 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     # before the corpus: a checkpoint that cannot be continued is one error line, not a traceback minutes later
     meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
-    sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
-    texts = phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
+    texts = corpus_texts(cfg)
     texts_sha = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
     if meta.get("texts_sha256", texts_sha) != texts_sha:  # its card would describe a corpus steps 1..n never saw
         from leakloss.checks import ResumeError
 
         raise ResumeError(f"out_dir={out_dir}: its checkpoint was trained on other texts (data.* or seed changed); "
                           "give those settings again, or another out_dir to start afresh")
-    corpus = build_corpus(texts, TRAIN_HINDI_VOICES, cfg.cache_dir)
+    corpus = corpus_for(cfg, texts)
+    content = None
+    if cfg.content.weight > 0:  # CTC on the clean-mel estimate through a frozen recognizer (train_f5.content)
+        from train_f5.content import ContentCTC
+
+        content = ContentCTC.load(cfg.content.recognizer, device=device)
     print(f"corpus: {len(corpus)} readings, {corpus.mels.shape[0] * MEL_HOP / MEL_SAMPLE_RATE / 3600:.2f} h, "
           f"{time.time() - start:.0f}s", flush=True)
     step, done_minutes = meta["step"], meta["minutes"]
@@ -187,6 +227,8 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     def lr_at(s: int) -> float:
         return learning_rate(s, cfg.lr, cfg.warmup_steps, warm_from, cfg.decay_start, cfg.decay_steps, cfg.min_lr)
 
+    curve: list[dict] = list(meta.get("curve", []))
+
     def checkpoint(final: bool) -> dict:
         if final:  # a budget too small for one step: neither a checkpoint nor an untrained model is written
             from leakloss.checks import check_trained
@@ -195,10 +237,15 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
         minutes = done_minutes + (time.time() - run_start) / 60
         info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
                 "loss_recent": round(sum(recent) / max(len(recent), 1), 4), "texts_sha256": texts_sha}
+        probes = probe_phone_error_rates(model, ema, corpus, list(cfg.probe.recognizers), device=device,
+                                         n=cfg.probe.texts)
+        info["probe_per"] = {name: round(per, 4) for name, per in probes.items()}
+        curve.append({"step": step, "minutes": info["minutes"], "device": device.type,
+                      "flow_loss": info["loss_recent"], "probe_per": info["probe_per"]})
+        info["curve"] = curve
         save_checkpoint(out_dir, model, ema, opt, info)
-        probe = probe_phone_error_rate(model, ema, corpus, device=device)
-        info["probe_per"] = round(probe, 4)
-        print(f"checkpoint step {step}: loss {info['loss_recent']:.4f} probe PER {probe:.3f} "
+        pers = " ".join(f"{name} {per:.3f}" for name, per in probes.items())
+        print(f"checkpoint step {step}: loss {info['loss_recent']:.4f} probe PER {pers} "
               f"({minutes:.0f} min in all)", flush=True)
         if final:
             card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model, resolve=True), "parameters": n_params,
@@ -206,20 +253,30 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
                     "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
                                      "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "
                                      "Apache 2.0); test words (train_f5.data.is_test_word) excluded",
-                    "steps": step, "training_minutes": info["minutes"], "probe_per_recognizer_a": info["probe_per"],
-                    "weights": "EMA"}
+                    "steps": step, "training_minutes": info["minutes"], "probe_per": info["probe_per"],
+                    "probe": f"recognizers {list(cfg.probe.recognizers)} on {cfg.probe.texts} syntheses of held-out "
+                             "test-word phrases, against espeak hi's phones",
+                    "content_loss": OmegaConf.to_container(cfg.content, resolve=True),
+                    "runs": info["runs"], "learning_curve": curve, "weights": "EMA"}
             save_model(out_dir, model, ema, card)
         return info
 
-    run_start, last_ckpt, recent = time.time(), time.time(), []
+    run_start, last_ckpt, recent, recent_ctc = time.time(), time.time(), [], []
     model.train()
     info = {}
     while step < cfg.max_steps and (time.time() - run_start) < cfg.max_minutes * 60 and not stop.is_set():
-        mel, lens, text = next(batches)
+        mel, lens, text, phones = next(batches)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg.bf16)):
-            loss, _, _ = model(mel.to(device), text, lens=lens.to(device))
+        lens = lens.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg.bf16)), transformer_inputs(model) as seen:
+            loss, cond, pred = model(mel.to(device), text, lens=lens)
+            flow = loss.detach()
+            if content is not None and not seen.get("drop_text", False):  # no text: no content to teach
+                x1_hat, _ = clean_mel_estimate(seen["x"], seen["time"], pred, cond, lens)
+                ctc, _parts = content(x1_hat.float(), lens, [content.targets(p) for p in phones])
+                loss = loss + cfg.content.weight * (seen["time"].float() ** 2).mean() * ctc
+                recent_ctc = (recent_ctc + [float(ctc.detach())])[-cfg.log_every:]
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)
@@ -232,9 +289,10 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
             state = model.state_dict()
             for k, v in ema.items():
                 v.lerp_(state[k].detach(), 1 - decay)
-        recent = (recent + [loss.item()])[-cfg.log_every:]
+        recent = (recent + [flow.item()])[-cfg.log_every:]
         if step % cfg.log_every == 0:
-            print(f"step {step} loss {sum(recent) / len(recent):.4f} lr {lr_at(step):.2e} "
+            ctc_text = f" ctc {sum(recent_ctc) / len(recent_ctc):.3f}" if recent_ctc else ""
+            print(f"step {step} loss {sum(recent) / len(recent):.4f}{ctc_text} lr {lr_at(step):.2e} "
                   f"{(time.time() - run_start) / 60:.1f} min", flush=True)
         if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
             info = checkpoint(final=False)
@@ -253,8 +311,9 @@ def main(cfg: DictConfig) -> None:
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
     try:  # before the corpus is built: ema_decay=nan exported an all-NaN model, log_every=0 divided by zero
         check_config(cfg, whole={"data.max_texts": 1, "data.max_frames": 1, "log_every": 1, "num_threads": 1,
-                                 "max_steps": 1},
+                                 "max_steps": 1, "data.workers": 1, "probe.texts": 1},
                      numbers={"lr": positive, "min_lr": non_negative, "grad_clip": positive,
+                              "content.weight": non_negative,
                               "ema_decay": (0.0, 1.0, True), "max_minutes": positive,
                               "checkpoint_minutes": positive},
                      folders=("out_dir",), seeds=("seed",))

@@ -33,7 +33,7 @@ from leakloss.text.normalize import TextError
 from leakloss.timing import TimedSite
 from leakloss.vocoder import log_mel
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: each reading's phones stored (content supervision)
 DEFAULT_PROMPTS = Path(shared_path("data/nepali-prompts/prompts.tsv"))
 
 
@@ -72,12 +72,14 @@ def default_sentences(prompts: str | Path | None = DEFAULT_PROMPTS) -> list[str]
 
 @dataclass
 class MelCorpus:
-    """``mels[offsets[i]:offsets[i + 1]]`` is item i's log mel ``[n_i, 100]``; ``texts[i]``, ``voices[i]``."""
+    """``mels[offsets[i]:offsets[i + 1]]`` is item i's log mel ``[n_i, 100]``; ``texts[i]``, ``voices[i]``,
+    ``phones[i]`` (the phones the voice said, cleaned espeak IPA)."""
 
     mels: Tensor  # [N, 100] fp16, all items concatenated
     offsets: Tensor  # [items + 1] long
     texts: list[str]
     voices: list[str]
+    phones: list[list[str]]
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -97,59 +99,95 @@ def corpus_key(texts: Sequence[str], voices: Sequence[Voice], teacher: bool = Fa
     return h.hexdigest()[:16]
 
 
+_WORKER_FRONTEND = None
+
+
+def _init_worker(teacher: bool) -> None:
+    global _WORKER_FRONTEND
+    torch.set_num_threads(1)  # one process per core: threads within each would only contend
+    if teacher:
+        from leakloss.text.g2p import NepaliFrontend
+
+        _WORKER_FRONTEND = NepaliFrontend()
+
+
+def _read_one(job: tuple[str, Voice, bool]) -> tuple[Tensor, list[str]] | None:
+    """One reading as ``(log mel [n, 100] fp16, phones)``; None when it is shorter than 0.1 s."""
+    text, voice, teacher = job
+    reading = teacher_reading(text, voice, _WORKER_FRONTEND) if teacher else speak_text(text, voice)
+    wave = reading.waveform
+    if wave.numel() < SAMPLE_RATE // 10:
+        return None
+    mel = log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0]  # [n, 100]
+    return mel.half(), list(reading.phones)
+
+
 def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str | Path, *,
-                 progress: bool = True, teacher: bool = False) -> MelCorpus:
+                 progress: bool = True, teacher: bool = False, workers: int = 1) -> MelCorpus:
     """Every text read by one voice (round robin), as log mels; cached under ``cache_dir/<key>``. ``teacher``:
     the voices say the Nepali frontend's phones (:func:`teacher_reading`) instead of reading the text with
-    espeak's own rules (the Hindi voices' way)."""
+    espeak's own rules (the Hindi voices' way). ``workers`` > 1 synthesises in that many processes (the
+    result is the same as with one: each reading depends only on its text and voice)."""
     from safetensors.torch import load_file, save_file
     from tqdm.auto import tqdm
 
     folder = Path(cache_dir) / corpus_key(texts, voices, teacher)
     if not (folder / "index.json").is_file():
-        mels, offsets, kept, names = [], [0], [], []
-        frontend = None
-        if teacher:
-            from leakloss.text.g2p import NepaliFrontend
+        jobs = [(text, voices[i % len(voices)], teacher) for i, text in enumerate(texts)]
+        if workers > 1:
+            import multiprocessing
 
-            frontend = NepaliFrontend()
-        for i, text in enumerate(tqdm(texts, desc="espeak corpus", disable=not progress)):
-            voice = voices[i % len(voices)]
-            reading = teacher_reading(text, voice, frontend) if teacher else speak_text(text, voice)
-            wave = reading.waveform
-            if wave.numel() < SAMPLE_RATE // 10:
+            with multiprocessing.get_context("fork").Pool(workers, _init_worker, (teacher,)) as pool:
+                results = list(tqdm(pool.imap(_read_one, jobs, chunksize=16), total=len(jobs),
+                                    desc="espeak corpus", disable=not progress))
+        else:
+            global _WORKER_FRONTEND
+            if teacher:
+                from leakloss.text.g2p import NepaliFrontend
+
+                _WORKER_FRONTEND = NepaliFrontend()
+            results = [_read_one(job) for job in tqdm(jobs, desc="espeak corpus", disable=not progress)]
+        mels, offsets, kept, names, phones = [], [0], [], [], []
+        for (text, voice, _), result in zip(jobs, results):
+            if result is None:
                 continue
-            mel = log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0]  # [n, 100]
-            mels.append(mel.half())
-            offsets.append(offsets[-1] + mel.shape[0])
+            mels.append(result[0])
+            offsets.append(offsets[-1] + result[0].shape[0])
             kept.append(text)
             names.append(voice.name)
+            phones.append(result[1])
         with atomic_directory(folder) as tmp:
             save_file({"mels": torch.cat(mels), "offsets": torch.tensor(offsets)}, str(tmp / "mels.safetensors"))
-            (tmp / "index.json").write_text(json.dumps({"version": CORPUS_VERSION, "texts": kept, "voices": names},
-                                                       ensure_ascii=False), encoding="utf-8")
+            (tmp / "index.json").write_text(json.dumps({"version": CORPUS_VERSION, "texts": kept, "voices": names,
+                                                        "phones": phones}, ensure_ascii=False), encoding="utf-8")
     tensors = load_file(str(folder / "mels.safetensors"))
     index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
-    return MelCorpus(tensors["mels"], tensors["offsets"], index["texts"], index["voices"])
+    return MelCorpus(tensors["mels"], tensors["offsets"], index["texts"], index["voices"], index["phones"])
 
 
 def pair_batches(corpus: MelCorpus, max_frames: int, pair_prob: float, seed: int):
-    """Endless batches ``(mel [b, n, 100], lens [b], texts)`` of about ``max_frames`` frames in all.
+    """Endless batches ``(mel [b, n, 100], lens [b], texts, phones)`` of about ``max_frames`` frames in all.
 
-    With probability ``pair_prob`` an item is two readings by the same voice joined (text "A B"): at
-    inference the prompt is another utterance, so training on joined readings puts that in distribution.
+    With probability ``pair_prob`` an item is two readings by the same voice joined (text "A B", phones of A
+    then B): at inference the prompt is another utterance, so training on joined readings puts that in
+    distribution.
     """
-    for mel, lens, texts, _ in joined_batches(corpus.voices, lambda i: (corpus.mel(i), corpus.texts[i], []),
-                                              max_frames, pair_prob, seed):
-        yield mel, lens, texts
+    yield from joined_batches(corpus.voices, lambda i: (corpus.mel(i), corpus.texts[i], corpus.phones[i]),
+                              max_frames, pair_prob, seed, shift=lambda phone, _offset: phone)
 
 
-def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, str, list[TimedSite]]],
-                   max_frames: int, pair_prob: float, seed: int
-                   ) -> Iterator[tuple[Tensor, Tensor, list[str], list[list[TimedSite]]]]:
+def _shift_site(site: TimedSite, offset: float) -> TimedSite:
+    return replace(site, start=site.start + offset, end=site.end + offset)
+
+
+def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, str, list]],
+                   max_frames: int, pair_prob: float, seed: int,
+                   shift: Callable[[object, float], object] = _shift_site,
+                   ) -> Iterator[tuple[Tensor, Tensor, list[str], list[list]]]:
     """:func:`pair_batches` over items ``i`` read by ``voices[i]``, ``item(i) -> (mel [n, 100], text, sites in
-    seconds)``, each batch item with its sites (a joined item's second reading's sites shifted by the first
-    reading's duration): ``(mel [b, n, 100], lens [b], texts, sites)``."""
+    seconds)``, each batch item with its sites (a joined item's second reading's sites moved by ``shift(site,
+    the first reading's duration)``): ``(mel [b, n, 100], lens [b], texts, sites)``. Any per-reading list can
+    stand in for the sites (e.g. phones, with ``shift`` leaving them as they are)."""
     rng = random.Random(seed)
     n_items = len(voices)
     by_voice: dict[str, list[int]] = {}
@@ -164,7 +202,7 @@ def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, st
             if rng.random() < pair_prob:
                 mel2, text2, sites2 = item(rng.choice(by_voice[voices[i]]))
                 offset = mel.shape[0] * MEL_HOP / MEL_SAMPLE_RATE
-                sites = list(sites) + [replace(s, start=s.start + offset, end=s.end + offset) for s in sites2]
+                sites = list(sites) + [shift(s, offset) for s in sites2]
                 mel, text = torch.cat([mel, mel2]), f"{text} {text2}"
             longest = max(longest, mel.shape[0])
             if items and longest * (len(items) + 1) > max_frames:

@@ -2,9 +2,9 @@
 
 :func:`synthesize` is F5's in-context inference: the prompt's mel and text come first, the model fills in
 the target text's frames (duration from the prompt's frames per character), the embedded Vocos vocodes the
-new part. :func:`probe_phone_error_rate` reads a few held-out-word phrases that way, prompted by a training
-reading of another voice-matched phrase, and returns recognizer A's phone error rate against the phones
-espeak ``hi`` itself says for the target (the Hindi base should read them the Hindi way).
+new part. :func:`probe_phone_error_rates` reads a few held-out test words that way, each prompted by a random training
+reading, and returns each given recognizer's phone error rate against the phones espeak ``hi`` itself says
+for the target (the Hindi base should read them the Hindi way).
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ def _with_weights(model, weights: Mapping[str, Tensor] | None):
     return swap()
 
 
-def probe_phone_error_rate(model, weights: Mapping[str, Tensor] | None, corpus, *, device, n: int = PROBE_TEXTS,
-                           seed: int = 0) -> float:
-    """Recognizer A's phone error rate on ``n`` syntheses of test-word phrases (see the module docstring)."""
+def probe_phone_error_rates(model, weights: Mapping[str, Tensor] | None, corpus, recognizers: list[str], *, device,
+                            n: int = PROBE_TEXTS, seed: int = 0) -> dict[str, float]:
+    """Each recognizer's phone error rate on the same ``n`` syntheses of test-word phrases (see the module
+    docstring): ``{name: PER}``. A recognizer that a content loss trains against hears its own teaching; the
+    others are the independent figures."""
     from leakloss.acoustic.recognizer import Recognizer
     from leakloss.scorer import corpus_phone_error_rate
     from leakloss.speech.corpus import builtin_sentences, split_text_words
@@ -79,15 +81,14 @@ def probe_phone_error_rate(model, weights: Mapping[str, Tensor] | None, corpus, 
     from train_f5.data import is_test_word
 
     rng = random.Random(seed)
-    targets = [w for s in builtin_sentences() for w in split_text_words(s) if is_test_word(w)]
-    targets = sorted(set(targets))[:: max(1, len(set(targets)) // n)][:n]
-    recognizer, vocoder = Recognizer.load("a"), MelToWave.embedded()
+    targets = sorted({w for s in builtin_sentences() for w in split_text_words(s) if is_test_word(w)})
+    targets = targets[:: max(1, len(targets) // n)][:n]
+    vocoder = MelToWave.embedded()
     waves, phones = [], []
     with _with_weights(model, weights):
         model.eval()
         for k, word in enumerate(targets):
             i = rng.randrange(len(corpus))
-            wave = synthesize(model, corpus.mel(i), corpus.texts[i], word, vocoder, seed=seed + k)
-            waves.append(wave)
+            waves.append(synthesize(model, corpus.mel(i), corpus.texts[i], word, vocoder, seed=seed + k))
             phones.append(speak_text(word, HELDOUT_HINDI_VOICE).phones)
-    return corpus_phone_error_rate(recognizer, waves, phones)
+    return {name: corpus_phone_error_rate(Recognizer.load(name), waves, phones) for name in recognizers}

@@ -26,11 +26,14 @@ def test_pair_batches_respect_the_frame_budget_and_join_same_voice_readings():
     lengths = [30, 50, 40, 20]
     mels = torch.cat([torch.full((n, 100), float(i)) for i, n in enumerate(lengths)]).half()
     offsets = torch.tensor([0, 30, 80, 120, 140])
-    corpus = MelCorpus(mels, offsets, ["क", "ख", "ग", "घ"], ["v0", "v1", "v0", "v1"])
+    phones = [["k", "ʌ"], ["kʰ", "ʌ"], ["g", "ʌ"], ["gʱ", "ʌ"]]
+    corpus = MelCorpus(mels, offsets, ["क", "ख", "ग", "घ"], ["v0", "v1", "v0", "v1"], phones)
     batches = pair_batches(corpus, max_frames=200, pair_prob=0.5, seed=0)
     seen_pair = False
     for _ in range(20):
-        mel, lens, texts = next(batches)
+        mel, lens, texts, batch_phones = next(batches)
+        for text, said in zip(texts, batch_phones):  # a joined item says A's phones, then B's
+            assert said == [p for part in text.split() for p in phones["कखगघ".index(part)]]
         assert mel.shape[0] == len(texts) == lens.numel() and mel.shape[0] * mel.shape[1] <= max(200, int(lens.max()))
         for k, text in enumerate(texts):
             parts = text.split()
@@ -111,7 +114,9 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     with pytest.raises(ResumeError, match="trained on other texts"):  # its card would describe another corpus
         run(compose_config("train_f5", other_texts))
     card = json.loads((tmp_path / "out" / "model.json").read_text())
-    assert card["steps"] == 6 and card["parameters"] > 0 and 0 <= card["probe_per_recognizer_a"]
+    assert card["steps"] == 6 and card["parameters"] > 0 and set(card["probe_per"]) == {"a", "b"}
+    assert [point["step"] for point in card["learning_curve"]] == [3, 5, 6]  # the curve carries over resumptions
+    assert all(0 <= per for point in card["learning_curve"] for per in point["probe_per"].values())
     from safetensors.torch import load_file
 
     from train_f5.model import hindi_base_f5
