@@ -461,12 +461,14 @@ def _print_result(result: dict) -> None:
     console.print(f"[bold]{result['status']}[/] {escape(result.get('reason') or '')}", soft_wrap=True)
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    from leakloss.report import reading_words
+
     table = Table("#", "word", "decision", "sites (score, refs)")
-    for w in result["words"]:
+    for w, text in reading_words(result["words"]):
         sites = ", ".join(f"{s['kind']} {s['nepali']}->{s['hindi'] or '∅'} "
                           f"{'-' if s['score'] is None else format(s['score'], '.2f')} ({s['references_used']})"
                           for s in w["sites"])
-        table.add_row(str(w["index"]), escape(w["word"]), f"[{colors.get(w['decision'], '')}]{w['decision']}[/]", sites)
+        table.add_row(str(w["index"]), escape(text), f"[{colors.get(w['decision'], '')}]{w['decision']}[/]", sites)
     console.print(table)
 
 

@@ -46,6 +46,10 @@ class DemoConfig:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
+#: The demo's two systems: the folder of their results and reports -> the name a reader sees (tables, plot, titles).
+SYSTEM_NAMES = {"teacher": "teacher", "hindi_base": "Hindi base"}
+
+
 def _stamp(path: Path, key: str) -> bool:
     f = path / ".stamp"
     return f.exists() and f.read_text() == key
@@ -167,7 +171,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     # the recognizers' weights and the word check's calibrated limits decide results as much as the heads
     recognizers = [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(EMBEDDED_DIR.glob("*/*.safetensors"))]
     limits = [p.read_text(encoding="utf-8") for p in sorted(EMBEDDED_DIR.glob("*/card.json"))]
-    key = _hash("score-v2", items, sorted(p.name for p in heads_dir.glob("*.json")),
+    key = _hash("score-v3", items, sorted(p.name for p in heads_dir.glob("*.json")),
                 [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(heads_dir.glob("*.safetensors"))],
                 recognizers, limits)
     if all(_stamp(d, key) for d in dirs.values()):
@@ -182,7 +186,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     for system, role in (("teacher", "teacher"), ("hindi_base", "hindi")):
         for item in items:
             result = scorer.score(item[role], item["text"], [item["ref1"], item["ref2"]])
-            result["system"], result["sentence_id"] = system, item["sentence_id"]
+            result["system"], result["sentence_id"] = SYSTEM_NAMES[system], item["sentence_id"]
             key_word = keys.get(item["text"])
             for w in result["words"]:
                 w["key"] = key_word is not None and w["word"] == key_word
@@ -190,7 +194,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
                 for w in result["words"]:  # no listed key word with a site: every tested word counts
                     w.pop("key", None)
             write_text_atomic(dirs[system] / f"{item['sentence_id']}.json", json.dumps(result, ensure_ascii=False, indent=1))
-            html = render_report(result, load_audio(item[role])[0], title=f"{system} · {item['sentence_id']}")
+            html = render_report(result, load_audio(item[role])[0], title=f"{SYSTEM_NAMES[system]} · {item['sentence_id']}")
             write_report(cfg.out / "reports" / system / f"{item['sentence_id']}.html", html)
     for d in dirs.values():
         _set_stamp(d, key)
@@ -200,7 +204,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
 def _compare(cfg: DemoConfig, dirs: dict[str, Path]) -> dict:
     from leakloss.eval.compare import compare_results, write_comparison
 
-    result = compare_results(dirs)
+    result = compare_results({SYSTEM_NAMES[folder]: path for folder, path in dirs.items()})
     write_comparison(result, cfg.out / "comparison")
     console.print("[bold]4. comparison[/] (key words flagged, scored readings)")
     console.print((cfg.out / "comparison" / "comparison.md").read_text(encoding="utf-8"))
@@ -298,7 +302,7 @@ def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path 
     for system in ("hindi_base", "teacher"):
         for item in items:
             entries.append({"kind": "link", "title": None, "href": f"reports/{system}/{item['sentence_id']}.html",
-                            "text": f"{system} · {item['sentence_id']} · {item['text']}"})
+                            "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"})
     path = cfg.out / "index.html"
     write_report(path, render_index(entries, "leakloss demo"))
     return path

@@ -30,9 +30,10 @@ from leakloss.atomic import write_text_atomic
 from leakloss.audio import AudioError, audio_to_wav_bytes
 from leakloss.constants import SAMPLE_RATE
 from leakloss.schema import DECISIONS, TESTED, validate_result
-from leakloss.text.normalize import visible
+from leakloss.text.normalize import punctuation_side, visible
 
 __all__ = [
+    "reading_words",
     "CLIP_PAD_S",
     "BOUNDARY_TOLERANCE_S",
     "render_report",
@@ -182,6 +183,33 @@ def _sites_cell(sites: Sequence[Mapping]) -> str:
     return f'<table class="sites">{"".join(rows)}</table>'
 
 
+def reading_words(words: Sequence[Mapping]) -> list[tuple[Mapping, str]]:
+    """A result's words as a reader sees them: ``(word entry, its text with the punctuation around it)``.
+
+    The scorer keeps punctuation and symbols as entries of their own (``not_tested``, no sites; their index is
+    their place in the text). Shown as words, ``?`` became a row, a chip and one more of "N words"; here an
+    opening mark joins the word after it and any other the word before it (:func:`punctuation_side`). A text of
+    punctuation only keeps its entries.
+    """
+    ordered = sorted(words, key=lambda w: w["index"])
+    out: list[list] = []
+    opening = ""  # marks waiting for the next word
+    for w in ordered:
+        side = punctuation_side(w["word"]) if w["decision"] == "not_tested" and not w["sites"] else None
+        if side is None:
+            out.append([w, opening + w["word"]])
+            opening = ""
+        elif side == "previous" and out and not opening:
+            out[-1][1] += w["word"]
+        else:  # an opening mark, or a closing one before any word
+            opening += w["word"]
+    if not out:
+        return [(w, w["word"]) for w in ordered]
+    if opening:
+        out[-1][1] += opening
+    return [(w, text) for w, text in out]
+
+
 def _summary(words: Sequence[Mapping]) -> str:
     counts = Counter(w["decision"] for w in words)
     tested = sum(counts[d] for d in TESTED)
@@ -216,7 +244,8 @@ def render_report(
     """
     result = validate_result(result)
     wave, sample_rate = _check_wave(query_wave, sample_rate)
-    words = sorted(result["words"], key=lambda w: w["index"])
+    shown = reading_words(result["words"])
+    words = [w for w, _ in shown]
     page_title = title if title is not None else f"leakloss: {Path(result['query']).name}"
 
     head = [f"<h1>{_e(page_title)}</h1>"]
@@ -243,8 +272,8 @@ def render_report(
 
     chips = "".join(
         '<span style="color:{0};background:{1};border-color:{0}" title="{2}">{3}</span>'.format(
-            *_COLOURS[w["decision"]], _e(w["decision"]), _e(w["word"]))
-        for w in words
+            *_COLOURS[w["decision"]], _e(w["decision"]), _e(text))
+        for w, text in shown
     )
     head.append(f'<p class="chips" lang="ne">{chips}</p>')
     head.append(f'<p class="meta">{_e(_summary(words))}</p>')
@@ -258,7 +287,7 @@ def render_report(
                     f"{_player(uri, 'whole sentence')}</p>")
 
     rows = []
-    for w in words:
+    for w, text in shown:
         where = f"word {w['index']} ({w['word']})"
         if w["start"] is None:
             span = '<span class="meta">not aligned</span>'
@@ -278,7 +307,7 @@ def render_report(
                     raise ValueError(f"{where}: cannot embed the clip: {exc}") from exc
         key = '<span class="key">key</span>' if w.get("key") else ""
         rows.append(
-            f'<tr><td class="num">{w["index"]}</td><td lang="ne">{_e(w["word"])}{key}</td>'
+            f'<tr><td class="num">{w["index"]}</td><td lang="ne">{_e(text)}{key}</td>'
             f"<td>{_decision_chip(w['decision'])}</td><td class=\"num\">{span}</td>"
             f"<td>{_sites_cell(w['sites'])}</td><td>{listen}</td></tr>"
         )

@@ -46,7 +46,7 @@ def test_demo_writes_every_artefact_and_separates_the_systems(demo_run):
     reports = list((out / "reports").rglob("*.html"))
     assert len(reports) == 8
     systems = result["comparison"]["systems"]
-    assert systems["hindi_base"]["key_flagged"]["count"] >= systems["teacher"]["key_flagged"]["count"]
+    assert systems["Hindi base"]["key_flagged"]["count"] >= systems["teacher"]["key_flagged"]["count"]
 
 
 @needs_embedded
@@ -97,3 +97,26 @@ def test_a_rerun_with_other_f5_steps_starts_the_fine_tune_stage_afresh(demo_run)
     for name in ("with_penalty", "without_penalty"):
         flow = read_leak_curve(out / "finetune" / name / "leak_curves.csv", "loss/flow")
         assert flow and max(step for step, _ in flow) == 8, name  # 8 new updates, not the old 20
+
+
+def test_the_demo_shows_its_systems_by_name_never_by_folder(tmp_path):
+    """The comparison, its plot and the index said "hindi_base" (the folder's name) to readers."""
+    from leakloss.demo import SYSTEM_NAMES, DemoConfig, _compare, _index
+
+    result = {"query": "s1.wav", "text": "आज नेकपा आए", "status": "scored", "sentence_id": "s1", "references": ["r.wav"],
+              "words": [{"index": 0, "word": "नेकपा", "start": 0.1, "end": 0.4, "decision": "flagged", "key": True,
+                         "sites": [{"kind": "deletion", "nepali": "ʌ", "hindi": None, "score": 0.9,
+                                    "decision": "flagged", "references_used": 2}]}]}
+    dirs = {}
+    for folder in SYSTEM_NAMES:
+        dirs[folder] = tmp_path / "results" / folder
+        dirs[folder].mkdir(parents=True)
+        (dirs[folder] / "s1.json").write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
+    cfg = DemoConfig(out=tmp_path, progress=False)
+    comparison = _compare(cfg, dirs)
+    assert sorted(comparison["systems"]) == ["Hindi base", "teacher"]
+    md = (tmp_path / "comparison" / "comparison.md").read_text(encoding="utf-8")
+    assert "| Hindi base |" in md and "hindi_base" not in md
+    index = _index(cfg, [], comparison, None, [{"sentence_id": "s1", "text": "आज नेकपा आए"}]).read_text(encoding="utf-8")
+    shown = re.sub(r'(href|src)="[^"]*"', "", index)  # links may name the folders; the text may not
+    assert "Hindi base · s1" in shown and "hindi_base" not in shown

@@ -474,3 +474,32 @@ def test_unscored_reading_is_a_valid_result_and_says_why():
     r["status"], r["reason"] = "unscored", "every reference rejected: r1.wav: word check: CER 0.40"
     assert validate_result(r)["status"] == "unscored"
     assert "every reference rejected" in render_report(r, sine())
+
+
+def test_punctuation_is_attached_to_words_never_a_word_of_its_own():
+    """The scorer keeps "?" and the danda as entries of their own: the page showed them as words (a row, a chip,
+    and one more of "N words")."""
+    from leakloss.report import reading_words
+
+    result = make_result()
+    result["text"] = "आज नेकपा र अरू दलका आए?"
+    punct = {"start": None, "end": None, "decision": "not_tested", "sites": []}
+    result["words"][1:1] = [{"index": 1, "word": ",", **punct}]
+    result["words"].insert(0, {"index": 0, "word": "“", **punct})
+    for k, w in enumerate(result["words"]):
+        w["index"] = k
+    result["words"].append({"index": len(result["words"]), "word": "?", **punct})
+    result["words"].append({"index": len(result["words"]), "word": "।", **punct})
+    shown = [text for _, text in reading_words(result["words"])]
+    assert shown == ["“आज,", "नेकपा", "र", "अरू", "दलका", "आए?।"]
+    page = render_report(result, sine())
+    cells = re.findall(r'<td lang="ne">(.*?)</td>', page)
+    assert [re.sub(r"<span class=\"key\">key</span>", "", c) for c in cells] == shown
+    assert "6 words" in page and ">?<" not in page and ">।<" not in page
+
+
+def test_a_text_of_punctuation_only_keeps_its_entries():
+    from leakloss.report import reading_words
+
+    words = [{"index": 0, "word": "?", "start": None, "end": None, "decision": "not_tested", "sites": []}]
+    assert [text for _, text in reading_words(words)] == ["?"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "TextError", "TextTooLongError", "WordToken", "normalize_devanagari", "split_words", "is_devanagari_letter",
-    "MAX_WORD_CHARS", "MAX_TEXT_CHARS", "check_text_length",
+    "MAX_WORD_CHARS", "MAX_TEXT_CHARS", "check_text_length", "punctuation_side",
 ]
 
 
@@ -201,6 +201,19 @@ def split_words(text: str) -> list[WordToken]:
                 reason = _classify(chunk)
             out.append(WordToken(len(out), chunk, reason))
     return out
+
+
+def punctuation_side(token: str) -> str | None:
+    """Which word a token of punctuation and symbols only belongs to when a text is shown as words.
+
+    ``"next"`` for opening marks only (``( [ “ ‘ «``: Unicode Ps / Pi), ``"previous"`` for any other such token
+    (``? । , ” ! %``...); ``None`` for a token that is not all punctuation and symbols (a word, digits, a control
+    character: shown as it is).
+    """
+    classes = {_char_class(c) for c in token}
+    if not token or not classes <= {"punct", "symbol"}:
+        return None
+    return "next" if all(unicodedata.category(c) in ("Ps", "Pi") for c in token) else "previous"
 
 
 def _split_punct(item: str) -> list[str]:

@@ -328,3 +328,26 @@ def test_not_tested_words_of_readings_without_key_words_are_counted_beside_the_r
     s = compare_results({"a": write_dir(tmp_path / "a", results)})["systems"]["a"]
     assert s["key_flagged"]["text"] == "6 of 6 (100.0%)"  # नेकपा and आए of each reading; आज is not tested
     assert s["decisions"]["not_tested"] == 3
+
+
+def test_plot_labels_never_overlap_the_title(tmp_path):
+    """A system flagged on (nearly) every key word has its whisker at 100%: the count label above it sat on the
+    title (the demo's Hindi base, 17 of 18)."""
+    from leakloss.eval.compare import _plot_figure
+
+    folders = {"teacher": write_dir(tmp_path / "t", [reading("no_change", f"s{i}") for i in range(18)]),
+               "Hindi base": write_dir(tmp_path / "h", [reading("flagged", f"s{i}") for i in range(17)]
+                                       + [reading("no_change", "s17")]),
+               "all": write_dir(tmp_path / "a", [reading("flagged", f"s{i}") for i in range(18)])}
+    fig = _plot_figure(compare_results(folders))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    title = ax.title.get_window_extent(renderer)
+    labels = [t for t in ax.texts if " of " in t.get_text()]
+    assert len(labels) == 3
+    figure_box = fig.bbox
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        assert not box.overlaps(title), label.get_text()
+        assert figure_box.contains(box.x0, box.y0) and figure_box.contains(box.x1, box.y1), label.get_text()

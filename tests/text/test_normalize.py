@@ -116,3 +116,12 @@ def test_a_run_of_colons_after_a_letter_is_one_visarga_in_a_few_passes(monkeypat
 def test_control_characters_are_their_own_unread_entry_not_punctuation(text, tokens):
     # they were "punctuation": an invisible word the scorer never warned about
     assert [(t.text, t.skipped) for t in split_words(text)] == tokens
+
+
+@pytest.mark.parametrize("token, side", [("?", "previous"), ("।", "previous"), (",", "previous"), ("”", "previous"),
+                                         ("%", "previous"), ("“", "next"), ("(", "next"), ("«", "next"),
+                                         ("नेकपा", None), ("१२", None), ("\x07", None), ("", None), ("a?", None)])
+def test_punctuation_side(token, side):
+    from leakloss.text.normalize import punctuation_side
+
+    assert punctuation_side(token) == side
