@@ -52,9 +52,9 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 
 
 def save_checkpoint(out_dir: Path, model, ema: dict, opt, meta: dict) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    from leakloss.atomic import write_text_atomic
+    from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors |= {f"ema.{k}": v.detach().cpu().contiguous() for k, v in ema.items()}
@@ -62,9 +62,7 @@ def save_checkpoint(out_dir: Path, model, ema: dict, opt, meta: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     # weights and optimizer apart: the weights (small) can be committed and resumed with a fresh optimizer
     for name, part in ((CHECKPOINT, tensors), (OPTIMIZER, {k: v.cpu() for k, v in optim.items()})):
-        tmp = out_dir / f".{name}.safetensors.tmp"
-        save_file(part, str(tmp))
-        tmp.replace(out_dir / f"{name}.safetensors")
+        write_bytes_atomic(out_dir / f"{name}.safetensors", save(part))
     write_text_atomic(out_dir / f"{CHECKPOINT}.json", json.dumps(meta | {"optimizer": optim_meta}, indent=1))
 
 
@@ -121,18 +119,16 @@ def _load_shipped_model(out_dir: Path, model, ema: dict) -> dict:
 
 
 def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    from leakloss.atomic import write_text_atomic
+    from leakloss.atomic import write_bytes_atomic, write_text_atomic
     from leakloss.checks import nonfinite_tensors
 
     state = {k: (ema[k] if k in ema else v).detach().cpu().contiguous() for k, v in model.state_dict().items()}
     bad = nonfinite_tensors(state)
     if bad:  # ema_decay=nan made every EMA weight NaN, and it was exported with exit 0
         raise FloatingPointError(f"{out_dir}: weights {', '.join(bad[:3])} hold NaN/Inf: not saved")
-    tmp = out_dir / ".model.safetensors.tmp"
-    save_file(state, str(tmp))
-    tmp.replace(out_dir / "model.safetensors")
+    write_bytes_atomic(out_dir / "model.safetensors", save(state))
     write_text_atomic(out_dir / "model.json", json.dumps(card, ensure_ascii=False, indent=1))
 
 

@@ -22,12 +22,19 @@ if [ -d .whl ] && [ -z "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then  # packages the devi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
-# f5_tts.model's package imports its trainer, which imports wandb at the top; pretraining never calls it, and wandb
-# with its dependencies does not fit in the device's 64 MiB working tree: an empty module stands in for it there.
-if ! python3 -c "import wandb" 2>/dev/null; then
-  mkdir -p "$WORK/stub/wandb" && : > "$WORK/stub/wandb/__init__.py"
-  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$WORK/stub"
-fi
+# f5_tts.model's package imports its trainer, which imports wandb at the top, and its utils import rjieba and
+# pypinyin (Chinese text); pretraining calls none of them, and wandb with its dependencies does not fit in the
+# device's 64 MiB working tree: modules that raise when used stand in for them (here too, so a smoke run tests this).
+for module in wandb rjieba pypinyin; do
+  mkdir -p "$WORK/stub/$module"
+  cat > "$WORK/stub/$module/__init__.py" <<'STUB'
+def __getattr__(name):
+    def unavailable(*args, **kwargs):
+        raise RuntimeError(f"{__name__}.{name}: a stand-in of train_f5/device_pretrain.sh, not the package")
+    return unavailable
+STUB
+done
+export PYTHONPATH="$WORK/stub${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 PY=${PY:-python3}
 
@@ -36,6 +43,7 @@ if [ -n "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then
     data.max_texts=16 data.max_frames=600 data.workers=2 device=cpu bf16=false num_threads=1 probe.texts=2
     checkpoint_minutes=0.2 log_every=2 warmup_steps=2"
   BUDGET_S=${BUDGET_S_SMOKE:-120}
+  START_DIR=${SMOKE_START_DIR:-/nonexistent}  # the tiny model cannot start from the shipped one
 else
   COMMON="data.workers=16 device=cuda bf16=true num_threads=4 data.max_frames=40000 lr=7.5e-4 warmup_steps=300
     probe.texts=16 checkpoint_minutes=1.5 log_every=100"

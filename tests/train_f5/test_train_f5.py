@@ -113,9 +113,14 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     other_texts = [o if o != "data.max_texts=12" else "data.max_texts=13" for o in overrides]
     with pytest.raises(ResumeError, match="trained on other texts"):  # its card would describe another corpus
         run(compose_config("train_f5", other_texts))
+    for name in ("checkpoint.safetensors", "checkpoint.json"):  # what is committed: the EMA model and its card
+        (tmp_path / "out" / name).unlink()
+    fourth = run(compose_config("train_f5", overrides[:-5] + ["max_steps=7"] + overrides[-4:]))
+    assert fourth["step"] == 7 and fourth["runs"] == 4
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o644
     card = json.loads((tmp_path / "out" / "model.json").read_text())
-    assert card["steps"] == 6 and card["parameters"] > 0 and set(card["probe_per"]) == {"a", "b"}
-    assert [point["step"] for point in card["learning_curve"]] == [3, 5, 6]  # the curve carries over resumptions
+    assert [point["step"] for point in card["learning_curve"]] == [3, 5, 6, 7]  # the curve carries over resumptions
+    assert card["steps"] == 7 and card["runs"] == 4 and card["parameters"] > 0 and set(card["probe_per"]) == {"a", "b"}
     assert all(0 <= per for point in card["learning_curve"] for per in point["probe_per"].values())
     from safetensors.torch import load_file
 
