@@ -41,7 +41,7 @@ PY=${PY:-python3}
 if [ -n "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then
   COMMON="model.dim=32 model.depth=1 model.heads=2 model.dim_head=16 model.text_dim=16 model.conv_layers=1
     data.max_texts=16 data.max_frames=600 data.workers=2 device=cpu bf16=false num_threads=1 probe.texts=2
-    checkpoint_minutes=0.2 log_every=2 warmup_steps=2"
+    checkpoint_minutes=0.2 log_every=1 warmup_steps=2"
   BUDGET_S=${BUDGET_S_SMOKE:-120}
   START_DIR=${SMOKE_START_DIR:-/nonexistent}  # the tiny model cannot start from the shipped one
 else
