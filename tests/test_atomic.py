@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,13 +35,43 @@ def test_a_read_only_folder_is_a_problem(tmp_path):
         ro.chmod(0o700)
 
 
-def test_a_symlink_is_written_through_and_kept(tmp_path):
+@pytest.mark.parametrize("plant", ["file", "dangling", "loop", "relative"])
+def test_a_symlink_at_the_name_is_replaced_never_written_through(tmp_path, plant):
+    """res/a2.json -> victim.txt: a result overwrote a file outside the output folder (issue 43, defect 5)."""
+    from leakloss.atomic import write_files_atomic, write_text_atomic
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    if plant in ("file", "relative"):
+        victim.write_text("old")
+    link = out / "link.json"
+    link.symlink_to({"loop": link, "relative": Path("..") / "outside" / "victim.txt"}.get(plant, victim))
+    write_text_atomic(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new"
+    assert sorted(p.name for p in outside.iterdir()) == ([] if plant in ("dangling", "loop") else ["victim.txt"])
+    if victim.exists():
+        assert victim.read_text() == "old"
+    (out / "second.json").symlink_to(victim)
+    write_files_atomic({out / "second.json": b"2", out / "third.json": b"3"})
+    assert not (out / "second.json").is_symlink() and sorted(p.name for p in out.iterdir()) == [
+        "link.json", "second.json", "third.json"]
+
+
+def test_a_symlink_to_a_folder_or_a_device_is_refused_and_kept(tmp_path):
     from leakloss.atomic import write_text_atomic
 
-    (tmp_path / "target.json").write_text("old")
-    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
-    write_text_atomic(tmp_path / "link.json", "new")
-    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "target.json").read_text() == "new"
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "to-folder").symlink_to(tmp_path / "folder")
+    (tmp_path / "to-null").symlink_to("/dev/null")
+    with pytest.raises(IsADirectoryError) as err:
+        write_text_atomic(tmp_path / "to-folder", "x")
+    assert err.value.filename == str(tmp_path / "to-folder")
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        write_text_atomic(tmp_path / "to-null", "x")
+    assert (tmp_path / "to-folder").is_symlink() and (tmp_path / "to-null").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "to-folder", "to-null"]
 
 
 def test_a_pipe_or_a_folder_in_the_way_is_refused_not_replaced(tmp_path):
