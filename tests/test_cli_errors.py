@@ -4,6 +4,7 @@ or an explicit result; never a traceback. Runs on tiny recognizers and heads wri
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 import shutil
 
@@ -610,16 +611,46 @@ def test_a_failed_html_write_gives_the_existing_json_file_its_content_back(tmp_p
     assert not new.exists()  # a file the run made is removed
 
 
-def test_an_output_link_into_a_missing_folder_is_refused_before_scoring(tmp_path):
+def test_an_output_link_is_replaced_never_written_through(tmp_path, monkeypatch):
+    """--json/--html naming a symlink wrote the result into the link's target, outside the folder (issue 43,
+    defect 5); a link to a folder or a device is still refused, and a failed run puts the link back."""
     import typer
 
-    from leakloss.cli import _check_output_path
+    import leakloss.atomic as atomic
+    import leakloss.report as report
+    from leakloss.cli import _check_output_path, _emit_result
 
-    (tmp_path / "dangling.html").symlink_to(tmp_path / "nonexist" / "r.html")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.json").write_text("precious")
+    (tmp_path / "r.json").symlink_to(outside / "victim.json")
+    (tmp_path / "r.html").symlink_to(outside / "nonexist" / "victim.html")  # would have made a file outside
+    (tmp_path / "null.json").symlink_to("/dev/null")
     with pytest.raises(typer.Exit):
-        _check_output_path(tmp_path / "dangling.html", "--html", (".html",))
-    (tmp_path / "ok.html").symlink_to(tmp_path / "target.html")  # a link to a file that can be made: written through
-    assert _check_output_path(tmp_path / "ok.html", "--html", (".html",)) == tmp_path / "ok.html"
+        _check_output_path(tmp_path / "null.json", "--json")
+    assert _check_output_path(tmp_path / "r.json", "--json") == tmp_path / "r.json"
+    assert _check_output_path(tmp_path / "r.html", "--html", (".html",)) == tmp_path / "r.html"
+    monkeypatch.setattr(report, "render_report", lambda result, wave: "<html></html>")
+    real_write = atomic.write_text_atomic
+
+    def failing_html(path, text):
+        if str(path).endswith(".html"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_write(path, text)
+
+    monkeypatch.setattr(atomic, "write_text_atomic", failing_html)
+    with pytest.raises(typer.Exit):
+        _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed"}, (tmp_path / "r.json",
+                                                                                     tmp_path / "r.html"))
+    assert os.readlink(tmp_path / "r.json") == str(outside / "victim.json")  # the link is back, as it was
+    monkeypatch.setattr(atomic, "write_text_atomic", real_write)
+    _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed", "words": []},
+                 (tmp_path / "r.json", tmp_path / "r.html"))
+    assert (outside / "victim.json").read_text() == "precious" and sorted(p.name for p in outside.iterdir()) == [
+        "victim.json"]
+    for name in ("r.json", "r.html"):
+        assert not (tmp_path / name).is_symlink() and (tmp_path / name).is_file()
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.parametrize("args, needle", [
