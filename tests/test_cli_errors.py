@@ -708,3 +708,11 @@ def test_score_batch_refuses_a_manifest_folder_whose_name_is_not_utf8(tmp_path, 
                             *model_args(models)])
     assert_clean_error(r, "line 1: query ", "its name is not valid UTF-8")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_float_query_at_the_wrong_scale_is_one_error_line_not_clipping(tmp_path):
+    """int16 values stored in a float WAV were scored as "85% clipped" and quarantined (issue 43, defect 8)."""
+    sf.write(tmp_path / "q.wav", speechlike(1.0) * 27_000 / 0.3, 16_000, subtype="FLOAT")
+    r = runner.invoke(app, ["score", str(tmp_path / "q.wav"), "--text", TEXT])
+    assert_clean_error(r, "has samples far beyond full scale")
+    assert "clipped" not in r.output
