@@ -433,7 +433,7 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
             fail(f"cannot render the --html report: {err}")
     if json_out == "-":
         sys.stdout.write(text + "\n")
-        for w in result.get("warnings", []):
+        for w in _result_warnings(result):
             err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     targets = [(p, t) for p, t in ((json_out, text), (html_out, page)) if isinstance(p, Path) and t is not None]
     # all the outputs or none: a file a failed run replaced gets its old content back (it was deleted), a
@@ -458,10 +458,17 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
         _print_result(result)
 
 
+def _result_warnings(result: dict) -> list[str]:
+    """A result's warnings and each --ref it did not use, with why (a rejected reference was silent)."""
+    from leakloss.schema import rejected_references
+
+    return [*result.get("warnings", []), *(f"--ref {r} not used: {why}" for r, why in rejected_references(result))]
+
+
 def _print_result(result: dict) -> None:
     colors = {"flagged": "bold red", "uncertain": "yellow", "no_change": "green", "unscored": "dim", "not_tested": "dim"}
     console.print(f"[bold]{result['status']}[/] {escape(result.get('reason') or '')}", soft_wrap=True)
-    for w in result.get("warnings", []):
+    for w in _result_warnings(result):
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     table = Table("#", "word", "decision", "sites (score, refs)")
     for w in result["words"]:

@@ -716,3 +716,23 @@ def test_a_float_query_at_the_wrong_scale_is_one_error_line_not_clipping(tmp_pat
     r = runner.invoke(app, ["score", str(tmp_path / "q.wav"), "--text", TEXT])
     assert_clean_error(r, "has samples far beyond full scale")
     assert "clipped" not in r.output
+
+
+def test_a_rejected_ref_is_warned_on_the_terminal_and_listed_in_the_html_report(tmp_path, models, clips, monkeypatch):
+    """--ref of the query itself (or noise) was silent on the terminal and missing from the report's References:
+    only --json's reference_checks said why (issue 43, defect 7)."""
+    from leakloss.scorer import Scorer
+
+    monkeypatch.setattr(Scorer, "check_words", lambda self, wave, text, expected, max_per: (True, "ok"))
+    args = ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["q"]), "--ref", str(clips["r"]),
+            *model_args(models)]
+    r = runner.invoke(app, [*args, "--html", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    warned = f"warning: --ref {clips['q']} not used: the query's own audio"
+    assert warned in " ".join(r.stdout.split()), r.stdout
+    assert f"--ref {clips['r']} not used" not in r.stdout
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    refs = page[page.index("<h2>References</h2>"):]
+    assert "Not used (1)" in refs and str(clips["q"]) in refs and "the query&#x27;s own audio" in refs
+    r = runner.invoke(app, [*args, "--json", "-"])
+    assert r.exit_code == 0 and warned in " ".join(r.stderr.split()), r.output
