@@ -2,6 +2,7 @@
 
 A reader never sees a half-written file, and a failed write leaves no file behind (an existing file is
 kept as it was). Every artefact leakloss writes (audio, heads, recognizers, caches, manifests, reports) goes through here.
+A symlink at a file's name is replaced, never written through: an output never lands outside its folder.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import errno
 import fnmatch
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -69,8 +71,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     A reader never sees a half-written file and a failure leaves no file behind (an
     existing file is kept as it was).
 
-    A symlink is written through (its target is replaced, the link stays); a folder, device, pipe or socket
-    in the way is refused, never replaced by a regular file (``--json /dev/null`` replaced /dev/null).
+    A symlink at ``path`` is replaced by the new file, never written through (a link planted in an output
+    folder had a result overwrite a file outside it); a folder, device, pipe or socket in the way, or a link to
+    one, is refused, never replaced by a regular file (``--json /dev/null`` replaced /dev/null).
 
     Raises:
         OSError: the folder does not exist, ``path`` is not a regular file (each named in the message), or the
@@ -79,14 +82,27 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     return write_files_atomic({path: data})[0]
 
 
+def in_the_way(path: str | Path) -> str | None:
+    """What at ``path`` an output file must not replace: ``"folder"`` or ``"device, pipe or socket"`` (also
+    behind a symlink: ``/dev/stdout`` is one); None for nothing, a regular file, or a symlink to one, to nothing
+    or to itself (such a link is replaced by the output, its target never touched)."""
+    try:
+        mode = os.stat(path).st_mode  # follows a link: what it names decides
+    except (OSError, ValueError):  # absent, a dangling or looping link, or a name the write itself will refuse
+        return None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return None if stat.S_ISREG(mode) else "device, pipe or socket"
+
+
 def _file_target(path: str | Path) -> Path:
-    """``path`` resolved through a symlink, checked to be a regular file or absent in an existing folder."""
+    """``path`` checked to be absent, a regular file or a replaceable symlink (:func:`in_the_way`) in an
+    existing folder; never resolved: the file written is the name given, not a link's target."""
     p = Path(path)
-    if p.is_symlink():
-        p = Path(os.path.realpath(p))
-    if p.is_dir():
+    blocker = in_the_way(p)
+    if blocker == "folder":
         raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(p))
-    if p.exists() and not p.is_file():
+    if blocker is not None:
         raise FileExistsError(errno.EEXIST, "is not a regular file (a device, pipe or socket)", str(p))
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():

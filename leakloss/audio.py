@@ -18,6 +18,8 @@ Every clip that enters leakloss goes through :func:`prepare_waveform` (directly,
   when the channels are not silent but their mean is: opposite-phase stereo)
 * clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
   reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
+* a float file at the wrong scale (peak above :data:`FLOAT_FULL_SCALE_LIMIT`, e.g. int16 values stored as
+  float) -> :class:`AudioError` ``"... has samples far beyond full scale"`` (:func:`load_audio`; nothing was clipped)
 * missing, unreadable, corrupt or non-audio file -> :class:`AudioError` (cause chained)
 * truncated file (a WAV whose header declares more data than the file holds, or any file that
   decodes to fewer frames than it declares) -> :class:`AudioError` ``"... is truncated"``
@@ -67,6 +69,9 @@ MIN_SAMPLE_RATE = 8_000  # telephone speech; below it the vowels' formants are g
 SILENCE_DBFS = -60.0
 CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample
 CLIP_REPORT_FRACTION = 0.001  # clips with at least this share of clipped samples are reported
+#: Peak above which a float file is refused as at the wrong scale: a float WAV holds [-1, 1], a little beyond after
+#: processing; integer PCM values stored as float (peak ~27,000) were called "85% clipped" and quarantined.
+FLOAT_FULL_SCALE_LIMIT = 1.5
 
 
 # The resampling filter of torchaudio.functional.resample's defaults (Hann-windowed sinc), used by both paths.
@@ -381,7 +386,14 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     # soundfile gives [frames, channels]; we work channels first.
     # 8-bit PCM reads its positive full scale back as 127/128 = 0.992, under CLIP_LEVEL: clipping went unseen
     level = min(CLIP_LEVEL, 127 / 128) if subtype in ("PCM_U8", "PCM_S8") else CLIP_LEVEL
-    return prepare_waveform(data.T, rate, sample_rate, path=path, clip_level=level)
+    mono, info = prepare_waveform(data.T, rate, sample_rate, path=path, clip_level=level)
+    if subtype in ("FLOAT", "DOUBLE") and (peak := float(np.abs(data).max())) > FLOAT_FULL_SCALE_LIMIT:
+        # integer files cannot leave [-1, 1]; a float one this far out is at the wrong scale, not clipped
+        hint = ("it looks like integer PCM values stored as float: divide by 32768 (16-bit) or 2**31 (32-bit)"
+                if peak >= 256 else "rescale it to [-1, 1] (e.g. divide by its peak)")
+        raise AudioError(f"{name} has samples far beyond full scale (peak {peak:.4g}; a float file holds samples "
+                         f"in [-1, 1], at most {FLOAT_FULL_SCALE_LIMIT} is accepted): {hint}")
+    return mono, info
 
 
 #: libsndfile formats whose length is not declared up front (Ogg Vorbis/Opus, MP3): truncation is undetectable

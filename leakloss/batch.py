@@ -30,7 +30,7 @@ from typing import Sequence
 import lightning as L
 from torch.utils.data import Dataset
 
-from leakloss.atomic import file_name_problem, write_text_atomic
+from leakloss.atomic import file_name_problem, in_the_way, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result
 from leakloss.textfile import text_lines
 
@@ -280,13 +280,15 @@ def _check_results_spare_inputs(manifest: str | Path, items: list[dict], out_dir
         for key, path in [("query", d["query"]), *(("refs", r) for r in d["refs"])]:
             inputs.setdefault(Path(path).resolve(), f"item {d['id']!r}'s {key}")
     blocked = []
+    folder = out_dir.resolve()
     for d in items:
-        result = (out_dir / f"{d['id']}.json").resolve()
+        # the result's own name is not resolved: a symlink there is replaced, its target never written
+        result = folder / f"{d['id']}.json"
         if result in inputs:
             raise BatchManifestError(f"item {d['id']!r}: its result {result} is {inputs[result]}: writing it would "
                                      "destroy it (choose another --out or id)")
-        if result.exists() and not result.is_file():  # a folder or pipe there stopped the run mid-way
-            blocked.append(f"{d['id']!r} ({result} is a {'folder' if result.is_dir() else 'device or pipe'})")
+        if (what := in_the_way(result)) is not None:  # a folder or pipe there stopped the run mid-way
+            blocked.append(f"{d['id']!r} ({result} is a {what})")
     if blocked:
         raise BatchManifestError(f"{len(blocked)} item(s) cannot write their result: {', '.join(blocked[:5])}"
                                  + (" ..." if len(blocked) > 5 else "") + "; remove it or choose another --out")

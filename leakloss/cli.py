@@ -314,18 +314,16 @@ def _check_names(named) -> None:
 
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file ``path`` can be written: its folder exists and is writable, it is not a folder, device or pipe
-    (a symlink to a file is written through)."""
-    if path.is_dir():
+    (nor a link to one; a symlink to a file or to nothing is replaced by the output, never written through)."""
+    from leakloss.atomic import in_the_way
+
+    blocker = in_the_way(path)
+    if blocker == "folder":
         fail(f"{option} {path} is a folder: give a file name")
-    given = path
-    if path.is_symlink():  # written through: the link's target is what must be writable
-        target = path.resolve()
-        if not target.exists() and not target.parent.is_dir():
-            fail(f"cannot write {option} {path}: it is a link to {target}, in a folder that does not exist")
-        path = target
-    if path.exists() and not path.is_file():
+    if blocker is not None:
         fail(f"{option} {path} is not a regular file (a device, pipe or socket): give a file name"
              + (" (--json - writes to standard output)" if option == "--json" else ""))
+    given = path
     if suffixes and given.suffix.lower() not in suffixes:
         fail(f"{option} {given} must end in {' or '.join(suffixes)}")
     folder = path.parent
@@ -337,7 +335,8 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
         fail(f"cannot write {option} {path}: folder {folder} does not exist")
     if not folder.is_dir():
         fail(f"cannot write {option} {path}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.is_file() and not path.is_symlink()
+                                                     and not os.access(path, os.W_OK)):
         fail(f"cannot write {option} {path}: {'the file' if path.exists() else f'folder {folder}'} is not writable")
     return given
 
@@ -434,11 +433,12 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
             fail(f"cannot render the --html report: {err}")
     if json_out == "-":
         sys.stdout.write(text + "\n")
-        for w in result.get("warnings", []):
+        for w in _result_warnings(result):
             err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     targets = [(p, t) for p, t in ((json_out, text), (html_out, page)) if isinstance(p, Path) and t is not None]
-    # all the outputs or none: a file a failed run replaced gets its old content back (it was deleted)
-    before = {p: (p.read_bytes() if p.is_file() else None) for p, _ in targets}
+    # all the outputs or none: a file a failed run replaced gets its old content back (it was deleted), a
+    # symlink its link (its target was never read nor written)
+    before = {p: (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None) for p, _ in targets}
     written = []
     try:
         for path, content in targets:
@@ -447,8 +447,10 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
         from leakloss.atomic import write_bytes_atomic
 
         for path in written:
-            if before[path] is None:
+            if before[path] is None or isinstance(before[path], str):
                 path.unlink(missing_ok=True)
+                if before[path] is not None:
+                    os.symlink(before[path], path)
             else:
                 write_bytes_atomic(path, before[path])
         fail(f"cannot write the outputs: {os_error_text(err)}")
@@ -456,10 +458,17 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
         _print_result(result)
 
 
+def _result_warnings(result: dict) -> list[str]:
+    """A result's warnings and each --ref it did not use, with why (a rejected reference was silent)."""
+    from leakloss.schema import rejected_references
+
+    return [*result.get("warnings", []), *(f"--ref {r} not used: {why}" for r, why in rejected_references(result))]
+
+
 def _print_result(result: dict) -> None:
     colors = {"flagged": "bold red", "uncertain": "yellow", "no_change": "green", "unscored": "dim", "not_tested": "dim"}
     console.print(f"[bold]{result['status']}[/] {escape(result.get('reason') or '')}", soft_wrap=True)
-    for w in result.get("warnings", []):
+    for w in _result_warnings(result):
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     from leakloss.report import reading_words
 

@@ -15,15 +15,18 @@ Stages (each cached by content hash under ``--out``; a rerun reuses them):
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
-from leakloss.atomic import write_text_atomic
+from leakloss.atomic import write_bytes_atomic, write_text_atomic
 from leakloss.audio import save_audio
 from leakloss.constants import SAMPLE_RATE
 
@@ -122,8 +125,29 @@ def _key_words() -> dict[str, str]:
     return out
 
 
-def _readings(cfg: DemoConfig) -> list[dict]:
+@functools.lru_cache(maxsize=1)
+def _usable_sentences() -> list[str]:
+    """The held-out sentences with a testable site, in order (finding the sites takes seconds: found once)."""
     from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.text.sites import SiteFinder
+
+    _, held = split_sentences(builtin_sentences())
+    finder = SiteFinder()
+    return [s for s in held if any(w.testable_sites for w in finder(s))]
+
+
+def demo_sentences(requested: int) -> tuple[list[str], str | None]:
+    """The first ``requested`` held-out sentences with a testable site, and a warning when fewer exist than were
+    asked for (``--sentences 100000`` used 52 without a word), else None."""
+    usable = _usable_sentences()
+    capped = None
+    if requested > len(usable):
+        capped = (f"--sentences {requested} asked for more sentences than the demo has: "
+                  f"{len(usable)} held-out sentences with a testable site are used")
+    return list(usable[:requested]), capped
+
+
+def _readings(cfg: DemoConfig, chosen: list[str]) -> list[dict]:
     from leakloss.speech.synth import (
         HELDOUT_HINDI_VOICE,
         HELDOUT_TEACHER_VOICE,
@@ -133,9 +157,7 @@ def _readings(cfg: DemoConfig) -> list[dict]:
     )
     from leakloss.text.sites import SiteFinder
 
-    _, held = split_sentences(builtin_sentences())
     finder = SiteFinder()
-    chosen = [s for s in held if any(w.testable_sites for w in finder(s))][: cfg.sentences]
     folder = cfg.out / "readings"
     key = _hash("readings-v1", chosen)
     manifest = folder / "readings.json"
@@ -273,12 +295,15 @@ def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
         ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_bytes_atomic(out, png.getvalue())  # never through a symlink at its name, never half-written
     return out
 
 
-def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict]) -> Path:
+def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict],
+           notes: list[str] = ()) -> Path:
     from leakloss.report import render_index, write_report
     from leakloss.schema import SHORT_VOWEL
     from train_heads.evaluate import heldout_label
@@ -286,6 +311,7 @@ def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path 
     entries = [{"kind": "text", "title": "What this is",
                 "text": "Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by word "
                         "against trusted teacher references. A flag is a candidate for a listener, not a verdict."},
+               *({"kind": "text", "title": "Note", "text": note} for note in notes),
                {"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
                 "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
                           f"{r['false_flags']} / {r['shams']}"] for r in heldout]},
@@ -315,14 +341,20 @@ def run_demo(cfg: DemoConfig) -> dict:
     from train_heads.evaluate import heldout_markdown
 
     console.print(heldout_markdown(heldout))
-    items = _readings(cfg)
+    chosen, capped = demo_sentences(cfg.sentences)
+    warnings = [capped] if capped else []
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    items = _readings(cfg, chosen)
     dirs = _score(cfg, heads_dir, items)
     comparison = _compare(cfg, dirs)
     curves = _finetune(cfg)
-    index = _index(cfg, heldout, comparison, curves, items)
+    index = _index(cfg, heldout, comparison, curves, items, warnings)
     minutes = (time.time() - start) / 60
     console.print(f"[bold green]done in {minutes:.1f} min[/]: open {index}")
     for what, where in (("held-out table", heads_dir / "heldout.md"), ("comparison", cfg.out / "comparison"),
                         ("word reports", cfg.out / "reports"), ("leak curves", curves), ("index", index)):
         console.print(f"  {what:15s} {where}")
-    return {"index": index, "comparison": comparison, "minutes": minutes}
+    for w in warnings:  # said again in the summary: the first one scrolled away during the run
+        console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    return {"index": index, "comparison": comparison, "minutes": minutes, "warnings": warnings}

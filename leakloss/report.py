@@ -29,7 +29,7 @@ from torch import Tensor
 from leakloss.atomic import write_text_atomic
 from leakloss.audio import AudioError, audio_to_wav_bytes
 from leakloss.constants import SAMPLE_RATE
-from leakloss.schema import DECISIONS, TESTED, validate_result
+from leakloss.schema import DECISIONS, TESTED, rejected_references, validate_result
 from leakloss.text.normalize import punctuation_side, visible
 
 __all__ = [
@@ -320,10 +320,15 @@ def render_report(
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     refs = result["references"]
+    rejected = rejected_references(result)
     ref_html = (
         "<h2>References</h2>"
         + (f"<ul>{''.join(f'<li class=meta>{_e(r)}</li>' for r in refs)}</ul>" if refs
            else '<p class="meta">No trusted Nepali reference was used.</p>')
+        # a reference given but not used is said with its reason (it was only in the JSON's reference_checks)
+        + (f"<h3>Not used ({len(rejected)})</h3><ul>"
+           + "".join(f"<li><span class=meta>{_e(r)}</span>: {_e(why)}</li>" for r, why in rejected) + "</ul>"
+           if rejected else "")
     )
     return _page(page_title, "".join(head) + table + ref_html, csp=_REPORT_CSP)
 

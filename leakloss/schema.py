@@ -288,6 +288,13 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     return dict(result)  # type: ignore[return-value]
 
 
+def rejected_references(result: Mapping) -> list[tuple[str, str]]:
+    """``(reference, why)`` for each reference a result was given but did not use (noise, the query itself, a
+    failed word check): what a terminal and a report must say, not only ``reference_checks`` in the JSON."""
+    return [(c["reference"], c.get("reason") or "not used")
+            for c in result.get("reference_checks") or [] if isinstance(c, Mapping) and not c.get("used")]
+
+
 _LEGACY_FAMILY = " — unseen"
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from leakloss.atomic import output_folder_problem
 
@@ -34,13 +37,43 @@ def test_a_read_only_folder_is_a_problem(tmp_path):
         ro.chmod(0o700)
 
 
-def test_a_symlink_is_written_through_and_kept(tmp_path):
+@pytest.mark.parametrize("plant", ["file", "dangling", "loop", "relative"])
+def test_a_symlink_at_the_name_is_replaced_never_written_through(tmp_path, plant):
+    """res/a2.json -> victim.txt: a result overwrote a file outside the output folder (issue 43, defect 5)."""
+    from leakloss.atomic import write_files_atomic, write_text_atomic
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    if plant in ("file", "relative"):
+        victim.write_text("old")
+    link = out / "link.json"
+    link.symlink_to({"loop": link, "relative": Path("..") / "outside" / "victim.txt"}.get(plant, victim))
+    write_text_atomic(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new"
+    assert sorted(p.name for p in outside.iterdir()) == ([] if plant in ("dangling", "loop") else ["victim.txt"])
+    if victim.exists():
+        assert victim.read_text() == "old"
+    (out / "second.json").symlink_to(victim)
+    write_files_atomic({out / "second.json": b"2", out / "third.json": b"3"})
+    assert not (out / "second.json").is_symlink() and sorted(p.name for p in out.iterdir()) == [
+        "link.json", "second.json", "third.json"]
+
+
+def test_a_symlink_to_a_folder_or_a_device_is_refused_and_kept(tmp_path):
     from leakloss.atomic import write_text_atomic
 
-    (tmp_path / "target.json").write_text("old")
-    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
-    write_text_atomic(tmp_path / "link.json", "new")
-    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "target.json").read_text() == "new"
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "to-folder").symlink_to(tmp_path / "folder")
+    (tmp_path / "to-null").symlink_to("/dev/null")
+    with pytest.raises(IsADirectoryError) as err:
+        write_text_atomic(tmp_path / "to-folder", "x")
+    assert err.value.filename == str(tmp_path / "to-folder")
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        write_text_atomic(tmp_path / "to-null", "x")
+    assert (tmp_path / "to-folder").is_symlink() and (tmp_path / "to-null").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "to-folder", "to-null"]
 
 
 def test_a_pipe_or_a_folder_in_the_way_is_refused_not_replaced(tmp_path):
@@ -166,3 +199,106 @@ def test_file_name_problem_names_non_utf8_and_too_long_names():
     assert "a file name longer than 255 bytes (304)" in file_name_problem("x/" + "a" * 300 + ".wav")
     assert file_name_problem("नेपाली/" + "न" * 83 + ".wav") is None  # 253 bytes: the limit is in bytes, per part
     assert file_name_problem("नेपाली/" + "न" * 85 + ".wav") is not None  # 259 bytes in 89 characters
+
+
+# --- property: whatever sits at an output's name, nothing is written outside the output folder ------------------
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1,
+                 max_size=90).filter(lambda n: n not in (".", ".."))
+_PLANTS = st.sampled_from(["none", "file", "link-to-outside-file", "link-dangling-outside", "loop",
+                           "link-to-outside-folder", "link-to-device"])
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p: (p.is_symlink(), None if p.is_symlink() or p.is_dir() else p.read_bytes())
+            for p in sorted(folder.rglob("*"))}
+
+
+def _plant(out: Path, outside: Path, name: str, plant: str) -> None:
+    where = out / name
+    try:
+        if plant == "file":
+            where.write_bytes(b"earlier output")
+        elif plant != "none":
+            where.symlink_to({"link-to-outside-file": outside / "victim.txt", "loop": where,
+                              "link-dangling-outside": outside / "absent" / "x", "link-to-device": Path("/dev/null"),
+                              "link-to-outside-folder": outside}[plant])
+    except OSError:  # a name too long for the file system: nothing planted, the write must still fail cleanly
+        pass
+
+
+def _fresh(tmp_path: Path) -> tuple[Path, Path]:
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    out, outside = root / "out", root / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (outside / "victim.txt").write_bytes(b"precious")
+    return out, outside
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(_NAMES, min_size=1, max_size=3, unique=True), plants=st.lists(_PLANTS, min_size=3, max_size=3))
+def test_any_output_name_is_a_clean_write_or_a_clear_error_and_never_lands_outside(tmp_path, names, plants):
+    """Issue 43, defect 5: symlinks to outside, dangling ones, loops, links to folders or devices, unicode and
+    names past the file system's limit at the output names of the atomic helpers."""
+    from leakloss.atomic import write_files_atomic, write_text_atomic
+
+    out, outside = _fresh(tmp_path)
+    for name, plant in zip(names, plants):
+        _plant(out, outside, name, plant)
+    before = _snapshot(outside)
+    before_out = {p.name for p in out.iterdir()}
+    writes = [lambda: write_text_atomic(out / names[0], "result"),
+              lambda: write_files_atomic({out / n: n.encode("utf-8", "surrogatepass") for n in names})]
+    for write in writes:
+        try:
+            written = write()
+        except OSError as err:  # a clear error names the file
+            assert err.filename or err.strerror or str(err)
+        else:
+            for p in written if isinstance(written, list) else [written]:
+                assert p.parent == out and not p.is_symlink() and p.is_file()
+        assert _snapshot(outside) == before
+        assert {p.name for p in out.iterdir()} <= before_out | set(names)  # no temporary file left
+        assert not any(p.name.endswith(".tmp") for p in out.iterdir())
+
+
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # control characters in a system name
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plants=st.lists(_PLANTS, min_size=3, max_size=3), system=_NAMES)
+def test_compare_writes_into_its_folder_whatever_is_planted_there(tmp_path, plants, system):
+    """``compare``'s writer (comparison.md/.json/.png) with anything planted at its names and any system name."""
+    import json as _json
+
+    from leakloss.eval.compare import compare_results, write_comparison
+
+    out, outside = _fresh(tmp_path)
+    res = out.parent / "res"
+    res.mkdir()
+    word = {"index": 0, "word": "नेकपा", "start": 0.0, "end": 0.1, "decision": "flagged", "key": True,
+            "sites": [{"kind": "deletion", "nepali": "ʌ", "hindi": None, "score": 0.9, "decision": "flagged",
+                       "references_used": 1}]}
+    (res / "r.json").write_text(_json.dumps({"query": "q.wav", "text": "नेकपा", "status": "scored", "words": [word],
+                                             "references": ["r.wav"], "sentence_id": "s1"}), encoding="utf-8")
+    for name, plant in zip(("comparison.md", "comparison.json", "comparison.png"), plants):
+        _plant(out, outside, name, plant)
+    before = _snapshot(outside)
+    try:
+        result = compare_results({system: res})
+    except ValueError as err:  # a blank name ("\r") is a clear error before anything is written
+        assert "system names" in str(err)
+        return
+    try:
+        paths = write_comparison(result, out)
+    except OSError as err:
+        assert err.filename or str(err)
+        assert any(p in ("link-to-outside-folder", "link-to-device") for p in plants)
+    else:
+        assert all(p.parent == out and not p.is_symlink() and p.is_file() for p in paths.values())
+        md = paths["md"].read_text(encoding="utf-8")
+        assert "<" not in md and ">" not in md
+    assert _snapshot(outside) == before
+    assert not any(p.name.endswith(".tmp") for p in out.iterdir())

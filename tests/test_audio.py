@@ -594,3 +594,27 @@ def test_a_file_name_that_is_not_utf8_is_read(tmp_path):
     os.rename(tmp_path / "plain.wav", tmp_path / name)
     wave, info = load_audio(tmp_path / name)
     assert info.duration_s == pytest.approx(1.0) and wave.numel() == SAMPLE_RATE
+
+
+@pytest.mark.parametrize("scale", [2.0, 8.0, 27_000 / 0.9, 1e6])
+@pytest.mark.parametrize("subtype", ["FLOAT", "DOUBLE"])
+def test_a_float_file_far_beyond_full_scale_is_refused_at_every_scale(tmp_path, scale, subtype):
+    """int16 values stored as float (peak ~27,000, or 1e6) were called "85% clipped" and quarantined, at 2x and 8x
+    the same clip was scored: nothing is clipped, the file is at the wrong scale (issue 43, defect 8)."""
+    x = tone(amp=0.9) * scale
+    sf.write(tmp_path / "x.wav", x, SAMPLE_RATE, subtype=subtype)
+    with pytest.raises(AudioError, match=r"x\.wav' has samples far beyond full scale \(peak ") as err:
+        load_audio(tmp_path / "x.wav")
+    assert "clipped" not in str(err.value)
+    assert ("integer PCM" in str(err.value)) == (scale > 1000)
+
+
+def test_a_float_file_a_little_beyond_full_scale_loads_with_its_clipping_reported(tmp_path):
+    from leakloss.audio import FLOAT_FULL_SCALE_LIMIT
+
+    sf.write(tmp_path / "x.wav", tone(amp=FLOAT_FULL_SCALE_LIMIT - 0.01), SAMPLE_RATE, subtype="FLOAT")
+    _, info = load_audio(tmp_path / "x.wav")
+    assert info.is_clipped
+    sf.write(tmp_path / "y.wav", tone(amp=FLOAT_FULL_SCALE_LIMIT + 0.01), SAMPLE_RATE, subtype="FLOAT")
+    with pytest.raises(AudioError, match="far beyond full scale"):
+        load_audio(tmp_path / "y.wav")

@@ -489,3 +489,45 @@ def test_a_devanagari_id_with_zwj_or_zwnj_is_a_plain_id():
 
     assert _id_problem("क्\u200dष-1") is None and _id_problem("र\u200c्य") is None
     assert "invisible format character" in _id_problem("x\u202enosj.exe")
+
+
+@pytest.mark.parametrize("plant", ["file", "dangling", "loop"])
+def test_cli_a_symlink_planted_in_out_is_replaced_never_written_through(tmp_path, models, one_process, plant):
+    """res/a2.json -> victim.txt: the result overwrote the file outside the output folder (issue 43, defect 5)."""
+    from leakloss.cli import app
+
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("a1", refs=[]), item("a2", refs=[])])
+    out, outside = tmp_path / "res", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    if plant == "file":
+        victim.write_text("precious")
+        (out / "a2.json").symlink_to(victim)
+    elif plant == "dangling":  # the result would have created a file outside the folder
+        (out / "a2.json").symlink_to(victim)
+    else:
+        (out / "a2.json").symlink_to(out / "a2.json")
+    r = CliRunner().invoke(app, ["score-batch", str(manifest), "--out", str(out), "--recognizer-a", str(models["a"]),
+                                 "--recognizer-b", str(models["b"]), "--heads", str(models["heads"])])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert sorted(p.name for p in outside.iterdir()) == (["victim.txt"] if plant == "file" else [])
+    if plant == "file":
+        assert victim.read_text() == "precious"
+    written = out / "a2.json"
+    assert not written.is_symlink() and written.is_file()
+    assert json.loads(written.read_text(encoding="utf-8"))["id"] == "a2"
+    assert sorted(p.name for p in out.iterdir()) == ["a1.json", "a2.json"]
+
+
+def test_a_symlink_to_a_folder_where_a_result_goes_is_refused_before_any_item_is_scored(tmp_path, models):
+    write_clip(tmp_path / "q.wav")
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("first", refs=[]), item("blocked", refs=[])])
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "blocked.json").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(BatchManifestError, match=r"'blocked' \(.*blocked.json is a folder\)"):
+        score_batch(manifest, tmp_path / "out", **_kwargs(models))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["blocked.json"]
+    assert not list((tmp_path / "elsewhere").iterdir())

@@ -4,6 +4,7 @@ or an explicit result; never a traceback. Runs on tiny recognizers and heads wri
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 import shutil
 
@@ -610,16 +611,46 @@ def test_a_failed_html_write_gives_the_existing_json_file_its_content_back(tmp_p
     assert not new.exists()  # a file the run made is removed
 
 
-def test_an_output_link_into_a_missing_folder_is_refused_before_scoring(tmp_path):
+def test_an_output_link_is_replaced_never_written_through(tmp_path, monkeypatch):
+    """--json/--html naming a symlink wrote the result into the link's target, outside the folder (issue 43,
+    defect 5); a link to a folder or a device is still refused, and a failed run puts the link back."""
     import typer
 
-    from leakloss.cli import _check_output_path
+    import leakloss.atomic as atomic
+    import leakloss.report as report
+    from leakloss.cli import _check_output_path, _emit_result
 
-    (tmp_path / "dangling.html").symlink_to(tmp_path / "nonexist" / "r.html")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.json").write_text("precious")
+    (tmp_path / "r.json").symlink_to(outside / "victim.json")
+    (tmp_path / "r.html").symlink_to(outside / "nonexist" / "victim.html")  # would have made a file outside
+    (tmp_path / "null.json").symlink_to("/dev/null")
     with pytest.raises(typer.Exit):
-        _check_output_path(tmp_path / "dangling.html", "--html", (".html",))
-    (tmp_path / "ok.html").symlink_to(tmp_path / "target.html")  # a link to a file that can be made: written through
-    assert _check_output_path(tmp_path / "ok.html", "--html", (".html",)) == tmp_path / "ok.html"
+        _check_output_path(tmp_path / "null.json", "--json")
+    assert _check_output_path(tmp_path / "r.json", "--json") == tmp_path / "r.json"
+    assert _check_output_path(tmp_path / "r.html", "--html", (".html",)) == tmp_path / "r.html"
+    monkeypatch.setattr(report, "render_report", lambda result, wave: "<html></html>")
+    real_write = atomic.write_text_atomic
+
+    def failing_html(path, text):
+        if str(path).endswith(".html"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_write(path, text)
+
+    monkeypatch.setattr(atomic, "write_text_atomic", failing_html)
+    with pytest.raises(typer.Exit):
+        _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed"}, (tmp_path / "r.json",
+                                                                                     tmp_path / "r.html"))
+    assert os.readlink(tmp_path / "r.json") == str(outside / "victim.json")  # the link is back, as it was
+    monkeypatch.setattr(atomic, "write_text_atomic", real_write)
+    _emit_result({"query": str(tmp_path / "missing.wav"), "status": "failed", "words": []},
+                 (tmp_path / "r.json", tmp_path / "r.html"))
+    assert (outside / "victim.json").read_text() == "precious" and sorted(p.name for p in outside.iterdir()) == [
+        "victim.json"]
+    for name in ("r.json", "r.html"):
+        assert not (tmp_path / name).is_symlink() and (tmp_path / name).is_file()
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -677,3 +708,31 @@ def test_score_batch_refuses_a_manifest_folder_whose_name_is_not_utf8(tmp_path, 
                             *model_args(models)])
     assert_clean_error(r, "line 1: query ", "its name is not valid UTF-8")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_float_query_at_the_wrong_scale_is_one_error_line_not_clipping(tmp_path):
+    """int16 values stored in a float WAV were scored as "85% clipped" and quarantined (issue 43, defect 8)."""
+    sf.write(tmp_path / "q.wav", speechlike(1.0) * 27_000 / 0.3, 16_000, subtype="FLOAT")
+    r = runner.invoke(app, ["score", str(tmp_path / "q.wav"), "--text", TEXT])
+    assert_clean_error(r, "has samples far beyond full scale")
+    assert "clipped" not in r.output
+
+
+def test_a_rejected_ref_is_warned_on_the_terminal_and_listed_in_the_html_report(tmp_path, models, clips, monkeypatch):
+    """--ref of the query itself (or noise) was silent on the terminal and missing from the report's References:
+    only --json's reference_checks said why (issue 43, defect 7)."""
+    from leakloss.scorer import Scorer
+
+    monkeypatch.setattr(Scorer, "check_words", lambda self, wave, text, expected, max_per: (True, "ok"))
+    args = ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["q"]), "--ref", str(clips["r"]),
+            *model_args(models)]
+    r = runner.invoke(app, [*args, "--html", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    warned = f"warning: --ref {clips['q']} not used: the query's own audio"
+    assert warned in " ".join(r.stdout.split()), r.stdout
+    assert f"--ref {clips['r']} not used" not in r.stdout
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    refs = page[page.index("<h2>References</h2>"):]
+    assert "Not used (1)" in refs and str(clips["q"]) in refs and "the query&#x27;s own audio" in refs
+    r = runner.invoke(app, [*args, "--json", "-"])
+    assert r.exit_code == 0 and warned in " ".join(r.stderr.split()), r.output

@@ -120,3 +120,41 @@ def test_the_demo_shows_its_systems_by_name_never_by_folder(tmp_path):
     index = _index(cfg, [], comparison, None, [{"sentence_id": "s1", "text": "आज नेकपा आए"}]).read_text(encoding="utf-8")
     shown = re.sub(r'(href|src)="[^"]*"', "", index)  # links may name the folders; the text may not
     assert "Hindi base · s1" in shown and "hindi_base" not in shown
+
+
+@pytest.mark.slow  # finding the sites of every held-out sentence: about 15 s
+def test_demo_sentences_says_when_the_request_is_capped():
+    """--sentences 100000 used 52 sentences without saying so (issue 43, defect 18)."""
+    from leakloss.demo import demo_sentences
+
+    few, note = demo_sentences(3)
+    assert len(few) == 3 and note is None
+    every, note = demo_sentences(100_000)
+    assert len(every) > 3 and few == every[:3]
+    assert note == (f"--sentences 100000 asked for more sentences than the demo has: {len(every)} held-out "
+                    "sentences with a testable site are used")
+    assert demo_sentences(len(every)) == (every, None)
+
+
+@pytest.mark.slow
+def test_the_capped_request_is_warned_on_the_terminal_and_in_the_summary(tmp_path, monkeypatch, capsys):
+    """The demo's stages are replaced: only the warning's way to the terminal, the index and the result is run."""
+    import leakloss.demo as demo
+    import train_heads.evaluate as evaluate
+
+    every, _ = demo.demo_sentences(100_000)
+    seen = {}
+    monkeypatch.setattr(demo, "_heads", lambda cfg: (tmp_path / "heads", []))
+    monkeypatch.setattr(evaluate, "heldout_markdown", lambda rows: "held-out table")
+    monkeypatch.setattr(demo, "_readings", lambda cfg, chosen: seen.setdefault("chosen", chosen) and [])
+    monkeypatch.setattr(demo, "_score", lambda cfg, heads, items: {})
+    monkeypatch.setattr(demo, "_compare", lambda cfg, dirs: {"systems": {}})
+    monkeypatch.setattr(demo, "_finetune", lambda cfg: None)
+    monkeypatch.setattr(demo, "_index", lambda cfg, heldout, comparison, curves, items, notes=():
+                        seen.setdefault("notes", list(notes)) and tmp_path / "index.html")
+    result = demo.run_demo(demo.DemoConfig(out=tmp_path / "out", sentences=100_000, progress=False))
+    said = f"--sentences 100000 asked for more sentences than the demo has: {len(every)} held-out sentences"
+    assert seen["chosen"] == every and len(result["warnings"]) == 1 and said in result["warnings"][0]
+    assert seen["notes"] == result["warnings"]  # on the index page
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.count(f"warning: {said}") == 2  # before the work, and again in the closing summary

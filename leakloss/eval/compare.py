@@ -245,7 +245,7 @@ def _markdown(result: Mapping) -> str:
         boot = k["bootstrap"]
         boot_txt = f"[{100 * boot['low']:.1f}–{100 * boot['high']:.1f}]" if boot else "—"
         lines.append(
-            f"| {_md(name)} | {format_rate(k)} | {boot_txt} | {s['decisions']['uncertain']} "
+            f"| {markdown_text(name)} | {format_rate(k)} | {boot_txt} | {s['decisions']['uncertain']} "
             f"| {s['decisions']['unscored']} | {s['decisions']['not_tested']} |"
         )
     lines += [
@@ -259,33 +259,37 @@ def _markdown(result: Mapping) -> str:
     ]
     for name, s in result["systems"].items():
         st = s["statuses"]
-        lines.append(f"| {_md(name)} | {s['readings']} | " + " | ".join(str(st[x]) for x in STATUSES) + " |")
+        lines.append(f"| {markdown_text(name)} | {s['readings']} | " + " | ".join(str(st[x]) for x in STATUSES) + " |")
     lines += ["", "## By contrast kind", "", "| System | Deletion | Quality |", "|---|---|---|"]
     for name, s in result["systems"].items():
-        lines.append(f"| {_md(name)} | {format_rate(s['by_kind']['deletion'])} | {format_rate(s['by_kind']['quality'])} |")
+        lines.append(f"| {markdown_text(name)} | {format_rate(s['by_kind']['deletion'])} "
+                     f"| {format_rate(s['by_kind']['quality'])} |")
     for name, s in result["systems"].items():
-        lines += ["", f"## {_md(name)}: by word", "", "| Word | Flagged |", "|---|---|"]
-        lines += [f"| {_md(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
+        lines += ["", f"## {markdown_text(name)}: by word", "", "| Word | Flagged |", "|---|---|"]
+        lines += [f"| {markdown_text(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
         # Older comparison.json files have only the quarantine reasons.
         reasons = s.get("reasons") or {"quarantined": s["quarantine_reasons"]}
         for status, why in reasons.items():
             if why:
                 n = sum(why.values())
                 lines += ["", f"{status.capitalize()} ({n} reading{'s' if n != 1 else ''}, left out): "
-                          + "; ".join(f"{_md(k)} ({v})" for k, v in why.items())]
+                          + "; ".join(f"{markdown_text(k)} ({v})" for k, v in why.items())]
         if s["readings_without_key_word"]:
             lines += ["", f"{len(s['readings_without_key_word'])} readings mark no key word; "
                       "all their tested words were counted."]
         empty = s.get("readings_without_counted_word") or []
         if empty:
             lines += ["", f"{len(empty)} scored reading{'s' if len(empty) != 1 else ''} gave no word to count "
-                      "(no key word or tested word the scorer judged): " + ", ".join(_md(f) for f in empty)]
+                      "(no key word or tested word the scorer judged): " + ", ".join(markdown_text(f) for f in empty)]
     return "\n".join(lines) + "\n"
 
 
-def _md(text: str) -> str:
-    # A pipe would split a table cell; newlines would end the row.
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def markdown_text(text: str) -> str:
+    """``text`` (a system name, a word, a reason: data, not markup) as plain text in a Markdown table cell or
+    line: a pipe would split a cell, a newline end the row, and ``<``/``>`` passed raw HTML into the page
+    (``<script>`` in a system name ran in a Markdown viewer)."""
+    escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return escaped.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _plot_figure(result: Mapping):

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from leakloss.atomic import write_text_atomic
-from leakloss.eval.compare import OutputFolderError, check_output_folder
+from leakloss.eval.compare import OutputFolderError, check_output_folder, markdown_text
 from leakloss.eval.stats import (
     Interval,
     detection_rates,
@@ -362,7 +362,7 @@ def _markdown(result: Mapping) -> str:
     for status, n in left.items():
         if n:
             why = reasons.get(status) or {}
-            because = f" ({'; '.join(f'{k}: {v}' for k, v in why.items())})" if why else ""
+            because = f" ({'; '.join(f'{markdown_text(k)}: {v}' for k, v in why.items())})" if why else ""
             lines.append(f"- Labels on {status} readings, left out: {n}{because}.")
     alpha = f"{result['alpha']:.3f}" if result["alpha"] is not None else f"undefined ({result['alpha_note']})"
     lines.append(f"- Krippendorff's alpha (nominal) between listeners: {alpha}.")

@@ -639,13 +639,16 @@ def _load_cached(path: Path | None, phoneset: str) -> VoiceReading | None:
 def _store(path: Path | None, r: VoiceReading) -> VoiceReading:
     if path is None:
         return r
+    from leakloss.atomic import write_text_atomic
+    from leakloss.audio import save_audio
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(path.with_suffix(".wav"), r.waveform.numpy(), SAMPLE_RATE, subtype="FLOAT")
+    # atomic, and a symlink at a cache name is replaced, never written through
+    save_audio(path.with_suffix(".wav"), r.waveform, SAMPLE_RATE, subtype="FLOAT")
     meta = {"segments": [[s.name, s.start, s.end, s.word, s.label] for s in r.segments],
             "word_spans": [list(x) for x in r.word_spans], "unsaid": r.unsaid}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path.with_suffix(".json"))  # the JSON last: a half-written entry is never read
+    # the JSON last: a half-written entry is never read
+    write_text_atomic(path.with_suffix(".json"), json.dumps(meta, ensure_ascii=False))
     return r
 
 

@@ -351,3 +351,45 @@ def test_plot_labels_never_overlap_the_title(tmp_path):
         box = label.get_window_extent(renderer)
         assert not box.overlaps(title), label.get_text()
         assert figure_box.contains(box.x0, box.y0) and figure_box.contains(box.x1, box.y1), label.get_text()
+
+
+def test_html_in_names_words_and_reasons_is_plain_text_in_the_markdown(tmp_path):
+    """comparison.md carried raw HTML from a system name or a word: '|' was escaped, '<' and '>' were not
+    (issue 43, defect 11)."""
+    evil = "<script>alert(1)</script>"
+    quarantined = reading("flagged", "s2", status="quarantined")
+    quarantined["reason"] = "<img src=x onerror=alert(2)>"
+    out = compare_results({evil: write_dir(tmp_path / "res", [reading("flagged", "s1", key_word=evil + "नेकपा"),
+                                                              quarantined])})
+    md = write_comparison(out, tmp_path / "o")["md"].read_text(encoding="utf-8")
+    assert "<" not in md and ">" not in md
+    assert "| &lt;script&gt;alert(1)&lt;/script&gt; | 1 of 1" in md and "&lt;img src=x onerror=alert(2)&gt;" in md
+    from leakloss.eval.compare import markdown_text
+
+    assert markdown_text("a|b<c>&d\r\ne") == "a\\|b&lt;c&gt;&amp;d  e"
+
+
+@pytest.mark.parametrize("plant", ["file", "dangling", "loop"])
+def test_cli_compare_replaces_a_symlink_planted_in_out_never_writes_through(tmp_path, plant):
+    """comparison.md -> victim2.txt: the comparison overwrote a file outside the output folder (issue 43, defect 5)."""
+    from typer.testing import CliRunner
+
+    from leakloss.cli import app
+
+    res = write_dir(tmp_path / "res", [reading("flagged", "s1")])
+    out, outside = tmp_path / "cmp", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    victim = outside / "victim2.txt"
+    if plant == "file":
+        victim.write_text("precious")
+    for name in ("comparison.md", "comparison.json", "comparison.png"):
+        (out / name).symlink_to(out / name if plant == "loop" else victim)
+    r = CliRunner().invoke(app, ["compare", f"sys={res}", "--out", str(out)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert sorted(p.name for p in outside.iterdir()) == (["victim2.txt"] if plant == "file" else [])
+    if plant == "file":
+        assert victim.read_text() == "precious"
+    for name in ("comparison.md", "comparison.json", "comparison.png"):
+        assert not (out / name).is_symlink() and (out / name).is_file()
+    assert "| sys | 1 of 1" in (out / "comparison.md").read_text(encoding="utf-8")

@@ -497,3 +497,23 @@ def test_a_hanging_flite_voice_list_is_an_unavailable_synthesizer(monkeypatch):
     monkeypatch.setattr(F.subprocess, "run", hangs)
     with pytest.raises(F.SynthesizerUnavailableError, match="flite did not list its voices within 30 s"):
         F.voice_available(F.get_voice("flite-awb"))
+
+
+@needs_festival
+def test_a_symlink_planted_at_a_cache_name_is_replaced_not_written_through(tmp_path):
+    """The cache wrote its WAV with sf.write straight through a link at its name (issue 43, defect 5)."""
+    v = F.get_voice("fest-kal")
+    if not F.voice_available(v):
+        pytest.skip("kal not installed")
+    first = tmp_path / "first"
+    F.speak_phones(WORDS[:1], v, cache_dir=first)
+    (wav,) = first.glob("*.wav")
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir()
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"precious")
+    (cache / wav.name).symlink_to(outside / "victim")
+    (cache / wav.with_suffix(".json").name).symlink_to(outside / "victim2")  # dangling: would make a file outside
+    F.speak_phones(WORDS[:1], v, cache_dir=cache)
+    assert (outside / "victim").read_bytes() == b"precious" and sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert all(not p.is_symlink() and p.is_file() for p in cache.iterdir())
