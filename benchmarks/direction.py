@@ -31,7 +31,8 @@ import torchaudio
 from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
-from leakloss.penalty import LeakPenalty, place_sites
+from leakloss.penalty import LeakPenalty
+from leakloss.site_placement import place_sites
 from leakloss.scorer import Scorer
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text

@@ -2,8 +2,8 @@
 penalty: site placement over the whole folder as a Lightning ``predict`` loop, a lazy site cache, and an F5
 training dataset whose texts carry their site key.
 
-Cache format: the one of :func:`leakloss.penalty.place_dataset_sites` (``SITE_CACHE_VERSION``; one JSON line
-per item, ``key`` = :func:`leakloss.penalty.site_key`: the 16 kHz wave, the text and :func:`leakloss.penalty.placement_id`
+Cache format: the one of :func:`leakloss.site_placement.place_dataset_sites` (``SITE_CACHE_VERSION``; one JSON line
+per item, ``key`` = :func:`leakloss.site_placement.site_key`: the 16 kHz wave, the text and :func:`leakloss.site_placement.placement_id`
 -- recognizer id and site-finder fingerprint), extended with
 ``audio_path``, ``text`` and ``recognizer`` fields. A file written here is read by ``place_dataset_sites`` as is
 (same keys, same ``sites``), and this module reads that function's files too (rows without ``audio_path``).
@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
-from leakloss.penalty import SITE_CACHE_VERSION, placement_id, site_key
+from leakloss.site_placement import SITE_CACHE_VERSION, placement_id, site_key
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
@@ -319,7 +319,7 @@ def cache_lookup(cache: SiteCache):
 
 
 def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> list[TimedSite]:
-    """:func:`leakloss.penalty.place_sites` after the recognizer: ``log_probs [f, v]`` of one utterance -> sites."""
+    """:func:`leakloss.site_placement.place_sites` after the recognizer: ``log_probs [f, v]`` of one utterance -> sites."""
     from leakloss.acoustic.align import align_words
 
     words = [w for w in finder(text) if w.skipped is None]

@@ -1029,7 +1029,7 @@ def penalty_comparison(
     """The same tiny F5 fine-tuned twice through F5's ``Trainer``: ``without_penalty`` (weight 0: the leak
     curve is only monitored) and ``with_penalty``. Same seed, so both see the same batches, times and noise;
     only the auxiliary loss differs. ``items`` are ``(wave, sample_rate, text)``, ``sites[i]`` item i's sites
-    on its ground-truth audio (:func:`leakloss.penalty.place_dataset_sites`)."""
+    on its ground-truth audio (:func:`leakloss.site_placement.place_dataset_sites`)."""
     by_text: dict[str, list[TimedSite]] = {}
     for (_, _, text), item_sites in zip(items, sites, strict=True):
         by_text.setdefault(text, list(item_sites))

@@ -310,7 +310,8 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     from integrations.f5_dataset import (F5_MAX_S, F5_MIN_S, SITES_FILE, PreparedDatasetError, check_audio_files,
                                          check_texts, open_prepared, place_prepared_sites, summarize,
                                          trainable_count)
-    from leakloss.penalty import LeakPenalty, placement_id
+    from leakloss.penalty import LeakPenalty
+    from leakloss.site_placement import placement_id
     from leakloss.text.sites import SiteFinder
 
     check_settings(cfg)

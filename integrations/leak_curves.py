@@ -15,7 +15,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from leakloss.penalty import LeakPenalty, place_sites
+from leakloss.penalty import LeakPenalty
+from leakloss.site_placement import place_sites
 from leakloss.timing import TimedSite
 
 

@@ -241,7 +241,8 @@ def _finetune(cfg: DemoConfig) -> Path | None:
         return None
     from integrations.f5_tts import f5_probe, final_leak, penalty_comparison, read_leak_curve
     from integrations.leak_curves import ProbeSet
-    from leakloss.penalty import LeakPenalty, place_dataset_sites
+    from leakloss.penalty import LeakPenalty
+    from leakloss.site_placement import place_dataset_sites
     from leakloss.scorer import SHIPPED_HEADS
     from leakloss.speech.corpus import builtin_sentences, split_sentences
     from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text

@@ -9,10 +9,8 @@ or vocoder receives a gradient; the input does. The training signal is never NaN
 are masked out (zero contribution, zero gradient, counted in ``parts.nonfinite_items``), the gradient of
 near-silent items is bounded, input shorter than the conv stack contributes zero (:class:`LeakPenalty`).
 
-:func:`leak_reward` turns the same signal into a [0, 1] reward (1 = no leak) for GRPO/best-of-N;
-it is NOT differentiable (computed under ``no_grad``); ``leak_reward.higher_is_better = True``.
-A reading that fails the word check (silence, noise, another text) or cannot be judged gets the worst
-reward, 0.0; :func:`leak_reward_details` says why.
+The reward for RL built on the same signal lives in :mod:`leakloss.reward`, site placement (where the sites
+lie in time on a reading) in :mod:`leakloss.site_placement`; their names stay importable from here.
 
 Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv frames (5 ms), k sites.
 """
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,15 +30,13 @@ from leakloss.functional.leak import (
     at_least_fp32,
     leak_penalty_from_logits,
     mask_nonfinite_items,
-    peak_limited,
     quiet_gradient_scale,
     rms_normalize,
     scale_gradient,
     site_masks,
 )
 from leakloss.heads import FLAG_THRESHOLD, HeadLoadError, RawConvHead, load_head
-from leakloss.schema import JUDGED_REWARD_STATUSES, KINDS, REWARD_STATUSES, PlacementStatus, RewardStatus
-from leakloss.textfile import text_lines
+from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
@@ -210,7 +205,7 @@ class LeakPenalty(nn.Module):
         b, t = waves.shape
         check_site_lists(sites, b)
         if wave_lengths is not None:
-            wave_lengths = _check_lengths(wave_lengths, b, t, "wave_lengths", waves.device)
+            wave_lengths = check_lengths(wave_lengths, b, t, "wave_lengths", waves.device)
         if wave_rms is not None and (wave_rms.shape != (b,) or not bool(torch.isfinite(wave_rms).all())
                                      or bool((wave_rms < 0).any())):
             raise PenaltyInputError(f"wave_rms must be [batch] finite and >= 0, got shape {tuple(wave_rms.shape)}")
@@ -251,7 +246,7 @@ class LeakPenalty(nn.Module):
                                     f"[batch, frames, {bins}]")
         b, n = mels.shape[:2]
         if mel_lengths is not None:
-            mel_lengths = _check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
+            mel_lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
         elif n == 0:
             mel_lengths = torch.zeros(b, dtype=torch.long, device=mels.device)
         if b == 0:  # nothing to vocode: an empty batch of waves (loss 0, as for wave input)
@@ -307,7 +302,7 @@ def check_site_lists(sites: object, b: int) -> None:
                 raise PenaltyInputError(f"sites[{i}] holds a {type(site).__name__}, not a TimedSite{hint}")
 
 
-def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
+def check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
     """``lengths [b]`` whole numbers in ``[0, t]`` -> long on ``device`` (that of the data), else PenaltyInputError."""
     try:
         lengths = torch.as_tensor(lengths)
@@ -329,280 +324,20 @@ def _check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.dev
     return lengths.to(device)
 
 
-class SitePlacement(NamedTuple):
-    """Where :func:`place_sites` stands for one reading: the sites, or why there are none."""
-
-    sites: list[TimedSite]
-    status: PlacementStatus  # leakloss.schema says what each means
-
-
-def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
-    """:func:`place_sites` with the reason when there are none. ``wave [t]`` 16 kHz.
-
-    Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
-    an exception; a text the finder rejects raises its :class:`leakloss.text.normalize.TextError`.
-    """
-    from leakloss.acoustic.align import align_words
-    from leakloss.text.sites import SiteFinder
-
-    if words is None:
-        words = [w for w in (finder or SiteFinder())(text) if w.skipped is None]
-    if not any(w.testable_sites for w in words):
-        return SitePlacement([], "no_testable_site")
-    if wave.dim() != 1:
-        raise PenaltyInputError(f"place_sites takes one wave [samples], got shape {tuple(wave.shape)}")
-    if not bool(torch.isfinite(wave).all()):
-        return SitePlacement([], "not_finite")
-    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
-        return SitePlacement([], "too_short")
-    with torch.no_grad():
-        log_probs, frames = recognizer(peak_limited(wave)[None])
-    n = int(frames[0])
-    alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
-                            recognizer.frame_rate, words=[w.word for w in words])
-    if not alignment.ok:
-        return SitePlacement([], "alignment_failed")
-    out = []
-    for k, w in enumerate(words):
-        wa = alignment.word(k)
-        if wa is None:
-            continue
-        spans = wa.phone_spans
-        for s in w.testable_sites:
-            a, b = spans[s.position]
-            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
-    return SitePlacement(out, "placed" if out else "alignment_failed")
+#: Names that lived here before the reward and site placement got their own homes; still importable from here.
+_MOVED = {
+    "SitePlacement": "leakloss.site_placement", "locate_sites": "leakloss.site_placement",
+    "place_sites": "leakloss.site_placement", "placement_id": "leakloss.site_placement",
+    "site_key": "leakloss.site_placement", "place_dataset_sites": "leakloss.site_placement",
+    "SITE_CACHE_VERSION": "leakloss.site_placement",
+    "WORST_REWARD": "leakloss.reward", "RewardResult": "leakloss.reward", "leak_reward": "leakloss.reward",
+    "leak_reward_details": "leakloss.reward", "check_max_per": "leakloss.reward",
+}
 
 
-def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:
-    """Testable sites of ``text`` placed in time on ``wave [t]`` (forced alignment of the Nepali phones).
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-    Returns ``[]`` (the item then contributes zero) when there is no testable site, the alignment fails, or
-    the audio cannot be read: NaN/Inf samples, or shorter than one recognizer frame (:func:`locate_sites`
-    says which).
-    """
-    return locate_sites(wave, text, recognizer, finder).sites
-
-
-SITE_CACHE_VERSION = 2  # 2: keys include the finder's fingerprint
-
-
-def placement_id(recognizer, finder) -> str:
-    """What decides where an item's sites are: the recognizer's id and the site finder's fingerprint
-    (:attr:`leakloss.text.sites.SiteFinder.fingerprint`; a finder without one is known by its class)."""
-    return f"{recognizer.name}|{getattr(finder, 'fingerprint', type(finder).__qualname__)}"
-
-
-def site_key(wave16: Tensor, text: str, placement: str) -> str:
-    """Site-cache key of one item: sha256 of the 16 kHz float32 wave bytes + ``|text|`` + :func:`placement_id`."""
-    import hashlib
-
-    h = hashlib.sha256(wave16.detach().float().cpu().numpy().tobytes())
-    h.update(f"|{text}|{placement}".encode())
-    return h.hexdigest()
-
-
-def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: str | Path | None = None,
-                        finder=None) -> list[list[TimedSite]]:
-    """Sites of every ``(wave16k [t], text)`` training item placed on its ground-truth audio, once.
-
-    With ``cache`` (e.g. ``DATASET_DIR/leak_sites.jsonl``) the placements are stored next to the dataset,
-    one JSON line per item keyed by :func:`site_key` (a hash of the audio, the text and :func:`placement_id`:
-    another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
-    aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
-    contribute zero to the penalty). The file is rewritten atomically when anything new was placed.
-    """
-    import json
-
-    from leakloss.text.sites import SiteFinder
-
-    finder = finder or SiteFinder()
-    cache = Path(cache) if cache is not None else None
-    known: dict[str, list[TimedSite]] = {}
-    if cache is not None and cache.exists():
-        unreadable = 0
-        for line in text_lines(cache.read_bytes().decode("utf-8", errors="replace")):
-            try:
-                row = json.loads(line)
-                if row.get("version") == SITE_CACHE_VERSION:
-                    known[str(row["key"])] = [TimedSite(**d) for d in row["sites"]]
-            except (ValueError, TypeError, KeyError, AttributeError):
-                unreadable += 1
-        if unreadable:  # a cache can be rebuilt: say so and place those items again
-            import warnings
-
-            warnings.warn(f"{cache}: {unreadable} unreadable line(s) ignored; their items are placed again",
-                          stacklevel=2)
-    out, added = [], 0
-    placement = placement_id(recognizer, finder)
-    for wave, text in items:
-        key = site_key(wave, text, placement)
-        if key not in known:
-            known[key] = list(place_sites(wave, text, recognizer, finder))
-            added += 1
-        out.append(list(known[key]))
-    if cache is not None and added:
-        from leakloss.atomic import write_text_atomic
-
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v]}
-                for k, v in known.items())
-        write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    return out
-
-
-#: Worst reward: given to every reading that cannot be scored (an RL loop must never profit from one).
-WORST_REWARD = 0.0
-
-
-@dataclass
-class RewardResult:
-    """One reading's reward and why (:func:`leak_reward_details`)."""
-
-    reward: float  # in [0, 1], 1 = no leak; WORST_REWARD for a reading that cannot be scored
-    status: RewardStatus  # leakloss.schema says what each means
-    phone_error_rate: float | None = None  # recognizer's greedy phones vs the text's Nepali phones
-    sites: int = 0  # sites scored
-    reason: str = ""
-
-    def __post_init__(self) -> None:  # a reward an RL loop trains on is never NaN nor out of range
-        if self.status not in REWARD_STATUSES:
-            raise ValueError(f"reward status {self.status!r} is not one of {', '.join(REWARD_STATUSES)}")
-        if not (math.isfinite(self.reward) and 0.0 <= self.reward <= 1.0):
-            raise ValueError(f"reward {self.reward!r} is not a number in [0, 1]")
-        if self.status not in JUDGED_REWARD_STATUSES and self.reward != WORST_REWARD:
-            raise ValueError(f"a {self.status!r} reading gets the worst reward {WORST_REWARD}, not {self.reward}")
-
-
-def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Tensor]:
-    """The readings of a list of ``[t]`` waves, or of a ``[b, t]`` batch cut to ``wave_lengths [b]``."""
-    if isinstance(waveforms, Tensor) and waveforms.dim() == 2:
-        if wave_lengths is not None:
-            lengths = _check_lengths(wave_lengths, waveforms.shape[0], waveforms.shape[1], "wave_lengths",
-                                     waveforms.device)
-            return [w[: int(n)] for w, n in zip(waveforms, lengths)]
-        if waveforms.shape[0] > 1:  # its zero padding would be scored as part of each shorter reading
-            raise PenaltyInputError(f"a padded batch {tuple(waveforms.shape)} needs wave_lengths [b] (or pass a "
-                                    "list of [samples] waves): padding would be scored as trailing silence")
-    elif isinstance(waveforms, Tensor):  # one bare [t] wave read as t one-sample readings
-        raise PenaltyInputError(f"waveforms must be a list of [samples] waves or a [b, samples] batch, got a tensor "
-                                f"of shape {tuple(waveforms.shape)} (one reading: [wave] or wave[None])")
-    elif wave_lengths is not None:
-        raise PenaltyInputError("wave_lengths goes with a padded [b, samples] batch; a list of waves has its own lengths")
-    elif isinstance(waveforms, (str, bytes)) or not isinstance(waveforms, Sequence):
-        raise PenaltyInputError(f"waveforms must be a list of [samples] waves or a [b, samples] batch, "
-                                f"got {type(waveforms).__name__}")
-    else:
-        for i, wave in enumerate(waveforms):
-            if not isinstance(wave, Tensor):
-                raise PenaltyInputError(f"waveforms[{i}] must be a tensor [samples], got {type(wave).__name__} "
-                                        "(torch.as_tensor(array))")
-            if not wave.is_floating_point():
-                raise PenaltyInputError(f"waveforms[{i}] must be real float samples, got dtype {wave.dtype} "
-                                        "(int16 PCM: divide by 32768)")
-    return waveforms
-
-
-def _texts(texts: object, n: int) -> list[str]:
-    """One string per reading, else PenaltyInputError (a bare string would be read as one text per letter)."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-        raise PenaltyInputError(f"texts must be a list of strings, one per reading, got {type(texts).__name__}")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise PenaltyInputError(f"texts[{i}] must be a string, got {type(text).__name__}")
-    if len(texts) != n:
-        raise PenaltyInputError(f"leak_reward needs one text per reading: {n} readings, {len(texts)} texts")
-    return list(texts)
-
-
-def check_max_per(max_per: object) -> float:
-    """The word check's phone-error limit as a float, or ``ValueError``: NaN would pass every reading."""
-    from leakloss.checks import check_number
-
-    return check_number(max_per, "max_per must be a finite number > 0 (a phone error rate limit)",
-                        low=0.0, low_inclusive=False)
-
-
-@torch.no_grad()
-def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
-                        recognizer=None, max_per: float | None = None, finder=None,
-                        wave_lengths: Sequence[int] | Tensor | None = None) -> list[RewardResult]:
-    """The reward of each ``(wave [t] 16 kHz, text)`` pair, with its status; see :func:`leak_reward`."""
-    from leakloss.scorer import QUERY_MAX_PER
-    from leakloss.text.sites import SiteFinder
-
-    waveforms = _readings(waveforms, wave_lengths)
-    texts = _texts(texts, len(waveforms))
-    penalty = penalty or LeakPenalty.load()
-    recognizer = recognizer or penalty.recognizer
-    finder = finder or SiteFinder()
-    max_per = QUERY_MAX_PER if max_per is None else check_max_per(max_per)
-    out = []
-    for wave, text in zip(waveforms, texts, strict=True):
-        out.append(_reward_one(wave, text, penalty, recognizer, finder, max_per))
-    return out
-
-
-def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finder, max_per: float) -> RewardResult:
-    from leakloss.scorer import phone_error_rate
-
-    from leakloss.text.normalize import TextError
-    from leakloss.text.sites import no_word_reason
-
-    try:
-        all_words = finder(text)
-    except TextError as err:  # e.g. a word too long for the frontend: this reading, not the whole batch
-        return RewardResult(WORST_REWARD, "bad_text", reason=f"text: {err}")
-    words = [w for w in all_words if w.skipped is None]
-    expected = [p for w in words for p in w.nepali]
-    if not expected:
-        return RewardResult(WORST_REWARD, "no_word", reason=no_word_reason(all_words))
-    if wave.dim() != 1:
-        raise PenaltyInputError(f"leak_reward takes waves [samples], got shape {tuple(wave.shape)}")
-    if not bool(torch.isfinite(wave).all()):
-        return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
-    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
-        return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
-    wave = peak_limited(wave)  # the scores are scale-free; loud finite audio must not overflow the recognizer
-    hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
-    per = phone_error_rate(expected, hyp)
-    if per > max_per:
-        return RewardResult(WORST_REWARD, "unintelligible", per, reason=f"phone error rate {per:.2f} > {max_per:.2f}")
-    placed = locate_sites(wave, text, recognizer, words=words)
-    if placed.status == "no_testable_site":
-        return RewardResult(1.0, "no_testable_site", per, reason="intelligible; the text has no testable site")
-    if placed.status != "placed":
-        return RewardResult(WORST_REWARD, placed.status, per, reason="the text's phones do not align to the audio")
-    _, parts = penalty(waves=wave[None], sites=[placed.sites])
-    probs = parts.site_probs[parts.site_active]  # an inactive site's p ~ 0 must not count as "no leak"
-    if probs.numel() == 0:
-        return RewardResult(WORST_REWARD, "alignment_failed", per, reason="no site inside the audio")
-    return RewardResult(float(1.0 - probs.mean()), "scored", per, int(probs.numel()))
-
-
-def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
-                recognizer=None, max_per: float | None = None,
-                wave_lengths: Sequence[int] | Tensor | None = None) -> Tensor:
-    """``[b]`` reward in [0, 1] for GRPO/best-of-N: ``1 - mean leak probability`` over the testable sites of
-    each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else ``ValueError``).
-    ``waveforms``: a list of ``[t]`` waves, or a padded ``[b, t]`` batch with ``wave_lengths [b]`` (required
-    when ``b > 1``: the padding is not part of a reading).
-
-    The rule, so that an RL loop cannot profit from a reading it cannot be judged on:
-
-    - a reading that fails the word check (the recognizer's greedy phone error rate against the text's
-      Nepali phones above ``max_per``, the scorer's ``QUERY_MAX_PER`` = 0.45 by default): silence, noise,
-      another text, mumbling -> ``WORST_REWARD`` (0.0);
-    - audio that cannot be read (NaN/Inf, shorter than one recognizer frame), a text whose phones do not
-      align, a text with no Devanagari word -> ``WORST_REWARD``;
-    - an intelligible reading of a text with no testable site -> 1.0 (nothing to leak);
-    - otherwise ``1 - mean p`` over the sites.
-
-    :func:`leak_reward_details` gives each reading's status, phone error rate and reason.
-    """
-    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per, wave_lengths=wave_lengths)
-    device = waveforms.device if isinstance(waveforms, Tensor) else (waveforms[0].device if len(waveforms) else None)
-    return torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
-
-
-leak_reward.higher_is_better = True  # type: ignore[attr-defined]
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ arguments and then calls ``setup(cfg)``. The classes here have the same fields a
   and F5's ``RewardCombiner`` takes its outputs (it reads ``total_reward``, ``components`` and ``logs``);
 - F5's registry can load it by path: ``{"name": "leakloss.rewards:LeakRewardProvider", "config": {...}}``.
 
-The reward is :func:`leakloss.penalty.leak_reward`: in [0, 1], 1 = no leak, 0.0 for every reading that
+The reward is :func:`leakloss.reward.leak_reward`: in [0, 1], 1 = no leak, 0.0 for every reading that
 cannot be judged (silence, noise, another text, NaN audio: see its docstring). :func:`rerank` keeps the
 best of N candidate readings of each text, with the reasons.
 
@@ -29,7 +29,8 @@ from torch import Tensor
 
 from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.functional.leak import peak_limited
-from leakloss.penalty import WORST_REWARD, LeakPenalty, RewardResult, leak_reward_details
+from leakloss.penalty import LeakPenalty
+from leakloss.reward import WORST_REWARD, RewardResult, leak_reward_details
 from leakloss.schema import JUDGED_REWARD_STATUSES
 
 
@@ -105,7 +106,7 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
 
 
 class LeakRewardProvider(RewardProvider):
-    """:func:`leakloss.penalty.leak_reward` as a reward provider.
+    """:func:`leakloss.reward.leak_reward` as a reward provider.
 
     ``total_reward``: the leak reward in [0, 1] (0.0 for unintelligible or unreadable audio and missing
     text). ``components``: ``leak_free`` (the same number), ``judged`` (1.0 when the reading was judged:
@@ -129,7 +130,7 @@ class LeakRewardProvider(RewardProvider):
         if unknown:
             raise ValueError(f"unknown {self.name} setting(s): {', '.join(sorted(unknown))}")
         if "max_per" in self.cfg:
-            from leakloss.penalty import check_max_per
+            from leakloss.reward import check_max_per
 
             value = self.cfg["max_per"]
             try:  # a YAML/CLI string is read as a number; True is not a limit
@@ -148,7 +149,7 @@ class LeakRewardProvider(RewardProvider):
         return self.penalty
 
     def score(self, batch: Sequence[RewardInput]) -> list[RewardResult]:
-        """Each input's :class:`leakloss.penalty.RewardResult` (status, phone error rate, reason)."""
+        """Each input's :class:`leakloss.reward.RewardResult` (status, phone error rate, reason)."""
         results: list[RewardResult | None] = [None] * len(batch)
         todo = []
         for i, item in enumerate(batch):

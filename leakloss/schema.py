@@ -52,7 +52,7 @@ EvidenceStatus = Literal["ok", "bad_input", "silent", "alignment_failed", "no_te
 #: ``no_testable_site`` (the text has none); ``not_finite`` (NaN/Inf samples); ``too_short`` (under one
 #: recognizer frame); ``alignment_failed``.
 PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "alignment_failed"]
-#: One reading's reward (``leakloss.penalty.RewardResult``): ``scored``; ``no_testable_site`` (intelligible,
+#: One reading's reward (``leakloss.reward.RewardResult``): ``scored``; ``no_testable_site`` (intelligible,
 #: nothing to leak: 1.0); the rest get the worst reward by rule: ``unintelligible`` (failed the word check),
 #: ``not_finite``, ``too_short``, ``alignment_failed``, ``no_word`` (no Devanagari word, or no text),
 #: ``bad_text`` (a text the frontend rejects).

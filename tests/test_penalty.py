@@ -177,8 +177,8 @@ def test_wrong_number_of_site_lists_is_a_clear_error(penalty):
 
 
 def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, monkeypatch):
-    import leakloss.penalty as penalty_module
-    from leakloss.penalty import place_dataset_sites
+    import leakloss.site_placement as penalty_module
+    from leakloss.site_placement import place_dataset_sites
 
     calls = []
 

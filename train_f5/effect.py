@@ -9,7 +9,7 @@ share the seed, the batches and the number of updates:
   the shipped raw-conv head on recognizer A), from update ``leak_start_step`` on (a warm-up on the plain loss);
 - ``reward``: best-of-N distillation on *unpaired* text (rejection-sampling fine-tuning): every ``reward_every``
   updates the model says each reward text (phrases with a testable site, no test word, never recorded)
-  ``reward_samples`` times; :func:`leakloss.penalty.leak_reward_details` scores them (the worst reward for an
+  ``reward_samples`` times; :func:`leakloss.reward.leak_reward_details` scores them (the worst reward for an
   unintelligible or unalignable sample); a text's best sample joins the training batches as a target when it
   is ``scored`` with reward at least ``reward_min``.
 
@@ -163,7 +163,7 @@ def place_corpus_sites(corpus, penalty, vocoder, cache: Path | None = None) -> l
     penalty hears of a perfect ``x1_hat``); cached as JSON beside the corpus."""
     if cache is not None and cache.is_file():
         return [[TimedSite(**s) for s in item] for item in json.loads(cache.read_text(encoding="utf-8"))]
-    from leakloss.penalty import place_sites
+    from leakloss.site_placement import place_sites
 
     out = []
     with torch.no_grad():
@@ -200,7 +200,7 @@ def best_of_n(model, texts: Sequence[str], prompt: tuple[Tensor, str], penalty, 
               seed: int) -> list[tuple[Tensor, str, float]]:
     """Each text said ``reward_samples`` times; the best sample's ``(mel [n, 100], text, reward)`` for the texts
     whose best sample is ``scored`` with reward >= ``reward_min``. The caller's RNG stream is left untouched."""
-    from leakloss.penalty import leak_reward_details
+    from leakloss.reward import leak_reward_details
     from train_f5.evaluate import infill, vocode_16k
 
     kept = []

@@ -1018,7 +1018,7 @@ class NepaliFrontend:
     @property
     def fingerprint(self) -> str:
         """What decides this frontend's pronunciations (its lexicon entries and retention model), hashed:
-        a cache of sites found with it (:func:`leakloss.penalty.place_dataset_sites`) keys on it."""
+        a cache of sites found with it (:func:`leakloss.site_placement.place_dataset_sites`) keys on it."""
         if getattr(self, "_fingerprint", None) is None:
             import hashlib
             import json

@@ -1,0 +1,143 @@
+"""Site placement: where a text's testable contrast sites lie in time on a reading (forced alignment).
+
+:func:`place_sites` aligns the text's Nepali phones to the audio with a frozen recognizer and returns each
+testable site's span as a :class:`~leakloss.timing.TimedSite`; :func:`locate_sites` also says why there are
+none; :func:`place_dataset_sites` places a training set's sites once, cached beside the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from leakloss.functional.leak import peak_limited
+from leakloss.penalty import PenaltyInputError
+from leakloss.schema import PlacementStatus
+from leakloss.textfile import text_lines
+from leakloss.timing import TimedSite
+
+
+class SitePlacement(NamedTuple):
+    """Where :func:`place_sites` stands for one reading: the sites, or why there are none."""
+
+    sites: list[TimedSite]
+    status: PlacementStatus  # leakloss.schema says what each means
+
+
+def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
+    """:func:`place_sites` with the reason when there are none. ``wave [t]`` 16 kHz.
+
+    Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
+    an exception; a text the finder rejects raises its :class:`leakloss.text.normalize.TextError`.
+    """
+    from leakloss.acoustic.align import align_words
+    from leakloss.text.sites import SiteFinder
+
+    if words is None:
+        words = [w for w in (finder or SiteFinder())(text) if w.skipped is None]
+    if not any(w.testable_sites for w in words):
+        return SitePlacement([], "no_testable_site")
+    if wave.dim() != 1:
+        raise PenaltyInputError(f"place_sites takes one wave [samples], got shape {tuple(wave.shape)}")
+    if not bool(torch.isfinite(wave).all()):
+        return SitePlacement([], "not_finite")
+    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
+        return SitePlacement([], "too_short")
+    with torch.no_grad():
+        log_probs, frames = recognizer(peak_limited(wave)[None])
+    n = int(frames[0])
+    alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
+                            recognizer.frame_rate, words=[w.word for w in words])
+    if not alignment.ok:
+        return SitePlacement([], "alignment_failed")
+    out = []
+    for k, w in enumerate(words):
+        wa = alignment.word(k)
+        if wa is None:
+            continue
+        spans = wa.phone_spans
+        for s in w.testable_sites:
+            a, b = spans[s.position]
+            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
+    return SitePlacement(out, "placed" if out else "alignment_failed")
+
+
+def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:
+    """Testable sites of ``text`` placed in time on ``wave [t]`` (forced alignment of the Nepali phones).
+
+    Returns ``[]`` (the item then contributes zero) when there is no testable site, the alignment fails, or
+    the audio cannot be read: NaN/Inf samples, or shorter than one recognizer frame (:func:`locate_sites`
+    says which).
+    """
+    return locate_sites(wave, text, recognizer, finder).sites
+
+
+SITE_CACHE_VERSION = 2  # 2: keys include the finder's fingerprint
+
+
+def placement_id(recognizer, finder) -> str:
+    """What decides where an item's sites are: the recognizer's id and the site finder's fingerprint
+    (:attr:`leakloss.text.sites.SiteFinder.fingerprint`; a finder without one is known by its class)."""
+    return f"{recognizer.name}|{getattr(finder, 'fingerprint', type(finder).__qualname__)}"
+
+
+def site_key(wave16: Tensor, text: str, placement: str) -> str:
+    """Site-cache key of one item: sha256 of the 16 kHz float32 wave bytes + ``|text|`` + :func:`placement_id`."""
+    import hashlib
+
+    h = hashlib.sha256(wave16.detach().float().cpu().numpy().tobytes())
+    h.update(f"|{text}|{placement}".encode())
+    return h.hexdigest()
+
+
+def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: str | Path | None = None,
+                        finder=None) -> list[list[TimedSite]]:
+    """Sites of every ``(wave16k [t], text)`` training item placed on its ground-truth audio, once.
+
+    With ``cache`` (e.g. ``DATASET_DIR/leak_sites.jsonl``) the placements are stored next to the dataset,
+    one JSON line per item keyed by :func:`site_key` (a hash of the audio, the text and :func:`placement_id`:
+    another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
+    aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
+    contribute zero to the penalty). The file is rewritten atomically when anything new was placed.
+    """
+    import json
+
+    from leakloss.text.sites import SiteFinder
+
+    finder = finder or SiteFinder()
+    cache = Path(cache) if cache is not None else None
+    known: dict[str, list[TimedSite]] = {}
+    if cache is not None and cache.exists():
+        unreadable = 0
+        for line in text_lines(cache.read_bytes().decode("utf-8", errors="replace")):
+            try:
+                row = json.loads(line)
+                if row.get("version") == SITE_CACHE_VERSION:
+                    known[str(row["key"])] = [TimedSite(**d) for d in row["sites"]]
+            except (ValueError, TypeError, KeyError, AttributeError):
+                unreadable += 1
+        if unreadable:  # a cache can be rebuilt: say so and place those items again
+            import warnings
+
+            warnings.warn(f"{cache}: {unreadable} unreadable line(s) ignored; their items are placed again",
+                          stacklevel=2)
+    out, added = [], 0
+    placement = placement_id(recognizer, finder)
+    for wave, text in items:
+        key = site_key(wave, text, placement)
+        if key not in known:
+            known[key] = list(place_sites(wave, text, recognizer, finder))
+            added += 1
+        out.append(list(known[key]))
+    if cache is not None and added:
+        from leakloss.atomic import write_text_atomic
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v]}
+                for k, v in known.items())
+        write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return out
