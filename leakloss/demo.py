@@ -124,13 +124,8 @@ def _key_words() -> dict[str, str]:
 
 def _readings(cfg: DemoConfig) -> list[dict]:
     from leakloss.speech.corpus import builtin_sentences, split_sentences
-    from leakloss.speech.synth import (
-        HELDOUT_HINDI_VOICE,
-        HELDOUT_TEACHER_VOICE,
-        TRAIN_TEACHER_VOICES,
-        speak_phones,
-        speak_text,
-    )
+    from leakloss.speech.references import teacher_reading
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_text
     from leakloss.text.sites import SiteFinder
 
     _, held = split_sentences(builtin_sentences())
@@ -144,13 +139,12 @@ def _readings(cfg: DemoConfig) -> list[dict]:
     console.print(f"[bold]2. readings[/]: {len(chosen)} held-out sentences, teacher and Hindi base, 2 references each")
     items = []
     for i, text in enumerate(chosen):
-        words = [w.nepali for w in finder(text) if w.skipped is None]
         sid = f"s{i:02d}"
         paths = {}
-        for name, reading in (("teacher", speak_phones(words, HELDOUT_TEACHER_VOICE)),
+        for name, reading in (("teacher", teacher_reading(text, HELDOUT_TEACHER_VOICE, finder)),
                               ("hindi", speak_text(text, HELDOUT_HINDI_VOICE)),
-                              ("ref1", speak_phones(words, TRAIN_TEACHER_VOICES[i % 5])),
-                              ("ref2", speak_phones(words, TRAIN_TEACHER_VOICES[(i + 2) % 5]))):
+                              ("ref1", teacher_reading(text, TRAIN_TEACHER_VOICES[i % 5], finder)),
+                              ("ref2", teacher_reading(text, TRAIN_TEACHER_VOICES[(i + 2) % 5], finder))):
             paths[name] = str(folder / f"{sid}-{name}.wav")
             folder.mkdir(parents=True, exist_ok=True)
             save_audio(paths[name], reading.waveform)
