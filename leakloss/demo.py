@@ -273,33 +273,21 @@ def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
 
 
 def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict]) -> Path:
-    from leakloss.report import render_index, write_report
+    from leakloss.evaluate import write_index
     from leakloss.schema import SHORT_VOWEL
     from train_heads.evaluate import heldout_label
 
-    entries = [{"kind": "text", "title": "What this is",
-                "text": "Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by word "
-                        "against trusted teacher references. A flag is a candidate for a listener, not a verdict."},
-               {"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
-                "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
-                          f"{r['false_flags']} / {r['shams']}"] for r in heldout]},
-               {"kind": "image", "title": "Teacher vs Hindi base: key words flagged", "src": "comparison/comparison.png"}]
-    rows = []
-    for name, s in comparison["systems"].items():
-        k = s["key_flagged"]
-        rows.append([name, f"{k['count']} of {k['total']}", f"{100 * k['rate']:.1f}%" if k["total"] else "—",
-                     str(s["quarantined"])])
-    entries.append({"kind": "table", "title": "Comparison", "columns": ["system", "key words flagged", "rate", "quarantined"],
-                    "rows": rows})
-    if curves is not None:
-        entries.append({"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"})
-    for system in ("hindi_base", "teacher"):
-        for item in items:
-            entries.append({"kind": "link", "title": None, "href": f"reports/{system}/{item['sentence_id']}.html",
-                            "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"})
-    path = cfg.out / "index.html"
-    write_report(path, render_index(entries, "leakloss demo"))
-    return path
+    heads = [{"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
+              "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
+                        f"{r['false_flags']} / {r['shams']}"] for r in heldout]}]
+    fine_tune = [] if curves is None else [
+        {"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"}]
+    links = [{"href": f"reports/{system}/{item['sentence_id']}.html",
+              "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"}
+             for system in ("hindi_base", "teacher") for item in items]
+    return write_index(cfg.out, comparison, links, title="leakloss demo", before=heads, after=fine_tune,
+                       intro="Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by "
+                             "word against trusted teacher references. A flag is a candidate for a listener, not a verdict.")
 
 
 def run_demo(cfg: DemoConfig) -> dict:

@@ -390,7 +390,7 @@ class Scorer:
             result["reason"] = f"{why}; {result['reason']}" if result.get("reason") else why
         return result
 
-    def _reference_free_penalty(self):
+    def load_reference_free(self):
         """The penalty's frozen raw-conv head and recognizer, with the head card's thresholds (loaded once)."""
         if getattr(self, "_penalty", None) is None:
             import hashlib
@@ -420,7 +420,7 @@ class Scorer:
             raise TypeError(f"query must be a path or a waveform tensor, got {type(query).__name__}")
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        penalty = self._reference_free_penalty()
+        penalty = self.load_reference_free()
         source = {"origin": "reference_free", "detail": self.reference_free_detail}
         try:
             result = self._score_reference_free(query, text, query_name, penalty)

@@ -47,6 +47,16 @@ def reference_origin_detail(voices: tuple[Voice, ...] = REFERENCE_VOICES) -> str
     return "embedded teacher voices " + ", ".join(v.name for v in voices)
 
 
+def given_origin() -> dict:
+    """``reference_origin`` of a result whose references the user gave."""
+    return {"origin": "given", "detail": "given by the user"}
+
+
+def synthesised_origin(voices: tuple[Voice, ...] = REFERENCE_VOICES) -> dict:
+    """``reference_origin`` of a result scored against :func:`synthesised_references`."""
+    return {"origin": "synthesised", "detail": reference_origin_detail(voices)}
+
+
 def synthesised_references(text: str, voices: tuple[Voice, ...] = REFERENCE_VOICES, *,
                            cache_dir: str | Path | None = None, finder=None) -> list[Path]:
     """Paths of the teacher's readings of ``text``, one per voice, synthesised on first use and cached.
