@@ -332,8 +332,6 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
         return False
     if scorer is not None and result.get("scorer") != scorer:
         return False
-    if reference_origin(result) != item.get("reference_origin", {"origin": "given"})["origin"]:
-        return False
     recorded = result.get("input_sha1")
     if not isinstance(recorded, dict):
         return False
@@ -344,6 +342,8 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
     # references (its result does not depend on them), so other references would not change it
     if result["status"] == "quarantined":
         return True
+    if reference_origin(result) != item.get("reference_origin", {"origin": "given"})["origin"]:
+        return False  # e.g. scored against synthesised references, now given the same paths as the user's
     checked = [c["reference"] for c in result.get("reference_checks", [])]
     return checked == item["refs"] and recorded.get("refs") == now["refs"]
 
