@@ -2,6 +2,9 @@
 
 Each manifest line is ``{"id": str, "query": path, "text": str, "refs": [path, ...]}`` (paths relative
 to the manifest's folder; optional ``system`` and ``sentence_id`` strings are copied to the result).
+An item without ``refs`` (or with ``[]``) is scored against the embedded teacher's readings of its text
+(:func:`leakloss.speech.references.synthesised_references`, cached by text); with ``reference_free`` no item
+has references and the reference-free head decides. Every result says which in ``reference_origin``.
 Results go to ``OUT/<id>.json`` in the ``score`` format, written atomically (:mod:`leakloss.atomic`).
 
 Before any work, the whole manifest is checked (every bad line is reported, with its number) and so
@@ -31,7 +34,7 @@ import lightning as L
 from torch.utils.data import Dataset
 
 from leakloss.atomic import file_name_problem, in_the_way, write_text_atomic
-from leakloss.schema import STATUSES, ResultError, load_result
+from leakloss.schema import STATUSES, ResultError, load_result, reference_origin
 from leakloss.textfile import text_lines
 
 #: Longest id in UTF-8 bytes: ``.<id>.json.<random>.tmp`` (the atomic write) must stay under the
@@ -128,6 +131,8 @@ def _line_problems(d: object) -> list[str]:
     problems = []
     for key, typ, name in (("id", str, "a string"), ("query", str, "a string"), ("text", str, "a string"),
                            ("refs", list, "a list of paths")):
+        if key == "refs" and key not in d:  # no references: the embedded teacher's are synthesised
+            continue
         if key not in d:
             problems.append(f"missing field {key!r}")
         elif not isinstance(d[key], typ):
@@ -143,7 +148,7 @@ def _line_problems(d: object) -> list[str]:
     if any(not p.startswith("unknown field") for p in problems):  # the values below need the right types
         return problems
     problems += [p for p in (_id_problem(d["id"]), _path_problem(d["query"], "query"), _text_problem(d["text"])) if p]
-    problems += [p for i, r in enumerate(d["refs"]) if (p := _path_problem(r, f"refs[{i}]"))]
+    problems += [p for i, r in enumerate(d.get("refs", [])) if (p := _path_problem(r, f"refs[{i}]"))]
     return problems
 
 
@@ -177,7 +182,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             continue
         first_line[d["id"]] = n
         base = path.absolute().parent  # absolute: results (and resuming) do not depend on the run's cwd
-        item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d["refs"]]}
+        item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d.get("refs", [])]}
         # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write
         named = [("query", item["query"])] + [(f"refs[{i}]", r) for i, r in enumerate(item["refs"])]
         bad = [f"{what} {why}" for what, value in named if (why := file_name_problem(value)) is not None]
@@ -339,6 +344,8 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
     # references (its result does not depend on them), so other references would not change it
     if result["status"] == "quarantined":
         return True
+    if reference_origin(result) != item.get("reference_origin", {"origin": "given"})["origin"]:
+        return False  # e.g. scored against synthesised references, now given the same paths as the user's
     checked = [c["reference"] for c in result.get("reference_checks", [])]
     return checked == item["refs"] and recorded.get("refs") == now["refs"]
 
@@ -403,12 +410,16 @@ class ScoringModule(L.LightningModule):
             # a reference not there yet fails the item, so the next run retries it (as a missing query): scored
             # without it, the result counted as done and the reference was never used
             missing = [ref for ref in item["refs"] if not Path(ref).is_file()]
+            free = item.get("reference_origin", {}).get("origin") == "reference_free"
             try:
                 result = (_failed_result(item, _missing_reason(missing), missing) if missing
+                          else self.scorer.score_reference_free(item["query"], item["text"]) if free
                           else self.scorer.score(item["query"], item["text"], item["refs"]))
             except Exception as err:  # noqa: BLE001 - one bad item must not end the run; it is recorded
                 result = _failed_result(item, f"unexpected error while scoring: {type(err).__name__}: {err}")
             result["id"] = item["id"]
+            if "reference_origin" in item:
+                result["reference_origin"] = item["reference_origin"]
             result["input_sha1"] = input_digests(item)
             for key in ("system", "sentence_id"):
                 if key in item:
@@ -418,9 +429,41 @@ class ScoringModule(L.LightningModule):
         return done
 
 
+def attach_references(items: list[dict], reference_free_detail: str | None = None) -> list[dict]:
+    """Each item with its ``reference_origin``; an item without references gets the embedded teacher's
+    synthesised readings of its text (cached: a text read by several systems is synthesised once).
+
+    Raises:
+        BatchConfigError: ``reference_free`` with an item that gives references (they would be ignored),
+            or references that cannot be synthesised (the cache folder cannot be written).
+    """
+    from leakloss.audio import AudioError
+    from leakloss.speech.references import ReferenceSynthesisError, given_origin, synthesised_origin, synthesised_references
+
+    out = []
+    for item in items:
+        if reference_free_detail is not None:
+            if item["refs"]:
+                raise BatchConfigError(f"item {item['id']!r} gives references, but the run is reference-free: "
+                                       "drop its refs or score with references")
+            out.append(item | {"reference_origin": {"origin": "reference_free", "detail": reference_free_detail}})
+        elif item["refs"]:
+            out.append(item | {"reference_origin": given_origin()})
+        else:
+            try:
+                refs = [str(p) for p in synthesised_references(item["text"])]
+            except (ReferenceSynthesisError, AudioError, OSError) as err:
+                raise BatchConfigError(f"item {item['id']!r}: no refs given and they cannot be synthesised: {err}") from err
+            out.append(item | {"refs": refs, "reference_origin": synthesised_origin()})
+    return out
+
+
 def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str = "cpu", devices: int | str = 1,
-                strategy: str = "auto", progress: bool = True, **scorer_kwargs) -> dict:
+                strategy: str = "auto", progress: bool = True, reference_free: bool = False, **scorer_kwargs) -> dict:
     """Score every item of ``manifest`` not already done into ``out_dir/<id>.json``.
+
+    Items without ``refs`` are scored against synthesised teacher references (:func:`attach_references`);
+    ``reference_free``: no item may give references, the reference-free head decides every site.
 
     Returns:
         ``{"total", "skipped_existing", "processed", "scored", "quarantined", "unscored", "failed",
@@ -451,8 +494,13 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     # results are done. A single CPU process scores with this scorer, any other setup loads its own per process
     # (nothing big is pickled).
     scorer = Scorer(**scorer_kwargs, device="cpu")
+    fingerprint, detail = scorer.fingerprint, None
+    if reference_free:
+        scorer.load_reference_free()  # loaded (and so checked) here; its fingerprint decides what is done
+        fingerprint, detail = scorer.reference_free_fingerprint, scorer.reference_free_detail
+    items = attach_references(items, detail)
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d, scorer.fingerprint)]
+    todo = [d for d in items if not result_is_done(out_dir / f"{d['id']}.json", d, fingerprint)]
     summary = {"total": len(items), "skipped_existing": len(items) - len(todo), "processed": len(todo),
                **{s: 0 for s in STATUSES}, "failures": []}
     if not todo:

@@ -261,7 +261,10 @@ def recognize(
 def score(
     query: Path = typer.Argument(..., help="the reading to score (WAV/FLAC)"),
     text: str = typer.Option(..., "--text", help="the Nepali text it reads"),
-    ref: list[Path] = typer.Option([], "--ref", help="trusted Nepali reference reading(s) of the same text"),
+    ref: list[Path] = typer.Option([], "--ref", help="trusted Nepali reference reading(s) of the same text (default: "
+                                   "the embedded teacher reads the text in two voices, cached)"),
+    reference_free: bool = typer.Option(False, "--reference-free", help="no references: the shipped reference-free "
+                                        "head decides each site (labelled so in the result and the report)"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the JSON result here ('-' = stdout)"),
     html_out: Optional[Path] = typer.Option(None, "--html", help="write a listenable HTML report here"),
     heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped)"),
@@ -285,8 +288,9 @@ def score(
         if r.is_dir():  # score-batch fails such an item; here it went on as an unusable reference
             fail(f"--ref {r}: is a folder; give each reference's audio file")
     _check_text(text)
-    if not ref:
-        err_console.print("[yellow]no --ref given: every site will be 'unscored' (references are required)[/]")
+    if reference_free and ref:
+        fail("--reference-free scores without references: give --ref or --reference-free, not both")
+    refs, origin = _references_for(text, ref, reference_free)
     scorer = _scorer(heads, recognizer_a, recognizer_b, check_recognizer)
     if asr is not None:
         from leakloss.acoustic.recognizer import RecognizerLoadError
@@ -296,10 +300,44 @@ def score(
             scorer.word_check = asr_word_check(asr)
         except RecognizerLoadError as err:
             fail(str(err))
-    result = scorer.score(query, text, [str(r) for r in ref])
+    if reference_free:
+        from leakloss.heads import HeadLoadError
+        from leakloss.acoustic.recognizer import RecognizerLoadError
+
+        try:
+            result = scorer.score_reference_free(query, text)
+        except (HeadLoadError, RecognizerLoadError) as err:
+            fail(str(err))
+    else:
+        result = scorer.score(query, text, refs) | {"reference_origin": origin}
     _emit_result(result, outputs)
     if result["status"] == "failed":
         raise typer.Exit(2)
+
+
+def _references_for(text: str, ref: list[Path], reference_free: bool) -> tuple[list[str], dict | None]:
+    """The references to score against and their ``reference_origin``: the given ones, else the embedded
+    teacher's synthesised readings (said on stderr), none in reference-free mode."""
+    from leakloss.speech.references import (REFERENCE_VOICES, given_origin, reference_origin_detail,
+                                            synthesised_origin, synthesised_references)
+
+    if reference_free:
+        err_console.print("[yellow]--reference-free: no references; the shipped reference-free head decides each "
+                          "site[/]", soft_wrap=True)
+        return [], None
+    if ref:
+        return [str(r) for r in ref], given_origin()
+    from leakloss.audio import AudioError
+    from leakloss.speech.references import ReferenceSynthesisError
+
+    try:
+        paths = synthesised_references(text)
+    except (ReferenceSynthesisError, AudioError, OSError) as err:
+        fail(f"no --ref given and the references cannot be synthesised: {err}")
+    err_console.print(f"[yellow]no --ref given: scoring against references synthesised by the "
+                      f"{escape(reference_origin_detail(REFERENCE_VOICES))} (cached in {escape(str(paths[0].parent))})[/]",
+                      soft_wrap=True)
+    return [str(p) for p in paths], synthesised_origin()
 
 
 def _check_names(named) -> None:
@@ -468,6 +506,9 @@ def _result_warnings(result: dict) -> list[str]:
 def _print_result(result: dict) -> None:
     colors = {"flagged": "bold red", "uncertain": "yellow", "no_change": "green", "unscored": "dim", "not_tested": "dim"}
     console.print(f"[bold]{result['status']}[/] {escape(result.get('reason') or '')}", soft_wrap=True)
+    from leakloss.report import reference_source_text
+
+    console.print(escape(reference_source_text(result)), soft_wrap=True)
     for w in _result_warnings(result):
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     from leakloss.report import reading_words
@@ -483,8 +524,11 @@ def _print_result(result: dict) -> None:
 
 @app.command("score-batch")
 def score_batch_cmd(
-    manifest: Path = typer.Argument(..., help='JSONL: {"id", "query", "text", "refs": [...]} per line'),
+    manifest: Path = typer.Argument(..., help='JSONL: {"id", "query", "text"[, "refs": [...]]} per line (no refs: '
+                                    "the embedded teacher's readings of the text, synthesised and cached)"),
     out: Path = typer.Option(..., "--out", help="folder for <id>.json results"),
+    reference_free: bool = typer.Option(False, "--reference-free", help="no references: the shipped reference-free "
+                                        "head decides each site"),
     accelerator: str = typer.Option("cpu"), devices: str = typer.Option("1"), strategy: str = typer.Option("auto"),
     heads: Optional[Path] = typer.Option(None, "--heads"),
     recognizer_a: Optional[str] = typer.Option(None), recognizer_b: Optional[str] = typer.Option(None),
@@ -503,7 +547,7 @@ def score_batch_cmd(
     try:
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
                               recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads,
-                              check_recognizer=check_recognizer)
+                              check_recognizer=check_recognizer, reference_free=reference_free)
     except BatchInterrupted as err:
         interrupted, summary = err, err.summary
     except (BatchError, RecognizerLoadError, HeadLoadError) as err:
@@ -556,6 +600,53 @@ def compare(
         fail(f"cannot write the comparison to {out}: {os_error_text(err)}")
     console.print((out / "comparison.md").read_text(encoding="utf-8"), markup=False)  # names are plain text
     console.print({k: str(v) for k, v in paths.items()})
+
+
+@app.command()
+def evaluate(
+    systems: list[str] = typer.Argument(..., help="SYSTEM=FOLDER_OR_METADATA: F5's metadata.csv (audio|text), a folder "
+                                        "holding one, or a folder of WAVs named by --testset's ids"),
+    out: Path = typer.Option(..., "--out", help="folder for the results (kept: a rerun resumes) and report/"),
+    testset: Optional[Path] = typer.Option(None, "--testset", help="test set TSV (id, text, key words): WAVs named by "
+                                           "its ids, and the key words counted"),
+    reference_free: bool = typer.Option(False, "--reference-free", help="no references: the shipped reference-free "
+                                        "head decides each site"),
+    accelerator: str = typer.Option("cpu"), devices: str = typer.Option("1"), strategy: str = typer.Option("auto"),
+    heads: Optional[Path] = typer.Option(None, "--heads"),
+) -> None:
+    """Score every reading of one or more TTS systems (no references needed) and write their comparison, word
+    reports with players and an index page (OUT/report/index.html). Resumable."""
+    from leakloss.acoustic.recognizer import RecognizerLoadError
+    from leakloss.batch import BatchError
+    from leakloss.evaluate import EvaluateError, EvaluateInterrupted, evaluate as run_evaluate, parse_system
+    from leakloss.heads import HeadLoadError
+    from leakloss.schema import ResultError
+
+    parsed = {}
+    try:
+        for spec in systems:
+            name, path = parse_system(spec)
+            if name in parsed:
+                fail(f"two systems are named {name!r}: name them apart as NAME=PATH")
+            parsed[name] = path
+        if testset is not None and not testset.is_file():
+            fail(f"--testset {testset}: no such file")
+        summary = run_evaluate(parsed, out, testset=testset, reference_free=reference_free, accelerator=accelerator,
+                               devices=devices, strategy=strategy, heads_dir=heads)
+    except EvaluateInterrupted as err:
+        err_console.print(f"interrupted while scoring {escape(err.system)}: the results written are kept; rerun the "
+                          "same command to score the rest and write the report", soft_wrap=True)
+        raise typer.Exit(130)
+    except (EvaluateError, BatchError, RecognizerLoadError, HeadLoadError, ResultError) as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"evaluate stopped on a file it could not read or write: {os_error_text(err)}")
+    for p in summary["problems"]:
+        err_console.print(f"[yellow]not scored[/] {escape(p['system'])}: {escape(p['reading'])}: {escape(p['reason'])}",
+                          soft_wrap=True)
+    console.print((Path(summary["index"]).parent / "comparison" / "comparison.md").read_text(encoding="utf-8"),
+                  markup=False)
+    console.print(f"report: {escape(str(summary['index']))}", soft_wrap=True)
 
 
 @app.command()

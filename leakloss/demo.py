@@ -148,13 +148,8 @@ def demo_sentences(requested: int) -> tuple[list[str], str | None]:
 
 
 def _readings(cfg: DemoConfig, chosen: list[str]) -> list[dict]:
-    from leakloss.speech.synth import (
-        HELDOUT_HINDI_VOICE,
-        HELDOUT_TEACHER_VOICE,
-        TRAIN_TEACHER_VOICES,
-        speak_phones,
-        speak_text,
-    )
+    from leakloss.speech.references import teacher_reading
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES, speak_text
     from leakloss.text.sites import SiteFinder
 
     finder = SiteFinder()
@@ -166,13 +161,12 @@ def _readings(cfg: DemoConfig, chosen: list[str]) -> list[dict]:
     console.print(f"[bold]2. readings[/]: {len(chosen)} held-out sentences, teacher and Hindi base, 2 references each")
     items = []
     for i, text in enumerate(chosen):
-        words = [w.nepali for w in finder(text) if w.skipped is None]
         sid = f"s{i:02d}"
         paths = {}
-        for name, reading in (("teacher", speak_phones(words, HELDOUT_TEACHER_VOICE)),
+        for name, reading in (("teacher", teacher_reading(text, HELDOUT_TEACHER_VOICE, finder)),
                               ("hindi", speak_text(text, HELDOUT_HINDI_VOICE)),
-                              ("ref1", speak_phones(words, TRAIN_TEACHER_VOICES[i % 5])),
-                              ("ref2", speak_phones(words, TRAIN_TEACHER_VOICES[(i + 2) % 5]))):
+                              ("ref1", teacher_reading(text, TRAIN_TEACHER_VOICES[i % 5], finder)),
+                              ("ref2", teacher_reading(text, TRAIN_TEACHER_VOICES[(i + 2) % 5], finder))):
             paths[name] = str(folder / f"{sid}-{name}.wav")
             folder.mkdir(parents=True, exist_ok=True)
             save_audio(paths[name], reading.waveform)
@@ -305,34 +299,22 @@ def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
 
 def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path | None, items: list[dict],
            notes: list[str] = ()) -> Path:
-    from leakloss.report import render_index, write_report
+    from leakloss.evaluate import write_index
     from leakloss.schema import SHORT_VOWEL
     from train_heads.evaluate import heldout_label
 
-    entries = [{"kind": "text", "title": "What this is",
-                "text": "Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by word "
-                        "against trusted teacher references. A flag is a candidate for a listener, not a verdict."},
-               *({"kind": "text", "title": "Note", "text": note} for note in notes),
-               {"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
-                "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
-                          f"{r['false_flags']} / {r['shams']}"] for r in heldout]},
-               {"kind": "image", "title": "Teacher vs Hindi base: key words flagged", "src": "comparison/comparison.png"}]
-    rows = []
-    for name, s in comparison["systems"].items():
-        k = s["key_flagged"]
-        rows.append([name, f"{k['count']} of {k['total']}", f"{100 * k['rate']:.1f}%" if k["total"] else "—",
-                     str(s["quarantined"])])
-    entries.append({"kind": "table", "title": "Comparison", "columns": ["system", "key words flagged", "rate", "quarantined"],
-                    "rows": rows})
-    if curves is not None:
-        entries.append({"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"})
-    for system in ("hindi_base", "teacher"):
-        for item in items:
-            entries.append({"kind": "link", "title": None, "href": f"reports/{system}/{item['sentence_id']}.html",
-                            "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"})
-    path = cfg.out / "index.html"
-    write_report(path, render_index(entries, "leakloss demo"))
-    return path
+    notes_shown = [{"kind": "text", "title": "Note", "text": note} for note in notes]
+    heads = [{"kind": "table", "title": "Held-out table (heads)", "columns": ["head", "pair kind", "caught", "false flags"],
+              "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
+                        f"{r['false_flags']} / {r['shams']}"] for r in heldout]}]
+    fine_tune = [] if curves is None else [
+        {"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"}]
+    links = [{"href": f"reports/{system}/{item['sentence_id']}.html",
+              "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"}
+             for system in ("hindi_base", "teacher") for item in items]
+    return write_index(cfg.out, comparison, links, title="leakloss demo", before=notes_shown + heads, after=fine_tune,
+                       intro="Synthetic readings by the espeak Nepali teacher and the espeak Hindi base, scored word by "
+                             "word against trusted teacher references. A flag is a candidate for a listener, not a verdict.")
 
 
 def run_demo(cfg: DemoConfig) -> dict:

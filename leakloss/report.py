@@ -34,6 +34,7 @@ from leakloss.text.normalize import punctuation_side, visible
 
 __all__ = [
     "reading_words",
+    "reference_source_text",
     "CLIP_PAD_S",
     "BOUNDARY_TOLERANCE_S",
     "render_report",
@@ -210,6 +211,17 @@ def reading_words(words: Sequence[Mapping]) -> list[tuple[Mapping, str]]:
     return [(w, text) for w, text in out]
 
 
+def reference_source_text(result: Mapping) -> str:
+    """Where a result's references came from, in words: ``references: given`` / ``references: synthesised
+    (embedded teacher voices ...)`` / ``references: none, reference-free (...)``."""
+    source = result.get("reference_origin")
+    if source is None:
+        return "references: given"
+    if source["origin"] == "reference_free":
+        return f"references: none, reference-free ({source['detail']})"
+    return f"references: {source['origin']} ({source['detail']})"
+
+
 def _summary(words: Sequence[Mapping]) -> str:
     counts = Counter(w["decision"] for w in words)
     tested = sum(counts[d] for d in TESTED)
@@ -265,6 +277,10 @@ def render_report(
         )
     elif result.get("reason"):
         head.append(f'<p class="banner"><strong>Note:</strong> {_e(result["reason"])}</p>')
+    source = result.get("reference_origin")
+    if source is not None and source["origin"] == "reference_free":  # decided by another head: said up front
+        head.append(f'<p class="banner"><strong>Reference-free:</strong> {_e(source["detail"])}. '
+                    "No trusted Nepali reading was compared.</p>")
     warnings = result.get("warnings")
     if isinstance(warnings, list) and warnings:  # the audio checks (clipping, resampling...), in words
         items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
@@ -321,8 +337,9 @@ def render_report(
     )
     refs = result["references"]
     rejected = rejected_references(result)
+    origin = f'<p class="meta">{_e(reference_source_text(result))}</p>'
     ref_html = (
-        "<h2>References</h2>"
+        "<h2>References</h2>" + origin
         + (f"<ul>{''.join(f'<li class=meta>{_e(r)}</li>' for r in refs)}</ul>" if refs
            else '<p class="meta">No trusted Nepali reference was used.</p>')
         # a reference given but not used is said with its reason (it was only in the JSON's reference_checks)

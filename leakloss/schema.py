@@ -11,6 +11,9 @@ and :func:`validate_result` is the single check of the format.
 - ``Status``: per reading: ``scored``; ``quarantined`` (the query failed its word check: not counted in
   any rate); ``unscored`` (readable, but nothing could be decided, e.g. every reference was rejected);
   ``failed`` (unreadable audio or text). Every status but ``scored`` carries a ``reason``.
+- ``ReferenceOrigin``: where a result's references came from (``reference_origin``): ``given`` by the user,
+  ``synthesised`` by the embedded teacher (no reference given), or ``reference_free`` (none: the shipped
+  reference-free head decided each site); a result without the field had its references given.
 - ``PairKind``: how a contrast pair of the manifest was made (``physical`` splice, ``natural`` edited
   reading, ``model`` Hindi voice); ``HeldoutKind`` adds ``short_vowel`` for the rows that count correct
   short vowels (controls only). A held-out row (:class:`HeldoutRow`, :func:`validate_heldout_row`) names
@@ -32,6 +35,7 @@ Decision = Literal["flagged", "uncertain", "no_change", "unscored", "not_tested"
 SiteDecision = Literal["flagged", "uncertain", "no_change", "unscored"]
 Status = Literal["scored", "quarantined", "unscored", "failed"]
 PairKind = Literal["physical", "natural", "model"]
+ReferenceOrigin = Literal["given", "synthesised", "reference_free"]
 #: What a feature-table row or a held-out row counts: a manifest pair kind, or ``short_vowel``: correct
 #: 40-60 ms vowels read fast by a teacher voice (no pair: control rows only, false flags, nothing to catch).
 HeldoutKind = Literal[PairKind, "short_vowel"]
@@ -41,6 +45,7 @@ DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SITE_DECISIONS: tuple[SiteDecision, ...] = get_args(SiteDecision)
 STATUSES: tuple[Status, ...] = get_args(Status)
 PAIR_KINDS: tuple[PairKind, ...] = get_args(PairKind)
+REFERENCE_ORIGINS: tuple[ReferenceOrigin, ...] = get_args(ReferenceOrigin)
 HELDOUT_KINDS: tuple[HeldoutKind, ...] = get_args(HeldoutKind)
 SHORT_VOWEL: HeldoutKind = "short_vowel"
 #: Decisions of a word that was actually tested (the denominator of every flag rate).
@@ -110,6 +115,11 @@ class InputDigests(TypedDict):
     refs: list[str | None]
 
 
+class ReferenceSource(TypedDict):
+    origin: ReferenceOrigin
+    detail: str  # in words: "embedded teacher voices teacher0, teacher2", "reference-free head rawconv (...)"
+
+
 class ReadingResult(TypedDict):
     query: str
     text: str
@@ -125,6 +135,13 @@ class ReadingResult(TypedDict):
     audio: NotRequired[AudioCheck]  # the query's audio checks
     warnings: NotRequired[list[str]]  # every audio warning of the query and the references, prefixed by whose
     input_sha1: NotRequired[InputDigests]  # score-batch: the bytes it scored (a resumed run re-scores a changed file)
+    reference_origin: NotRequired[ReferenceSource]  # absent: the references were given
+
+
+def reference_origin(result: Mapping) -> ReferenceOrigin:
+    """Where a (validated) result's references came from; ``given`` for results written before the field."""
+    source = result.get("reference_origin")
+    return source["origin"] if isinstance(source, Mapping) else "given"
 
 
 class HeldoutRow(TypedDict):
@@ -279,6 +296,14 @@ def validate_result(result: object, where: str = "result") -> ReadingResult:
     warnings = result.get("warnings", [])
     if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
         raise ResultError(f"{where}: 'warnings' must be a list of strings, got {warnings!r}")
+    if "reference_origin" in result:
+        source = result["reference_origin"]
+        if not (isinstance(source, Mapping) and source.get("origin") in REFERENCE_ORIGINS
+                and isinstance(source.get("detail"), str) and source["detail"].strip()):
+            raise ResultError(f"{where}: 'reference_origin' must be {{origin: one of {', '.join(REFERENCE_ORIGINS)}, "
+                              f"detail: text}}, got {source!r:.80}")
+        if source["origin"] == "reference_free" and refs:
+            raise ResultError(f"{where}: a reference_free result uses no references, got {refs!r:.80}")
     if "input_sha1" in result:
         digests = result["input_sha1"]
         if not (isinstance(digests, Mapping) and (digests.get("query") is None or isinstance(digests["query"], str))

@@ -35,7 +35,7 @@ from torch import Tensor
 from leakloss.acoustic.features import EvidenceExtractor, UtteranceEvidence, site_feature_vector
 from leakloss.audio import AudioError, AudioInfo, load_audio, prepare_waveform
 from leakloss.constants import SAMPLE_RATE
-from leakloss.decision import (combine_references, failed_gates, gates_pass, reference_qualifies, site_decision,
+from leakloss.decision import (check_thresholds, combine_references, failed_gates, gates_pass, reference_qualifies, site_decision,
                                word_decision)
 from leakloss.heads import load_head
 from leakloss.schema import KINDS
@@ -188,7 +188,6 @@ class Scorer:
         from leakloss.text.sites import SiteFinder
 
         from leakloss.acoustic.recognizer import EMBEDDED
-        from leakloss.decision import check_thresholds
         from leakloss.heads import check_recognizer as check_head_recognizer
 
         heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
@@ -228,6 +227,8 @@ class Scorer:
         self.finder = SiteFinder(min_confidence=min_confidence)
         self.word_check = word_check
         self.fingerprint = self._fingerprint(heads_dir)
+        self.device = device
+        self._penalty = None  # the reference-free head, loaded on first use (score_reference_free)
         self._passes: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
 
     def _fingerprint(self, heads_dir: Path) -> str:
@@ -387,6 +388,109 @@ class Scorer:
             result["status"] = "unscored"
             why = _unscored_reason(refs, ref_notes, tested)
             result["reason"] = f"{why}; {result['reason']}" if result.get("reason") else why
+        return result
+
+    def load_reference_free(self):
+        """The penalty's frozen raw-conv head and recognizer, with the head card's thresholds (loaded once)."""
+        if getattr(self, "_penalty", None) is None:
+            import hashlib
+
+            from leakloss.penalty import SHIPPED_HEADS as PENALTY_HEADS, LeakPenalty
+
+            head_path = PENALTY_HEADS / "rawconv.safetensors"
+            self._penalty = LeakPenalty.load(head_path=head_path, device=self.device)
+            card = load_head(head_path)[1]
+            self._penalty_thresholds = (card.thresholds["flag"], card.thresholds["no_change"])
+            check_thresholds(*self._penalty_thresholds)
+            digest = hashlib.sha1(head_path.read_bytes()).hexdigest()
+            self.reference_free_fingerprint = hashlib.sha1(
+                f"{self.fingerprint}|rawconv|{digest}|{self._penalty.recognizer.name}".encode()).hexdigest()[:16]
+            self.reference_free_detail = (f"reference-free head rawconv on recognizer "
+                                          f"{self._penalty.recognizer.name.split('@', 1)[0]} (flag >= "
+                                          f"{self._penalty_thresholds[0]:.2f}, no change < {self._penalty_thresholds[1]:.2f}, "
+                                          "from its card); no reference was compared")
+        return self._penalty
+
+    def score_reference_free(self, query: str | Path | Tensor, text: str, *, query_name: str | None = None) -> dict:
+        """Score one reading with no reference: the shipped reference-free raw-conv head decides each site, placed
+        and pooled as the penalty does (:func:`leakloss.penalty.locate_sites`, :class:`leakloss.penalty.LeakPenalty`),
+        with the thresholds of the head's card. The query still passes the word check first. The result says so
+        in ``reference_origin`` (``reference_free``); its sites use no reference (``references_used`` 0)."""
+        if not isinstance(query, (str, Path, Tensor)):
+            raise TypeError(f"query must be a path or a waveform tensor, got {type(query).__name__}")
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        penalty = self.load_reference_free()
+        source = {"origin": "reference_free", "detail": self.reference_free_detail}
+        try:
+            result = self._score_reference_free(query, text, query_name, penalty)
+        finally:
+            self._passes.clear()
+        return result | {"scorer": self.reference_free_fingerprint, "reference_origin": source}
+
+    @torch.no_grad()
+    def _score_reference_free(self, query, text: str, query_name: str | None, penalty) -> dict:
+        from leakloss.site_placement import locate_sites
+        from leakloss.text.normalize import TextError
+        from leakloss.text.sites import no_word_reason
+
+        q = _read(query, query_name)
+        result = {"query": q.name, "text": text, "status": "scored", "words": [], "references": [],
+                  "reference_checks": [], "warnings": list(self.setup_warnings)}
+        if q.info is not None:
+            result["audio"] = q.info.as_dict()
+            result["warnings"] += [f"query: {w}" for w in q.info.warnings]
+        try:
+            all_words = self.finder(text)
+        except TextError as err:
+            return result | {"status": "failed", "reason": f"text: {err}"}
+        words = [w for w in all_words if w.skipped is None]
+        if not words:
+            return result | {"status": "failed", "reason": f"text: {no_word_reason(all_words)}"}
+        if q.wave is None:
+            return result | {"status": "failed", "reason": f"query: {q.error}"}
+        expected = [p for w in words for p in w.nepali]
+        ok, detail = self.check_words(q.wave, text, expected, self.query_max_per)
+        if not ok:
+            return result | {"status": "quarantined", "reason": f"query failed the word check: {detail}",
+                             "words": [self._word_json(w, None, [], "unscored" if w.skipped is None and w.testable_sites
+                                                       else "not_tested") for w in all_words]}
+        placed = locate_sites(q.wave, text, penalty.recognizer, words=words)
+        probs = {}
+        if placed.sites:
+            wave = q.wave.to(next(penalty.parameters()).device)
+            _, parts = penalty(waves=wave[None], sites=[placed.sites])
+            for i, (k, site) in enumerate(zip(placed.word_indices, placed.sites)):
+                if bool(parts.site_active[i]):
+                    probs.setdefault(k, []).append((site, float(parts.site_probs[i])))
+        flag, no_change = self._penalty_thresholds
+        alignment = placed.alignment
+        spoken = {w.index: k for k, w in enumerate(words)}
+        out_words = []
+        for w in all_words:
+            k = spoken.get(w.index)
+            if w.skipped is not None or not w.testable_sites:
+                out_words.append(self._word_json(w, alignment, [], "not_tested", k))
+                continue
+            scored = list(probs.get(k, []))
+            sites_json = []
+            for s in w.testable_sites:
+                out = {"kind": s.kind, "nepali": s.nepali, "hindi": s.hindi, "score": None, "decision": "unscored",
+                       "references_used": 0}
+                hit = next((j for j, (t, _) in enumerate(scored) if t.kind == s.kind and t.contrast == s.contrast), None)
+                if hit is None:
+                    out["reason"] = f"{QUERY_SITE_UNMEASURED} (site placement: {placed.status})"
+                else:
+                    p = scored.pop(hit)[1]
+                    out["score"] = round(min(max(p, 0.0), 1.0), 4)
+                    out["decision"] = site_decision(p, True, flag=flag, no_change=no_change)
+                sites_json.append(out)
+            out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]), k))
+        result["words"] = out_words
+        tested = [s for w in out_words for s in w["sites"]]
+        if tested and all(s["decision"] == "unscored" for s in tested):
+            result["status"] = "unscored"
+            result["reason"] = f"no tested site could be placed in the query (site placement: {placed.status})"
         return result
 
     def _site(self, w, site, q_ev, ref_evs) -> dict:

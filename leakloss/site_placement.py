@@ -26,6 +26,8 @@ class SitePlacement(NamedTuple):
 
     sites: list[TimedSite]
     status: PlacementStatus  # leakloss.schema says what each means
+    word_indices: tuple[int, ...] = ()  # sites[i] belongs to words[word_indices[i]] (the words placed)
+    alignment: object = None  # the word alignment the sites were placed by (leakloss.acoustic.align), when it ran
 
 
 def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
@@ -53,8 +55,8 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
                             recognizer.frame_rate, words=[w.word for w in words])
     if not alignment.ok:
-        return SitePlacement([], "alignment_failed")
-    out = []
+        return SitePlacement([], "alignment_failed", alignment=alignment)
+    out, owners = [], []
     for k, w in enumerate(words):
         wa = alignment.word(k)
         if wa is None:
@@ -63,7 +65,8 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
-    return SitePlacement(out, "placed" if out else "alignment_failed")
+            owners.append(k)
+    return SitePlacement(out, "placed" if out else "alignment_failed", tuple(owners), alignment)
 
 
 def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedSite]:

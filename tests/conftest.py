@@ -24,6 +24,21 @@ def build_tiny_recognizer(seed: int = 0, conv: int = 16):
     return Recognizer(Wav2Vec2ForCTC(config), vocab, name=f"tiny-{seed}")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _leakloss_cache(tmp_path_factory):
+    """Synthesised references (and any other rebuildable cache) of the tests go to a temporary folder, never to
+    the user's ~/.cache/leakloss."""
+    import os
+
+    previous = os.environ.get("LEAKLOSS_CACHE")
+    os.environ["LEAKLOSS_CACHE"] = str(tmp_path_factory.mktemp("leakloss_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("LEAKLOSS_CACHE", None)
+    else:
+        os.environ["LEAKLOSS_CACHE"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_rec():
     return build_tiny_recognizer()

@@ -269,7 +269,9 @@ def test_a_result_made_with_other_references_is_scored_again(tmp_path, models):
         checks = json.loads((out / "x.json").read_text(encoding="utf-8"))["reference_checks"]
         return summary["skipped_existing"], [Path(c["reference"]).name for c in checks]
 
-    assert run([]) == (0, [])  # unscored: no reference given
+    skipped, synthesised = run([])  # no reference given: the embedded teacher's, synthesised
+    assert skipped == 0 and [n.split("-")[0] for n in synthesised] == ["teacher0", "teacher2"]
+    assert run([]) == (1, synthesised)  # cached by text: the same references, resumed
     assert run(["r.wav"]) == (0, ["r.wav"])  # the references came: scored again, not kept stale
     assert run(["r.wav"]) == (1, ["r.wav"])  # unchanged: resumed
     assert run(["r.wav", "r2.wav"]) == (0, ["r.wav", "r2.wav"])

@@ -161,3 +161,37 @@ def test_control_and_bidi_characters_reach_the_terminal_as_codes():
         r = runner.invoke(app, command)
         assert "\x1b" not in r.output and "\u202e" not in r.output, r.output
         assert "[U+001B]" in r.output
+
+
+@pytest.mark.slow
+def test_score_without_ref_scores_against_synthesised_teacher_references(tmp_path):
+    """It printed "every site will be 'unscored' (references are required)" and tested nothing."""
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded recognizers/heads not built")
+    from leakloss.audio import save_audio
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+
+    text = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
+    save_audio(tmp_path / "reading.wav", speak_text(text, HELDOUT_HINDI_VOICE).waveform)
+    r = CliRunner().invoke(app, ["score", str(tmp_path / "reading.wav"), "--text", text,
+                                 "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    assert "references synthesised by the embedded teacher voices teacher0, teacher2" in r.stderr
+    assert "references: synthesised (embedded teacher voices teacher0, teacher2)" in r.stdout
+    result = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert result["status"] == "scored" and result["reference_origin"]["origin"] == "synthesised"
+    assert len(result["references"]) == 2
+    sites = [s for w in result["words"] for s in w["sites"]]
+    assert sites and all(s["references_used"] >= 1 and s["decision"] != "unscored" for s in sites)
+    assert "synthesised (embedded teacher voices" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    free = CliRunner().invoke(app, ["score", str(tmp_path / "reading.wav"), "--text", text, "--reference-free",
+                                    "--json", "-"])
+    assert free.exit_code == 0, free.output
+    result = json.loads(free.stdout)
+    assert result["reference_origin"]["origin"] == "reference_free" and result["references"] == []
+    assert any(s["decision"] == "flagged" for w in result["words"] for s in w["sites"])  # the Hindi base leaks
+    both = CliRunner().invoke(app, ["score", str(tmp_path / "reading.wav"), "--text", text, "--reference-free",
+                                    "--ref", str(tmp_path / "reading.wav")])
+    assert both.exit_code == 2 and "not both" in both.output

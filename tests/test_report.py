@@ -503,3 +503,18 @@ def test_a_text_of_punctuation_only_keeps_its_entries():
 
     words = [{"index": 0, "word": "?", "start": None, "end": None, "decision": "not_tested", "sites": []}]
     assert [text for _, text in reading_words(words)] == ["?"]
+
+
+def test_the_page_says_where_its_references_came_from_and_labels_reference_free():
+    from leakloss.report import render_report
+
+    base = {"query": "q.wav", "text": "नेकपा", "status": "scored", "references": [], "reference_checks": [],
+            "words": [{"index": 0, "word": "नेकपा", "start": None, "end": None, "decision": "no_change",
+                       "sites": [{"kind": "deletion", "nepali": "ʌ", "hindi": None, "score": 0.1,
+                                  "decision": "no_change", "references_used": 0}]}]}
+    free = render_report(base | {"reference_origin": {"origin": "reference_free", "detail": "head rawconv"}}, None)
+    assert "Reference-free:" in free and "references: none, reference-free (head rawconv)" in free
+    synthesised = {"origin": "synthesised", "detail": "embedded teacher voices teacher0, teacher2"}
+    page = render_report(base | {"references": ["r.wav"], "reference_origin": synthesised}, None)
+    assert "references: synthesised (embedded teacher voices teacher0, teacher2)" in page and "Reference-free" not in page
+    assert "references: given" in render_report(base, None)

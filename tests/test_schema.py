@@ -151,3 +151,19 @@ def test_reward_results_carry_a_schema_status_and_a_reward_in_range():
             RewardResult(bad, "scored")
     with pytest.raises(ValueError, match="worst reward"):  # an RL loop must never profit from an unjudged reading
         RewardResult(0.5, "unintelligible")
+
+
+def test_reference_origin_is_checked_and_defaults_to_given():
+    from leakloss.schema import REFERENCE_ORIGINS, reference_origin
+
+    assert REFERENCE_ORIGINS == ("given", "synthesised", "reference_free")
+    assert reference_origin(validate_result(result())) == "given"  # results written before the field
+    synthesised = {"origin": "synthesised", "detail": "embedded teacher voices teacher0, teacher2"}
+    assert reference_origin(validate_result(result(reference_origin=synthesised))) == "synthesised"
+    for bad in ({"origin": "guessed", "detail": "x"}, {"origin": "given"}, {"origin": "given", "detail": " "}, "given"):
+        with pytest.raises(ResultError, match="reference_origin"):
+            validate_result(result(reference_origin=bad))
+    with pytest.raises(ResultError, match="reference_free result uses no references"):
+        validate_result(result(reference_origin={"origin": "reference_free", "detail": "rawconv"}))
+    free = result(reference_origin={"origin": "reference_free", "detail": "rawconv"}, references=[], reference_checks=[])
+    assert reference_origin(validate_result(free)) == "reference_free"

@@ -1,0 +1,308 @@
+"""``leakloss evaluate``: one command from a TTS system's readings to its report.
+
+Each system is ``NAME=PATH``: F5's ``metadata.csv`` (``audio|text`` lines, audio relative to the csv's
+folder; F5's ``audio_file|text`` header is skipped) or a folder holding one, or a folder of WAVs named by a
+test set's ids (``--testset FILE``). Every reading goes through ``score-batch``'s Lightning predict loop
+(:func:`leakloss.batch.score_batch`: resumable, progress bar), against the embedded teacher's synthesised
+references unless ``reference_free``. Then the comparison (:mod:`leakloss.eval.compare`: per system, per
+contrast kind, per word, Wilson and sentence-bootstrap intervals), a word report with players per reading
+(:func:`leakloss.report.render_report`) and the index (:func:`write_index`, the demo's too).
+
+Layout of ``OUT``: ``manifests/NAME.jsonl`` and ``results/NAME/*.json`` (kept: a rerun resumes), and
+``report/`` (``index.html``, ``comparison/``, ``reports/NAME/*.html``, ``evaluation.json``), written whole
+by :func:`leakloss.atomic.atomic_directory` once every reading is scored: an interrupted run leaves the
+previous report as it was. A reading that cannot be scored for its input (audio missing or unreadable, a text
+with no Devanagari word, an id the test set does not know) is never dropped silently: it is listed by name in
+the returned summary (the terminal) and in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from leakloss.atomic import write_text_atomic
+
+METADATA = "metadata.csv"
+AUDIO_SUFFIXES = (".wav", ".flac", ".aiff", ".aif")
+#: What the report folder holds (atomic_directory replaces it only if it holds nothing else).
+REPORT_FILES = ("index.html", "evaluation.json", "comparison", "reports")
+
+
+class EvaluateError(ValueError):
+    """An evaluation that cannot start (a bad system spec, folder, test set); the message says what to fix."""
+
+
+@dataclass
+class SystemReadings:
+    name: str
+    source: Path
+    items: list[dict] = field(default_factory=list)  # score-batch manifest lines (absolute paths)
+    problems: list[dict] = field(default_factory=list)  # {"reading", "reason"}: bad input, not scored
+
+
+def parse_system(spec: str) -> tuple[str, Path]:
+    """``NAME=PATH`` -> (name, path); a name becomes a folder name, so it must be a plain one."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise EvaluateError(f"{spec!r}: give each system as NAME=FOLDER_OR_METADATA")
+    if "/" in name or "\\" in name or name.startswith(".") or any(unicodedata.category(c)[0] == "C" for c in name):
+        raise EvaluateError(f"system name {name!r} must be a plain name (no '/', '\\', control characters, not "
+                            "starting with '.'): it names the system's folders")
+    return name, Path(path)
+
+
+def read_testset(path: str | Path) -> dict[str, dict]:
+    """A test set TSV -> ``{id: {"text", "key_words": [...]}}``.
+
+    Columns by header (``id``, ``text`` and a key-word column whose name starts with ``key``, words separated by
+    commas or spaces); without a header: id, text, key words.
+
+    Raises:
+        EvaluateError: unreadable, no rows, a row without id or text, or a repeated id.
+    """
+    from leakloss.textfile import text_lines
+
+    path = Path(path)
+    try:
+        lines = [ln for ln in text_lines(path.read_text(encoding="utf-8-sig")) if ln.strip() and not ln.startswith("#")]
+    except (OSError, UnicodeDecodeError) as err:
+        raise EvaluateError(f"cannot read test set {path}: {err}") from err
+    if not lines:
+        raise EvaluateError(f"test set {path} has no rows")
+    head = [c.strip().lower() for c in lines[0].split("\t")]
+    if "id" in head and "text" in head:
+        id_col, text_col = head.index("id"), head.index("text")
+        key_col = next((i for i, c in enumerate(head) if c.startswith("key")), None)
+        rows = lines[1:]
+    else:
+        id_col, text_col, key_col = 0, 1, 2
+        rows = lines
+    out: dict[str, dict] = {}
+    for n, line in enumerate(rows, 2 if rows is not lines else 1):
+        cells = line.split("\t")
+        if len(cells) <= max(id_col, text_col) or not cells[id_col].strip() or not cells[text_col].strip():
+            raise EvaluateError(f"{path}:{n}: need an id and a text (tab-separated)")
+        sid = cells[id_col].strip()
+        if sid in out:
+            raise EvaluateError(f"{path}:{n}: id {sid!r} repeated")
+        keys = cells[key_col] if key_col is not None and key_col < len(cells) else ""
+        out[sid] = {"text": cells[text_col].strip(),
+                    "key_words": [unicodedata.normalize("NFC", k) for k in keys.replace(",", " ").split()]}
+    return out
+
+
+def _reading_problem(audio: Path, text: str) -> str | None:
+    """Why a reading cannot be scored for its input, or None."""
+    from leakloss.audio import AudioError, load_audio
+    from leakloss.batch import _text_problem as text_problem
+
+    if not audio.is_file():
+        return f"audio {audio} is missing"
+    try:
+        load_audio(audio)
+    except AudioError as err:
+        return f"audio {audio} is unreadable: {err}"
+    problem = text_problem(text)
+    return None if problem is None else problem.replace("field 'text'", "the text")
+
+
+def _metadata_path(path: Path) -> Path | None:
+    if path.is_file():
+        return path
+    if path.is_dir() and (path / METADATA).is_file():
+        return path / METADATA
+    return None
+
+
+def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -> SystemReadings:
+    """The readings of one system and the ones that cannot be scored (each with its reason).
+
+    Raises:
+        EvaluateError: the path is neither a metadata.csv, a folder with one, nor (with a test set) a folder.
+    """
+    from leakloss.textfile import text_lines
+
+    system = SystemReadings(name, path)
+    by_text = {unicodedata.normalize("NFC", v["text"]): k for k, v in (testset or {}).items()}
+    metadata = _metadata_path(path)
+    rows: list[tuple[str, Path, str, str]] = []  # (reading name, audio, text, sentence id)
+    if metadata is not None:
+        try:
+            lines = text_lines(metadata.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError) as err:
+            raise EvaluateError(f"system {name!r}: cannot read {metadata}: {err}") from err
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            audio, sep, text = line.partition("|")
+            where = f"{metadata}:{n}"
+            if n == 1 and audio.strip().lower() in ("audio_file", "audio", "file"):
+                continue  # F5's header
+            if not sep or not audio.strip():
+                system.problems.append({"reading": where, "reason": "not an 'audio|text' line"})
+                continue
+            text = text.strip()
+            sid = by_text.get(unicodedata.normalize("NFC", text), "")
+            rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
+    elif path.is_dir() and testset is not None:
+        for sid, entry in testset.items():
+            audio = next((path / f"{sid}{s}" for s in AUDIO_SUFFIXES if (path / f"{sid}{s}").exists()), path / f"{sid}.wav")
+            rows.append((str(audio), audio, entry["text"], sid))
+        known = set(testset)
+        for f in sorted(path.iterdir()):
+            if f.suffix.lower() in AUDIO_SUFFIXES and f.stem not in known:
+                system.problems.append({"reading": str(f), "reason": "its name is no id of the test set"})
+    elif path.is_dir():
+        raise EvaluateError(f"system {name!r}: {path} has no {METADATA}; give one (audio|text lines) or --testset "
+                            "with WAVs named by its ids")
+    else:
+        raise EvaluateError(f"system {name!r}: {path} does not exist")
+    seen: dict[str, str] = {}
+    for reading, audio, text, sid in rows:
+        problem = _reading_problem(audio, text)
+        if problem is not None:
+            system.problems.append({"reading": reading, "reason": problem})
+            continue
+        rid = sid or audio.with_suffix("").name
+        if rid in seen:
+            system.problems.append({"reading": reading, "reason": f"a second reading of id {rid!r} (first: {seen[rid]})"})
+            continue
+        seen[rid] = reading
+        item = {"id": rid, "query": str(audio.absolute()), "text": text, "system": name}
+        if sid:
+            item["sentence_id"] = sid
+        system.items.append(item)
+    return system
+
+
+def mark_key_words(result: dict, key_words: list[str]) -> bool:
+    """Mark ``result``'s key words (``"key": true``) as the demo does; a reading whose key words have no tested
+    site marks none (every tested word then counts). Returns whether ``result`` changed."""
+    before = json.dumps(result["words"], ensure_ascii=False)
+    keys = {unicodedata.normalize("NFC", k) for k in key_words}
+    for w in result["words"]:
+        w["key"] = unicodedata.normalize("NFC", w["word"]) in keys
+    if not any(w["key"] and w["sites"] for w in result["words"]):
+        for w in result["words"]:
+            w.pop("key", None)
+    return json.dumps(result["words"], ensure_ascii=False) != before
+
+
+def write_index(folder: Path, comparison: dict, links: list[dict], *, title: str, intro: str,
+                before: list[dict] = (), after: list[dict] = (), problems: list[dict] = ()) -> Path:
+    """The index page of a comparison (``evaluate``'s and the demo's): ``intro``, the ``before`` entries, the
+    comparison's plot and table (key words flagged with both intervals, per kind), the ``after`` entries, the
+    readings that could not be scored for their input, and ``links`` (``{"href", "text"}``) to the word reports."""
+    from leakloss.eval.compare import format_rate
+    from leakloss.report import render_index, write_report
+    from leakloss.schema import KINDS
+
+    entries = [{"kind": "text", "title": "What this is", "text": intro}, *before,
+               {"kind": "image", "title": "Key words flagged", "src": "comparison/comparison.png"}]
+    rows = []
+    for name, s in comparison["systems"].items():
+        k = s["key_flagged"]
+        rows.append([name, format_rate(k), format_rate(k, "bootstrap"),
+                     *(format_rate(s["by_kind"][kind]) for kind in KINDS), str(s["quarantined"])])
+    entries.append({"kind": "table", "title": "Comparison", "rows": rows,
+                    "columns": ["system", "key words flagged (Wilson 95%)", "sentence bootstrap 95%",
+                                *(f"{kind} (Wilson 95%)" for kind in KINDS), "quarantined"]})
+    entries += list(after)
+    if problems:
+        entries.append({"kind": "table", "title": "Readings not scored: bad input", "columns": ["system", "reading", "why"],
+                        "rows": [[p["system"], p["reading"], p["reason"]] for p in problems]})
+    entries += [{"kind": "link", "title": "Word reports" if i == 0 else None, "href": link["href"],
+                 "text": link["text"]} for i, link in enumerate(links)]
+    path = folder / "index.html"
+    write_report(path, render_index(entries, title))
+    return path
+
+
+class EvaluateInterrupted(KeyboardInterrupt):
+    """Ctrl-C while scoring: the results written are kept (a rerun resumes), the report was not written."""
+
+    def __init__(self, system: str, summary: dict) -> None:
+        super().__init__(f"interrupted while scoring {system}")
+        self.system, self.summary = system, summary
+
+
+def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path | None = None,
+             reference_free: bool = False, progress: bool = True, accelerator: str = "cpu", devices: str = "1",
+             strategy: str = "auto", **scorer_kwargs) -> dict:
+    """Score every reading of every system and write the report (see the module docstring).
+
+    Returns:
+        ``{"index", "comparison", "problems": [{"system", "reading", "reason"}], "scoring": {system: summary}}``.
+
+    Raises:
+        EvaluateError: a bad system, test set or output folder, or a system with no reading to score.
+        EvaluateInterrupted: Ctrl-C (rerun to resume).
+        leakloss.batch.BatchError, model load errors, OSError: as :func:`leakloss.batch.score_batch`.
+    """
+    from leakloss.atomic import atomic_directory, output_folder_problem
+    from leakloss.audio import load_audio
+    from leakloss.batch import BatchInterrupted, score_batch
+    from leakloss.eval.compare import compare_results, write_comparison
+    from leakloss.report import render_report, write_report
+    from leakloss.schema import load_result
+
+    if not systems:
+        raise EvaluateError("give at least one system as NAME=FOLDER_OR_METADATA")
+    out = Path(out)
+    if (problem := output_folder_problem(out)) is not None:
+        raise EvaluateError(f"--out {problem}")
+    sets = read_testset(testset) if testset is not None else None
+    readings = [read_system(name, Path(path), sets) for name, path in systems.items()]
+    problems = [{"system": s.name, **p} for s in readings for p in s.problems]
+    empty = [s.name for s in readings if not s.items]
+    if empty:
+        listed = "; ".join(f"{p['reading']}: {p['reason']}" for p in problems if p["system"] in empty)
+        raise EvaluateError(f"system(s) {', '.join(map(repr, empty))}: no reading to score ({listed or 'none listed'})")
+    scoring, dirs = {}, {}
+    for system in readings:
+        manifest = out / "manifests" / f"{system.name}.jsonl"
+        results = dirs[system.name] = out / "results" / system.name
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(manifest, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in system.items))
+        try:
+            scoring[system.name] = score_batch(manifest, results, accelerator=accelerator, devices=devices,
+                                               strategy=strategy, progress=progress, reference_free=reference_free,
+                                               **scorer_kwargs)
+        except BatchInterrupted as err:
+            raise EvaluateInterrupted(system.name, err.summary) from None
+        for item in system.items:  # key words from the test set (score-batch's done-check ignores them)
+            entry = (sets or {}).get(item.get("sentence_id", ""))
+            path = results / f"{item['id']}.json"
+            if entry is not None and path.is_file():
+                result = load_result(path)
+                if mark_key_words(result, entry["key_words"]):
+                    write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
+    comparison = compare_results(dirs)
+    origin = ("the shipped reference-free head decided every site (no reference compared)" if reference_free
+              else "each reading was compared with the embedded teacher's readings of its text, synthesised in two "
+                   "voices (no references were given)")
+    with atomic_directory(out / "report", owned=REPORT_FILES) as tmp:
+        write_comparison(comparison, tmp / "comparison")
+        links = []
+        for system in readings:
+            for item in system.items:
+                result = load_result(dirs[system.name] / f"{item['id']}.json")
+                try:
+                    wave = load_audio(item["query"])[0]
+                except Exception:  # noqa: BLE001 - a file changed since scoring: the page says there is no audio
+                    wave = None
+                href = f"reports/{system.name}/{item['id']}.html"
+                (tmp / "reports" / system.name).mkdir(parents=True, exist_ok=True)
+                write_report(tmp / href, render_report(result, wave, title=f"{system.name} · {item['id']}"))
+                links.append({"href": href, "text": f"{system.name} · {item['id']} · {result['status']} · {item['text']}"})
+        summary = {"systems": {s.name: str(s.source) for s in readings}, "references": origin,
+                   "problems": problems, "scoring": scoring}
+        write_text_atomic(tmp / "evaluation.json", json.dumps(summary, ensure_ascii=False, indent=1))
+        write_index(tmp, comparison, links, title="leakloss evaluation", problems=problems,
+                    intro=f"{len(readings)} system(s) scored word by word: {origin}. Counted: key words of scored "
+                          "readings (every tested word where a reading has no key word). A flag is a candidate for a "
+                          "listener, not a verdict.")
+    return {"index": out / "report" / "index.html", "comparison": comparison, "problems": problems, "scoring": scoring}

@@ -1,0 +1,202 @@
+"""``leakloss evaluate``: a system's folder (F5 metadata.csv or test-set ids) to a report; bad input reported by name,
+an interrupted run resumes, the report appears whole; end to end on the embedded teacher and Hindi base."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from leakloss.evaluate import EvaluateError, EvaluateInterrupted, evaluate, mark_key_words, read_system, read_testset
+from tests.conftest import needs_embedded
+from tests.tiny_models import TEXT, save_tiny_models, write_clip
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return save_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+def _kwargs(models):
+    return dict(recognizer_a=str(models["a"]), recognizer_b=str(models["b"]), heads_dir=models["heads"],
+                word_check=lambda w, t: (True, "test"), progress=False)
+
+
+def _metadata(folder, lines):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metadata.csv").write_text("audio_file|text\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_bad_metadata_lines_are_reported_by_name_never_dropped(tmp_path):
+    (tmp_path / "sys").mkdir()
+    write_clip(tmp_path / "sys" / "good.wav")
+    (tmp_path / "sys" / "broken.wav").write_bytes(b"RIFF not audio")
+    write_clip(tmp_path / "sys" / "latin.wav")
+    folder = _metadata(tmp_path / "sys", [f"good.wav|{TEXT}", f"gone.wav|{TEXT}", f"broken.wav|{TEXT}",
+                                          "latin.wav|hello world", "no separator here"])
+    system = read_system("mine", folder)
+    assert [i["id"] for i in system.items] == ["good"]
+    reasons = {p["reading"]: p["reason"] for p in system.problems}
+    assert len(reasons) == 4, reasons
+    gone, broken, latin, bare = (next(r for k, r in reasons.items() if name in k)
+                                 for name in ("gone.wav", "broken.wav", "latin.wav", ":6"))
+    assert "missing" in gone and "unreadable" in broken and "Devanagari" in latin and "audio|text" in bare
+
+
+def test_a_folder_named_by_test_set_ids(tmp_path):
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT}\tबैठकमा\n", encoding="utf-8")
+    testset = read_testset(tmp_path / "set.tsv")
+    assert testset["n1"]["key_words"] == ["नेकपा"]
+    (tmp_path / "wavs").mkdir()
+    write_clip(tmp_path / "wavs" / "n1.wav")
+    write_clip(tmp_path / "wavs" / "stray.wav")
+    system = read_system("mine", tmp_path / "wavs", testset)
+    assert [(i["id"], i["sentence_id"]) for i in system.items] == [("n1", "n1")]
+    reasons = {p["reading"].rsplit("/", 1)[-1]: p["reason"] for p in system.problems}
+    assert "missing" in reasons["n2.wav"] and "no id of the test set" in reasons["stray.wav"]
+    with pytest.raises(EvaluateError, match="metadata.csv"):
+        read_system("mine", tmp_path / "wavs")
+
+
+def test_key_words_are_marked_as_the_demo_marks_them():
+    result = {"words": [{"word": "नेकपा", "sites": [{"kind": "deletion"}]}, {"word": "आज", "sites": []}]}
+    assert mark_key_words(result, ["नेकपा"]) and [w.get("key") for w in result["words"]] == [True, False]
+    assert not mark_key_words(result, ["नेकपा"])  # unchanged: not rewritten
+    assert mark_key_words(result, ["आज"]) and all("key" not in w for w in result["words"])  # no site: none marked
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nameless"], "NAME=FOLDER_OR_METADATA"),
+    (["a/b=x"], "plain name"),
+    (["x={tmp}"], "has no metadata.csv"),
+    (["x={tmp}/nowhere"], "does not exist"),
+    (["x={tmp}", "--testset", "{tmp}/none.tsv"], "no such file"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
+    from leakloss.cli import app
+
+    r = runner.invoke(app, ["evaluate", *(a.format(tmp=tmp_path) for a in args), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "error:" in r.output and message in r.output, r.output
+
+
+def test_an_interrupted_evaluate_resumes_and_the_report_appears_whole(tmp_path, models, monkeypatch):
+    from leakloss.scorer import Scorer
+
+    (tmp_path / "sys").mkdir()
+    for i in range(2):
+        write_clip(tmp_path / "sys" / f"s{i}.wav", seed=i)
+    folder = _metadata(tmp_path / "sys", [f"s0.wav|{TEXT}", f"s1.wav|{TEXT}", f"gone.wav|{TEXT}"])
+    real, calls = Scorer.score, []
+
+    def score(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Scorer, "score", score)
+    out = tmp_path / "out"
+    with pytest.raises(EvaluateInterrupted):
+        evaluate({"mine": folder}, out, **_kwargs(models))
+    assert not (out / "report").exists()  # no half report
+    assert [p.name for p in (out / "results" / "mine").glob("*.json")] == ["s0.json"]
+    monkeypatch.setattr(Scorer, "score", real)
+    summary = evaluate({"mine": folder}, out, **_kwargs(models))
+    assert summary["scoring"]["mine"]["skipped_existing"] == 1 and summary["scoring"]["mine"]["processed"] == 1
+    index = (out / "report" / "index.html").read_text(encoding="utf-8")
+    assert "gone.wav" in index and "missing" in index  # the bad line, by name, in the report
+    assert {p.name for p in (out / "report" / "reports" / "mine").iterdir()} == {"s0.html", "s1.html"}
+    result = json.loads((out / "results" / "mine" / "s1.json").read_text(encoding="utf-8"))
+    assert result["reference_origin"]["origin"] == "synthesised"
+    assert [r.rsplit("/", 1)[-1].split("-")[0] for r in result["references"] + [c["reference"] for c in
+                                                                                result["reference_checks"]]][-2:] \
+        == ["teacher0", "teacher2"]
+
+
+# --- end to end on the embedded default ---------------------------------------------------------------
+
+SENTENCES = ["आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।", "तिमी यो दसैंमा घर कहिले आउँछौ?"]
+
+
+@pytest.fixture(scope="module")
+def systems(tmp_path_factory):
+    """The embedded teacher and the Hindi base read a few sentences into two F5 folders (as the demo reads)."""
+    from leakloss.audio import save_audio
+    from leakloss.speech.references import teacher_reading
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_text
+
+    root = tmp_path_factory.mktemp("systems")
+    for name, speak in (("teacher", lambda t: teacher_reading(t, HELDOUT_TEACHER_VOICE)),
+                        ("hindi", lambda t: speak_text(t, HELDOUT_HINDI_VOICE))):
+        lines = []
+        for i, text in enumerate(SENTENCES):
+            (root / name).mkdir(exist_ok=True)
+            save_audio(root / name / f"s{i}.wav", speak(text).waveform)
+            lines.append(f"s{i}.wav|{text}")
+        _metadata(root / name, lines)
+    with open(root / "hindi" / "metadata.csv", "a", encoding="utf-8") as f:
+        f.write(f"lost.wav|{SENTENCES[0]}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def evaluated(systems, tmp_path_factory):
+    from leakloss.cli import app
+
+    out = tmp_path_factory.mktemp("evaluation")
+    r = runner.invoke(app, ["evaluate", f"teacher={systems / 'teacher'}", f"hindi={systems / 'hindi' / 'metadata.csv'}",
+                            "--out", str(out)])
+    return out, r
+
+
+@needs_embedded
+@pytest.mark.slow
+def test_evaluate_with_no_references_separates_teacher_and_hindi_base(evaluated):
+    out, r = evaluated
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert "lost.wav" in r.stderr and "missing" in r.stderr  # the bad line, by name, on the terminal
+    comparison = json.loads((out / "report" / "comparison" / "comparison.json").read_text(encoding="utf-8"))
+    teacher, hindi = (comparison["systems"][n]["key_flagged"] for n in ("teacher", "hindi"))
+    assert hindi["total"] and teacher["total"]
+    assert hindi["rate"] > teacher["rate"], (hindi["text"], teacher["text"])
+    for rate in (teacher, hindi):
+        assert rate["wilson"]["low"] <= rate["rate"] <= rate["wilson"]["high"] and rate["bootstrap"] is not None
+    for name in ("teacher", "hindi"):
+        for f in (out / "results" / name).glob("*.json"):
+            assert json.loads(f.read_text(encoding="utf-8"))["reference_origin"]["origin"] == "synthesised"
+    index = (out / "report" / "index.html").read_text(encoding="utf-8")
+    assert "sentence bootstrap" in index and "lost.wav" in index and "synthesised" in index
+    assert len(re.findall(r'href="reports/', index)) == 4
+
+
+@needs_embedded
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_evaluation_index_opens_in_headless_chromium_with_its_players(evaluated, tmp_path):
+    from tests.test_demo import PROBE, _browser
+
+    out, _ = evaluated
+    report = out / "report"
+    browser = _browser()
+    base = [browser, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}"]
+    (report / "probe.html").write_text(PROBE, encoding="utf-8")
+    probe = subprocess.run([*base, "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom",
+                            (report / "probe.html").as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r"RESULT(.*?)END", probe.stdout)
+    assert found, probe.stderr[-1000:]
+    images = json.loads(found.group(1))
+    assert images and all(i["ok"] for i in images), images
+    shot = tmp_path / "index.png"
+    run = subprocess.run([*base, "--window-size=1100,1400", f"--screenshot={shot}", (report / "index.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG"
+    page = next((report / "reports" / "hindi").glob("*.html"))
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<audio" in dom
