@@ -233,6 +233,34 @@ def sites(
 
 
 @app.command()
+def testset(
+    kind: Optional[str] = typer.Option(None, "--kind", help="only key words with a site of this kind: deletion or quality"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the set to this TSV file (default: standard output)"),
+) -> None:
+    """The shipped contrast test set: sentences to read, their key words and sites (id, text, key_words, sites)."""
+    from leakloss.atomic import write_text_atomic
+    from leakloss.testset import TestSetError, format_testset, load_testset
+
+    if out is not None:
+        _check_names([("--out", out)])
+        _check_output_path(out, "--out")
+    try:
+        items = load_testset(kind)
+    except TestSetError as err:
+        fail(f"--kind: {err}")
+    text = format_testset(items)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_text_atomic(out, text)
+    except OSError as err:
+        fail(f"cannot write --out {out}: {os_error_text(err)}")
+    n_words = sum(len(i.key_words) for i in items)
+    err_console.print(f"{len(items)} sentence(s), {n_words} key word(s) written to {escape(str(out))}", soft_wrap=True)
+
+
+@app.command()
 def recognize(
     wav: Path = typer.Argument(..., help="audio file (WAV/FLAC)"),
     recognizer: str = typer.Option("a", "--recognizer", help="embedded a, b or w (Whisper encoder, hears real speech), a local directory, or a hub id"),

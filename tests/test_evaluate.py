@@ -200,3 +200,16 @@ def test_the_evaluation_index_opens_in_headless_chromium_with_its_players(evalua
     page = next((report / "reports" / "hindi").glob("*.html"))
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "<audio" in dom
+
+
+def test_the_shipped_test_set_reads_as_evaluate_expects(tmp_path):
+    """`leakloss testset --out set.tsv` then `evaluate --testset set.tsv`: the same ids, texts and key words."""
+    from leakloss.testset import format_testset, load_testset
+
+    items = load_testset()
+    (tmp_path / "set.tsv").write_text(format_testset(items), encoding="utf-8")
+    read = read_testset(tmp_path / "set.tsv")
+    assert list(read) == [item.id for item in items]
+    for item in items:
+        assert read[item.id]["text"] == item.text
+        assert read[item.id]["key_words"] == [k.word for k in item.key_words]
