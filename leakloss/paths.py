@@ -14,3 +14,10 @@ def shared_path(sub: str = "") -> str:
     or refused its real clips."""
     root = os.environ.get("LEAKLOSS_SHARED") or str(Path(str(resources.files("leakloss"))).parent.parent / "shared")
     return str(Path(root).expanduser().resolve() / sub)
+
+
+def cache_path(sub: str = "") -> Path:
+    """``$LEAKLOSS_CACHE/SUB``, else ``$XDG_CACHE_HOME/leakloss/SUB``, else ``~/.cache/leakloss/SUB``: files
+    leakloss rebuilds itself (a joined model, checkpoints), never the only copy of anything."""
+    root = os.environ.get("LEAKLOSS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakloss"
+    return Path(root).expanduser() / sub
