@@ -279,10 +279,10 @@ class WhisperFrames(nn.Module):
 
     def encode_mel(self, mel: Tensor, layer: int | None = None, frames: Tensor | None = None) -> Tensor:
         """``[b, 80, 2f]`` (f = 1500: a padded 30 s window) -> ``[b, f, d]`` (final layer norm applied, as
-        CTranslate2's encode), or hidden state ``layer`` (0: the embeddings) without it. ``frames``: see
-        :meth:`_encode`."""
+        CTranslate2's encode), or hidden state ``layer`` of :meth:`states` (0: the embeddings; the last is the
+        output). ``frames``: see :meth:`_encode`."""
         raw, last = self._encode(mel, frames)
-        return last if layer is None else raw[layer]
+        return last if layer is None else (raw[:-1] + [last])[layer]
 
     @staticmethod
     def frame_lengths(lengths: Tensor) -> Tensor:
