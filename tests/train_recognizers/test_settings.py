@@ -76,6 +76,8 @@ def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
     ("real_augmentations=0 real_dir=/nonexistent/real", r"real_dir=/nonexistent/real: no train-speaker clip"),
     ("roles=[teacher,recorded]", r"roles must be a list of"),  # recorded voices come from recorded_voices
     ("recorded_voices=fest-kal", r"recorded_voices must be a list of voice names"),  # was "unknown voice 'f'"
+    ("encoder=large", r"encoder=large: not a Whisper encoder; one of tiny.en, base"),
+    ("own_length=yes", r"own_length='yes': true or false"),
 ])
 def test_whisper_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.whisper import check_settings

