@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.table import Table
 
+from leakloss.constants import DEFAULT_RECOGNIZER
 from leakloss.text.normalize import visible
 from leakloss.textfile import text_lines
 
@@ -263,7 +264,8 @@ def testset(
 @app.command()
 def recognize(
     wav: Path = typer.Argument(..., help="audio file (WAV/FLAC)"),
-    recognizer: str = typer.Option("a", "--recognizer", help="embedded a, b or w (Whisper encoder, hears real speech), a local directory, or a hub id"),
+    recognizer: str = typer.Option(DEFAULT_RECOGNIZER, "--recognizer", help="embedded w (the default: a CTC head on the Whisper encoder, hears real "
+                                   "speech), a or b (trained on espeak only), a local directory, or a hub id"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Greedy phone string from a CTC phone recognizer."""

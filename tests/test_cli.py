@@ -195,3 +195,18 @@ def test_score_without_ref_scores_against_synthesised_teacher_references(tmp_pat
     both = CliRunner().invoke(app, ["score", str(tmp_path / "reading.wav"), "--text", text, "--reference-free",
                                     "--ref", str(tmp_path / "reading.wav")])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_recognize_listens_with_the_real_speech_recognizer_unless_told(tmp_path):
+    """`leakloss recognize` defaulted to A, trained on espeak only (95% PER on real speech)."""
+    import json as json_module
+
+    import numpy as np
+    import soundfile as sf
+
+    sf.write(tmp_path / "q.wav", (0.1 * np.sin(np.arange(16000) * 0.05)).astype("float32"), 16000)
+    r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json_module.loads(r.stdout)["recognizer"] == "w"
+    r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json", "--recognizer", "a"])
+    assert r.exit_code == 0 and json_module.loads(r.stdout)["recognizer"] == "a"
