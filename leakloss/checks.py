@@ -40,6 +40,24 @@ def check_whole(value: object, name: str, low: int = 1) -> int:
     return int(value)
 
 
+#: Characters of a user's value an error message quotes: a 1.2M-phone lexicon line made a 4.2 MB ``error:`` line.
+ECHO_CHARS = 200
+#: The longest error message the command line prints: the cap behind :func:`echoed`, for a message that quotes
+#: a user's value whole.
+MESSAGE_CHARS = 4000
+
+
+def echoed(value: object, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with its full length said
+    (``'ɡ ʌ r ɡ ʌ ...'... (2400000 characters in all)``): a message quotes what the user gave, never all of it."""
+    return shortened(repr(value), limit)
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and ``... (N characters in all)``."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters in all)"
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message ("" when it has none): libraries add context lines (OmegaConf's
     full_key/object_type, safetensors' and torch's detail) that do not belong in a one-line ``error:``."""

@@ -71,8 +71,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def fail(message: str, code: int = 2) -> None:
-    # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    from leakloss.checks import MESSAGE_CHARS, shortened
+
+    # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying; cut: a message that
+    # quotes a user's value whole (a 1.2M-phone lexicon line) is not megabytes long
+    err_console.print(f"[bold red]error:[/] {escape(shortened(message, MESSAGE_CHARS))}", soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -75,3 +75,14 @@ def test_check_whole_takes_whole_numbers_only():
         with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got"):
             check_whole(bad, "n")
     assert is_whole(-5) and not is_whole(False)
+
+
+@given(st.one_of(st.text(max_size=600), st.lists(st.text(max_size=5), max_size=200)))
+def test_echoed_quotes_a_value_whole_when_short_and_cut_with_its_length_when_long(value):
+    from leakloss.checks import ECHO_CHARS, echoed
+
+    text, out = repr(value), echoed(value)
+    if len(text) <= ECHO_CHARS:
+        assert out == text
+    else:
+        assert out == f"{text[:ECHO_CHARS]}... ({len(text)} characters in all)"

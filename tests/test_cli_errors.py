@@ -677,3 +677,13 @@ def test_score_batch_refuses_a_manifest_folder_whose_name_is_not_utf8(tmp_path, 
                             *model_args(models)])
     assert_clean_error(r, "line 1: query ", "its name is not valid UTF-8")
     assert not (tmp_path / "out").exists()
+
+
+def test_g2p_error_for_a_huge_lexicon_line_is_short(tmp_path):
+    # issue 43, defect 14: a lexicon line of 1.2 M phones gave a 4.2 MB error line
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("घर\t" + " ".join(["ɡ", "ʌ", "r"] * 400_000) + "\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "घर"])
+    assert_clean_error(r, f"{lex}:1:", "characters in all)")
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1, r.stderr[:2000]
+    assert len(r.stderr) < 2000, len(r.stderr)
