@@ -200,8 +200,8 @@ def _read_vocoder_card(path: Path) -> dict:
     return card
 
 
-#: The most bytes of a Vocos folder's ``config.yaml`` read (the released one is 0.5 kB): YAML's aliases make a
-#: small hostile file expand into gigabytes.
+#: The most bytes of a Vocos folder's ``config.yaml`` read (the released one is 0.5 kB): a larger file is no Vocos
+#: config, and is not parsed.
 VOCOS_CONFIG_BYTES = 64 * 1024
 
 
