@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from leakloss.checks import first_line
 from leakloss.config import config_dir
 
 TEXT_EMBED_KEY = "transformer.text_embed.text_embed.weight"
@@ -82,31 +81,20 @@ def check_checkpoint(path: str | os.PathLike, vocab: dict[str, int], source: str
 
 def load_vocoder(spec: str):
     """``embedded`` (leakloss' tiny Vocos) or a local Vocos folder (``config.yaml`` + ``pytorch_model.bin`` /
-    ``model.safetensors``, e.g. charactr/vocos-mel-24khz) -> a frozen :class:`leakloss.vocoder.MelToWave`."""
-    from leakloss.vocoder import MelToWave
+    ``model.safetensors``, e.g. charactr/vocos-mel-24khz) -> a frozen :class:`leakloss.vocoder.MelToWave`. The
+    folder's config is read as data and only Vocos' own classes are built (:func:`leakloss.vocoder.read_vocos_config`:
+    ``Vocos.from_hparams`` ran whatever callable it named)."""
+    from leakloss.vocoder import MelToWave, VocoderLoadError, load_vocos_folder
 
     if spec == "embedded":
         return MelToWave.embedded()
     folder = Path(spec)
     if not (folder / "config.yaml").is_file():
         raise FinetuneError(f"f5.vocoder={spec!r}: not 'embedded' and no Vocos folder with config.yaml")
-    from vocos import Vocos
-
-    if not any((folder / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
-        raise FinetuneError(f"{folder} has no model.safetensors or pytorch_model.bin")
-    try:  # a config of another model, foreign or damaged weights: each library raises its own kind
-        vocos = Vocos.from_hparams(str(folder / "config.yaml"))
-        if (folder / "model.safetensors").is_file():
-            from safetensors.torch import load_file
-
-            state = load_file(str(folder / "model.safetensors"))
-        else:
-            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        vocos.load_state_dict(state)
-    except Exception as err:  # noqa: BLE001 - reported as one line naming the folder
-        raise FinetuneError(f"f5.vocoder={spec!r}: not a loadable Vocos ({type(err).__name__}: "
-                            f"{first_line(err) or 'no message'})") from None
-    return MelToWave.from_vocos(vocos.eval())
+    try:
+        return load_vocos_folder(folder)
+    except VocoderLoadError as err:
+        raise FinetuneError(f"f5.vocoder={spec!r}: not a loadable Vocos ({err})") from None
 
 
 #: What a resume must share with the run that wrote ``out_dir``'s checkpoint (``out_dir/run.json``): everything

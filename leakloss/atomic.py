@@ -40,6 +40,23 @@ def file_name_problem(path: str | Path, utf8: bool = True) -> str | None:
     return None
 
 
+def path_problem(path: str | Path, utf8: bool = True) -> str | None:
+    """Why ``path`` cannot name a file or folder leakloss reads or writes, or None: :func:`file_name_problem`'s
+    reasons, or a symbolic link that loops (``a -> b -> a``, or one on the way: ``Path.resolve()`` raised
+    ``RuntimeError: Symlink loop`` past every check). The one path check of every entry point's paths and
+    manifest entries, before any work."""
+    if (problem := file_name_problem(path, utf8)) is not None:
+        return problem
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"{path}: a symbolic link that loops (it leads back to itself); give a real file or folder"
+    except ValueError:  # a NUL byte in the name
+        return f"{str(path)!r}: a file name with a NUL character"
+    return None
+
+
 def _temp_prefix(name: str) -> str:
     """``.NAME.`` cut to fit a temporary name in :data:`NAME_MAX` bytes (a legal 245-byte name failed after the
     work, its temporary name being too long)."""
@@ -50,6 +67,8 @@ def output_folder_problem(path: str | Path) -> str | None:
     """Why a run could not write into folder ``path`` (``None``: it is a writable folder, or it can be created
     because its nearest existing parent is one). Checked before a run starts, so a path under a regular file
     or in a read-only folder is one clear message, not an ``OSError`` after minutes of work."""
+    if (problem := path_problem(path, utf8=False)) is not None:
+        return problem
     path = Path(path)
     if path.exists():
         if not path.is_dir():

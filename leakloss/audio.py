@@ -341,11 +341,11 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
             :func:`prepare_waveform` (a float64 file with samples beyond the float32 range is refused);
             a soundfile error is chained as ``__cause__``.
     """
-    from leakloss.atomic import file_name_problem
+    from leakloss.atomic import path_problem
 
     name = _name(path)
     p = Path(path)
-    if (problem := file_name_problem(p, utf8=False)) is not None:  # Path.exists() raised ENAMETOOLONG
+    if (problem := path_problem(p, utf8=False)) is not None:  # Path.exists() raised ENAMETOOLONG; a link loop
         raise AudioError(f"audio file {problem}")
     if not p.exists():
         raise AudioError(f"{name} does not exist")

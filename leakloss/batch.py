@@ -33,7 +33,7 @@ from typing import Sequence
 import lightning as L
 from torch.utils.data import Dataset
 
-from leakloss.atomic import file_name_problem, in_the_way, write_text_atomic
+from leakloss.atomic import in_the_way, path_problem, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result, reference_origin
 from leakloss.textfile import text_lines
 
@@ -161,6 +161,8 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             file name, a duplicate id, a path with a NUL, a text with no Devanagari word to score...).
     """
     path = Path(path)
+    if (problem := path_problem(path, utf8=False)) is not None:
+        raise BatchManifestError(f"manifest {problem}")
     try:
         lines = text_lines(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as err:
@@ -183,9 +185,10 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
         first_line[d["id"]] = n
         base = path.absolute().parent  # absolute: results (and resuming) do not depend on the run's cwd
         item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d.get("refs", [])]}
-        # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write
+        # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write; a
+        # symlink loop, with a traceback
         named = [("query", item["query"])] + [(f"refs[{i}]", r) for i, r in enumerate(item["refs"])]
-        bad = [f"{what} {why}" for what, value in named if (why := file_name_problem(value)) is not None]
+        bad = [f"{what} {why}" for what, value in named if (why := path_problem(value)) is not None]
         if bad:
             problems += [(n, b) for b in bad]
             continue
@@ -229,6 +232,8 @@ def parse_devices(value: str | int | list[int]) -> int | str | list[int]:
 
 
 def _check_out_dir(out_dir: Path) -> None:
+    if (problem := path_problem(out_dir)) is not None:
+        raise BatchConfigError(f"--out {problem}")
     if out_dir.exists() and not out_dir.is_dir():
         raise BatchConfigError(f"--out {out_dir} is a file, not a folder: give a folder for the <id>.json results")
     existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)

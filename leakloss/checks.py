@@ -40,6 +40,43 @@ def check_whole(value: object, name: str, low: int = 1) -> int:
     return int(value)
 
 
+#: Characters of a user's value an error message quotes: a 1.2M-phone lexicon line made a 4.2 MB ``error:`` line.
+ECHO_CHARS = 200
+#: The longest error message the command line prints: the cap behind :func:`echoed`, for a message that quotes
+#: a user's value whole.
+MESSAGE_CHARS = 4000
+
+
+def echoed(value: object, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with its full length said
+    (``'ɡ ʌ r ɡ ʌ ...'... (2400000 characters in all)``): a message quotes what the user gave, never all of it.
+
+    A container shows its first :data:`_ECHO_ITEMS` items, two levels deep, and its length (``['zz', 'zz', ...]
+    (1200000 items)``): its whole repr is never built (a YAML file of nested aliases is a few hundred bytes whose
+    repr is gigabytes)."""
+    import reprlib
+
+    if isinstance(value, (str, bytes)):
+        return shortened(repr(value), limit)
+    bounded = reprlib.Repr()
+    bounded.maxlevel, bounded.maxstring, bounded.maxother, bounded.maxlong = 2, limit, limit, limit
+    bounded.maxlist = bounded.maxtuple = bounded.maxset = bounded.maxfrozenset = bounded.maxdict = _ECHO_ITEMS
+    text = bounded.repr(value)
+    text = text if len(text) <= limit else f"{text[:limit]}..."
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > _ECHO_ITEMS:
+        text += f" ({len(value)} items)"
+    return text
+
+
+#: Items of a container an error message quotes (:func:`echoed`).
+_ECHO_ITEMS = 10
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and ``... (N characters in all)``."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters in all)"
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message ("" when it has none): libraries add context lines (OmegaConf's
     full_key/object_type, safetensors' and torch's detail) that do not belong in a one-line ``error:``."""

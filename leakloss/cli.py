@@ -72,8 +72,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def fail(message: str, code: int = 2) -> None:
-    # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    from leakloss.checks import MESSAGE_CHARS, shortened
+
+    # escaped: paths and ids may hold [brackets]; soft-wrapped: paths stay whole for copying; cut: a message that
+    # quotes a user's value whole (a 1.2M-phone lexicon line) is not megabytes long
+    err_console.print(f"[bold red]error:[/] {escape(shortened(message, MESSAGE_CHARS))}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -243,7 +246,7 @@ def testset(
     from leakloss.testset import TestSetError, format_testset, load_testset
 
     if out is not None:
-        _check_names([("--out", out)])
+        _check_paths([("--out", out)])
         _check_output_path(out, "--out")
     try:
         items = load_testset(kind)
@@ -308,8 +311,8 @@ def score(
 ) -> None:
     """Score one reading word by word against trusted Nepali references."""
     # everything that can be checked is checked before the models load and the scoring starts
-    _check_names([("query", query), *(("--ref", r) for r in ref), ("--json", json_out if json_out != "-" else None),
-                  ("--html", html_out)])
+    _check_paths([("query", query), *(("--ref", r) for r in ref), ("--json", json_out if json_out != "-" else None),
+                  ("--html", html_out), ("--heads", heads)])
     outputs = _check_outputs(json_out, html_out, inputs=[query, *ref])
     _check_query(query)
     for r in ref:  # a mistyped path is a usage error; a reference that cannot be used is said in the result
@@ -370,13 +373,15 @@ def _references_for(text: str, ref: list[Path], reference_free: bool) -> tuple[l
     return [str(p) for p in paths], synthesised_origin()
 
 
-def _check_names(named) -> None:
-    """Every ``(what, path)`` given (None: not given) can be named in a result and on this file system: a name
-    that is not UTF-8 failed writing the result after the scoring, one too long failed ``Path.exists()``."""
-    from leakloss.atomic import file_name_problem
+def _check_paths(named, utf8: bool = True) -> None:
+    """Every ``(what, path)`` given (None: not given) can be named on this file system (and, with ``utf8``, in a
+    result): a name that is not UTF-8 failed writing the result after the scoring, one too long failed
+    ``Path.exists()``, a symlink loop raised ``RuntimeError`` in ``Path.resolve()``. Each command checks its
+    paths here first (:func:`leakloss.atomic.path_problem`)."""
+    from leakloss.atomic import path_problem
 
     for what, path in named:
-        if path is not None and (problem := file_name_problem(path)) is not None:
+        if path is not None and (problem := path_problem(path, utf8)) is not None:
             fail(f"{what} {problem}")
 
 
@@ -573,6 +578,7 @@ def score_batch_cmd(
     from leakloss.batch import BatchError, BatchInterrupted, score_batch
     from leakloss.heads import HeadLoadError
 
+    _check_paths([("manifest", manifest), ("--out", out), ("--heads", heads)], utf8=False)
     interrupted = None
     try:
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
@@ -606,12 +612,14 @@ def compare(
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.schema import ResultError
 
+    _check_paths([("--out", out)], utf8=False)
     _check_output_folder(out, "--out")
     dirs = {}
     for item in results:
-        # a bare folder is named by its last part; "." and ".." by the folder they stand for
-        bare = item.name if item.name not in ("", ".", "..") else item.resolve().name
-        name, _, folder = str(item).partition("=") if "=" in str(item) else (bare, "", str(item))
+        name, _, folder = str(item).partition("=") if "=" in str(item) else (None, "", str(item))
+        _check_paths([("results", folder or None)], utf8=False)  # before resolve(), which raised on a link loop
+        if name is None:  # a bare folder is named by its last part; "." and ".." by the folder they stand for
+            name = item.name if item.name not in ("", ".", "..") else item.resolve().name
         if not name or not folder:  # Path("") would be the current folder
             fail(f"{item}: give NAME=DIR with both parts, or a folder")
         if not Path(folder).is_dir():
@@ -689,6 +697,7 @@ def listeners(
     from leakloss.eval.listeners import ListenerDataError, listener_agreement, write_listener_report
     from leakloss.schema import ResultError
 
+    _check_paths([("labels", labels), ("results", results), ("--out", out)], utf8=False)
     _check_output_folder(out, "--out")
     try:
         result = listener_agreement(labels, results)
@@ -768,6 +777,7 @@ def heads_cmd(
     from leakloss.heads import HeadLoadError, load_head
     from leakloss.scorer import SHIPPED_HEADS
 
+    _check_paths([("--dir", folder)], utf8=False)
     folder = folder or SHIPPED_HEADS
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
@@ -823,6 +833,7 @@ def demo(
         cfg = DemoConfig(out=out, retrain=retrain, sentences=sentences, f5_steps=f5_steps)
     except ValueError as err:
         fail(f"--{str(err).replace('_', '-')}")
+    _check_paths([("--out", out)], utf8=False)
     _check_output_folder(out, "--out")
     try:
         run_demo(cfg)

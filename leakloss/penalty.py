@@ -112,7 +112,7 @@ class LeakPenalty(nn.Module):
              mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu") -> "LeakPenalty":
         """The raw-conv head at ``head_path`` (default: the shipped one) on ``recognizer`` (default: the one its
         card names; another is loaded as given, with a warning when its weights differ from the card's)."""
-        from leakloss.acoustic.recognizer import Recognizer
+        from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
         from leakloss.heads import check_recognizer
 
         head_path = head_path or SHIPPED_HEADS / "rawconv.safetensors"
@@ -121,9 +121,11 @@ class LeakPenalty(nn.Module):
             raise HeadLoadError(f"{head_path}: a {card.head} head; the leak penalty takes a raw-conv head "
                                 "(rawconv.safetensors)")
         rec = Recognizer.load(card.recognizer if recognizer is None else recognizer, device=device)
-        if not hasattr(rec, "conv_features"):
-            raise HeadLoadError(f"{head_path}: the penalty reads a wav2vec2 recognizer's conv features; "
-                                f"recognizer {rec.name} has none")
+        # the penalty runs a wav2vec2 conv stack (its kernels and strides size the padding); the Whisper recognizer
+        # has a conv_features that only raises, and loaded with a warning, then failed in the first forward
+        if not all(hasattr(rec, name) for name in ("conv_features", "conv_kernels", "conv_strides")):
+            raise RecognizerLoadError(f"recognizer {rec.name}: the leak penalty reads a wav2vec2 recognizer's conv "
+                                      "stack (recognizers a, b or a wav2vec2 folder), which this one has not")
         check_recognizer(card, rec.name)
         return cls(rec, head, mel_to_wave, flag_threshold=card.thresholds["flag"]).to(device)
 

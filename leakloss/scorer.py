@@ -108,21 +108,28 @@ def asr_word_check(asr, max_cer: float = 0.08, alt_max_cer: float = 0.15, alt_ma
     if isinstance(asr, (str, Path)):
         from transformers import pipeline
 
+        from leakloss.acoustic.recognizer import (RecognizerLoadError, RecognizerNotFoundError, check_weights,
+                                                  quiet_loading)
+        from leakloss.checks import first_line
+
         try:
             local = Path(asr)
             if not local.is_dir():  # a hub id: its snapshot in the local cache, never a download
                 from huggingface_hub import snapshot_download
 
                 local = Path(snapshot_download(str(asr), local_files_only=True))
-            from leakloss.acoustic.recognizer import quiet_loading
-
-            with quiet_loading():
-                pipe = pipeline("automatic-speech-recognition", model=str(local))
         except (OSError, ValueError) as err:
-            from leakloss.acoustic.recognizer import RecognizerNotFoundError
-
             raise RecognizerNotFoundError(f"cannot load ASR model {asr!r} from local files (leakloss never "
                                           f"downloads): {err}") from err
+        check_weights(local)  # as every recognizer: safetensors only, read before loading (a pickle ran as one)
+        try:
+            with quiet_loading():
+                # use_safetensors: transformers must never fall back to a pickle beside the safetensors
+                pipe = pipeline("automatic-speech-recognition", model=str(local),
+                                model_kwargs={"use_safetensors": True})
+        except Exception as err:  # noqa: BLE001 - transformers raises many types (OSError, ValueError, KeyError...)
+            raise RecognizerLoadError(f"cannot load ASR model {asr!r} from {local} ({type(err).__name__}: "
+                                      f"{first_line(err) or 'no message'})") from err
 
         def transcribe(wave: Tensor) -> str:
             return pipe({"raw": wave.detach().cpu().numpy(), "sampling_rate": SAMPLE_RATE})["text"]

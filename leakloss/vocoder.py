@@ -16,7 +16,7 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-from leakloss.checks import check_whole, first_line, is_whole
+from leakloss.checks import check_whole, first_line, is_finite_number, is_whole
 from leakloss.constants import (MEL_BINS, MEL_DESCRIPTION, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE,
                                 SAMPLE_RATE)
 
@@ -198,6 +198,156 @@ def _read_vocoder_card(path: Path) -> dict:
         if card.get(key, want) != want:
             raise VocoderLoadError(f"{path}: {key} is {card[key]!r}, but the mel front end uses {want} ({MEL_DESCRIPTION})")
     return card
+
+
+#: The most bytes of a Vocos folder's ``config.yaml`` read (the released one is 0.5 kB): a larger file is no Vocos
+#: config, and is not parsed.
+VOCOS_CONFIG_BYTES = 64 * 1024
+
+
+def _vocos_classes() -> dict[str, dict[str, tuple[type, dict, tuple[str, ...]]]]:
+    """The only classes a Vocos folder's ``config.yaml`` may name, per part: ``{part: {class_path: (class, {init
+    arg: rule}, required args)}}``. A rule is a check ``value -> bool`` with what it wants, in words. The sizes of
+    the mel front end are fixed (:data:`leakloss.constants`): weights fitted to other mels would vocode garbage."""
+    from vocos.feature_extractors import MelSpectrogramFeatures
+    from vocos.heads import ISTFTHead
+    from vocos.models import VocosBackbone, VocosResNetBackbone
+
+    def fixed(want: int):
+        return (lambda v: is_whole(v) and v == want), f"{want} ({MEL_DESCRIPTION})"
+
+    size = (lambda v: is_whole(v, 1)), "a whole number >= 1"
+    padding = (lambda v: v in ("center", "same")), "'center' or 'same'"
+    scale = (lambda v: v is None or (is_finite_number(v) and v > 0)), "null or a finite number > 0"
+    return {
+        "feature_extractor": {"vocos.feature_extractors.MelSpectrogramFeatures": (MelSpectrogramFeatures, {
+            "sample_rate": fixed(MEL_SAMPLE_RATE), "n_fft": fixed(MEL_N_FFT), "hop_length": fixed(MEL_HOP),
+            "n_mels": fixed(MEL_BINS), "padding": padding}, ())},
+        "backbone": {
+            "vocos.models.VocosBackbone": (VocosBackbone, {
+                "input_channels": fixed(MEL_BINS), "dim": size, "intermediate_dim": size, "num_layers": size,
+                "layer_scale_init_value": scale,
+                # an AdaLayerNorm backbone needs a bandwidth id per call, which mels from a TTS do not have
+                "adanorm_num_embeddings": ((lambda v: v is None), "null (the mel model has no bandwidth ids)")},
+                ("input_channels", "dim", "intermediate_dim", "num_layers")),
+            "vocos.models.VocosResNetBackbone": (VocosResNetBackbone, {
+                "input_channels": fixed(MEL_BINS), "dim": size, "num_blocks": size, "layer_scale_init_value": scale},
+                ("input_channels", "dim", "num_blocks"))},
+        "head": {"vocos.heads.ISTFTHead": (ISTFTHead, {
+            "dim": size, "n_fft": fixed(MEL_N_FFT), "hop_length": fixed(MEL_HOP), "padding": padding},
+            ("dim", "n_fft", "hop_length"))},
+    }
+
+
+def read_vocos_config(path: str | os.PathLike) -> dict[str, tuple[type, dict]]:
+    """A Vocos folder's ``config.yaml`` (``{part: {class_path, init_args}}``, as ``charactr/vocos-mel-24khz``'s)
+    read as data: ``{part: (class, init args)}`` for the feature extractor, backbone and head.
+
+    ``Vocos.from_hparams`` imports and calls whatever ``class_path`` names (``os.system`` with ``init_args:
+    {command: ...}`` ran the command); here only the classes of :func:`_vocos_classes` are accepted, each with
+    its own init args, each checked, and nothing is imported by name.
+
+    Raises:
+        VocoderLoadError: an unreadable or oversized file, not a YAML mapping, a missing part, any other class,
+            an unknown, missing or bad init arg.
+    """
+    import yaml
+
+    from leakloss.checks import echoed
+
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(VOCOS_CONFIG_BYTES + 1)
+    except OSError as err:
+        raise VocoderLoadError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if len(data) > VOCOS_CONFIG_BYTES:
+        raise VocoderLoadError(f"{path}: larger than {VOCOS_CONFIG_BYTES // 1024} kB: not a Vocos config")
+    try:
+        config = yaml.safe_load(data.decode("utf-8"))  # data only: no tag builds an object
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
+        raise VocoderLoadError(f"{path}: not UTF-8 YAML ({first_line(err)})") from None
+    if not isinstance(config, dict):
+        raise VocoderLoadError(f"{path}: not a YAML mapping of feature_extractor, backbone and head")
+    parts = {}
+    for part, allowed in _vocos_classes().items():
+        node = config.get(part)
+        if not isinstance(node, dict) or not isinstance(node.get("class_path"), str):
+            raise VocoderLoadError(f"{path}: {part} must be a mapping with a class_path, got {echoed(node)}")
+        unknown = sorted(set(node) - {"class_path", "init_args"}, key=str)
+        if unknown:
+            raise VocoderLoadError(f"{path}: {part} has keys other than class_path and init_args: {echoed(unknown)}")
+        if node["class_path"] not in allowed:
+            raise VocoderLoadError(f"{path}: {part}.class_path {echoed(node['class_path'])} is not one of the Vocos "
+                                   f"classes leakloss builds ({', '.join(allowed)})")
+        cls, rules, required = allowed[node["class_path"]]
+        args = node.get("init_args", {})
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise VocoderLoadError(f"{path}: {part}.init_args must be a mapping, got {echoed(args)}")
+        for name, value in args.items():
+            if name not in rules:
+                raise VocoderLoadError(f"{path}: {part}.init_args: {echoed(name)} is not an argument of "
+                                       f"{node['class_path']} leakloss sets ({', '.join(rules)})")
+            check, want = rules[name]
+            if not check(value):
+                raise VocoderLoadError(f"{path}: {part}.init_args.{name} must be {want}, got {echoed(value)}")
+        missing = [name for name in required if name not in args]
+        if missing:
+            raise VocoderLoadError(f"{path}: {part}.init_args lacks {', '.join(missing)}")
+        parts[part] = (cls, dict(args))
+    return parts
+
+
+def load_vocos_folder(folder: str | os.PathLike) -> MelToWave:
+    """A local Vocos folder (``config.yaml`` + ``model.safetensors`` or ``pytorch_model.bin``, e.g.
+    ``charactr/vocos-mel-24khz``) -> a frozen :class:`MelToWave`. The config is read as data
+    (:func:`read_vocos_config`) and the model built from Vocos' own classes; ``pytorch_model.bin`` is read as
+    plain tensors (``torch.load(weights_only=True)``).
+
+    Raises:
+        VocoderLoadError: no config or weights, a config :func:`read_vocos_config` refuses, weights that cannot
+            be read, hold NaN/Inf or do not fit the config's sizes.
+    """
+    import pickle
+
+    from vocos import Vocos
+
+    folder = Path(folder)
+    if not (folder / "config.yaml").is_file():
+        raise VocoderLoadError(f"{folder}: no config.yaml (a Vocos folder holds config.yaml and its weights)")
+    safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if not safetensors.is_file() and not pickled.is_file():
+        raise VocoderLoadError(f"{folder} has no model.safetensors or pytorch_model.bin")
+    parts = read_vocos_config(folder / "config.yaml")
+    try:
+        with torch.random.fork_rng():  # the weights replace the initialisation: leave the global RNG stream alone
+            vocos = Vocos(**{part: cls(**args) for part, (cls, args) in parts.items()})
+    except (ValueError, RuntimeError) as err:  # e.g. sizes too large to allocate
+        raise VocoderLoadError(f"{folder / 'config.yaml'}: the model cannot be built ({type(err).__name__}: "
+                               f"{first_line(err)})") from None
+    try:
+        if safetensors.is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(safetensors))
+        else:
+            state = torch.load(pickled, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - SafetensorError, UnpicklingError, EOFError, OSError: each its own kind
+        name = "UnpicklingError" if isinstance(err, pickle.UnpicklingError) else type(err).__name__
+        raise VocoderLoadError(f"{folder}: weights not readable ({name}: {first_line(err) or 'no message'})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise VocoderLoadError(f"{folder}: the weights are not a dict of named tensors")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise VocoderLoadError(f"{folder}: weights hold NaN/Inf ({', '.join(map(str, bad[:3]))})")
+    try:
+        vocos.load_state_dict(state)
+    except RuntimeError as err:  # missing, unexpected or mis-shaped weights for the config's sizes
+        raise VocoderLoadError(f"{folder}: the weights do not fit config.yaml's sizes (RuntimeError: "
+                               f"{first_line(err)})") from None
+    return MelToWave.from_vocos(vocos.eval())
 
 
 def vocoder_sizes(vocoder: MelToWave) -> dict[str, int]:

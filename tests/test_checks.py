@@ -75,3 +75,38 @@ def test_check_whole_takes_whole_numbers_only():
         with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got"):
             check_whole(bad, "n")
     assert is_whole(-5) and not is_whole(False)
+
+
+@given(st.text(max_size=600))
+def test_echoed_quotes_a_text_whole_when_short_and_cut_with_its_length_when_long(value):
+    from leakloss.checks import ECHO_CHARS, echoed
+
+    text, out = repr(value), echoed(value)
+    if len(text) <= ECHO_CHARS:
+        assert out == text
+    else:
+        assert out == f"{text[:ECHO_CHARS]}... ({len(text)} characters in all)"
+
+
+@given(st.lists(st.text(max_size=300), max_size=40))
+def test_echoed_quotes_a_list_whole_when_short_and_its_first_items_and_length_when_long(value):
+    from leakloss.checks import ECHO_CHARS, echoed
+
+    out = echoed(value)
+    if len(value) <= 10 and len(repr(value)) <= ECHO_CHARS and all(len(v) <= ECHO_CHARS for v in value):
+        assert out == repr(value)
+    assert len(out) <= ECHO_CHARS + 30
+    assert out.endswith(f" ({len(value)} items)") == (len(value) > 10)
+
+
+def test_echoed_never_builds_the_repr_of_a_nested_alias_structure():
+    import time
+
+    from leakloss.checks import echoed
+
+    deep = ["x"] * 10
+    for _ in range(9):  # 10**10 strings once repr walks it: what 9 lines of YAML aliases load as
+        deep = [deep] * 10
+    start = time.perf_counter()
+    out = echoed(deep)
+    assert time.perf_counter() - start < 1 and out.startswith("[[") and len(out) <= 210, out

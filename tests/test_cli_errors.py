@@ -736,3 +736,38 @@ def test_a_rejected_ref_is_warned_on_the_terminal_and_listed_in_the_html_report(
     assert "Not used (1)" in refs and str(clips["q"]) in refs and "the query&#x27;s own audio" in refs
     r = runner.invoke(app, [*args, "--json", "-"])
     assert r.exit_code == 0 and warned in " ".join(r.stderr.split()), r.output
+
+
+def test_g2p_error_for_a_huge_lexicon_line_is_short(tmp_path):
+    # issue 43, defect 14: a lexicon line of 1.2 M phones gave a 4.2 MB error line
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("घर\t" + " ".join(["ɡ", "ʌ", "r"] * 400_000) + "\n", encoding="utf-8")
+    r = runner.invoke(app, ["g2p", "--lexicon", str(lex), "घर"])
+    assert_clean_error(r, f"{lex}:1:", "characters in all)")
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1, r.stderr[:2000]
+    assert len(r.stderr) < 2000, len(r.stderr)
+
+
+@pytest.mark.parametrize("weights, needle", [
+    ("pytorch_model.bin", "refusing to load pickle-based weights (pytorch_model.bin)"),  # was UnpicklingError
+    ("model.safetensors", "model.safetensors: not a readable safetensors file"),  # was SafetensorError
+])
+def test_score_asr_folder_with_pickle_or_damaged_weights_is_one_error_line(tmp_path, models, clips, weights, needle):
+    # issue 43, defect 6: `recognize --recognizer DIR` said error:, `score --asr DIR` gave a traceback
+    from pathlib import PurePosixPath
+
+    from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2Processor
+
+    asr = tmp_path / "asr"
+    shutil.copytree(models["a"], asr)
+    Wav2Vec2Processor(feature_extractor=Wav2Vec2FeatureExtractor(), tokenizer=Wav2Vec2CTCTokenizer(
+        str(asr / "vocab.json"), pad_token="<pad>", unk_token="<unk>")).save_pretrained(asr)
+    (asr / "model.safetensors").unlink()
+    if weights == "pytorch_model.bin":  # an object torch.load(weights_only=True) refuses: an UnpicklingError
+        torch.save({"x": torch.zeros(2), "object": PurePosixPath("x")}, asr / weights)
+    else:
+        (asr / weights).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    r = runner.invoke(app, ["score", str(clips["q"]), "--text", TEXT, "--ref", str(clips["r"]), "--asr", str(asr),
+                            *model_args(models)])
+    assert_clean_error(r, needle)
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1, r.stderr

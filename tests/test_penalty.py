@@ -732,3 +732,17 @@ def test_load_uses_the_recognizer_its_card_names_unless_told(monkeypatch):
         LeakPenalty.load()
     with pytest.raises(_Asked, match="^b$"):
         LeakPenalty.load(recognizer="b")  # was silently dropped for the shipped head
+
+
+def test_load_refuses_a_recognizer_without_a_conv_stack_at_once():
+    # issue 43, defect 9: recognizer="w" (the Whisper encoder) loaded with a warning, then the first forward raised
+    # AttributeError: 'LeakPenalty' object has no attribute 'min_samples'
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
+
+    try:
+        Recognizer.load("w")
+    except (RecognizerLoadError, FileNotFoundError) as err:
+        pytest.skip(f"embedded recognizer w not loadable here: {err}")
+    with pytest.raises(RecognizerLoadError, match=r"recognizer w.*: the leak penalty reads a wav2vec2 "
+                                                  r"recognizer's conv stack"):
+        LeakPenalty.load(recognizer="w")

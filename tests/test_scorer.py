@@ -435,3 +435,17 @@ def test_unscored_reason_says_which_sites_the_query_did_not_measure():
         "2 of 3 tested sites could not be measured in the query, and no reference qualified at the other 1")
     assert _unscored_reason(["r.wav"], used, [no_ref, {"decision": "unscored"}]).startswith("no reference qualified at any")
     assert _unscored_reason([], [], [no_ref]).startswith("no reference given")
+
+
+def test_asr_word_check_loads_a_local_safetensors_asr_folder(tmp_path):
+    # the pickle/damaged-weights check before loading (issue 43, defect 6) keeps a good folder loading
+    from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2Processor
+
+    from leakloss.scorer import asr_word_check
+    from tests.tiny_models import save_tiny_models
+
+    folder = save_tiny_models(tmp_path / "m")["a"]
+    Wav2Vec2Processor(feature_extractor=Wav2Vec2FeatureExtractor(), tokenizer=Wav2Vec2CTCTokenizer(
+        str(folder / "vocab.json"), pad_token="<pad>", unk_token="<unk>")).save_pretrained(folder)
+    ok, detail = asr_word_check(folder)(torch.zeros(16_000), "घर")
+    assert isinstance(ok, bool) and detail.startswith("ASR CER ")

@@ -173,3 +173,113 @@ def test_a_damaged_vocoder_is_a_typed_load_error(tmp_path, damage, message) -> N
         (tmp_path / "v.json").write_text(damage, encoding="utf-8")
     with pytest.raises(VocoderLoadError, match=message):
         MelToWave.embedded(tmp_path / "v")
+
+
+# --- local Vocos folders (issue 43, defect 3) ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_local_vocos_folder_loads_as_the_vocos_it_holds(tmp_path, weights) -> None:
+    from leakloss.vocoder import load_vocos_folder
+    from tests.tiny_models import write_vocos_folder
+
+    vocos = write_vocos_folder(tmp_path / "voc", weights)
+    loaded = load_vocos_folder(tmp_path / "voc")
+    mel = torch.randn(1, 12, 100)
+    torch.testing.assert_close(loaded(mel), MelToWave.from_vocos(vocos)(mel))
+    assert not any(p.requires_grad for p in loaded.parameters())
+
+
+#: config.yaml parts that name a callable other than Vocos' own classes: Vocos.from_hparams called any of them
+HOSTILE = {
+    "os.system": "feature_extractor:\n  class_path: os.system\n  init_args: {{command: 'touch {marker}'}}\n",
+    "posix.system": "backbone:\n  class_path: posix.system\n  init_args: {{command: 'touch {marker}'}}\n",
+    "subprocess.call": "head:\n  class_path: subprocess.call\n  init_args: {{args: [touch, '{marker}']}}\n",
+    "builtins.eval": "backbone:\n  class_path: builtins.eval\n  init_args: {{source: \"open('{marker}', 'w')\"}}\n",
+    "a python tag": "head: !!python/object/apply:os.system ['touch {marker}']\n",
+    "another vocos class": "feature_extractor:\n  class_path: vocos.pretrained.Vocos\n",
+    "a Vocos class by another path": "backbone:\n  class_path: vocos.pretrained.VocosBackbone\n  init_args: {{}}\n",
+}
+
+
+def hostile_vocos_folder(folder, variant: str, marker) -> None:
+    """A tiny Vocos folder whose config.yaml has one part replaced by :data:`HOSTILE`'s ``variant``."""
+    import yaml
+
+    from tests.tiny_models import write_vocos_folder
+
+    write_vocos_folder(folder)
+    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    hostile = HOSTILE[variant].format(marker=marker)
+    part = hostile.split(":", 1)[0]
+    kept = yaml.safe_dump({k: v for k, v in config.items() if k != part})
+    (folder / "config.yaml").write_text(kept + hostile, encoding="utf-8")
+
+
+@pytest.mark.parametrize("variant", list(HOSTILE))
+def test_a_vocos_config_naming_any_other_callable_runs_nothing(tmp_path, variant) -> None:
+    from leakloss.vocoder import VocoderLoadError, load_vocos_folder
+
+    marker = tmp_path / "MARKER"
+    hostile_vocos_folder(tmp_path / "voc", variant, marker)
+    with pytest.raises(VocoderLoadError, match=r"config.yaml: "):
+        load_vocos_folder(tmp_path / "voc")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    (("backbone", "dim", "8; rm -rf /"), r"backbone.init_args.dim must be a whole number >= 1, got '8; rm -rf /'"),
+    (("backbone", "input_channels", 80), r"input_channels must be 100 \(vocos 24 kHz"),
+    (("feature_extractor", "sample_rate", 22050), r"sample_rate must be 24000"),
+    (("head", "hop_length", True), r"hop_length must be 256"),
+    (("backbone", "adanorm_num_embeddings", 4), r"adanorm_num_embeddings must be null"),
+    (("head", "bias", 1), r"head.init_args: 'bias' is not an argument of vocos.heads.ISTFTHead"),
+    (("head", "dim", None), r"head.init_args lacks dim"),
+    (("head", "padding", ["center"]), r"padding must be 'center' or 'same'"),
+])
+def test_a_vocos_config_with_bad_init_args_is_refused(tmp_path, change, message) -> None:
+    import yaml
+
+    from leakloss.vocoder import VocoderLoadError, load_vocos_folder
+    from tests.tiny_models import write_vocos_folder
+
+    write_vocos_folder(tmp_path / "voc")
+    config = yaml.safe_load((tmp_path / "voc" / "config.yaml").read_text(encoding="utf-8"))
+    part, name, value = change
+    if value is None:
+        del config[part]["init_args"][name]
+    else:
+        config[part]["init_args"][name] = value
+    (tmp_path / "voc" / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(VocoderLoadError, match=message):
+        load_vocos_folder(tmp_path / "voc")
+
+
+def test_an_oversized_vocos_config_is_refused_unread(tmp_path) -> None:
+    from leakloss.vocoder import VocoderLoadError, load_vocos_folder
+    from tests.tiny_models import TINY_VOCOS_CONFIG, write_vocos_folder
+
+    write_vocos_folder(tmp_path / "voc")
+    (tmp_path / "voc" / "config.yaml").write_text(TINY_VOCOS_CONFIG + "# " + "x" * 70_000 + "\n", encoding="utf-8")
+    with pytest.raises(VocoderLoadError, match="larger than 64 kB"):
+        load_vocos_folder(tmp_path / "voc")
+
+
+def test_a_vocos_config_of_nested_aliases_is_refused_at_once(tmp_path) -> None:
+    # a few hundred bytes that load as 10**10 strings: an error message quoting it whole never finished
+    import time
+
+    from leakloss.vocoder import VocoderLoadError, load_vocos_folder
+    from tests.tiny_models import TINY_VOCOS_CONFIG, write_vocos_folder
+
+    write_vocos_folder(tmp_path / "voc")
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(9))
+    config = TINY_VOCOS_CONFIG.replace("  init_args: {input_channels", "  init_args: {extra: *j, input_channels")
+    (tmp_path / "voc" / "config.yaml").write_text(laughs + config, encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(VocoderLoadError, match=r"backbone.init_args: 'extra' is not an argument"):
+        load_vocos_folder(tmp_path / "voc")
+    (tmp_path / "voc" / "config.yaml").write_text(laughs + "feature_extractor: *j\n", encoding="utf-8")
+    with pytest.raises(VocoderLoadError, match=r"feature_extractor must be a mapping with a class_path, got \[\["):
+        load_vocos_folder(tmp_path / "voc")
+    assert time.perf_counter() - start < 5

@@ -47,3 +47,40 @@ def truncate_wav(path: Path) -> Path:
     data = path.read_bytes()
     path.write_bytes(data[: 44 + (len(data) - 44) // 2])
     return path
+
+
+#: A tiny local Vocos folder's config.yaml: the released charactr/vocos-mel-24khz layout at small sizes.
+TINY_VOCOS_CONFIG = """\
+feature_extractor:
+  class_path: vocos.feature_extractors.MelSpectrogramFeatures
+  init_args: {sample_rate: 24000, n_fft: 1024, hop_length: 256, n_mels: 100, padding: center}
+backbone:
+  class_path: vocos.models.VocosBackbone
+  init_args: {input_channels: 100, dim: 8, intermediate_dim: 16, num_layers: 1}
+head:
+  class_path: vocos.heads.ISTFTHead
+  init_args: {dim: 8, n_fft: 1024, hop_length: 256, padding: same}
+"""
+
+
+def write_vocos_folder(folder: Path, weights: str = "model.safetensors", seed: int = 0):
+    """A local Vocos folder (``config.yaml`` + ``model.safetensors`` or ``pytorch_model.bin``) of a tiny randomly
+    initialised Vocos built by Vocos' own classes; returns that Vocos."""
+    import torch
+    from vocos import Vocos
+    from vocos.feature_extractors import MelSpectrogramFeatures
+    from vocos.heads import ISTFTHead
+    from vocos.models import VocosBackbone
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    vocos = Vocos(MelSpectrogramFeatures(), VocosBackbone(100, 8, 16, 1), ISTFTHead(8, 1024, 256)).eval()
+    (folder / "config.yaml").write_text(TINY_VOCOS_CONFIG, encoding="utf-8")
+    state = {k: v.detach().clone().contiguous() for k, v in vocos.state_dict().items()}
+    if weights == "model.safetensors":
+        from safetensors.torch import save_file
+
+        save_file(state, str(folder / weights))
+    else:
+        torch.save(state, folder / weights)
+    return vocos

@@ -118,7 +118,7 @@ class Recognizer(nn.Module):
 
         if is_whisper_folder(folder):  # a CTC head on the Whisper encoder: same interface, its own loader
             return WhisperRecognizer.load(folder, name=str(name).split("@", 1)[0], device=device)
-        weights = _check_weights(folder)
+        weights = check_weights(folder)
         vocab = _read_vocab(folder)
         model = _load_model(folder)
         if local and weights.name == "model.safetensors":
@@ -224,7 +224,7 @@ def _hub_snapshot(name: str) -> Path:
         ) from err
 
 
-def _check_weights(folder: Path) -> Path:
+def check_weights(folder: Path) -> Path:
     """The safetensors weights of ``folder`` (``model.safetensors`` or the sharded index), checked readable.
 
     Raises:

@@ -343,3 +343,21 @@ def test_a_lexicon_with_a_byte_order_mark_before_a_comment_reads(tmp_path):
     path = tmp_path / "lex.tsv"
     path.write_bytes("\ufeff# my words\nकम\tk ʌ m\n".encode("utf-8"))
     assert load_lexicon(path) == {"कम": ("k", "ʌ", "m")}
+
+
+@pytest.mark.parametrize("line, needle, length", [
+    ("घर\t" + " ".join(["ɡ", "ʌ", "r"] * 400_000), "cannot be a pronunciation of 'घर'",  # phones that do not fit
+     "(2400001 characters in all)"),
+    ("घर\t" + " ".join(["zz"] * 1_200_000), "unknown phone(s) ['zz', ", "(1200000 items)"),
+    ("घर" + " x" * 1_200_000, "expected 'spelling<TAB>phones[<TAB>label]', got 'घर x x",  # no tab
+     "(2400004 characters in all)"),
+])
+def test_an_error_quotes_a_huge_lexicon_line_cut_short(tmp_path, line, needle, length):
+    # issue 43, defect 14: the error of a line of 1.2 M phones was 4.2 MB long (and took 35 s to find)
+    f = tmp_path / "huge.tsv"
+    f.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(LexiconError) as info:
+        NepaliFrontend(f, use_builtin_exceptions=False)
+    msg = str(info.value)
+    assert msg.startswith(f"{f}:1: ") and needle in msg and length in msg, msg[:2000]
+    assert len(msg) < 1500, len(msg)
