@@ -63,7 +63,8 @@ POSITIONS = {
     "score-batch --out": ["score-batch", "{manifest}", "--out", "{loop}"],
     "score-batch manifest query": ["score-batch", "{manifest_query}", "--out", "{tmp}/res"],
     "score-batch manifest ref": ["score-batch", "{manifest_ref}", "--out", "{tmp}/res"],
-    "score-batch result file": ["score-batch", "{manifest}", "--out", "{tmp}/planted"],
+    # (a loop at a result file's own name is no error: an output name's link, looping or not, is replaced, never
+    # followed: tests/test_batch.py's planted-symlink test)
     "compare results": ["compare", "{loop}"],
     "compare NAME=results": ["compare", "sys={loop}"],
     "compare --out": ["compare", "{tmp}/res", "--out", "{loop}"],
@@ -86,8 +87,6 @@ def test_a_symlink_loop_in_any_path_position_is_one_error_line(tmp_path, monkeyp
     manifests = {"manifest": item, "manifest_query": item | {"query": "loop"}, "manifest_ref": item | {"refs": ["loop"]}}
     for name, row in manifests.items():
         (tmp_path / f"{name}.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
-    (tmp_path / "planted").mkdir()
-    _loop(tmp_path / "planted", "x.json")  # the result file x.json is a loop
     args = [a.format(loop=loop, q=q, tmp=tmp_path, **{k: tmp_path / f"{k}.jsonl" for k in manifests})
             for a in POSITIONS[position]]
     r = runner.invoke(app, args)
