@@ -1,4 +1,4 @@
-"""Statistics for listener studies and flag rates: intervals, agreement, rank correlation.
+"""Statistics for listener studies and flag rates: intervals, agreement, rank correlation, ROC AUC.
 
 Conventions follow NepTTS-Bench (seed 001): 95 % intervals, cluster bootstrap over raters
 (listeners) with 2,000 resamples, Spearman's rho for ranking agreement and nominal
@@ -24,6 +24,7 @@ __all__ = [
     "detection_rates_bootstrap",
     "krippendorff_alpha_nominal",
     "spearman_rho",
+    "roc_auc",
     "rate_with_interval",
     "format_count",
 ]
@@ -305,6 +306,26 @@ def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
     if denom == 0:
         raise ValueError("x or y is constant; Spearman's rho is undefined")
     return float(np.clip((ra * rb).sum() / denom, -1.0, 1.0))
+
+
+def roc_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """ROC AUC of scores that should rank ``positives`` above ``negatives``: the share of (positive, negative)
+    pairs ordered so, ties counting one half (the Mann-Whitney U over ``len(positives) * len(negatives)``),
+    from average ranks in O(n log n). 0.5 is chance, 1.0 a perfect ranking.
+
+    Raises:
+        ValueError: either group empty, or a NaN/Inf score (it has no rank).
+    """
+    pos, neg = np.asarray(positives, dtype=np.float64), np.asarray(negatives, dtype=np.float64)
+    if pos.ndim != 1 or neg.ndim != 1:
+        raise ValueError(f"positives and negatives must be 1-D, got {pos.shape} and {neg.shape}")
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError(f"ROC AUC needs at least one positive and one negative, got {pos.size} and {neg.size}")
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        raise ValueError("scores must not contain NaN or Inf")
+    ranks = _average_ranks(np.concatenate([pos, neg]))
+    u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
+    return u / (pos.size * neg.size)
 
 
 def format_count(k: int, n: int) -> str:

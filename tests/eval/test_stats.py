@@ -16,6 +16,7 @@ from leakloss.eval.stats import (
     format_count,
     krippendorff_alpha_nominal,
     rate_with_interval,
+    roc_auc,
     spearman_rho,
     wilson_interval,
 )
@@ -369,6 +370,38 @@ def test_spearman_bad_input():
         spearman_rho([1], [1])
     with pytest.raises(ValueError, match="NaN"):
         spearman_rho([1, 2, float("nan")], [1, 2, 3])
+
+
+def naive_auc(pos, neg) -> float:
+    """Every (positive, negative) pair counted: 1 when ordered, 1/2 when tied."""
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def test_roc_auc_against_naive_pairwise_count_with_ties():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        pos = rng.integers(0, 6, int(rng.integers(1, 25))).astype(float)  # small integers: many ties
+        neg = rng.integers(0, 6, int(rng.integers(1, 25))).astype(float) - rng.integers(0, 2)
+        assert roc_auc(pos, neg) == pytest.approx(naive_auc(pos, neg), abs=1e-12)
+
+
+def test_roc_auc_known_values():
+    assert roc_auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert roc_auc([0.1, 0.2], [0.9, 0.8]) == 0.0
+    assert roc_auc([0.5, 0.5], [0.5]) == 0.5  # all tied: chance
+    assert roc_auc([3.0, 1.0], [2.0]) == 0.5
+
+
+def test_roc_auc_bad_input():
+    with pytest.raises(ValueError, match="at least one positive"):
+        roc_auc([], [0.1])
+    with pytest.raises(ValueError, match="at least one positive"):
+        roc_auc([0.1], [])
+    with pytest.raises(ValueError, match="NaN"):
+        roc_auc([float("nan")], [0.1])
+    with pytest.raises(ValueError, match="1-D"):
+        roc_auc([[0.1]], [0.2])
 
 
 # --- rates and counts ----------------------------------------------------------------------------
