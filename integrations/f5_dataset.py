@@ -602,7 +602,8 @@ def trainable_count(prepared: Prepared, max_frames: float | None = None) -> int:
 
 __all__ = [
     "F5_MAX_S", "F5_MIN_S", "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE",
-    "SITE_END_SLACK_S", "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
+    "SITE_END_SLACK_S",
+    "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
     "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
     "sites_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
 ]

@@ -7,7 +7,9 @@ Run: ``leakloss finetune-f5 f5=embedded data.dir=DATA leak.weight=0.1 steps=50``
 Order: open the folder (``raw.arrow`` + ``duration.json``), read the vocab, check it against the checkpoint's
 text embedding, check the texts (Devanagari, vocab), place the sites (cached next to the data, resumable;
 rank 0 only under ``accelerate``, the others wait), refuse a dataset with no testable site, then train. Every
-refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step.
+refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step. A
+loss or weights that turn NaN/Inf stop the run there, unsaved (:class:`~integrations.f5_tts.TrainingDivergedError`:
+``error: ...``, exit 1).
 
 Output in ``out_dir``: F5's ``ckpts/model_last.pt`` (its Trainer's own file; F5 resumes from it), and what
 ships: ``model_last.safetensors`` (EMA weights, F5 key names: F5's ``load_model`` / ``load_checkpoint`` /

@@ -530,7 +530,8 @@ def test_a_diverged_finetune_stops_at_the_first_nonfinite_loss_saves_nothing_and
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert '"out_dir"' not in result.stdout  # no summary of a success
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "the training loss is not finite" in errors[0] and "no checkpoint was written" in errors[0]
+    assert len(errors) == 1 and "the training loss is not finite" in errors[0]
+    assert "no checkpoint was written" in errors[0]
     # never a NaN model: no checkpoint, no export, no temporary file left behind
     assert not list(out.rglob("model_last*")) and not list(out.rglob("*.tmp")), sorted(out.rglob("*"))
     rows = _curve(out / "leak_curves.csv")
