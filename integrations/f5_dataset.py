@@ -291,25 +291,40 @@ class SiteCache:
             yield self.row(key)
 
 
+#: How far a cached site may end past its clip (alignment frames, the 10 ms least site length), in seconds
+SITE_END_SLACK_S = 0.1
+
+
+def sites_within(sites: Sequence[TimedSite], duration_s: float) -> list[TimedSite]:
+    """The sites that lie inside a clip of ``duration_s`` seconds: a cached site at 1e9 s (a damaged or foreign
+    ``leak_sites.jsonl``) was counted and trained on."""
+    return [s for s in sites if s.start >= 0 and s.end <= duration_s + SITE_END_SLACK_S]
+
+
 class SiteText(str):
-    """A text that carries its site key through F5's ``collate_fn`` and ``CFM`` (they only iterate its chars)."""
+    """A text that carries its site key (and its clip's length in seconds, when known) through F5's
+    ``collate_fn`` and ``CFM`` (they only iterate its chars)."""
 
     site_key: str | None
+    duration_s: float | None
 
-    def __new__(cls, text: str, site_key: str | None) -> "SiteText":
+    def __new__(cls, text: str, site_key: str | None, duration_s: float | None = None) -> "SiteText":
         obj = super().__new__(cls, text)
-        obj.site_key = site_key
+        obj.site_key, obj.duration_s = site_key, duration_s
         return obj
 
     def __reduce__(self):  # DataLoader workers pickle items
-        return (SiteText, (str(self), self.site_key))
+        return (SiteText, (str(self), self.site_key, self.duration_s))
 
 
 def cache_lookup(cache: SiteCache):
-    """A ``LeakAwareCFM.site_lookup``: texts from :class:`PreparedF5Dataset` carry their key; others have none."""
+    """A ``LeakAwareCFM.site_lookup``: texts from :class:`PreparedF5Dataset` carry their key (and clip length:
+    sites outside the clip are left out); others have none."""
 
     def lookup(text: str) -> list[TimedSite]:
-        return cache.sites(getattr(text, "site_key", None))
+        sites = cache.sites(getattr(text, "site_key", None))
+        duration = getattr(text, "duration_s", None)
+        return sites if duration is None else sites_within(sites, duration)
 
     return lookup
 
@@ -512,17 +527,27 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
     cache = SiteCache(cache_path)
     with_sites = sites = found = 0
     per_kind: dict[str, int] = {}
+    outside: list[str] = []  # cached sites that lie outside their clip: not counted, never trained on
     for i in range(len(prepared)):
         wave, rate = load_audio(prepared.audio_path(i))
-        key = site_key(to_16k(wave, rate), prepared.text(i), placement)
+        wave16 = to_16k(wave, rate)
+        key = site_key(wave16, prepared.text(i), placement)
         if key not in cache:
             continue
         found += 1
-        item_sites = cache.sites(key)
+        cached = cache.sites(key)
+        duration = wave16.numel() / SAMPLE_RATE
+        item_sites = sites_within(cached, duration)
+        outside += [f"{Path(prepared.audio_path(i)).name} ({s.start:g}-{s.end:g} s of {duration:.2f} s)"
+                    for s in cached if s not in item_sites]
         with_sites += bool(item_sites)
         sites += len(item_sites)
         for s in item_sites:
             per_kind[s.kind] = per_kind.get(s.kind, 0) + 1
+    if outside:
+        print(f"warning: {cache_path}: {len(outside)} cached site(s) lie outside their clip and are ignored: "
+              f"{', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''} (delete the file to place the sites "
+              "again)", file=sys.stderr)
     return PlacementSummary(cache_path, len(prepared), placed, found - placed, with_sites, sites, per_kind)
 
 
@@ -558,11 +583,12 @@ class PreparedF5Dataset(Dataset):
             index = (index + 1) % len(self.prepared)
         wave, rate = load_audio(self.prepared.audio_path(index))
         text = self.prepared.text(index)
-        key = site_key(to_16k(wave, rate), text, self.placement)
+        wave16 = to_16k(wave, rate)
+        key = site_key(wave16, text, self.placement)
         wave24 = wave if rate == self.rate else resample(wave, rate, self.rate)
         with torch.no_grad():
             mel = self.mel_spec(wave24[None])[0]  # [d, n]
-        return {"mel_spec": mel, "text": SiteText(text, key)}
+        return {"mel_spec": mel, "text": SiteText(text, key, wave16.numel() / SAMPLE_RATE)}
 
 
 def trainable_count(prepared: Prepared, max_frames: float | None = None) -> int:
@@ -576,7 +602,8 @@ def trainable_count(prepared: Prepared, max_frames: float | None = None) -> int:
 
 __all__ = [
     "F5_MAX_S", "F5_MIN_S", "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE",
+    "SITE_END_SLACK_S",
     "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
     "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
-    "sites_from_log_probs", "summarize", "to_16k", "trainable_count",
+    "sites_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
 ]

@@ -392,45 +392,78 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     """``penalty`` on the crops of ``mels [b, n, d]`` around ``sites`` (see :mod:`leakloss.functional.crop`):
     vocode only the crops, score only their site regions. ``(loss, parts)``; ``parts`` None when no site lies
     inside its item (the full computation gives those no frames either). ``out_sites`` (a list) receives the
-    sites per crop, in the order of ``parts.site_probs``.
+    sites per crop, in the order of ``parts.site_probs``. An item with NaN/Inf among its valid frames (or whose
+    crops overflow in the vocoder) is masked as ``LeakPenalty(mels=...)`` masks it: zero contribution, zero
+    gradient, its sites inactive, counted in ``parts.nonfinite_items`` (items, not crops); never an error.
 
     As the whole-item path, the crops come from :func:`silence_past_lengths` of ``mels``: what the batch pads an
     item with never reaches its crops, and a crop at an item's end sees the same silent tail."""
-    from leakloss.functional.crop import gather_mel_crops, length_groups, plan_crops, trim_waves
+    from leakloss.functional.crop import (gather_mel_crops, length_groups, plan_crops, pooled_moments,
+                                          trim_waves)
+    from leakloss.functional.leak import mask_nonfinite_items
 
+    # an item with NaN/Inf among its valid frames is masked as LeakPenalty(mels=...) masks it (zero contribution,
+    # zero gradient, counted in nonfinite_items); its NaN made the pooled RMS NaN, a PenaltyInputError mid-run
+    mels, bad = mask_nonfinite_items(mels, mel_lengths)
     mels = silence_past_lengths(mels, mel_lengths)
     crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=mels.shape[1])
     if out_sites is not None:
         out_sites[:] = shifted
     if not crops:
         return mels.new_zeros(()), None
-    # crops differ a lot in length (merged windows): vocode them in groups of similar length, not all padded
-    # to the longest one (that would cost more than the whole batch)
-    pieces: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)
-    context: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)  # each crop's valid vocoded samples
-    for group in length_groups([c.mel_frames for c in crops]):
-        sub = [crops[i] for i in group]
-        batch, pads = gather_mel_crops(mels, sub, ctx.phase)
-        vocoded = vocoder(batch)
-        waves, lengths = trim_waves(vocoded, sub, lambda k: int(mel_lengths_to_samples(k)), pads)
-        for row, i in enumerate(group):
-            pieces[i] = waves[row, : int(lengths[row])]
-            c, p = crops[i], pads[row]
-            valid = min(c.mel_end, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
-            a = int(mel_lengths_to_samples(p))
-            context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
+    item = torch.tensor([c.item for c in crops], device=mels.device)
+
+    def vocode(mels: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        # crops differ a lot in length (merged windows): vocode them in groups of similar length, not all padded
+        # to the longest one (that would cost more than the whole batch)
+        pieces: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)
+        context: list[torch.Tensor] = [mels.new_zeros(0)] * len(crops)  # each crop's valid vocoded samples
+        for group in length_groups([c.mel_frames for c in crops]):
+            sub = [crops[i] for i in group]
+            batch, pads = gather_mel_crops(mels, sub, ctx.phase)
+            vocoded = vocoder(batch)
+            waves, lengths = trim_waves(vocoded, sub, lambda k: int(mel_lengths_to_samples(k)), pads)
+            for row, i in enumerate(group):
+                pieces[i] = waves[row, : int(lengths[row])]
+                c, p = crops[i], pads[row]
+                valid = min(c.mel_end, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
+                a = int(mel_lengths_to_samples(p))
+                context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
+        return pieces, context
+
+    def moments(context: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        # The penalty centres each utterance and divides it by its RMS, which is not vocoded here: pool both over
+        # everything that was (all crops of the item, their vocoder context included), with gradient as the full
+        # computation has them.
+        return pooled_moments(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
+                              torch.tensor([w.numel() for w in context], device=mels.device), item,
+                              int(mels.shape[0]))
+
+    pieces, context = vocode(mels)
+    mean, rms = moments(context)
+    # finite but huge mels can overflow inside the vocoder (or in the pooled moments): vocode again without
+    # those items, so that no graph kept holds a non-finite value (LeakPenalty._vocode does the same)
+    blown = torch.zeros_like(bad)
+    for i, piece in enumerate(pieces):
+        blown[crops[i].item] |= not bool(torch.isfinite(piece).all() and torch.isfinite(context[i]).all())
+    blown |= ~(torch.isfinite(mean) & torch.isfinite(rms))
+    blown &= ~bad
+    if bool(blown.any()):
+        bad = bad | blown
+        mels = torch.where(bad[:, None, None], torch.zeros((), dtype=mels.dtype, device=mels.device), mels)
+        pieces, context = vocode(mels)
+        mean, rms = moments(context)
     lengths = torch.tensor([p.numel() for p in pieces], dtype=torch.long, device=mels.device)
     regions = torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)  # [c, t]
-    # The penalty centres each utterance and divides it by its RMS, which is not vocoded here: pool both over
-    # everything that was (all crops of the item, their vocoder context included), with gradient as the full
-    # computation has them.
-    from leakloss.functional.crop import pooled_moments
-
-    item = torch.tensor([c.item for c in crops], device=regions.device)
-    mean, rms = pooled_moments(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
-                               torch.tensor([w.numel() for w in context], device=regions.device), item,
-                               int(mels.shape[0]))
-    return penalty(waves=regions, wave_lengths=lengths, sites=shifted, wave_rms=rms[item], wave_mean=mean[item])
+    bad_crop = bad[item]
+    if bool(bad_crop.any()):  # the penalty masks these crops itself: no frames, so their sites stay inactive
+        regions = torch.where(bad_crop[:, None], torch.full((), math.nan, dtype=regions.dtype,
+                                                            device=regions.device), regions)
+    loss, parts = penalty(waves=regions, wave_lengths=lengths, sites=shifted, wave_rms=rms[item],
+                          wave_mean=mean[item])
+    if hasattr(parts, "nonfinite_items"):  # items, not crops, as the whole-item path counts them
+        parts = parts._replace(nonfinite_items=bad.sum().detach())
+    return loss, parts
 
 
 def tiny_f5(vocab_size: int = 256, seed: int = 0, **kwargs: Any) -> LeakAwareCFM:
@@ -617,9 +650,19 @@ def _scalar(value: torch.Tensor | float) -> float:
     return float(value)
 
 
+#: what a penalty step measures about the sites: NaN (not measured) when every item was masked as non-finite
+_SITE_MEASURES = ("leak/penalty", "leak/loss", "leak/per_kind/", "leak/per_contrast/", "leak/site_probs")
+
+
 def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, float]:
-    """Numbers to log after one forward: total/flow loss, leak weight, penalty and every part of the last parts."""
+    """Numbers to log after one forward: total/flow loss, leak weight, penalty and every part of the last parts.
+
+    A non-finite total loss adds ``loss/nonfinite`` 1.0; a penalty step whose items were all masked as
+    non-finite (``leak/nonfinite_items`` > 0, no active site) logs its penalty and site means as NaN, not
+    measured: the penalty's 0.0 there read as "no leak" for a dead model."""
     row = {"loss/total": _scalar(total_loss), "leak/weight": model.last_leak_weight}
+    if not math.isfinite(row["loss/total"]):
+        row["loss/nonfinite"] = 1.0
     if model.last_flow_loss is not None:
         row["loss/flow"] = _scalar(model.last_flow_loss)
     if model.last_leak_penalty is not None:
@@ -630,6 +673,8 @@ def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, flo
                 row.update({f"leak/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
                 row[f"leak/{k}"] = _scalar(v)
+        if row.get("leak/nonfinite_items", 0.0) > 0 and row.get("leak/active_sites", 1.0) == 0:
+            row |= {k: math.nan for k in row if k.startswith(_SITE_MEASURES)}
     return row
 
 
@@ -685,6 +730,9 @@ class LeakCurveLogger:
     Many processes: register it on every rank (the log steps are the same on all, by call count); each row is
     then the global batch's: per-kind / per-contrast / per-site means over the sites of all ranks, losses
     averaged over ranks (what DDP optimises); only ``is_main`` writes and probes.
+
+    ``stop_on_nonfinite``: a forward whose loss is NaN/Inf (on any rank) is logged whatever ``every`` says, then
+    :class:`TrainingDivergedError` is raised, before its backward pass reaches the weights.
     """
 
     def __init__(
@@ -697,8 +745,10 @@ class LeakCurveLogger:
         probe_every: int = 100,
         is_main: bool = True,
         start_update: int = 0,
+        stop_on_nonfinite: bool = True,
     ) -> None:
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
+        self.stop_on_nonfinite = stop_on_nonfinite
         self.is_main = is_main
         self.grad_accumulation_steps = grad_accumulation_steps
         self.probe, self.probe_every = probe, probe_every
@@ -723,20 +773,25 @@ class LeakCurveLogger:
         step = math.ceil(self.calls / self.grad_accumulation_steps)  # the update this forward feeds (F5 logs at it)
         at_update = self.calls % self.grad_accumulation_steps == 0
         log_now = self.calls % (self.every * self.grad_accumulation_steps) == 0
-        probe_now = self.probe is not None and at_update and step % self.probe_every == 0 and self.is_main
+        # every rank agrees (one all-reduce): a rank stopping alone would leave the others waiting in backward
+        diverged = self.stop_on_nonfinite and _all_agree(not bool(torch.isfinite(output[0].detach()).all()))
+        log_now = log_now or diverged
+        probe_now = (self.probe is not None and at_update and step % self.probe_every == 0 and self.is_main
+                     and not diverged)
         if not (log_now or probe_now):
             return
         row = leak_log_row(model, output[0]) if log_now else {}
         if log_now and _world_size() > 1:
             row = global_log_row(model, row)
-        if not self.is_main:
-            return
-        if probe_now:
-            row |= self.probe(model)
-        with self.csv_path.open("a", newline="") as f:
-            csv.writer(f).writerows([step, k, v] for k, v in row.items())
-        if self.log_fn is not None:
-            self.log_fn({k: v for k, v in row.items() if math.isfinite(v)}, step)
+        if self.is_main:
+            if probe_now:
+                row |= self.probe(model)
+            with self.csv_path.open("a", newline="") as f:
+                csv.writer(f).writerows([step, k, v] for k, v in row.items())
+            if self.log_fn is not None:
+                self.log_fn({k: v for k, v in row.items() if math.isfinite(v)}, step)
+        if diverged:
+            raise TrainingDivergedError(step, _divergence_summary(row))
 
 
 def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wave: MelToWave, *, nfe: int = 8,
@@ -776,10 +831,47 @@ class F5Run(NamedTuple):
     start_update: int = 0  # the update its checkpoint resumed from (0: a fresh run)
     done_updates: int = 0  # updates the saved checkpoint holds (less than ``updates`` when the time budget ran out)
     budget_reached: bool = False  # stopped by ``max_minutes``, saved, resumable
+    mixed_precision: str = "no"  # what accelerate's autocast ran (fp16 asked on a CPU ran nothing: "no")
 
 
 class NothingToTrainError(ValueError):
     """``out_dir`` already holds the run's last update: a rerun would train nothing."""
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss (or a weight about to be saved) became NaN/Inf: the run stopped at ``update`` before
+    any of it was saved. ``str()`` says what was non-finite."""
+
+    def __init__(self, update: int, detail: str) -> None:
+        super().__init__(f"update {update}: {detail}")
+        self.update, self.detail = update, detail
+
+
+def _divergence_summary(row: Mapping[str, float]) -> str:
+    """What a logged row of a non-finite step says, in a few words (total, flow loss, penalty)."""
+    said = [f"{k} {row[k]:g}" for k in ("loss/total", "loss/flow", "leak/penalty") if k in row]
+    masked = row.get("leak/nonfinite_items", 0.0)
+    if masked > 0:
+        said.append(f"{masked:g} item(s) of the leak penalty non-finite")
+    return "the training loss is not finite (" + ", ".join(said) + ")"
+
+
+def _guard_saves(trainer: Any) -> None:
+    """Make F5's ``trainer.save_checkpoint`` refuse weights (model or EMA) holding NaN/Inf: a diverged step
+    after a finite loss must not become ``model_last.pt``."""
+    from leakloss.checks import nonfinite_tensors
+
+    save = trainer.save_checkpoint
+
+    def save_finite(update: int, last: bool = False) -> None:
+        bad = nonfinite_tensors(trainer.accelerator.unwrap_model(trainer.model).state_dict())
+        ema = getattr(trainer, "ema_model", None)  # only the main process keeps the EMA
+        bad += [f"ema:{k}" for k in nonfinite_tensors(ema.state_dict())] if ema is not None else []
+        if _all_agree(bool(bad)):
+            raise TrainingDivergedError(update, f"weights hold NaN/Inf ({', '.join(bad[:3]) or 'on another rank'})")
+        save(update, last=last)
+
+    trainer.save_checkpoint = save_finite
 
 
 class _BudgetReached(Exception):
@@ -967,6 +1059,7 @@ def train_f5(
             is_main=trainer.accelerator.is_main_process, start_update=start_update,
         )
         handles = [model.register_forward_hook(curve_log)]
+        _guard_saves(trainer)
         budget_start = monotonic()
 
         def stop_when_out_of_time(module: nn.Module, _args: tuple) -> None:
@@ -988,11 +1081,20 @@ def train_f5(
         except _BudgetReached as stop:
             budget_reached, done_updates = True, int(stop.args[0])
             trainer.accelerator.end_training()  # close the W&B run as F5's own end of training does
+        except TrainingDivergedError as err:
+            trainer.accelerator.end_training()
+            kept = checkpoint_update(out_dir / "ckpts")
+            where = (f"{out_dir / 'ckpts' / 'model_last.pt'} still holds update {kept}" if kept
+                     else "no checkpoint was written")
+            raise TrainingDivergedError(err.update, f"{err.detail}: the training diverged and stopped there, before "
+                                        f"saving it ({where}; {curve_log.csv_path} has the curves); lower the "
+                                        "learning rate") from None
         finally:
             for handle in handles:
                 handle.remove()
+    ran = trainer.accelerator.mixed_precision if trainer.accelerator.native_amp else "no"
     return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates, start_update, done_updates,
-                 budget_reached)
+                 budget_reached, ran)
 
 
 def read_leak_curve(path: str | os.PathLike, name: str = "leak/penalty") -> list[tuple[int, float]]:
@@ -1046,6 +1148,7 @@ def penalty_comparison(
 __all__ = [
     "F5Run",
     "NothingToTrainError",
+    "TrainingDivergedError",
     "checkpoint_update",
     "LeakAwareCFM",
     "LeakCurveLogger",

@@ -7,7 +7,9 @@ Run: ``leakloss finetune-f5 f5=embedded data.dir=DATA leak.weight=0.1 steps=50``
 Order: open the folder (``raw.arrow`` + ``duration.json``), read the vocab, check it against the checkpoint's
 text embedding, check the texts (Devanagari, vocab), place the sites (cached next to the data, resumable;
 rank 0 only under ``accelerate``, the others wait), refuse a dataset with no testable site, then train. Every
-refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step.
+refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step. A
+loss or weights that turn NaN/Inf stop the run there, unsaved (:class:`~integrations.f5_tts.TrainingDivergedError`:
+``error: ...``, exit 1).
 
 Output in ``out_dir``: F5's ``ckpts/model_last.pt`` (its Trainer's own file; F5 resumes from it), and what
 ships: ``model_last.safetensors`` (EMA weights, F5 key names: F5's ``load_model`` / ``load_checkpoint`` /
@@ -268,6 +270,9 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
+        raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
+                            "CPU): use no or bf16")
     if cfg.leak.weight > 0 and cfg.leak.start_step >= cfg.steps:  # it trained without a word, the card said 0.5
         raise FinetuneError(f"leak.start_step={cfg.leak.start_step} is not before the run's last update "
                             f"(steps={cfg.steps}): the penalty would never act")
@@ -319,6 +324,11 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     if in_span == 0:  # every clip would be skipped (F5 trains on none)
         raise FinetuneError(f"{cfg.data.dir}: none of its {len(prepared)} clips lasts {F5_MIN_S}-{F5_MAX_S} s "
                             "(duration.json), the only clips F5 trains on")
+    if in_span < len(prepared):  # F5 skips them without a word: seen only as items_trainable
+        outside = [i for i, d in enumerate(prepared.durations) if not F5_MIN_S <= d <= F5_MAX_S]
+        shown = ", ".join(f"{Path(prepared.audio_path(i)).name} ({prepared.durations[i]:.2f} s)" for i in outside[:3])
+        print(f"warning: {len(outside)} of {len(prepared)} clips last outside F5's {F5_MIN_S}-{F5_MAX_S} s and are "
+              f"left out of training: {shown}{' ...' if len(outside) > 3 else ''}", file=sys.stderr)
     fitting = trainable_count(prepared, max_frames=_frame_budget(cfg))
     if fitting == 0:  # F5's sampler made no batch: a ZeroDivisionError inside its trainer
         raise FinetuneError(f"batch_size_per_gpu={cfg.batch_size_per_gpu} mel frames holds none of the clips of "
@@ -378,21 +388,28 @@ def _barrier() -> None:
 
 
 def export(out_dir: Path, vocab: dict[str, int], card: dict) -> Path:
-    """F5's ``ckpts/model_last.pt`` -> ``model_last.safetensors`` (EMA, F5 key names) + ``vocab.txt`` + card."""
-    from safetensors.torch import save_file
+    """F5's ``ckpts/model_last.pt`` -> ``model_last.safetensors`` (EMA, F5 key names) + ``vocab.txt`` + card,
+    written as one unit (:func:`leakloss.atomic.write_files_atomic`); weights holding NaN/Inf are never written
+    (:class:`~integrations.f5_tts.TrainingDivergedError`)."""
+    from safetensors.torch import save
 
-    from leakloss.atomic import write_text_atomic
+    from integrations.f5_tts import TrainingDivergedError
+    from leakloss.atomic import write_files_atomic
+    from leakloss.checks import nonfinite_tensors
 
     ckpt = torch.load(out_dir / "ckpts" / "model_last.pt", map_location="cpu", weights_only=True)
     ema = {k: v.contiguous() for k, v in ckpt["ema_model_state_dict"].items() if k not in ("initted", "step")}
+    update = int(ckpt.get("update", 0))
+    bad = nonfinite_tensors(ema)
+    if bad:
+        raise TrainingDivergedError(update, f"the EMA weights of {out_dir / 'ckpts' / 'model_last.pt'} hold NaN/Inf "
+                                            f"({', '.join(bad[:3])}): not exported")
     path = out_dir / "model_last.safetensors"
-    tmp = out_dir / ".model_last.safetensors.tmp"
-    save_file(ema, str(tmp))
-    tmp.replace(path)
     inverse = sorted(vocab.items(), key=lambda kv: kv[1])
-    write_text_atomic(out_dir / "vocab.txt", "".join(f"{c}\n" for c, _ in inverse))
-    write_text_atomic(out_dir / "model_last.json", json.dumps(card | {"update": int(ckpt.get("update", 0))},
-                                                              ensure_ascii=False, indent=1))
+    write_files_atomic({path: save(ema),
+                        out_dir / "vocab.txt": "".join(f"{c}\n" for c, _ in inverse).encode("utf-8"),
+                        out_dir / "model_last.json": json.dumps(card | {"update": update}, ensure_ascii=False,
+                                                                indent=1).encode("utf-8")})
     return path
 
 
@@ -451,6 +468,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                   items_trainable=trainable_count(prepared, max_frames=_frame_budget(cfg)),
                                   items_with_sites=summary.with_sites, sites=summary.sites,
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
+                                  mixed_precision=f5_run.mixed_precision,
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)
     if _is_main_process():
         card = dict(base=cfg.f5.name, arch=OmegaConf.to_container(cfg.f5.arch, resolve=True),
@@ -458,7 +476,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
                     mel=MEL_DESCRIPTION, planned_updates=f5_run.updates, resumed_from_update=f5_run.start_update,
-                    budget_reached=f5_run.budget_reached)
+                    budget_reached=f5_run.budget_reached, mixed_precision=f5_run.mixed_precision)
         try:
             card["final_leak_penalty"] = final_leak(f5_run.leak_csv)
         except ValueError:  # no penalty step logged (e.g. leak.start_step beyond the run)
@@ -482,12 +500,30 @@ def _train(cfg: DictConfig, model, dataset, out_dir: Path, trainer_kwargs: dict,
                     max_minutes=None if cfg.max_minutes is None else float(cfg.max_minutes))
 
 
+def interrupted_message(cfg: DictConfig) -> str:
+    """What an interrupted run tells its user: the checkpoint a rerun of the same command resumes from, or that
+    none was saved yet (a rerun starts afresh; "update 0" named a checkpoint that did not exist)."""
+    from integrations.f5_tts import CheckpointReadError, checkpoint_update
+
+    ckpts = Path(str(cfg.out_dir)) / "ckpts"
+    if not (ckpts / "model_last.pt").is_file():
+        return (f"interrupted before the first checkpoint (saved every save_every={cfg.save_every} updates): "
+                f"nothing was saved in {ckpts}; rerunning the same command starts afresh")
+    try:
+        kept = f"update {checkpoint_update(ckpts)}"
+    except CheckpointReadError:
+        kept = "none readable"
+    return (f"interrupted: the last checkpoint in {ckpts} ({kept}; saved every save_every={cfg.save_every} "
+            "updates) is what rerunning the same command resumes from")
+
+
 def main() -> None:
     import hydra
 
     @hydra.main(version_base="1.3", config_path=config_dir(), config_name="finetune_f5")
     def _main(cfg: DictConfig) -> None:
         from integrations.f5_dataset import PreparedDatasetError
+        from integrations.f5_tts import TrainingDivergedError
         from omegaconf.errors import MissingMandatoryValue
 
         try:
@@ -495,16 +531,11 @@ def main() -> None:
         except (FinetuneError, PreparedDatasetError, MissingMandatoryValue) as err:
             print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # OmegaConf adds full_key/object_type lines
             sys.exit(2)
+        except TrainingDivergedError as err:  # nothing of the diverged run was saved
+            print(f"\nerror: {err}", file=sys.stderr)  # on a line of its own, after F5's progress bar
+            sys.exit(1)
         except KeyboardInterrupt:  # a traceback reached the user; say what a rerun resumes from
-            from integrations.f5_tts import CheckpointReadError, checkpoint_update
-
-            try:
-                kept = f"update {checkpoint_update(Path(str(cfg.out_dir)) / 'ckpts')}"
-            except CheckpointReadError:
-                kept = "none readable"
-            print(f"\ninterrupted: the last checkpoint in {Path(str(cfg.out_dir)) / 'ckpts'} ({kept}; saved every "
-                  f"save_every={cfg.save_every} updates) is what rerunning the same command resumes from",
-                  file=sys.stderr)
+            print(f"\n{interrupted_message(cfg)}", file=sys.stderr)
             sys.exit(130)
         if _is_main_process():
             print(json.dumps(result, ensure_ascii=False))

@@ -81,6 +81,10 @@ def output_folder_problem(path: str | Path) -> str | None:
         return f"{path} cannot be created: {parent} is not a folder"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{path} cannot be created: folder {parent} is not writable"
+    try:  # os.access says yes to root everywhere (/proc/x): create and remove a folder there to be sure
+        os.rmdir(tempfile.mkdtemp(prefix=".leakloss-probe.", dir=parent))
+    except OSError as err:
+        return f"{path} cannot be created in {parent}: {err.strerror or type(err).__name__}"
     return None
 
 

@@ -46,3 +46,11 @@ def prepared_dir(tmp_path_factory) -> Path:
     pytest.importorskip("f5_tts")
     root = tmp_path_factory.mktemp("f5_prepared")
     return prepare(write_clips(root), root / "data")
+
+
+@pytest.fixture(scope="session")
+def tiny_prepared_dir(tmp_path_factory) -> Path:
+    """A 5-clip F5-prepared folder (the bad-input checks' ``DATA``): the end-to-end runs on it take seconds."""
+    pytest.importorskip("f5_tts")
+    root = tmp_path_factory.mktemp("f5_tiny")
+    return prepare(write_clips(root, n=5), root / "data")

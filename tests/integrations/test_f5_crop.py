@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("f5_tts")
 pytest.importorskip("vocos")
@@ -128,3 +132,61 @@ def test_leak_aware_cfm_crop_flag_keeps_the_loss(batch):
         model(x, texts, lens=lengths)
         losses[crop] = float(model.last_leak_penalty)
     assert losses[True] == pytest.approx(losses[False], rel=0.02)
+
+
+@pytest.fixture(scope="module")
+def few(embedded_penalty):
+    """Three short random mel items (1.3, 1.1, 0.9 s) with sites in each: a penalty call takes a second."""
+    from leakloss.timing import TimedSite
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([120, 100, 80])
+    x = torch.randn(3, 120, 100, generator=g) - 4.0
+    site = lambda a: TimedSite(a, a + 0.08, "deletion", "ʌ->∅", "w")  # noqa: E731
+    return embedded_penalty, MelToWave.embedded(), x, lengths, [[site(0.3)], [site(0.5), site(0.9)], [site(0.4)]]
+
+
+def test_a_nonfinite_item_is_masked_as_the_whole_item_penalty_masks_it(few):
+    # mels[i, 50, 3] = nan: "PenaltyInputError: wave_rms must be [batch] finite" (a traceback mid-run), where
+    # LeakPenalty(mels=...) masks the item: zero contribution, zero gradient, counted in nonfinite_items
+    penalty, vocoder, x, lengths, sites = few
+    ctx = penalty_crop_context(penalty, vocoder)
+    bad = 1
+    poisoned = x.clone()
+    poisoned[bad, 50, 3] = float("nan")
+    inp = poisoned.requires_grad_(True)
+    loss, parts = cropped_penalty(penalty, vocoder, inp, lengths, sites, FR, ctx)
+    loss.backward()
+    assert torch.isfinite(loss) and int(parts.nonfinite_items) == 1
+    assert torch.isfinite(inp.grad).all() and not inp.grad[bad].any() and inp.grad.any()
+    # the same loss as without the item's sites: it contributes nothing
+    without = [[] if i == bad else s for i, s in enumerate(sites)]
+    with torch.no_grad():
+        ref, ref_parts = cropped_penalty(penalty, vocoder, x, lengths, without, FR, ctx)
+    assert float(loss) == pytest.approx(float(ref), rel=1e-4)
+    assert int(parts.active_sites) == int(ref_parts.active_sites)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1), st.integers(0, 99),
+                          st.sampled_from([float("nan"), float("inf"), float("-inf"), 1e30])), min_size=1, max_size=4))
+def test_random_nonfinite_mels_are_masked_never_an_error(few, poison):
+    """NaN/Inf (or a finite 1e30 the vocoder overflows on) at random frames of random items: a finite loss and
+    gradient, every poisoned item masked and counted, never a PenaltyInputError."""
+    penalty, vocoder, x, lengths, sites = few
+    ctx = penalty_crop_context(penalty, vocoder)
+    poisoned = x.clone()
+    masked = set()
+    for item, where, mel_bin, value in poison:
+        frame = min(int(where * int(lengths[item])), int(lengths[item]) - 1)
+        poisoned[item, frame, mel_bin] = value
+        if not math.isfinite(value):
+            masked.add(item)
+    inp = poisoned.requires_grad_(True)
+    loss, parts = cropped_penalty(penalty, vocoder, inp, lengths, sites, FR, ctx)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(inp.grad).all()
+    assert int(parts.nonfinite_items) >= len(masked)  # a 1e30 frame may blow up in the vocoder: masked too
+    for item in masked:
+        assert not inp.grad[item].any()

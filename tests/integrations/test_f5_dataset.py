@@ -177,3 +177,23 @@ def test_characters_outside_the_vocab_are_refused():
     check_texts(_fake(["घर"]), {"घ": 0, "र": 1})
     with pytest.raises(PreparedDatasetError, match="not in the vocab"):
         check_texts(_fake(["घर जा"]), {"घ": 0, "र": 1, " ": 2})
+
+
+def test_cached_sites_outside_their_clip_are_ignored_and_named(data, capsys):
+    # a cached site at 1e9 s (a damaged or foreign leak_sites.jsonl) was counted and trained on
+    from integrations.f5_dataset import summarize
+
+    prepared = open_prepared(data)
+    placement = "test-placement"
+    wave, rate = load_audio(prepared.audio_path(0))
+    key = site_key(to_16k(wave, rate), prepared.text(0), placement)
+    inside = {"start": 0.1, "end": 0.2, "kind": "deletion", "contrast": "ʌ->∅", "word": "w"}
+    far = inside | {"start": 1e9, "end": 1e9 + 0.1}
+    (data / SITES_FILE).write_text(json.dumps({"version": SITE_CACHE_VERSION, "key": key, "sites": [inside, far]})
+                                   + "\n", encoding="utf-8")
+    summary = summarize(prepared, data / SITES_FILE, placement)
+    assert summary.sites == 1 and summary.with_sites == 1
+    assert "1 cached site(s) lie outside their clip and are ignored: clip_000.wav (1e+09-1e+09 s of" \
+        in capsys.readouterr().err
+    item = PreparedF5Dataset(prepared, placement, MEL_SPEC_KWARGS)[0]  # the training lookup leaves it out too
+    assert [s.start for s in cache_lookup(SiteCache(data / SITES_FILE))(item["text"])] == [0.1]

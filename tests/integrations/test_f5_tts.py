@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import math
 import random
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,6 +17,8 @@ import torch  # noqa: E402
 from f5_tts.model import CFM  # noqa: E402
 from f5_tts.model.dataset import collate_fn  # noqa: E402
 from f5_tts.model.utils import get_tokenizer  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from integrations.f5_tts import (  # noqa: E402
@@ -475,3 +478,101 @@ def test_penalty_lowers_the_leak_curve_of_a_tiny_f5_in_200_steps(tmp_path: Path)
     for run in runs.values():
         records = list(run.wandb_run_dir.glob("run-*.wandb"))
         assert records and b"leak/per_kind/deletion" in records[0].read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 43: a diverged fine-tune exited 0 with NaN weights saved and a leak curve of 0.0
+
+
+class _MaskedParts(NamedTuple):
+    loss: torch.Tensor
+    per_kind: dict
+    active_sites: torch.Tensor
+    nonfinite_items: torch.Tensor
+
+
+def test_a_step_whose_items_were_all_masked_logs_its_penalty_as_not_measured(m2w: MelToWave) -> None:
+    # "leak/penalty 0.0" beside "nonfinite_items 3" read as "no leak" for a dead model
+    from integrations.f5_tts import leak_log_row
+
+    model = _model(m2w)
+    zero = torch.tensor(0.0)
+    model.last_leak_penalty = zero
+    model.last_leak_parts = _MaskedParts(zero, {"deletion": zero}, torch.tensor(0), torch.tensor(3))
+    row = leak_log_row(model, torch.tensor(float("nan")))
+    assert row["loss/nonfinite"] == 1.0 and row["leak/nonfinite_items"] == 3.0
+    assert math.isnan(row["leak/penalty"]) and math.isnan(row["leak/per_kind/deletion"])
+    model.last_leak_parts = _MaskedParts(zero, {"deletion": zero}, torch.tensor(2), torch.tensor(1))
+    row = leak_log_row(model, torch.tensor(1.0))  # some items measured: their penalty stands
+    assert row["leak/penalty"] == 0.0 and "loss/nonfinite" not in row
+
+
+class _FakeF5Trainer:
+    """What ``_guard_saves`` uses of F5's Trainer: ``accelerator.unwrap_model``, ``model``, ``ema_model`` and a
+    ``save_checkpoint`` that writes the weights."""
+
+    class accelerator:  # noqa: N801 - mirrors F5's attribute
+        unwrap_model = staticmethod(lambda model: model)
+
+    def __init__(self, model: torch.nn.Module, path: Path) -> None:
+        self.model, self.ema_model, self.path = model, None, path
+
+    def save_checkpoint(self, update: int, last: bool = False) -> None:
+        torch.save({"model_state_dict": self.model.state_dict(), "update": update}, self.path)
+
+
+_BAD = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+
+
+@pytest.fixture(scope="module")
+def pristine(m2w: MelToWave) -> tuple[LeakAwareCFM, dict[str, torch.Tensor]]:
+    model = _model(m2w)
+    return model, copy.deepcopy(model.state_dict())
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nonfinite=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 47), st.integers(0, 99), _BAD), max_size=3),
+       poisoned=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), _BAD)))
+def test_random_nonfinite_batches_and_weights_stop_the_run_and_are_never_saved(tmp_path, pristine, nonfinite,
+                                                                               poisoned):
+    """A forward of a batch with NaN/Inf at random places, then F5's save: a non-finite loss stops the run (the
+    logger raises before backward), non-finite weights are never saved; otherwise the step logs and saves."""
+    from integrations.f5_tts import TrainingDivergedError, _guard_saves
+
+    model, state = pristine
+    model.load_state_dict(state)
+    model.train()
+    mel, text, lens = _batch()
+    for item, frame, mel_bin, value in nonfinite:
+        mel[item, frame, mel_bin] = value
+    if poisoned is not None:
+        weights = [p for p in model.parameters() if p.numel()]
+        flat = torch.cat([p.detach().flatten() for p in weights])
+        index, value = poisoned[0] % flat.numel(), poisoned[1]
+        for p in weights:  # the index-th weight of all of them
+            if index < p.numel():
+                with torch.no_grad():
+                    p.view(-1)[index] = value
+                break
+            index -= p.numel()
+    run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    run.mkdir()
+    trainer = _FakeF5Trainer(model, run / "model_last.pt")
+    _guard_saves(trainer)
+    handle = model.register_forward_hook(LeakCurveLogger(run / "c.csv", every=100))
+    try:
+        loss, _, _ = model(mel, text=text, lens=lens)
+        trainer.save_checkpoint(1, last=True)
+    except TrainingDivergedError as err:
+        assert "not finite" in str(err) or "hold NaN/Inf" in str(err)
+    else:  # a clean result: a finite loss and finite saved weights
+        assert torch.isfinite(loss)
+    finally:
+        handle.remove()
+    weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    if (run / "model_last.pt").exists():
+        saved = torch.load(run / "model_last.pt", weights_only=True)["model_state_dict"]
+        assert all(bool(torch.isfinite(t).all()) for t in saved.values() if t.is_floating_point())
+    else:
+        assert not weights_finite or any(math.isnan(v) or math.isinf(v) for *_, v in nonfinite)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -453,6 +454,7 @@ def test_new_users_path_prepare_place_finetune_and_f5_inference_loads_it(prepare
     load_checkpoint(again, str(out / "ckpts" / "model_last.pt"), "cpu", dtype=torch.float32)
     card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
     assert card["base"] == "hindi_base_f5" and card["update"] == steps
+    assert card["mixed_precision"] == summary["mixed_precision"] == "no"  # what accelerate's autocast ran
 
 
 @pytest.mark.slow
@@ -521,3 +523,143 @@ def test_frame_batches_that_hold_no_clip_are_refused_and_clips_left_out_are_said
     prepare(_cfg(prepared_dir, base_ckpt, "batch_size_type=frame", f"batch_size_per_gpu={middle}"))
     left_out = sum(f > middle for f in frames)
     assert f"warning: {left_out} of {len(frames)} clips are longer than batch_size_per_gpu={middle}" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 43: bad inputs found by an outside check
+
+#: the check's ``B`` (no probe, no intermediate save, a row per update), with batches of 2 clips (seconds an update)
+_B = ("f5=embedded", "probe.texts=[]", "save_every=null", "batch_size_type=sample", "batch_size_per_gpu=2",
+      "log_every=1", "num_threads=2", "num_warmup_updates=0")
+
+
+def _curve(path: Path) -> dict[int, dict[str, float]]:
+    rows: dict[int, dict[str, float]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.setdefault(int(r["step"]), {})[r["name"]] = float(r["value"])
+    return rows
+
+
+@pytest.mark.slow
+@needs_embedded
+@pytest.mark.parametrize("extra", [
+    ("leak.crop=false",),  # exit 0, NaN weights saved, "final_leak_penalty": 0.0
+    # the monitored baseline, with leak.crop=true (the default): a PenaltyInputError traceback (the crop path's
+    # NaN RMS) once the model's estimate went NaN
+    ("leak.weight=0",),
+])
+def test_a_diverged_finetune_stops_at_the_first_nonfinite_loss_saves_nothing_and_exits_1(
+        tiny_prepared_dir, base_ckpt, tmp_path, extra):
+    out = tmp_path / "run"
+    result = _cli(*_B, f"data.dir={tiny_prepared_dir}", f"f5.checkpoint={base_ckpt}", f"out_dir={out}", "steps=3",
+                  "learning_rate=1e30", *extra)
+    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert '"out_dir"' not in result.stdout  # no summary of a success
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "the training loss is not finite" in errors[0]
+    assert "no checkpoint was written" in errors[0]
+    # never a NaN model: no checkpoint, no export, no temporary file left behind
+    assert not list(out.rglob("model_last*")) and not list(out.rglob("*.tmp")), sorted(out.rglob("*"))
+    rows = _curve(out / "leak_curves.csv")
+    last = rows[max(rows)]
+    assert max(rows) <= 3 and math.isnan(last["loss/total"]) and last["loss/nonfinite"] == 1.0
+    assert all(math.isfinite(r["loss/total"]) for step, r in rows.items() if step < max(rows))  # stopped at the first
+    for key, value in last.items():  # a dead model's penalty is not measured: never 0.0 ("no leak")
+        if key == "leak/penalty" or key.startswith(("leak/per_kind/", "leak/per_contrast/")):
+            assert math.isnan(value), (key, value)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_an_out_dir_that_cannot_be_created_is_refused_before_any_data_is_read(tmp_path):
+    # /proc/x: os.access says yes to root, then record_run's mkdir was a traceback after the site placement
+    with pytest.raises(FinetuneError, match=r"out_dir: /proc/x cannot be created in /proc"):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", "out_dir=/proc/x"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 runs on a GPU")
+def test_fp16_on_a_cpu_is_refused_not_recorded_as_what_ran(tmp_path):
+    # accelerate's fp16 autocast does nothing on the CPU: the losses were fp32's while run.json and the card said fp16
+    with pytest.raises(FinetuneError, match=r"mixed_precision=fp16 needs a CUDA GPU"):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", "mixed_precision=fp16"))
+
+
+def _fake_run(out: Path, ema: dict[str, torch.Tensor], update: int = 3) -> None:
+    (out / "ckpts").mkdir(parents=True)
+    torch.save({"ema_model_state_dict": ema | {"initted": torch.tensor(True), "step": torch.tensor(update)},
+                "update": update}, out / "ckpts" / "model_last.pt")
+
+
+def test_the_export_is_atomic_world_readable_and_writes_through_no_fixed_temp_name(tmp_path):
+    # it was saved 0600 through .model_last.safetensors.tmp (a link planted there was written through)
+    from safetensors.torch import load_file
+
+    from integrations.finetune_f5 import export
+
+    out = tmp_path / "run"
+    ema = {"ema_model.w": torch.arange(6.0).reshape(2, 3)}
+    _fake_run(out, ema)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (out / ".model_last.safetensors.tmp").symlink_to(victim)
+    old = os.umask(0o022)
+    try:
+        path = export(out, {" ": 0, "क": 1}, {"base": "x"})
+    finally:
+        os.umask(old)
+    assert victim.read_text() == "keep"
+    for name in ("model_last.safetensors", "vocab.txt", "model_last.json"):
+        assert (out / name).stat().st_mode & 0o777 == 0o644, name
+    assert torch.equal(load_file(str(path))["ema_model.w"], ema["ema_model.w"])
+    assert json.loads((out / "model_last.json").read_text(encoding="utf-8"))["update"] == 3
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp")) == [".model_last.safetensors.tmp"]
+
+
+def test_an_export_of_nonfinite_weights_writes_nothing(tmp_path):
+    from integrations.f5_tts import TrainingDivergedError
+    from integrations.finetune_f5 import export
+
+    out = tmp_path / "run"
+    _fake_run(out, {"ema_model.w": torch.tensor([1.0, float("nan")])})
+    with pytest.raises(TrainingDivergedError, match=r"update 3: the EMA weights .* hold NaN/Inf \(ema_model.w\)"):
+        export(out, {" ": 0}, {})
+    assert sorted(p.name for p in out.iterdir()) == ["ckpts"]
+
+
+def _interrupted(monkeypatch, capsys, out: Path) -> str:
+    import integrations.finetune_f5 as finetune
+
+    def interrupt(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune, "run", interrupt)
+    monkeypatch.setattr(sys, "argv", ["finetune_f5", "data.dir=x", f"out_dir={out}", "save_every=200"])
+    with pytest.raises(SystemExit) as stop:
+        finetune.main()
+    assert stop.value.code == 130
+    return capsys.readouterr().err
+
+
+def test_an_interrupt_before_the_first_checkpoint_does_not_name_a_resume_point(tmp_path, monkeypatch, capsys):
+    # it said the rerun resumes from "update 0" of a checkpoint that did not exist
+    out = tmp_path / "run"
+    err = _interrupted(monkeypatch, capsys, out)
+    assert "interrupted before the first checkpoint" in err and "starts afresh" in err and "update 0" not in err
+    _write_checkpoint(out, 7)
+    err = _interrupted(monkeypatch, capsys, out)
+    assert "(update 7; saved every save_every=200 updates) is what rerunning the same command resumes from" in err
+
+
+@needs_embedded
+def test_clips_outside_f5s_span_are_named_in_a_warning(base_ckpt, tmp_path, capsys):
+    # F5 skips them without a word: they were seen only as items_trainable
+    g = torch.Generator().manual_seed(0)
+    data = _prepare_folder(tmp_path / "mixed", [(0.01 * torch.randn(24_000, generator=g), "घर जानु पर्छ"),
+                                                (0.01 * torch.randn(1_600, generator=g), "घर जानु पर्छ"),
+                                                (0.01 * torch.randn(24_000, generator=g), "दिदीले नयाँ कलम")])
+    capsys.readouterr()
+    with pytest.raises(FinetuneError, match="cannot load the leak penalty"):  # stops right after the checks
+        prepare(_cfg(data, base_ckpt, f"leak.head={tmp_path / 'none.safetensors'}"))
+    assert "warning: 1 of 3 clips last outside F5's 0.3-30.0 s and are left out of training: c1.wav (0.10 s)" \
+        in capsys.readouterr().err

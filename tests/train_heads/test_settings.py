@@ -98,3 +98,17 @@ def test_the_entry_point_prints_one_error_line_and_exits_2(tmp_path, override, m
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(message), r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("key", ["out_dir", "export_dir", "cache_dir"])
+def test_folders_that_cannot_be_created_are_refused_before_any_model_loads(key, tmp_path, monkeypatch):
+    # out_dir=/proc/x: os.access says yes to root; the run trained every head, then a FileNotFoundError traceback
+    import leakloss.acoustic.recognizer as recognizer
+
+    monkeypatch.setattr(recognizer.Recognizer, "load", lambda *a, **k: pytest.fail("a recognizer loaded"))
+    others = {k: f"{k}={tmp_path / k}" for k in ("out_dir", "export_dir", "cache_dir")}
+    cfg = compose_config("train_heads", ["experiment=smoke", *(v for k, v in others.items() if k != key),
+                                         f"{key}=/proc/x"])
+    with pytest.raises(SettingsError, match=rf"{key}: /proc/x cannot be created in /proc"):
+        run(cfg)
