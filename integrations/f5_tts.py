@@ -67,12 +67,14 @@ class _Shared:
     EMA copy shares them instead of duplicating a recognizer in memory.
     """
 
-    def __init__(self, leak_penalty: nn.Module | None, mel_to_wave: MelToWave | None) -> None:
+    def __init__(self, leak_penalty: nn.Module | None, mel_to_wave: MelToWave | None,
+                 paired_penalty: nn.Module | None = None) -> None:
         self.leak_penalty = leak_penalty
         self.mel_to_wave = mel_to_wave
+        self.paired_penalty = paired_penalty
 
     def modules(self) -> list[nn.Module]:
-        return [m for m in (self.leak_penalty, self.mel_to_wave) if m is not None]
+        return [m for m in (self.leak_penalty, self.mel_to_wave, self.paired_penalty) if m is not None]
 
     def __deepcopy__(self, memo: dict) -> "_Shared":
         return self
@@ -140,7 +142,8 @@ def clean_mel_estimate(x_t: torch.Tensor, time: torch.Tensor, pred: torch.Tensor
 
 
 class LeakAwareCFM(CFM):
-    """F5's ``CFM`` whose training loss adds ``leak_weight * w(t) * leak_penalty(x1_hat)``.
+    """F5's ``CFM`` whose training loss adds ``leak_weight * w(t) * leak_penalty(x1_hat)`` and
+    ``paired_weight * w(t) * paired_penalty(x1_hat, ground truth)``, two separately weighted terms.
 
     ``forward(inp [b, n, d] | [b, nw], text, lens=[b]) -> (loss, cond [b, n, d], pred [b, n, d])`` exactly as
     F5's ``CFM.forward``. The parent does all the sampling (noise, time, random infill span, CFG drops); a
@@ -169,10 +172,21 @@ class LeakAwareCFM(CFM):
     - ``leak_crop``: vocode and score only crops around the sites (:mod:`leakloss.functional.crop`; needs a
       vocoder) instead of the whole batch; ``leak_bf16``: the penalty under bf16 autocast (loss in fp32).
 
-    ``leak_penalty`` and ``mel_to_wave`` are frozen helpers: not in ``state_dict``/``parameters()``, moved with
-    the model by ``.to()``, shared by copies (F5's EMA), and untouched by ``.train()``/``.eval()``.
-    After each training forward: ``last_leak_parts`` (parts or None when skipped), ``last_leak_weight``
-    (``leak_weight * w(t)``, 0.0 when skipped), ``last_leak_penalty`` and ``last_flow_loss`` (detached).
+    - **The reference-paired term** (``paired_penalty``, e.g. :class:`leakloss.paired_penalty.PairedPosteriorPenalty`;
+      ``paired_weight``): its contract takes the **ground-truth audio of the same utterance**, which F5's batch
+      always holds: ``inp`` (the mel F5 infills; a wave ``inp`` is turned into its mel as F5 does). This model
+      vocodes ``x1_hat`` and that ground truth (the latter without gradient) with ``mel_to_wave`` (here or on the
+      penalty: one is required) and calls ``paired_penalty(waves=, wave_lengths=, ref_waves=, sites=) -> (loss,
+      parts)``: the recognizer's posteriors on both, compared inside each site's window. Same ``t**2`` weight,
+      dropped-text rule, site rules, schedule and DDP normalisation as the reference-free term; a weight of 0
+      monitors it without gradient. ``leak_crop`` crops only the reference-free term: the paired term always
+      vocodes whole items (a Whisper recognizer attends over the whole clip, so a crop would change what it hears).
+
+    ``leak_penalty``, ``paired_penalty`` and ``mel_to_wave`` are frozen helpers: not in
+    ``state_dict``/``parameters()``, moved with the model by ``.to()``, shared by copies (F5's EMA), and untouched
+    by ``.train()``/``.eval()``. After each training forward: ``last_leak_parts`` (parts or None when skipped),
+    ``last_leak_weight`` (``leak_weight * w(t)``, 0.0 when skipped), ``last_leak_penalty`` and ``last_flow_loss``
+    (detached); ``last_paired_parts``, ``last_paired_weight``, ``last_paired_penalty`` the same for the paired term.
     """
 
     def __init__(
@@ -189,18 +203,27 @@ class LeakAwareCFM(CFM):
         grad_accumulation_steps: int = 1,
         leak_crop: bool = False,
         leak_bf16: bool = False,
+        paired_penalty: nn.Module | None = None,
+        paired_weight: float = 0.0,
         **kwargs: Any,
     ) -> None:
-        if isinstance(leak_weight, bool) or not isinstance(leak_weight, (int, float)) or not math.isfinite(leak_weight) \
-                or leak_weight < 0:  # NaN/inf made the training loss NaN/inf; a negative one rewarded leaking
-            raise ValueError(f"leak_weight must be a finite number >= 0, got {leak_weight!r}")
-        if leak_penalty is not None and leak_weight > 0 and site_lookup is None:
-            # the penalty then never acts: a "leak-aware" run whose penalty is identically zero
-            raise ValueError("leak_weight > 0 with a leak_penalty needs a site_lookup (text -> the sites on its audio, "
-                             "e.g. integrations.f5_dataset.cache_lookup); without one no site is ever found")
+        for name, weight, penalty in (("leak_weight", leak_weight, leak_penalty),
+                                      ("paired_weight", paired_weight, paired_penalty)):
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+                    or weight < 0:  # NaN/inf made the training loss NaN/inf; a negative one rewarded leaking
+                raise ValueError(f"{name} must be a finite number >= 0, got {weight!r}")
+            if penalty is not None and weight > 0 and site_lookup is None:
+                # the penalty then never acts: a "leak-aware" run whose penalty is identically zero
+                raise ValueError(f"{name} > 0 with a {name.replace('weight', 'penalty')} needs a site_lookup (text -> "
+                                 "the sites on its audio, e.g. integrations.f5_dataset.cache_lookup); without one no "
+                                 "site is ever found")
+        if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
+            raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
+                             "(leakloss.vocoder.MelToWave)")
         super().__init__(transformer, *args, **kwargs)
-        self._shared = _Shared(leak_penalty, mel_to_wave)
+        self._shared = _Shared(leak_penalty, mel_to_wave, paired_penalty)
         self.leak_weight = float(leak_weight)
+        self.paired_weight = float(paired_weight)
         self.site_lookup: SiteLookup = site_lookup if site_lookup is not None else _no_sites
         self.sites_in_span_only = sites_in_span_only
         if leak_every < 1 or leak_start_step < 0 or grad_accumulation_steps < 1:
@@ -216,10 +239,18 @@ class LeakAwareCFM(CFM):
         self.last_leak_weight: float = 0.0
         self.last_leak_penalty: torch.Tensor | None = None
         self.last_flow_loss: torch.Tensor | None = None
+        self.last_paired_sites: list[list[TimedSite]] | None = None
+        self.last_paired_parts: NamedTuple | None = None
+        self.last_paired_weight: float = 0.0
+        self.last_paired_penalty: torch.Tensor | None = None
 
     @property
     def leak_penalty(self) -> nn.Module | None:
         return self._shared.leak_penalty
+
+    @property
+    def paired_penalty(self) -> nn.Module | None:
+        return self._shared.paired_penalty
 
     @property
     def mel_to_wave(self) -> MelToWave | None:
@@ -247,14 +278,18 @@ class LeakAwareCFM(CFM):
         self.last_flow_loss = flow_loss.detach()
         self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = None, 0.0, None
         self.last_leak_sites = None
+        self.last_paired_parts, self.last_paired_weight, self.last_paired_penalty = None, 0.0, None
+        self.last_paired_sites = None
         due = self._leak_due()
-        if self.leak_penalty is None or not due:
+        terms = [name for name, penalty in (("leak", self.leak_penalty), ("paired", self.paired_penalty))
+                 if penalty is not None]
+        if not terms or not due:
             return flow_loss, cond, pred
-        monitor_only = self.leak_weight == 0.0  # baseline runs still log the leak curve, without gradient
         distributed = self.training and _world_size() > 1
         if seen.get("drop_text", False):  # no text, no pronunciation to judge; other ranks may still have one
             if distributed:
-                self._global_stats(pred, 0.0, 0.0, 0, 0.0)
+                for _ in terms:  # one all-reduce per term, as on the ranks that score
+                    self._global_stats(pred, 0.0, 0.0, 0, 0.0)
             return flow_loss, cond, pred
 
         x_t, time = seen["x"], seen["time"]  # [b, n, d], [b]
@@ -262,31 +297,56 @@ class LeakAwareCFM(CFM):
         if lens is None:
             lens = torch.full((batch,), seq_len, device=x_t.device, dtype=torch.long)
         x1_hat, span = clean_mel_estimate(x_t, time, pred, cond, lens)
+        truth = None
+        if self.paired_penalty is not None:  # the ground truth F5 infilled: inp (its mel, for a wave inp)
+            with torch.no_grad():
+                truth = (self.mel_spec(inp).permute(0, 2, 1) if inp.ndim == 2 else inp).detach()
 
+        loss = flow_loss
+        for name in terms:
+            added = self._auxiliary_term(name, x1_hat, truth, lens, span, text, time, pred, distributed)
+            if added is not None:
+                loss = loss + added
+        return loss, cond, pred
+
+    def _auxiliary_term(self, name: str, x1_hat: torch.Tensor, truth: torch.Tensor | None, lens: torch.Tensor,
+                        span: torch.Tensor, text: torch.Tensor | list, time: torch.Tensor, pred: torch.Tensor,
+                        distributed: bool) -> torch.Tensor | None:
+        """One auxiliary term (``"leak"`` or ``"paired"``): ``weight * w(t) * penalty`` to add to the loss (None:
+        nothing to add), its ``last_*`` recorded. Weight 0: computed without gradient, only monitored."""
+        weight = self.leak_weight if name == "leak" else self.paired_weight
+        monitor_only = weight == 0.0  # baseline runs still log the curve, without gradient
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
-            penalty, parts = self._leak_penalty(x1_hat.detach() if monitor_only else x1_hat, lens, span, text)
-        t2_sum, n_items = float((time.detach().float() ** 2).sum()), batch
-        n_sites = 0 if parts is None else _site_count(parts, self.last_leak_sites)
+            estimate = x1_hat.detach() if monitor_only else x1_hat
+            if name == "leak":
+                penalty, parts = self._leak_penalty(estimate, lens, span, text)
+            else:
+                penalty, parts = self._paired_penalty(estimate, truth, lens, span, text)
+        t2_sum, n_items = float((time.detach().float() ** 2).sum()), x1_hat.shape[0]
+        sites = self.last_leak_sites if name == "leak" else self.last_paired_sites
+        n_sites = 0 if parts is None else _site_count(parts, sites)
         if distributed:
             n_global, t2_global, items_global, penalty_global = self._global_stats(
                 pred, float(penalty.detach()) * n_sites if parts is not None else 0.0, t2_sum, n_items, n_sites)
             if parts is None:
-                return flow_loss, cond, pred
+                return None
             scale = _world_size() * n_sites / n_global if n_global else 0.0
-            weight = self.leak_weight * t2_global / max(items_global, 1)
-            self.last_leak_parts, self.last_leak_penalty = parts, penalty.new_tensor(penalty_global)
-            if monitor_only:
-                return flow_loss, cond, pred
-            self.last_leak_weight = weight
-            return flow_loss + weight * scale * penalty, cond, pred
+            term_weight = weight * t2_global / max(items_global, 1)
+            self._record(name, parts, penalty.new_tensor(penalty_global), 0.0 if monitor_only else term_weight)
+            return None if monitor_only else term_weight * scale * penalty
         if parts is None:
-            return flow_loss, cond, pred
+            return None
         if monitor_only:
-            self.last_leak_parts, self.last_leak_penalty = parts, penalty.detach()
-            return flow_loss, cond, pred
-        weight = self.leak_weight * t2_sum / n_items
-        self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = parts, weight, penalty.detach()
-        return flow_loss + weight * penalty, cond, pred
+            self._record(name, parts, penalty.detach(), 0.0)
+            return None
+        term_weight = weight * t2_sum / n_items
+        self._record(name, parts, penalty.detach(), term_weight)
+        return term_weight * penalty
+
+    def _record(self, name: str, parts: NamedTuple, penalty: torch.Tensor, weight: float) -> None:
+        setattr(self, f"last_{name}_parts", parts)
+        setattr(self, f"last_{name}_penalty", penalty)
+        setattr(self, f"last_{name}_weight", weight)
 
     def _leak_due(self) -> bool:
         """Whether this forward runs the penalty (and, in training mode, count the forward)."""
@@ -313,17 +373,8 @@ class LeakAwareCFM(CFM):
         self, x1_hat: torch.Tensor, lens: torch.Tensor, span: torch.Tensor, text: torch.Tensor | list
     ) -> tuple[torch.Tensor, NamedTuple | None]:
         """Penalty over the items that have sites: ``x1_hat`` ``[b, n, d]``, ``lens`` ``[b]``, ``span`` ``[b, n]``."""
-        if not isinstance(text, list):
-            raise TypeError("LeakAwareCFM needs text as a list of strings to look up sites (got token ids)")
         frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
-        keep, sites = [], []
-        for i, item in enumerate(text):
-            item_sites = list(self.site_lookup(_text_key(item)) or [])
-            if self.sites_in_span_only:
-                item_sites = sites_in_span(item_sites, span[i], frame_rate)
-            if item_sites:
-                keep.append(i)
-                sites.append(item_sites)
+        keep, sites = self._scored_items(text, span)
         if not keep:
             return x1_hat.new_zeros(()), None
         self.last_leak_sites = sites
@@ -340,6 +391,44 @@ class LeakAwareCFM(CFM):
                 return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
             return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
 
+    def _scored_items(self, text: torch.Tensor | list, span: torch.Tensor) -> tuple[list[int], list[list[TimedSite]]]:
+        """The items with sites to score (``site_lookup``; with ``sites_in_span_only`` those centred in the
+        infilled ``span [b, n]``) and their sites."""
+        if not isinstance(text, list):
+            raise TypeError("LeakAwareCFM needs text as a list of strings to look up sites (got token ids)")
+        frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
+        keep, sites = [], []
+        for i, item in enumerate(text):
+            item_sites = list(self.site_lookup(_text_key(item)) or [])
+            if self.sites_in_span_only:
+                item_sites = sites_in_span(item_sites, span[i], frame_rate)
+            if item_sites:
+                keep.append(i)
+                sites.append(item_sites)
+        return keep, sites
+
+    def _paired_penalty(self, x1_hat: torch.Tensor, truth: torch.Tensor, lens: torch.Tensor, span: torch.Tensor,
+                        text: torch.Tensor | list) -> tuple[torch.Tensor, NamedTuple | None]:
+        """The reference-paired term over the items that have sites: ``x1_hat`` and the ground truth ``truth``
+        (``[b, n, d]``, frame-aligned) vocoded and compared by ``paired_penalty``."""
+        keep, sites = self._scored_items(text, span)
+        if not keep:
+            return x1_hat.new_zeros(()), None
+        self.last_paired_sites = sites
+        index = torch.tensor(keep, device=x1_hat.device)
+        mels, ref, mel_lengths = (x.index_select(0, index) for x in (x1_hat, truth, lens))
+        vocoder = self.mel_to_wave or self.paired_penalty.mel_to_wave
+        autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
+        with autocast:
+            waves, wave_lengths, bad = vocode_items(vocoder, mels, mel_lengths)
+            with torch.no_grad():
+                ref_waves, _, bad_ref = vocode_items(vocoder, ref, mel_lengths)
+        bad = bad | bad_ref
+        if bool(bad.any()):  # the penalty masks these pairs itself (counted, zero gradient, sites inactive)
+            waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device), waves)
+        return self.paired_penalty(waves=waves, wave_lengths=wave_lengths, ref_waves=ref_waves.to(waves.dtype),
+                                   sites=sites)
+
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
                          frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:
         """The penalty on crops around the sites: ``mels`` ``[b, n, d]`` -> the same ``(loss, parts)`` contract."""
@@ -353,6 +442,26 @@ class LeakAwareCFM(CFM):
                                  self._crop_context, out_sites=crop_sites)
         self.last_leak_sites = crop_sites  # the order of parts.site_probs
         return result
+
+
+def vocode_items(vocoder: nn.Module, mels: torch.Tensor,
+                 mel_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``mels [b, n, d]`` -> (16 kHz ``waves [b, t]`` cut to the longest item, ``wave_lengths [b]``, ``bad [b]``).
+
+    An item with NaN/Inf among its valid frames, or whose finite frames overflow inside the vocoder, is vocoded as
+    silence and flagged ``bad`` (the vocoder's backward never sees a non-finite value); what the batch pads an item
+    with never reaches it (:func:`silence_past_lengths`)."""
+    from leakloss.functional.leak import mask_nonfinite_items
+
+    mels, bad = mask_nonfinite_items(mels, mel_lengths)
+    mels = silence_past_lengths(mels, mel_lengths)
+    waves = vocoder(mels)
+    blown = ~torch.isfinite(waves).all(-1) & ~bad
+    if bool(blown.any()):
+        mels = torch.where(blown[:, None, None], torch.zeros((), dtype=mels.dtype, device=mels.device), mels)
+        waves, bad = vocoder(mels), bad | blown
+    wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
+    return waves[:, : int(wave_lengths.max()) if waves.shape[0] else 0], wave_lengths, bad
 
 
 def _conv1d_context(module: nn.Module) -> int:
@@ -650,31 +759,43 @@ def _scalar(value: torch.Tensor | float) -> float:
     return float(value)
 
 
-#: what a penalty step measures about the sites: NaN (not measured) when every item was masked as non-finite
-_SITE_MEASURES = ("leak/penalty", "leak/loss", "leak/per_kind/", "leak/per_contrast/", "leak/site_probs")
+#: what a penalty step measures about the sites (after the term's prefix, ``leak/`` or ``paired/``): NaN (not
+#: measured) when every item was masked as non-finite
+_SITE_MEASURES = ("penalty", "loss", "per_kind/", "per_contrast/", "site_probs", "site_divergences")
 
 
 def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, float]:
-    """Numbers to log after one forward: total/flow loss, leak weight, penalty and every part of the last parts.
+    """Numbers to log after one forward: total/flow loss, and for each auxiliary term (``leak/``: the
+    reference-free penalty; ``paired/``: the reference-paired term, when the model has one) its weight, penalty
+    and every part of its last parts.
 
     A non-finite total loss adds ``loss/nonfinite`` 1.0; a penalty step whose items were all masked as
-    non-finite (``leak/nonfinite_items`` > 0, no active site) logs its penalty and site means as NaN, not
+    non-finite (``*/nonfinite_items`` > 0, no active site) logs its penalty and site means as NaN, not
     measured: the penalty's 0.0 there read as "no leak" for a dead model."""
-    row = {"loss/total": _scalar(total_loss), "leak/weight": model.last_leak_weight}
+    row = {"loss/total": _scalar(total_loss)}
     if not math.isfinite(row["loss/total"]):
         row["loss/nonfinite"] = 1.0
     if model.last_flow_loss is not None:
         row["loss/flow"] = _scalar(model.last_flow_loss)
-    if model.last_leak_penalty is not None:
-        row["leak/penalty"] = _scalar(model.last_leak_penalty)
-    if model.last_leak_parts is not None:
-        for k, v in model.last_leak_parts._asdict().items():
+    row |= _term_row("leak", model.last_leak_weight, model.last_leak_penalty, model.last_leak_parts)
+    if getattr(model, "paired_penalty", None) is not None:
+        row |= _term_row("paired", model.last_paired_weight, model.last_paired_penalty, model.last_paired_parts)
+    return row
+
+
+def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: NamedTuple | None) -> dict[str, float]:
+    row = {f"{prefix}/weight": weight}
+    if penalty is not None:
+        row[f"{prefix}/penalty"] = _scalar(penalty)
+    if parts is not None:
+        for k, v in parts._asdict().items():
             if isinstance(v, dict):  # per contrast kind / per contrast: one curve each
-                row.update({f"leak/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
+                row.update({f"{prefix}/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
-                row[f"leak/{k}"] = _scalar(v)
-        if row.get("leak/nonfinite_items", 0.0) > 0 and row.get("leak/active_sites", 1.0) == 0:
-            row |= {k: math.nan for k in row if k.startswith(_SITE_MEASURES)}
+                row[f"{prefix}/{k}"] = _scalar(v)
+        if row.get(f"{prefix}/nonfinite_items", 0.0) > 0 and row.get(f"{prefix}/active_sites", 1.0) == 0:
+            measures = tuple(f"{prefix}/{m}" for m in _SITE_MEASURES)
+            row |= {k: math.nan for k in row if k.startswith(measures)}
     return row
 
 
@@ -716,6 +837,8 @@ def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, floa
             out["leak/site_probs"] = sum(r[2] for r in records) / len(records)
         if "leak/active_sites" in out:
             out["leak/active_sites"] = float(sum(r.get("leak/active_sites", 0.0) for r in rows))
+    if "paired/active_sites" in out:  # the paired term's other site means are averaged over the ranks
+        out["paired/active_sites"] = float(sum(r.get("paired/active_sites", 0.0) for r in rows))
     return out
 
 
@@ -849,10 +972,11 @@ class TrainingDivergedError(RuntimeError):
 
 def _divergence_summary(row: Mapping[str, float]) -> str:
     """What a logged row of a non-finite step says, in a few words (total, flow loss, penalty)."""
-    said = [f"{k} {row[k]:g}" for k in ("loss/total", "loss/flow", "leak/penalty") if k in row]
-    masked = row.get("leak/nonfinite_items", 0.0)
-    if masked > 0:
-        said.append(f"{masked:g} item(s) of the leak penalty non-finite")
+    said = [f"{k} {row[k]:g}" for k in ("loss/total", "loss/flow", "leak/penalty", "paired/penalty") if k in row]
+    for prefix, term in (("leak", "leak penalty"), ("paired", "paired term")):
+        masked = row.get(f"{prefix}/nonfinite_items", 0.0)
+        if masked > 0:
+            said.append(f"{masked:g} item(s) of the {term} non-finite")
     return "the training loss is not finite (" + ", ".join(said) + ")"
 
 
