@@ -6,7 +6,9 @@ Needs the ``f5`` extra (``f5-tts==1.1.22`` and friends). Shapes follow F5: mels 
 How the leak penalty enters training (see :class:`LeakAwareCFM`): F5 trains by flow matching,
 ``x_t = (1 - t) x0 + t x1`` with target flow ``x1 - x0``; a prediction ``pred`` of the flow gives a one-step
 estimate of the clean mel ``x1_hat = x_t + (1 - t) pred``. Inside the infilled span we score ``x1_hat``
-with the leak penalty (outside it the ground truth is what the model is conditioned on).
+with the leak penalty (outside it the ground truth is what the model is conditioned on). A second, separately
+weighted term compares ``x1_hat`` with that ground truth (``inp``, the audio of the same utterance) through a
+recognizer's posteriors at the sites (:class:`leakloss.paired_penalty.PairedPosteriorPenalty`).
 """
 
 from __future__ import annotations
@@ -1291,4 +1293,5 @@ __all__ = [
     "sites_in_span",
     "tiny_f5",
     "train_f5",
+    "vocode_items",
 ]

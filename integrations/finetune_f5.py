@@ -105,6 +105,8 @@ RUN_FILE = "run.json"
 RUN_KEYS = ("f5", "data.dir", "leak", "steps", "batch_size_per_gpu", "batch_size_type", "max_samples", "learning_rate",
             "num_warmup_updates", "grad_accumulation_steps", "max_grad_norm", "ema_decay", "mixed_precision", "seed")
 _NOT_RUN_KEYS = ("leak.placement_batch_size", "leak.placement_workers")
+#: settings added after runs were recorded, and the value such a run had (absent from its run.json)
+ADDED_RUN_SETTINGS = {"leak.paired_weight": 0.0}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -125,6 +127,8 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
     out["data.dir"] = str(Path(str(cfg.data.dir)).expanduser().resolve())
     for key in _NOT_RUN_KEYS:
         out.pop(key, None)
+    if not out.get("leak.paired_weight"):  # no paired term: its recognizer changes nothing
+        out.pop("leak.paired_recognizer", None)
     return out
 
 
@@ -154,6 +158,7 @@ def check_resume(cfg: DictConfig) -> int:
                             f"says which run wrote it: give another out_dir, or delete {out / 'ckpts'} to start afresh"
                             ) from None
     now = run_identity(cfg)
+    recorded = ADDED_RUN_SETTINGS | recorded  # a run recorded before a setting existed ran as its default
     changed = sorted(k for k in set(now) | set(recorded) if now.get(k, "<unset>") != recorded.get(k, "<unset>"))
     if changed:
         shown = ", ".join(f"{k} ({recorded.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r})" for k in changed[:4])
@@ -237,7 +242,7 @@ WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "le
                          "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
                          "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0, "save_every": 1}
 #: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
-NUMBER_SETTINGS = {"leak.weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
+NUMBER_SETTINGS = {"leak.weight": math.inf, "leak.paired_weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
 #: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
 CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
 OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads", "save_every"})  # null: a tenth of the
@@ -273,7 +278,11 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")
-    if cfg.leak.weight > 0 and cfg.leak.start_step >= cfg.steps:  # it trained without a word, the card said 0.5
+    recognizer = cfg.leak.paired_recognizer
+    if not isinstance(recognizer, str) or not recognizer.strip():
+        raise FinetuneError(f"leak.paired_recognizer must be a recognizer name (w, wb, a) or folder, got {recognizer!r}")
+    if max(cfg.leak.weight, cfg.leak.paired_weight) > 0 and cfg.leak.start_step >= cfg.steps:
+        # it trained without a word, the card said 0.5
         raise FinetuneError(f"leak.start_step={cfg.leak.start_step} is not before the run's last update "
                             f"(steps={cfg.steps}): the penalty would never act")
     if cfg.log_every > cfg.steps:
@@ -340,6 +349,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         penalty = LeakPenalty.load(head_path=cfg.leak.head)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
+    paired = load_paired_penalty(cfg)
     vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
@@ -359,7 +369,37 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             "aligned on its audio): the leak penalty would never act. Check the texts are Nepali and the audio "
             "matches them")
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
-                summary=summary, cache_path=cache_path, placement=placement, start_update=start_update)
+                summary=summary, cache_path=cache_path, placement=placement, start_update=start_update,
+                paired_penalty=paired)
+
+
+def load_paired_penalty(cfg: DictConfig):
+    """The reference-paired term on ``leak.paired_recognizer`` when ``leak.paired_weight`` > 0, else None (not
+    loaded: a Whisper recognizer costs a 30 s encoder pass per item and step). :class:`FinetuneError` when the
+    recognizer cannot be loaded."""
+    from leakloss.checks import first_line
+    from leakloss.paired_penalty import PairedPosteriorPenalty
+
+    if not cfg.leak.paired_weight > 0:
+        return None
+    try:
+        return PairedPosteriorPenalty.load(str(cfg.leak.paired_recognizer))
+    except (FileNotFoundError, OSError, ValueError) as err:
+        raise FinetuneError(f"leak.paired_recognizer={cfg.leak.paired_recognizer!r}: cannot load the paired term's "
+                            f"recognizer: {first_line(err)}") from None
+
+
+def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
+    """``LeakAwareCFM``'s leak keyword arguments from the ``leak.*`` settings and :func:`prepare`'s plan: the
+    reference-free penalty (``leak.weight``) and the reference-paired term (``leak.paired_weight`` on
+    ``leak.paired_recognizer``; it compares the model's estimate with the ground-truth audio of the same item)."""
+    from integrations.f5_dataset import SiteCache, cache_lookup
+
+    return dict(leak_penalty=plan["penalty"], leak_weight=float(cfg.leak.weight),
+                site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=plan["vocoder"],
+                sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
+                leak_every=int(cfg.leak.every), leak_crop=bool(cfg.leak.crop), leak_bf16=bool(cfg.leak.bf16),
+                paired_penalty=plan.get("paired_penalty"), paired_weight=float(cfg.leak.paired_weight))
 
 
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
@@ -426,8 +466,7 @@ def checkpoint_fit_problem(report) -> str | None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
-    from integrations.f5_dataset import (PreparedF5Dataset, SiteCache, cache_lookup, load_audio, to_16k,
-                                         trainable_count)
+    from integrations.f5_dataset import PreparedF5Dataset, load_audio, to_16k, trainable_count
     from integrations.f5_tts import MEL_SPEC_KWARGS, NothingToTrainError, f5_probe, final_leak, load_indicf5_checkpoint
     from integrations.leak_curves import ProbeSet
     from leakloss.constants import MEL_DESCRIPTION
@@ -437,10 +476,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     plan = prepare(cfg)
     prepared, vocab, penalty = plan["prepared"], plan["vocab"], plan["penalty"]
     vocoder = plan["vocoder"]
-    model = build_model(cfg, vocab, leak_penalty=penalty, leak_weight=float(cfg.leak.weight),
-                        site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=vocoder,
-                        sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
-                        leak_every=int(cfg.leak.every), leak_crop=bool(cfg.leak.crop), leak_bf16=bool(cfg.leak.bf16))
+    model = build_model(cfg, vocab, **leak_model_kwargs(cfg, plan))
     problem = checkpoint_fit_problem(load_indicf5_checkpoint(model, cfg.f5.checkpoint))
     if problem is not None:
         raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: {problem}")
@@ -475,6 +511,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
+                    paired_recognizer=(plan["paired_penalty"].recognizer.name if plan["paired_penalty"] is not None
+                                       else None),
                     mel=MEL_DESCRIPTION, planned_updates=f5_run.updates, resumed_from_update=f5_run.start_update,
                     budget_reached=f5_run.budget_reached, mixed_precision=f5_run.mixed_precision)
         try:

@@ -13,6 +13,7 @@ _EXPORTS = {
     "load_head": "leakloss.heads",
     "save_head": "leakloss.heads",
     "LeakPenalty": "leakloss.penalty",
+    "PairedPosteriorPenalty": "leakloss.paired_penalty",
     "leak_reward": "leakloss.reward",
     "place_sites": "leakloss.site_placement",
     "place_dataset_sites": "leakloss.site_placement",

@@ -95,12 +95,12 @@ class PairedPosteriorPenalty(nn.Module):
         self.pad_s, self.quiet_rms = float(pad_s), float(quiet_rms)
         recognizer.requires_grad_(False)
 
-    def train(self, mode: bool = True) -> "PairedPosteriorPenalty":  # frozen: always eval
+    def train(self, mode: bool = True) -> PairedPosteriorPenalty:  # frozen: always eval
         return super().train(False)
 
     @classmethod
     def load(cls, recognizer: str = DEFAULT_PAIRED_RECOGNIZER, device: str | torch.device = "cpu",
-             **kwargs) -> "PairedPosteriorPenalty":
+             **kwargs) -> PairedPosteriorPenalty:
         """The paired term on a recognizer by name (``w``, ``wb``, ``a``, a folder; see
         :meth:`leakloss.acoustic.recognizer.Recognizer.load`, whose errors it raises)."""
         from leakloss.acoustic.recognizer import Recognizer

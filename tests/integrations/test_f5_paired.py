@@ -84,7 +84,7 @@ def _grads(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_the_paired_term_sees_x1_hat_and_the_vocoded_ground_truth_without_gradient(m2w):
     paired = RecordingPaired()
     model = _model(m2w, paired_penalty=paired, paired_weight=5.0)
-    loss, seen = _run(model)
+    _, seen = _run(model)
     call = paired.calls[-1]
     mel, _, lens = _batch()
     truth = m2w(silence_past_lengths(mel, lens))

@@ -663,3 +663,91 @@ def test_clips_outside_f5s_span_are_named_in_a_warning(base_ckpt, tmp_path, caps
         prepare(_cfg(data, base_ckpt, f"leak.head={tmp_path / 'none.safetensors'}"))
     assert "warning: 1 of 3 clips last outside F5's 0.3-30.0 s and are left out of training: c1.wav (0.10 s)" \
         in capsys.readouterr().err
+
+
+def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
+    """leak.weight / leak.paired_weight / leak.paired_recognizer and the schedule flags reach LeakAwareCFM; the
+    paired term loads its recognizer by name (a folder here: a tiny recognizer)."""
+    from integrations.finetune_f5 import leak_model_kwargs, load_paired_penalty
+    from leakloss.paired_penalty import PairedPosteriorPenalty
+    from leakloss.vocoder import MelToWave
+    from tests.tiny_models import save_tiny_models
+
+    folders = save_tiny_models(tmp_path / "models")
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded", "leak.weight=0.2",
+               "leak.paired_weight=0.3", f"leak.paired_recognizer={folders['a']}", "leak.crop=false",
+               "leak.every=2", "leak.start_step=1", "leak.bf16=true")
+    paired = load_paired_penalty(cfg)
+    assert isinstance(paired, PairedPosteriorPenalty) and paired.recognizer.name.startswith(str(folders["a"]))
+    stand_in = torch.nn.Identity()  # the reference-free penalty: loaded by prepare, any module here
+    plan = dict(penalty=stand_in, vocoder=MelToWave.tiny(0), cache_path=tmp_path / "sites.jsonl",
+                paired_penalty=paired)
+    model = build_model(cfg, {c: i for i, c in enumerate(" abc")}, **leak_model_kwargs(cfg, plan))
+    assert model.leak_penalty is stand_in and model.leak_weight == 0.2
+    assert model.paired_penalty is paired and model.paired_weight == 0.3
+    assert (model.leak_crop, model.leak_bf16, model.leak_every, model.leak_start_step) == (False, True, 2, 1)
+    # off by default: no recognizer loaded, no paired term
+    off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
+    assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "w"
+    assert load_paired_penalty(off) is None
+    model = build_model(off, {c: i for i, c in enumerate(" abc")}, **leak_model_kwargs(off, dict(plan, paired_penalty=None)))
+    assert model.paired_penalty is None and model.paired_weight == 0.0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("leak.paired_weight=nan", r"leak.paired_weight must be a finite number >= 0, got nan"),
+    ("leak.paired_weight=-1", r"leak.paired_weight must be a finite number >= 0"),
+    ("leak.paired_recognizer=''", r"leak.paired_recognizer must be a recognizer name"),
+    ("leak.paired_recognizer=null", r"leak.paired_recognizer must be a recognizer name"),
+])
+def test_bad_paired_settings_are_refused_before_any_data_is_read(tmp_path, override, message):
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(tmp_path / "data", tmp_path / "none.safetensors", override))
+
+
+def test_a_paired_recognizer_that_cannot_load_is_one_error(tmp_path):
+    from integrations.finetune_f5 import load_paired_penalty
+
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "leak.paired_weight=0.1",
+               f"leak.paired_recognizer={tmp_path / 'missing'}")
+    with pytest.raises(FinetuneError, match=r"leak.paired_recognizer=.*missing.*cannot load the paired term's recognizer"):
+        load_paired_penalty(cfg)
+
+
+def test_a_run_recorded_before_the_paired_term_resumes_and_its_recognizer_matters_only_when_on(tmp_path):
+    from integrations.finetune_f5 import RUN_FILE, check_resume
+
+    out = tmp_path / "run"
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}")
+    _write_checkpoint(out, 3, cfg)
+    recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    recorded["settings"] = {k: v for k, v in recorded["settings"].items() if not k.startswith("leak.paired")}
+    (out / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")  # as written before the paired term
+    assert check_resume(cfg) == 3
+    assert check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
+                             "leak.paired_recognizer=wb")) == 3  # off: the recognizer changes nothing
+    with pytest.raises(FinetuneError, match=r"leak.paired_weight \(0.0 -> 0.5\)"):
+        check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
+                          "leak.paired_weight=0.5"))
+
+
+@pytest.mark.slow
+@needs_embedded
+def test_cli_a_finetune_with_both_terms_logs_them_apart_and_names_the_paired_recognizer(tiny_prepared_dir, base_ckpt,
+                                                                                       tmp_path):
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+
+    if not (EMBEDDED_DIR / "w" / "head.safetensors").exists():
+        pytest.skip("recognizer w not built")
+    out = tmp_path / "run"
+    result = _cli(*_B, f"data.dir={tiny_prepared_dir}", f"f5.checkpoint={base_ckpt}", f"out_dir={out}", "steps=2",
+                  "leak.weight=0.1", "leak.paired_weight=0.5")  # leak.paired_recognizer: w, the default
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = _curve(out / "leak_curves.csv")
+    assert set(rows) == {1, 2}
+    for row in rows.values():
+        assert {"leak/penalty", "leak/weight", "paired/penalty", "paired/weight", "paired/active_sites"} <= set(row)
+        assert math.isfinite(row["paired/penalty"]) and row["paired/penalty"] >= 0
+    assert any(r["paired/weight"] > 0 and r["paired/active_sites"] > 0 for r in rows.values())
+    card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
+    assert card["paired_recognizer"].startswith("w@") and card["leak"]["paired_weight"] == 0.5
