@@ -245,6 +245,10 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         if not isinstance(getattr(card, name), kind):
             raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
                                 f"got {getattr(card, name)!r:.60}")
+    if card.features and not (isinstance(card.features.get("source"), str)
+                              and isinstance(card.features.get("layer"), int)):  # the penalty loads by these two
+        raise HeadLoadError(f"{js}: field 'features' must name the frames' 'source' (a string) and 'layer' (an "
+                            f"integer), got {card.features!r:.80}")
     if card.head not in HEAD_NAMES:
         raise HeadLoadError(f"{js}: head must be one of {', '.join(HEAD_NAMES)}, got {card.head!r}")
     if not card.recognizer.strip():
