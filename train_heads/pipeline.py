@@ -208,7 +208,9 @@ def run(cfg: DictConfig) -> dict:
             callbacks = callbacks + [best]
         budget, resume_from = {}, None
         if hcfg.get("max_minutes") is not None:  # time-budgeted: Lightning's timer, saved in the checkpoints
-            budget = {"max_time": {"minutes": float(hcfg.max_minutes)}}
+            from datetime import timedelta
+
+            budget = {"max_time": timedelta(minutes=float(hcfg.max_minutes))}
         if hcfg.get("resume", False):  # resumable: last.ckpt after every epoch, picked up by a rerun
             from lightning.pytorch.callbacks import ModelCheckpoint
 
