@@ -479,14 +479,16 @@ def penalty_crop_context(penalty: nn.Module, vocoder: nn.Module) -> "CropContext
     """:class:`leakloss.functional.crop.CropContext` of a :class:`leakloss.penalty.LeakPenalty` and a Vocos
     :class:`MelToWave`, from the modules themselves (not assumed): site pad + head + conv stack on the wave side;
     backbone convs + ISTFT overlap + resampler on the mel side."""
-    from leakloss.functional.crop import CropContext, conv_receptive_field, grid_frames
+    from leakloss.functional.crop import CropContext, grid_frames
 
     rec = getattr(penalty, "recognizer", None)
     if rec is None or not hasattr(penalty, "head"):
         raise ValueError("leak_crop needs a LeakPenalty-like penalty (recognizer, head, conv_layer, pad_s)")
-    layer, hop_s = penalty.conv_layer, rec.conv_hop_s(penalty.conv_layer)
+    layer, hop_s = penalty.conv_layer, rec.frame_hop_s(penalty.conv_layer)
     head = penalty.head.nets[0] if hasattr(penalty.head, "nets") else penalty.head  # members run in parallel
-    conv_s = conv_receptive_field(rec.conv_kernels[: layer + 1], rec.conv_strides[: layer + 1]) / SAMPLE_RATE
+    # what one frame depends on: a wav2vec2 conv stack's receptive field; for Whisper's global attention, its
+    # configured crop margin (leakloss.acoustic.whisper_recognizer.WHISPER_CROP_MARGIN_S)
+    conv_s = rec.frame_context_s(layer)
     wave_s = penalty.pad_s + _conv1d_context(head) * hop_s + conv_s + hop_s  # + one hop: frame-centre rounding
     istft = vocoder.head.istft
     # ISTFT ("same" padding): an output sample overlaps the windows of ceil(win / hop / 2) frames each side

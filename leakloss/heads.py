@@ -52,6 +52,9 @@ class HeadCard:
     #: what the training really ran (epochs, optimizer steps, fast_dev_run, the epoch kept): a 1-batch
     #: ``trainer=fast_dev_run`` head is told apart from a trained one; {} on cards written before it
     training: dict = field(default_factory=dict)
+    #: a frame (raw-conv) head's input: ``{"source": "wav2vec2-conv" | "whisper-states", "layer": k, "hop_s": ...,
+    #: "channels": c}`` (the recognizer's ``frame_features``); {} on cards written before it: A's conv layer 4
+    features: dict = field(default_factory=dict)
 
 
 class MLPHead(nn.Module):
@@ -238,10 +241,14 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     for name in ("head", "recognizer", "feature_schema_version", "training_data_sha256", "notes"):
         if not isinstance(getattr(card, name), str):  # "recognizer": 12 was an AttributeError in the scorer
             raise HeadLoadError(f"{js}: field {name!r} must be a string, got {getattr(card, name)!r:.60}")
-    for name, kind in (("architecture", dict), ("feature_names", list), ("training", dict)):
+    for name, kind in (("architecture", dict), ("feature_names", list), ("training", dict), ("features", dict)):
         if not isinstance(getattr(card, name), kind):
             raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
                                 f"got {getattr(card, name)!r:.60}")
+    if card.features and not (isinstance(card.features.get("source"), str)
+                              and isinstance(card.features.get("layer"), int)):  # the penalty loads by these two
+        raise HeadLoadError(f"{js}: field 'features' must name the frames' 'source' (a string) and 'layer' (an "
+                            f"integer), got {card.features!r:.80}")
     if card.head not in HEAD_NAMES:
         raise HeadLoadError(f"{js}: head must be one of {', '.join(HEAD_NAMES)}, got {card.head!r}")
     if not card.recognizer.strip():

@@ -1,23 +1,27 @@
 """The differentiable leak signal: per-frame leak probability and an auxiliary loss over contrast sites.
 
-:class:`LeakPenalty` runs a frozen recognizer's conv stack to layer 4 (5 ms frames) and the frozen
-reference-free raw-conv head on a batch of 16 kHz waveforms — or of F5 mels, vocoded by a frozen
-Vocos (backbone + head) and resampled — and returns ``(loss, parts)``: the mean over the given sites of
-``-log(1 - p)`` (p the soft-max pooled leak probability; non-saturating), and detached parts for logging
-(per-site probabilities, their means per contrast kind and contrast). No parameter of recognizer, head
-or vocoder receives a gradient; the input does. The training signal is never NaN: items with NaN/Inf
-are masked out (zero contribution, zero gradient, counted in ``parts.nonfinite_items``), the gradient of
-near-silent items is bounded, input shorter than the conv stack contributes zero (:class:`LeakPenalty`).
+:class:`LeakPenalty` runs a frozen recognizer's frame features — a wav2vec2 recognizer's conv stack to layer 4
+(5 ms frames), or a Whisper recognizer's encoder states (20 ms frames), whichever the head was trained on
+(``frame_features`` of :class:`leakloss.acoustic.recognizer.Recognizer` and
+:class:`leakloss.acoustic.whisper_recognizer.WhisperRecognizer`) — and the frozen reference-free frame head on a
+batch of 16 kHz waveforms — or of F5 mels, vocoded by a frozen Vocos (backbone + head) and resampled — and returns
+``(loss, parts)``: the mean over the given sites of ``-log(1 - p)`` (p the soft-max pooled leak probability;
+non-saturating), and detached parts for logging (per-site probabilities, their means per contrast kind and
+contrast). No parameter of recognizer, head or vocoder receives a gradient; the input does. The training signal is
+never NaN: items with NaN/Inf are masked out (zero contribution, zero gradient, counted in
+``parts.nonfinite_items``), the gradient of near-silent items is bounded, input shorter than one frame contributes
+zero (:class:`LeakPenalty`).
 
 The reward for RL built on the same signal lives in :mod:`leakloss.reward`, site placement (where the sites
-lie in time on a reading) in :mod:`leakloss.site_placement`; their names stay importable from here.
+lie in time on a reading) in :mod:`leakloss.site_placement`; their names stay importable from here. Both run on
+``penalty.recognizer``: the word check, the placement and the site scores hear with one recognizer.
 
-Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), g conv frames (5 ms), k sites.
+Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), c feature channels, g feature frames
+(5 ms or 20 ms), k sites.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -25,7 +29,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.functional.crop import conv_receptive_field, length_groups
+from leakloss.constants import SAMPLE_RATE
+from leakloss.functional.crop import length_groups
 from leakloss.functional.leak import (
     at_least_fp32,
     leak_penalty_from_logits,
@@ -35,11 +40,14 @@ from leakloss.functional.leak import (
     scale_gradient,
     site_masks,
 )
-from leakloss.heads import FLAG_THRESHOLD, HeadLoadError, RawConvHead, load_head
+from leakloss.heads import FLAG_THRESHOLD, HeadCard, HeadLoadError, RawConvHead, load_head
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
 SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
+ESPEAK_HEADS = Path(__file__).resolve().parent / "assets" / "heads_espeak"
+#: What a head card without ``features`` was trained on: recognizer A's conv layer 4 (every card before them).
+LEGACY_FRAME_FEATURES = {"source": "wav2vec2-conv", "layer": 4}
 
 
 #: RMS (of the mean-removed valid samples) below which an item's penalty gradient is scaled down by
@@ -88,17 +96,23 @@ class LeakPenalty(nn.Module):
     """
 
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
-                 conv_layer: int = 4, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
+                 conv_layer: int | None = None, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
                  flag_threshold: float = FLAG_THRESHOLD) -> None:
+        """``conv_layer``: the layer of the recognizer's frame features the head reads (a wav2vec2 conv layer,
+        or a Whisper encoder state; None: the recognizer's ``default_frame_layer``, conv layer 4 / the encoder's
+        output). A recognizer without frame features, or whose features are not as wide as the head's input, is a
+        :class:`~leakloss.acoustic.recognizer.RecognizerLoadError` here, not a shape error in the first forward."""
         from leakloss.checks import check_number
         from leakloss.decision import check_thresholds
 
         check_thresholds(flag_threshold)
         # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
         check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
+        check_frame_recognizer(recognizer, head, conv_layer)
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
-        self.conv_layer, self.pad_s, self.quiet_rms = conv_layer, pad_s, quiet_rms
+        layer = recognizer.default_frame_layer if conv_layer is None else conv_layer
+        self.conv_layer, self.pad_s, self.quiet_rms = layer, pad_s, quiet_rms
         self.flag_threshold = flag_threshold  # a site probability at or above it counts as flagged (head card)
         for module in (recognizer, head, mel_to_wave):
             if module is not None:
@@ -107,41 +121,58 @@ class LeakPenalty(nn.Module):
     def train(self, mode: bool = True) -> "LeakPenalty":  # frozen: always eval
         return super().train(False)
 
+    @property
+    def frame_layer(self) -> int:
+        """The layer of the recognizer's frame features the head reads (``conv_layer``, named for either kind)."""
+        return self.conv_layer
+
+    @property
+    def frame_hop_s(self) -> float:
+        """Seconds between the head's frames (5 ms on wav2vec2 conv layer 4, 20 ms on Whisper states)."""
+        return self.recognizer.frame_hop_s(self.conv_layer)
+
     @classmethod
     def load(cls, recognizer: str | None = None, head_path: str | Path | None = None,
-             mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu") -> "LeakPenalty":
-        """The raw-conv head at ``head_path`` (default: the shipped one) on ``recognizer`` (default: the one its
-        card names; another is loaded as given, with a warning when its weights differ from the card's)."""
-        from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
+             mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu",
+             head: str | None = None) -> "LeakPenalty":
+        """The frame head at ``head_path``, or named ``head`` (:data:`NAMED_HEADS`; default: the shipped one), on
+        ``recognizer`` (default: the one its card names; another is loaded as given, with a warning when its
+        weights differ from the card's).
+
+        Raises:
+            HeadLoadError: not a frame (raw-conv) head, an unknown ``head`` name, or ``head`` with ``head_path``.
+            RecognizerLoadError: the recognizer cannot be loaded, or does not offer the frame features the head
+                was trained on (e.g. recognizer w under recognizer A's head: :func:`check_frame_recognizer`).
+        """
+        from leakloss.acoustic.recognizer import Recognizer
         from leakloss.heads import check_recognizer
 
-        head_path = head_path or SHIPPED_HEADS / "rawconv.safetensors"
-        head, card = load_head(head_path)
-        if not isinstance(head, RawConvHead):  # an MLP head failed later as "no attribute 'min_samples'"
+        if head is not None and head_path is not None:
+            raise HeadLoadError("give head (a name) or head_path, not both")
+        head_path = named_head_path(head) if head is not None else head_path or SHIPPED_HEADS / "rawconv.safetensors"
+        module, card = load_head(head_path)
+        if not isinstance(module, RawConvHead):  # an MLP head failed later as "no attribute 'min_samples'"
             raise HeadLoadError(f"{head_path}: a {card.head} head; the leak penalty takes a raw-conv head "
                                 "(rawconv.safetensors)")
         rec = Recognizer.load(card.recognizer if recognizer is None else recognizer, device=device)
-        # the penalty runs a wav2vec2 conv stack (its kernels and strides size the padding); the Whisper recognizer
-        # has a conv_features that only raises, and loaded with a warning, then failed in the first forward
-        if not all(hasattr(rec, name) for name in ("conv_features", "conv_kernels", "conv_strides")):
-            raise RecognizerLoadError(f"recognizer {rec.name}: the leak penalty reads a wav2vec2 recognizer's conv "
-                                      "stack (recognizers a, b or a wav2vec2 folder), which this one has not")
+        features = card_frame_features(card)
+        check_frame_recognizer(rec, module, features.get("layer"), features["source"], card.recognizer)
         check_recognizer(card, rec.name)
-        return cls(rec, head, mel_to_wave, flag_threshold=card.thresholds["flag"]).to(device)
+        return cls(rec, module, mel_to_wave, conv_layer=features.get("layer"),
+                   flag_threshold=card.thresholds["flag"]).to(device)
 
     @property
     def min_samples(self) -> int:
-        """Fewest samples the conv stack up to ``conv_layer`` accepts (shorter input is zero-padded)."""
-        rec = self.recognizer
-        return conv_receptive_field(rec.conv_kernels[: self.conv_layer + 1], rec.conv_strides[: self.conv_layer + 1])
+        """Fewest samples that make one frame of the recognizer's features (shorter input is zero-padded)."""
+        return self.recognizer.frame_min_samples(self.conv_layer)
 
     @property
     def tail_samples(self) -> int:
-        """Zeros appended to every item before the conv stack: enough that each item's last frames see the
-        features of silence after it, whatever the batch's padding (the longest item would otherwise see the
-        head's zero padding instead, and its end sites would score differently alone than in a batch)."""
-        rec = self.recognizer
-        hop = math.prod(rec.conv_strides[: self.conv_layer + 1])
+        """Zeros appended to every item (and heard as part of it) before the recognizer: enough that each item's
+        last frames see the features of silence after it, whatever the batch's padding (the longest item would
+        otherwise see the head's zero padding instead, and its end sites would score differently alone than in a
+        batch)."""
+        hop = round(self.frame_hop_s * SAMPLE_RATE)
         return self.head.context_frames * hop + self.min_samples
 
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None,
@@ -169,17 +200,21 @@ class LeakPenalty(nn.Module):
             longest = max(lengths[i] for i in group)
             chunk = waves.index_select(0, index)[:, :longest]
             chunk = torch.nn.functional.pad(chunk, (0, max(self.min_samples - longest, 0) + self.tail_samples))
-            feats, n = self.recognizer.conv_features(chunk, self.conv_layer, wave_lengths.index_select(0, index),
-                                                     normalize=False)
-            g = min(self._frames(max(longest, 1)), logits.shape[-1])
+            # each item is heard with its silent tail (a recognizer that reads lengths, as Whisper's encoder does,
+            # must not stop at the item's end); its valid frames are those of its own length
+            item_lengths = wave_lengths.index_select(0, index)
+            heard = (item_lengths + self.tail_samples).clamp(max=chunk.shape[-1])
+            feats, _ = self.recognizer.frame_features(chunk, heard, self.conv_layer, normalize=False)
+            n = self.recognizer.frame_count(item_lengths, self.conv_layer).to(frames.device)
+            g = min(self._frames(max(longest, 1)), logits.shape[-1], feats.shape[-1])
             logits = logits.index_copy(0, index, torch.nn.functional.pad(
                 self.head(feats).float()[..., :g], (0, logits.shape[-1] - g)))
             frames = frames.index_copy(0, index, n)
         return logits, frames
 
     def _frames(self, samples: int) -> int:
-        """Conv frames of ``samples`` input samples (at least :attr:`min_samples`)."""
-        return self.recognizer.frame_lengths(max(samples, self.min_samples), self.conv_layer)
+        """Frames of ``samples`` input samples (at least :attr:`min_samples`)."""
+        return int(self.recognizer.frame_count(max(samples, self.min_samples), self.conv_layer))
 
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
@@ -222,7 +257,7 @@ class LeakPenalty(nn.Module):
             waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths, wave_rms, wave_mean)
         frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
-        masks, index = site_masks(sites, logits.shape[-1], hop_s=self.recognizer.conv_hop_s(self.conv_layer),
+        masks, index = site_masks(sites, logits.shape[-1], hop_s=self.frame_hop_s,
                                   pad_s=self.pad_s, frame_lengths=frames,
                                   device=logits.device)
         item = torch.tensor([i for i, _ in index], dtype=torch.long, device=logits.device)
@@ -284,6 +319,63 @@ class LeakPenalty(nn.Module):
         frame_probs = torch.where(valid, torch.sigmoid(logits), torch.zeros((), device=logits.device))
         return LeakParts(loss.detach(), per_kind, per_contrast, active.sum().detach(), probs.detach(),
                          frame_probs.detach(), zero, zero, active.detach(), frames.detach())
+
+
+#: Heads by name (:meth:`LeakPenalty.load` ``head=``): the shipped default, and recognizer A's raw-conv head, which
+#: stays loadable by this name when the default moves to another recognizer (heads_espeak first, then the default's
+#: folder while A's head is still the default there).
+NAMED_HEADS = {"rawconv": (SHIPPED_HEADS,), "rawconv_a": (ESPEAK_HEADS, SHIPPED_HEADS)}
+
+
+def named_head_path(name: str) -> Path:
+    """The files of head ``name`` (:data:`NAMED_HEADS`), else :class:`HeadLoadError`."""
+    if name not in NAMED_HEADS:
+        raise HeadLoadError(f"unknown head {name!r}; named heads: {', '.join(NAMED_HEADS)} (or give head_path)")
+    for folder in NAMED_HEADS[name]:
+        path = folder / "rawconv.safetensors"
+        if not path.exists():
+            continue
+        if name == "rawconv_a":  # A's head by name: another recognizer's head in that folder is not it
+            card = load_head(path)[1]
+            if card.recognizer.split("@", 1)[0] != "a":
+                continue
+        return path
+    raise HeadLoadError(f"head {name!r} is not installed (looked in {', '.join(str(f) for f in NAMED_HEADS[name])})")
+
+
+def card_frame_features(card: HeadCard) -> dict:
+    """What the head's frames are: ``{"source": ..., "layer": ...}`` from its card (:data:`LEGACY_FRAME_FEATURES`
+    for cards written before the field)."""
+    return dict(card.features) if card.features else dict(LEGACY_FRAME_FEATURES)
+
+
+def check_frame_recognizer(recognizer: nn.Module, head: nn.Module, layer: int | None = None,
+                           source: str | None = None, trained_on: str | None = None) -> None:
+    """The recognizer must offer frame features (of ``source`` when given: what the head was trained on) as wide
+    as the head's input, at ``layer``; else RecognizerLoadError naming both (issue 43: recognizer w under A's head
+    loaded with a warning, then failed in the first forward)."""
+    from leakloss.acoustic.recognizer import RecognizerLoadError
+
+    name = getattr(recognizer, "name", type(recognizer).__name__)
+    has = getattr(recognizer, "frame_source", None)
+    if has is None or not callable(getattr(recognizer, "frame_features", None)):
+        raise RecognizerLoadError(f"recognizer {name}: it offers no frame features (frame_features) for the leak "
+                                  "penalty's head")
+    if source is not None and has != source:
+        if source == LEGACY_FRAME_FEATURES["source"]:  # issue 43's wording, kept
+            raise RecognizerLoadError(f"recognizer {name}: the leak penalty reads a wav2vec2 recognizer's conv stack "
+                                      f"for this head (trained on {trained_on or 'a wav2vec2 recognizer'}), which this "
+                                      f"one has not (its frames: {has}); load the head trained on it")
+        raise RecognizerLoadError(f"recognizer {name}: its frame features are {has}, the head was trained on "
+                                  f"{source} ({trained_on or 'another recognizer'}); load the head trained on it")
+    try:
+        width = recognizer.frame_channels(layer)
+    except (ValueError, IndexError) as err:
+        raise RecognizerLoadError(f"recognizer {name}: {err}") from err
+    in_channels = getattr(head, "in_channels", None)
+    if in_channels is not None and width != in_channels:
+        raise RecognizerLoadError(f"recognizer {name}: its frame features have {width} channels, the head reads "
+                                  f"{in_channels}: the head was trained on another recognizer")
 
 
 def check_site_lists(sites: object, b: int) -> None:

@@ -70,7 +70,8 @@ def check_settings(cfg: DictConfig) -> None:
             ``export_dir`` a folder holding anything but a previous export (:func:`export_folder_problem`),
             or a head's ``batch_size``/``max_epochs`` not whole numbers >= 1, ``module.lr`` not a finite number
             > 0, ``module.weight_decay``/``module.outside_weight`` not finite numbers >= 0 (``max_epochs=-1``
-            trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights)."""
+            trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights), or
+            a head's ``max_minutes`` (its time budget), when given, not a finite number > 0."""
     from leakloss.checks import SettingsError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
@@ -81,6 +82,8 @@ def check_settings(cfg: DictConfig) -> None:
         numbers |= {f"heads.{name}.module.lr": positive, f"heads.{name}.module.weight_decay": non_negative}
         if OmegaConf.select(cfg, f"heads.{name}.module.outside_weight") is not None:
             numbers[f"heads.{name}.module.outside_weight"] = non_negative
+        if OmegaConf.select(cfg, f"heads.{name}.max_minutes") is not None:  # the time budget: 0 or nan trains nothing
+            numbers[f"heads.{name}.max_minutes"] = positive
     if OmegaConf.select(cfg, "data.max_sentences") is not None:
         whole["data.max_sentences"] = 1  # 0 exported an empty held-out table, -2 was a slice
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
@@ -146,6 +149,18 @@ def build_pairs(cfg: DictConfig, recognizers: dict) -> Path:
     return confirmed
 
 
+class SiteTables(dict):
+    """``tables[role]``: the site-feature table of recognizer ``role``, built on first use and kept."""
+
+    def __init__(self, build) -> None:
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, role: str):
+        self[role] = self._build(role)
+        return self[role]
+
+
 def _logger(cfg: DictConfig, name: str):
     if not cfg.logger or "_target_" not in cfg.logger:
         return False
@@ -165,8 +180,10 @@ def run(cfg: DictConfig) -> dict:
     torch.set_num_threads(cfg.num_threads)
     recognizers = {role: Recognizer.load(cfg.recognizer[role]) for role in ("a", "b")}
     manifest = build_pairs(cfg, recognizers)
-    tables = {role: site_feature_table(manifest, rec, cache_dir=Path(cfg.cache_dir) / "features",
-                                       progress=cfg.progress)[0] for role, rec in recognizers.items()}
+    # site-feature tables on first use: a run of frame heads only (experiment=whisper_frame) never needs them
+    tables = SiteTables(lambda role: site_feature_table(manifest, recognizers[role],
+                                                        cache_dir=Path(cfg.cache_dir) / "features",
+                                                        progress=cfg.progress)[0])
     ctx = Context(cfg, manifest, recognizers, tables)
     data_hash = manifest_sha256(manifest)
     export_dir = Path(cfg.export_dir)
@@ -189,11 +206,28 @@ def run(cfg: DictConfig) -> dict:
 
             best = ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=1, filename="best-{epoch}")
             callbacks = callbacks + [best]
+        budget, resume_from = {}, None
+        if hcfg.get("max_minutes") is not None:  # time-budgeted: Lightning's timer, saved in the checkpoints
+            from datetime import timedelta
+
+            budget = {"max_time": timedelta(minutes=float(hcfg.max_minutes))}
+        if hcfg.get("resume", False):  # resumable: last.ckpt after every epoch, picked up by a rerun
+            from lightning.pytorch.callbacks import ModelCheckpoint
+
+            resume_dir = Path(cfg.out_dir) / name / "resume"
+            callbacks = callbacks + [ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0)]
+            if (resume_dir / "last.ckpt").is_file():
+                resume_from = str(resume_dir / "last.ckpt")
+                print(f"head {name}: resuming from {resume_from}")
         trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
-                              default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True)
-        trainer.fit(module, datamodule=dm)
+                              default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True, **budget)
+        trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
         training = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step),
                     "max_epochs": int(hcfg.max_epochs), "fast_dev_run": bool(trainer.fast_dev_run)}
+        if budget:
+            training["max_minutes"] = float(hcfg.max_minutes)
+        if resume_from:
+            training["resumed_from"] = Path(resume_from).name
         if trainer.fast_dev_run:
             print(f"warning: head {name}: trainer.fast_dev_run ran {trainer.global_step} step(s) only; its card says so",
                   file=sys.stderr)
@@ -217,6 +251,7 @@ def run(cfg: DictConfig) -> dict:
             notes=f"recognizers a={recognizers['a'].name} b={recognizers['b'].name}; config: "
                   + OmegaConf.to_yaml(hcfg).replace("\n", "; "),
             training=training,
+            features=recipe.card_features(ctx, hcfg) if hasattr(recipe, "card_features") else {},
         )
     if not heads:  # an export of no head would replace the previous export's heads with nothing
         raise UntrainedError(f"no head had training rows (skipped: {', '.join(cfg.heads)}): nothing exported")

@@ -5,13 +5,16 @@ build the head and fit its input normalisation, train, evaluate on the held-out 
 features in the card. A recipe supplies those steps for one kind of head:
 
 - :class:`SiteFeatureRecipe`: the MLP heads on the 57 reference-paired site features of one recognizer;
-- :class:`ConvFrameRecipe`: the reference-free raw-conv head on conv-layer frames, with short retained
-  vowels read fast as extra negatives and a short-vowel false-flag row in the held-out table.
+- :class:`ConvFrameRecipe`: the reference-free frame head on the recognizer's frame features (wav2vec2 conv
+  layer 4, or a Whisper encoder's states: ``frame_features``), with short retained vowels read fast as extra
+  negatives, optionally the real recordings of the training speakers as negatives (``real_speech``), and a
+  short-vowel false-flag row in the held-out table.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from leakloss.acoustic.features import FEATURE_NAMES
-from leakloss.pairs.features import CONV_LAYER, ConvTable, conv_feature_table, short_vowel_conv_table
+from leakloss.pairs.features import ConvTable, conv_feature_table, real_speech_conv_table, short_vowel_conv_table
 from train_heads.callbacks import RatesCallback
 from train_heads.data import ConvDataModule, FeatureDataModule, collate_crops
 from train_heads.evaluate import mlp_heldout_rows, rawconv_heldout_rows
@@ -43,7 +46,7 @@ class Context:
         return Path(self.cfg.cache_dir) / "features"
 
 
-def short_vowel_negatives(cfg: DictConfig, recognizer) -> ConvTable:
+def short_vowel_negatives(cfg: DictConfig, recognizer, layer: int | None = None) -> ConvTable:
     """Correct Nepali vowels read fast by every training teacher voice (its own share of the training
     sentences): a deleted vowel and a 40-60 ms retained one are what the reference-free head must tell
     apart. ``data.short_vowel_kinds`` adds quality sites' vowels; ``data.short_vowel_nasalised`` adds the
@@ -61,7 +64,7 @@ def short_vowel_negatives(cfg: DictConfig, recognizer) -> ConvTable:
         for nasalise, pass_kinds in passes:
             tables.append(short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
                                                  kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
-                                                 progress=cfg.progress))
+                                                 progress=cfg.progress, layer=layer))
     out = ConvTable.concat(tables)
     for m in out.meta:  # one sentence in seven (by a stable hash) is dev: model selection sees short vowels too
         if int(hashlib.sha1(m["sentence_id"].encode()).hexdigest(), 16) % 7 == 0:
@@ -91,20 +94,40 @@ class SiteFeatureRecipe:
 
 
 class ConvFrameRecipe:
-    """A :class:`leakloss.heads.RawConvHead` on conv-layer features of ``hcfg.recognizer``.
+    """A :class:`leakloss.heads.RawConvHead` on the frame features of ``hcfg.recognizer`` (its
+    ``frame_features``, layer ``hcfg.frame_layer``; absent: the recognizer's default — wav2vec2 conv layer 4,
+    a Whisper encoder's output).
 
     :func:`short_vowel_negatives` adds correct vowels read fast by the training teacher voices when
-    ``data.short_vowel_sentences`` is set.
+    ``data.short_vowel_sentences`` is set; ``real_speech`` adds every testable site of the real recordings of the
+    *training* speakers (:func:`leakloss.speech.real.real_clips` split ``train``; ``data.real_speech_clips`` caps
+    them) as negatives: their vowels are correct Nepali.
     """
 
+    def __init__(self, real_speech: bool = False) -> None:
+        self.real_speech = real_speech
+
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
-        rec = ctx.recognizers[hcfg.recognizer]
-        conv, _ = conv_feature_table(ctx.manifest, rec, kinds=tuple(hcfg.get("kinds", ["deletion"])),
-                                     cache_dir=ctx.feature_cache, progress=ctx.cfg.progress)
+        rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
+        kinds = tuple(hcfg.get("kinds", ["deletion"]))
+        conv, _ = conv_feature_table(ctx.manifest, rec, kinds=kinds, cache_dir=ctx.feature_cache,
+                                     progress=ctx.cfg.progress, layer=layer)
         if ctx.cfg.data.short_vowel_sentences:
-            extra = short_vowel_negatives(ctx.cfg, rec)
+            extra = short_vowel_negatives(ctx.cfg, rec, layer)
             conv = ConvTable.concat([conv, extra])
             print(f"{hcfg.name}: {len(extra)} short retained vowels added as training negatives")
+        if self.real_speech:
+            from leakloss.speech.real import real_clips
+
+            clips = real_clips(split="train")[: ctx.cfg.data.get("real_speech_clips")]
+            if not clips:  # asked for and absent: say so, never train without them unnoticed
+                print(f"warning: {hcfg.name}: no real recordings of training speakers found "
+                      "(leakloss.speech.real.default_dir()); trained without real-speech negatives", file=sys.stderr)
+            else:
+                real = real_speech_conv_table(rec, clips, kinds=kinds, cache_dir=ctx.feature_cache,
+                                              progress=ctx.cfg.progress, layer=layer)
+                conv = ConvTable.concat([conv, real])
+                print(f"{hcfg.name}: {len(real)} sites of {len(clips)} real training-speaker clips added as negatives")
         return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
 
     def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:
@@ -124,11 +147,19 @@ class ConvFrameRecipe:
 
             _, held = split_sentences(builtin_sentences())
             short = short_vowel_conv_table(ctx.recognizers[hcfg.recognizer], held[: ctx.cfg.data.short_vowel_sentences],
-                                           cache_dir=ctx.feature_cache, progress=ctx.cfg.progress)
+                                           cache_dir=ctx.feature_cache, progress=ctx.cfg.progress,
+                                           layer=hcfg.get("frame_layer"))
         return rawconv_heldout_rows(head, dm.table, short)
 
+    def card_features(self, ctx: Context, hcfg: DictConfig) -> dict:
+        """The card's ``features``: what the head's frames are, so the penalty loads a recognizer that has them."""
+        rec = ctx.recognizers[hcfg.recognizer]
+        layer = rec.default_frame_layer if hcfg.get("frame_layer") is None else int(hcfg.frame_layer)
+        return {"source": rec.frame_source, "layer": layer, "hop_s": rec.frame_hop_s(layer),
+                "channels": rec.frame_channels(layer)}
+
     def feature_names(self, head) -> list[str]:
-        return [f"conv_layer_{CONV_LAYER}_channel_{i}" for i in range(head.in_channels)]
+        return [f"frame_channel_{i}" for i in range(head.in_channels)]
 
 
 Recipe = Any  # SiteFeatureRecipe | ConvFrameRecipe | anything with the same five methods

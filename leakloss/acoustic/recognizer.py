@@ -31,6 +31,10 @@ from leakloss.text.phoneset import PhoneSet
 
 EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
 EMBEDDED = ("a", "b", "w")  # w: the CTC head on the Whisper encoder (leakloss.acoustic.whisper_recognizer)
+#: the frame features a wav2vec2 recognizer offers the leak penalty's frame head: a conv layer's output
+WAV2VEC2_FRAME_SOURCE = "wav2vec2-conv"
+#: the conv layer the raw-conv head reads by default (layer 4 of the standard stack: 5 ms frames)
+DEFAULT_CONV_LAYER = 4
 
 
 #: File endings of pickle-based checkpoints: loading one can run arbitrary code, so they are refused.
@@ -192,6 +196,42 @@ class Recognizer(nn.Module):
         for conv in conv_layers[: layer + 1]:
             hidden = conv(hidden)
         return hidden.float(), self.frame_lengths(lengths, layer)
+
+    # The frame-feature interface the leak penalty reads (shared with WhisperRecognizer): ``layer`` None is
+    # :attr:`default_frame_layer`. Here the frames are a conv layer's output, each depending on a fixed stretch of
+    # input (the stack's receptive field).
+    frame_source = WAV2VEC2_FRAME_SOURCE
+    default_frame_layer = DEFAULT_CONV_LAYER
+
+    def _frame_layer(self, layer: int | None) -> int:
+        return self.default_frame_layer if layer is None else layer
+
+    def frame_features(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None,
+                       normalize: bool = True) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` -> (frame features ``[b, c, g]`` fp32, valid frames ``[b]``), :meth:`frame_hop_s` apart.
+        ``normalize=False``: the caller has centred each item and scaled it to unit RMS (the leak penalty)."""
+        return self.conv_features(waves, self._frame_layer(layer), lengths, normalize)
+
+    def frame_hop_s(self, layer: int | None = None) -> float:
+        return self.conv_hop_s(self._frame_layer(layer))
+
+    def frame_count(self, samples: Tensor | int, layer: int | None = None) -> Tensor | int:
+        """Frames of ``samples`` input samples (0 below :meth:`frame_min_samples`)."""
+        return self.frame_lengths(samples, self._frame_layer(layer))
+
+    def frame_min_samples(self, layer: int | None = None) -> int:
+        """Fewest input samples that make one frame (the conv stack's receptive field)."""
+        from leakloss.functional.crop import conv_receptive_field
+
+        stop = self._frame_layer(layer) + 1
+        return conv_receptive_field(self.conv_kernels[:stop], self.conv_strides[:stop])
+
+    def frame_context_s(self, layer: int | None = None) -> float:
+        """Seconds of input one frame depends on (its receptive field): what a crop must keep around a window."""
+        return self.frame_min_samples(layer) / SAMPLE_RATE
+
+    def frame_channels(self, layer: int | None = None) -> int:
+        return int(self.model.config.conv_dim[self._frame_layer(layer)])
 
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:

@@ -33,6 +33,14 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
 KIND = "whisper-ctc"
+#: the frame features a Whisper recognizer offers the leak penalty's frame head: a hidden state of the encoder
+WHISPER_FRAME_SOURCE = "whisper-states"
+#: RMS the frame features hear each item at (centred, unit RMS, times this): Whisper's log-mel is not
+#: scale-free, so training features and the penalty's must meet one level; studio speech lies at 0.03-0.1
+WHISPER_FRAME_RMS = 0.05
+#: seconds kept each side of a scored window when the penalty is cropped: the encoder's attention is global,
+#: so no finite receptive field exists; a margin past a phone's neighbours and their coarticulation
+WHISPER_CROP_MARGIN_S = 1.0
 HEAD_FILE = "head.safetensors"
 #: what :func:`save_whisper_recognizer` writes (an ``out_dir`` holding other files is refused, never emptied)
 WHISPER_RECOGNIZER_FILES = (HEAD_FILE, "config.json", "vocab.json", "card.json", "README.md")
@@ -128,7 +136,62 @@ class WhisperRecognizer(nn.Module):
     log_probs = forward
 
     def conv_features(self, *args, **kwargs):
-        raise NotImplementedError("the Whisper recognizer has no wav2vec2 conv stack; heads read recognizers a/b")
+        raise NotImplementedError("the Whisper recognizer has no wav2vec2 conv stack; its frame features are "
+                                  "frame_features (the encoder's hidden states)")
+
+    # The frame-feature interface the leak penalty reads (as Recognizer's): a hidden state of the encoder,
+    # ``layer`` 0 the embeddings .. len(layers) the output (final layer norm applied), 20 ms frames.
+    frame_source = WHISPER_FRAME_SOURCE
+    #: seconds of context a crop keeps around a window (global attention: a configured margin, not a field)
+    crop_margin_s = WHISPER_CROP_MARGIN_S
+
+    @property
+    def default_frame_layer(self) -> int:
+        return len(self.frames.encoder.layers)
+
+    def _frame_layer(self, layer: int | None) -> int:
+        layer = self.default_frame_layer if layer is None else layer
+        if not 0 <= layer <= self.default_frame_layer:
+            raise ValueError(f"encoder state {layer} out of range 0..{self.default_frame_layer}")
+        return layer
+
+    def frame_features(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None,
+                       normalize: bool = True) -> tuple[Tensor, Tensor]:
+        """``waves [b, t]`` -> (encoder state ``layer`` ``[b, d, f]`` fp32, valid frames ``[b]``), 20 ms frames.
+
+        Each item is heard centred at RMS :data:`WHISPER_FRAME_RMS` (``normalize=True`` centres and scales it
+        here; ``False``: the caller has centred it and scaled it to unit RMS, as the leak penalty does), zero past
+        its length. Differentiable w.r.t. ``waves`` (the log-mel front end is torch ops)."""
+        from leakloss.functional.leak import rms_normalize
+
+        if waves.dim() == 1:
+            waves = waves[None]
+        layer = self._frame_layer(layer)
+        if lengths is None:
+            lengths = torch.full((waves.shape[0],), waves.shape[-1], dtype=torch.long, device=waves.device)
+        x = rms_normalize(waves, lengths) if normalize else waves.float()
+        feats, frames = self.frames(x.to(self.device) * WHISPER_FRAME_RMS, lengths.to(self.device), layer)
+        return feats.float().transpose(1, 2), frames
+
+    def frame_hop_s(self, layer: int | None = None) -> float:
+        return SAMPLES_PER_FRAME / SAMPLE_RATE
+
+    def frame_count(self, samples: Tensor | int, layer: int | None = None) -> Tensor | int:
+        """Frames of ``samples`` input samples: one per started 20 ms."""
+        if isinstance(samples, Tensor):
+            return WhisperFrames.frame_lengths(samples)
+        return -(-int(samples) // SAMPLES_PER_FRAME)
+
+    def frame_min_samples(self, layer: int | None = None) -> int:
+        return 1
+
+    def frame_context_s(self, layer: int | None = None) -> float:
+        """Seconds a crop keeps each side of a window (:attr:`crop_margin_s`): attention is global, so what a crop
+        leaves out changes the states a little; the margin bounds how much."""
+        return self.crop_margin_s
+
+    def frame_channels(self, layer: int | None = None) -> int:
+        return int(self.frames.dim)
 
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:

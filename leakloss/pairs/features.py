@@ -26,7 +26,7 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
 from leakloss.schema import SHORT_VOWEL
 
-CONV_LAYER = 4
+from leakloss.acoustic.recognizer import DEFAULT_CONV_LAYER as CONV_LAYER  # noqa: I001  (one home; importable here)
 CONV_PAD_S = 0.06
 SITE_PAD_S = 0.02
 
@@ -228,10 +228,13 @@ def site_frame_mask(alignment, word_index_in_list: int, site_position: int, star
 
 
 def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ...] = ("deletion",),
-                       cache_dir: str | Path | None = None, progress: bool = True) -> tuple[ConvTable, dict]:
-    """Raw-conv examples: conv layer-4 features of the word ±60 ms and the site's frames."""
+                       cache_dir: str | Path | None = None, progress: bool = True,
+                       layer: int | None = None) -> tuple[ConvTable, dict]:
+    """Frame-head examples: the recognizer's frame features (``frame_features``: wav2vec2 conv layer 4, or a
+    Whisper encoder state; ``layer`` None: its default) of the word ±60 ms and the site's frames."""
     manifest = Path(manifest)
-    cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, 'conv' + ','.join(kinds))}.pt" if cache_dir else None
+    what = "conv" + ",".join(kinds) + ("" if layer is None else f"|layer{layer}")  # None: the key it always had
+    cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, what)}.pt" if cache_dir else None
     if cache is not None and cache.exists():
         return _load_conv_table(cache)
     records = [r for r in read_manifest(manifest) if r.kind in kinds]
@@ -242,14 +245,14 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
                                 recognizer.name, Path(cache_dir or manifest.parent) / "evidence", recognizer=recognizer,
                                 progress=progress)
     clips: dict[tuple[str, str], tuple] = {}
-    hop_s = recognizer.conv_hop_s(CONV_LAYER)
+    hop_s = recognizer.frame_hop_s(layer)
 
     def clip(audio: str, text: str):
         k = (str(resolve(manifest, audio)), text)
         if k not in clips:
             wave = _load(resolve(manifest, audio))
-            with torch.no_grad():  # the conv stack only: alignment comes from the cached evidence
-                feats, n = recognizer.conv_features(wave[None], CONV_LAYER)
+            with torch.no_grad():  # the frame features only: alignment comes from the cached evidence
+                feats, n = recognizer.frame_features(wave[None], layer=layer)
             clips[k] = (evidence[k], feats[0, :, : int(n[0])], sentences(text), wave.numel() / SAMPLE_RATE)
         return clips[k]
 
@@ -298,7 +301,8 @@ def _nasalised_sites(words) -> list:
 def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s: float = 0.06,
                            rates: tuple[int, ...] = (220, 240, 260, 280, 300, 320, 340), voice=None,
                            split: str = "heldout", nasalise: bool = False, kinds: tuple[str, ...] = ("deletion",),
-                           cache_dir: str | Path | None = None, progress: bool = True) -> ConvTable:
+                           cache_dir: str | Path | None = None, progress: bool = True,
+                           layer: int | None = None) -> ConvTable:
     """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
     head must not flag. Durations come from espeak's phoneme events. ``nasalise`` reads every deletion
     site's vowel nasalised instead (training negatives for the rare anusvara sites). With ``"quality"`` in
@@ -310,12 +314,14 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(sentences).encode())
         h.update(f"{recognizer.name}|{FEATURE_SCHEMA_VERSION}|{base}|{rates}|{min_s}|{max_s}|{split}|{nasalise}|{sorted(kinds)}|v1".encode())
+        if layer is not None:  # None: the key it always had (the recognizer's default frames)
+            h.update(f"|layer{layer}".encode())
         cache = Path(cache_dir) / f"short-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
     finder = _Sentences()
     extractor = EvidenceExtractor(recognizer)
-    hop_s = recognizer.conv_hop_s(CONV_LAYER)
+    hop_s = recognizer.frame_hop_s(layer)
     feats, masks, meta = [], [], []
     for text in tqdm(sentences, desc="short vowels", disable=not progress):
         words = finder(text)
@@ -328,7 +334,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
             if e.alignment is None or not e.alignment.ok:
                 continue
             with torch.no_grad():
-                f, n = recognizer.conv_features(reading.waveform[None], CONV_LAYER)
+                f, n = recognizer.frame_features(reading.waveform[None], layer=layer)
             f = f[0, :, : int(n[0])]
             for k, w in enumerate(words):
                 idx = [i for i, wi in enumerate(reading.phone_words) if wi == k]
@@ -350,6 +356,64 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
                                  "pair_kind": SHORT_VOWEL, "kind": site.kind, "contrast": site.contrast,
                                  "split": split, "word": w.word, "role": "control", "sentence_id": text[:20]})
+    table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
+    if cache is not None:
+        _save_conv_table(cache, table, {"rows": len(table)})
+    return table
+
+
+#: ``pair_kind`` of the frame-head training rows cut from real recordings (training negatives only: no pair, and
+#: never a held-out row, so not a :data:`leakloss.schema.HeldoutKind`)
+REAL_SPEECH = "real_speech"
+
+
+def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = ("deletion", "quality"),
+                           cache_dir: str | Path | None = None, progress: bool = True,
+                           layer: int | None = None, dev_every: int = 7) -> ConvTable:
+    """Negatives from real recordings (:class:`leakloss.speech.real.RealClip`, the *training* speakers'): every
+    testable site of ``kinds`` in a clip whose words align, as a control row (label 0) — a native speaker's vowels
+    are correct Nepali. Frame features of the word ±60 ms and the site's frames, as :func:`conv_feature_table`.
+    One clip in ``dev_every`` (by a stable hash of its id) is dev, the rest train; a clip whose words do not align
+    gives no row."""
+    clips = list(clips)
+    cache = None
+    if cache_dir is not None:
+        h = hashlib.sha256("\n".join(f"{c.id}|{c.text}" for c in clips).encode())
+        h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v1".encode())
+        cache = Path(cache_dir) / f"real-{h.hexdigest()[:16]}.pt"
+        if cache.exists():
+            return _load_conv_table(cache)[0]
+    finder = _Sentences()
+    extractor = EvidenceExtractor(recognizer)
+    hop_s = recognizer.frame_hop_s(layer)
+    feats, masks, meta = [], [], []
+    for clip in tqdm(clips, desc="real speech", disable=not progress):
+        words = finder(clip.text)
+        if not words:
+            continue
+        wave = clip.load()
+        e = extractor.extract(wave, [w.nepali for w in words], words)
+        if e.alignment is None or not e.alignment.ok:
+            continue
+        with torch.no_grad():
+            f, n = recognizer.frame_features(wave[None], layer=layer)
+        f = f[0, :, : int(n[0])]
+        duration = wave.numel() / SAMPLE_RATE
+        split = "dev" if int(hashlib.sha1(clip.id.encode()).hexdigest(), 16) % dev_every == 0 else "train"
+        for k, w in enumerate(words):
+            for site in w.testable_sites:
+                if site.kind not in kinds:
+                    continue
+                wa = e.alignment.word(k)
+                g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
+                g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
+                if g1 <= g0:
+                    continue
+                feats.append(f[:, g0:g1].contiguous())
+                masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
+                meta.append({"pair_id": f"real-{clip.id}-{k}-{site.position}", "pair_kind": REAL_SPEECH,
+                             "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word,
+                             "role": "control", "sentence_id": clip.id, "speaker": clip.speaker})
     table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
     if cache is not None:
         _save_conv_table(cache, table, {"rows": len(table)})
