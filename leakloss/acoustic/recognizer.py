@@ -30,7 +30,7 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
 EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "assets" / "recognizers"
-EMBEDDED = ("a", "b", "w")  # w: the CTC head on the Whisper encoder (leakloss.acoustic.whisper_recognizer)
+EMBEDDED = ("a", "b", "w", "wb")  # w, wb: CTC heads on the Whisper tiny.en / base encoders (acoustic.whisper_recognizer)
 #: the frame features a wav2vec2 recognizer offers the leak penalty's frame head: a conv layer's output
 WAV2VEC2_FRAME_SOURCE = "wav2vec2-conv"
 #: the conv layer the raw-conv head reads by default (layer 4 of the standard stack: 5 ms frames)
