@@ -122,27 +122,30 @@ def test_an_interrupted_evaluate_resumes_and_the_report_appears_whole(tmp_path, 
 
 # --- end to end on the embedded default ---------------------------------------------------------------
 
-SENTENCES = ["आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।", "तिमी यो दसैंमा घर कहिले आउँछौ?"]
-
-
 @pytest.fixture(scope="module")
 def systems(tmp_path_factory):
-    """The embedded teacher and the Hindi base read a few sentences into two F5 folders (as the demo reads)."""
+    """`leakloss testset --out s.tsv`, then the embedded teacher and the Hindi base read its first sentences into
+    two F5 folders (as the demo reads)."""
     from leakloss.audio import save_audio
+    from leakloss.cli import app
     from leakloss.speech.references import teacher_reading
     from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_text
+    from leakloss.testset import parse_testset
 
     root = tmp_path_factory.mktemp("systems")
+    r = runner.invoke(app, ["testset", "--out", str(root / "s.tsv")])
+    assert r.exit_code == 0, r.output
+    sentences = [item.text for item in parse_testset((root / "s.tsv").read_text(encoding="utf-8"))[:2]]
     for name, speak in (("teacher", lambda t: teacher_reading(t, HELDOUT_TEACHER_VOICE)),
                         ("hindi", lambda t: speak_text(t, HELDOUT_HINDI_VOICE))):
         lines = []
-        for i, text in enumerate(SENTENCES):
+        for i, text in enumerate(sentences):
             (root / name).mkdir(exist_ok=True)
             save_audio(root / name / f"s{i}.wav", speak(text).waveform)
             lines.append(f"s{i}.wav|{text}")
         _metadata(root / name, lines)
     with open(root / "hindi" / "metadata.csv", "a", encoding="utf-8") as f:
-        f.write(f"lost.wav|{SENTENCES[0]}\n")
+        f.write(f"lost.wav|{sentences[0]}\n")
     return root
 
 

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
 from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
-from leakloss.schema import SHORT_VOWEL
+from leakloss.schema import KINDS, SHORT_VOWEL
 
 from leakloss.acoustic.recognizer import DEFAULT_CONV_LAYER as CONV_LAYER  # noqa: I001  (one home; importable here)
 CONV_PAD_S = 0.06
@@ -367,7 +367,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
 REAL_SPEECH = "real_speech"
 
 
-def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = ("deletion", "quality"),
+def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                            cache_dir: str | Path | None = None, progress: bool = True,
                            layer: int | None = None, dev_every: int = 7) -> ConvTable:
     """Negatives from real recordings (:class:`leakloss.speech.real.RealClip`, the *training* speakers'): every

@@ -71,7 +71,7 @@ def test_arms_share_weights_batches_and_noise():
 def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeypatch):
     from types import SimpleNamespace
 
-    import leakloss.penalty as penalty_module
+    import leakloss.reward as reward_module
     from leakloss.vocoder import MelToWave
 
     def RewardResult(reward, status):  # noqa: N802 - stand-ins: a real RewardResult refuses an unjudged 0.9
@@ -83,7 +83,7 @@ def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeyp
         [RewardResult(0.0, "unintelligible"), RewardResult(0.0, "alignment_failed"), RewardResult(1.0, "too_short")],
         [RewardResult(0.4, "scored"), RewardResult(0.45, "scored"), RewardResult(0.2, "scored")],
     ])
-    monkeypatch.setattr(penalty_module, "leak_reward_details", lambda waves, texts, penalty: next(rewards))
+    monkeypatch.setattr(reward_module, "leak_reward_details", lambda waves, texts, penalty: next(rewards))
     base, state = _tiny_base()
     model = arm_model(base, state)
     settings = EffectSettings(reward_samples=3, nfe=2, reward_min=0.5)
