@@ -93,12 +93,20 @@ def check_max_per(max_per: object) -> float:
                         low=0.0, low_inclusive=False)
 
 
+def word_check_limit(recognizer) -> float:
+    """The word check's phone-error limit on ``recognizer``: its card's calibrated query limit
+    (``word_check.query_max_per``, as the scorer uses), else the scorer's ``QUERY_MAX_PER``."""
+    from leakloss.scorer import QUERY_MAX_PER
+
+    limits = getattr(recognizer, "word_check_limits", None)
+    return float(limits[0]) if limits else QUERY_MAX_PER
+
+
 @torch.no_grad()
 def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
                         recognizer=None, max_per: float | None = None, finder=None,
                         wave_lengths: Sequence[int] | Tensor | None = None) -> list[RewardResult]:
     """The reward of each ``(wave [t] 16 kHz, text)`` pair, with its status; see :func:`leak_reward`."""
-    from leakloss.scorer import QUERY_MAX_PER
     from leakloss.text.sites import SiteFinder
 
     waveforms = _readings(waveforms, wave_lengths)
@@ -106,7 +114,7 @@ def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[st
     penalty = penalty or LeakPenalty.load()
     recognizer = recognizer or penalty.recognizer
     finder = finder or SiteFinder()
-    max_per = QUERY_MAX_PER if max_per is None else check_max_per(max_per)
+    max_per = word_check_limit(recognizer) if max_per is None else check_max_per(max_per)
     out = []
     for wave, text in zip(waveforms, texts, strict=True):
         out.append(_reward_one(wave, text, penalty, recognizer, finder, max_per))
@@ -161,7 +169,8 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
     The rule, so that an RL loop cannot profit from a reading it cannot be judged on:
 
     - a reading that fails the word check (the recognizer's greedy phone error rate against the text's
-      Nepali phones above ``max_per``, the scorer's ``QUERY_MAX_PER`` = 0.45 by default): silence, noise,
+      Nepali phones above ``max_per``; by default the recognizer's calibrated limit, as the scorer's
+      (:func:`word_check_limit`: ``word_check.query_max_per`` of its card, else ``QUERY_MAX_PER`` = 0.45)): silence, noise,
       another text, mumbling -> ``WORST_REWARD`` (0.0);
     - audio that cannot be read (NaN/Inf, shorter than one recognizer frame), a text whose phones do not
       align, a text with no Devanagari word -> ``WORST_REWARD``;

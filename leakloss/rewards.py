@@ -114,7 +114,7 @@ class LeakRewardProvider(RewardProvider):
     check ran. ``logs``: ``status`` and ``reason``.
 
     ``setup`` keys: ``recognizer`` (default: the head's), ``head_path``, ``device`` ("cpu"), ``max_per``
-    (word-check limit; default the scorer's ``QUERY_MAX_PER``). The penalty loads on first use.
+    (word-check limit; default the recognizer's calibrated one, :func:`leakloss.reward.word_check_limit`). The penalty loads on first use.
     """
 
     name = "leakloss_leak"

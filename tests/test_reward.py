@@ -1,0 +1,44 @@
+"""The reward's word check uses its recognizer's calibrated limit (as the scorer does)."""
+
+import pytest
+import torch
+
+from leakloss.reward import leak_reward_details, word_check_limit
+from leakloss.scorer import QUERY_MAX_PER
+
+TEXT = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
+
+
+class _Limits:
+    def __init__(self, limits):
+        self.word_check_limits = limits
+
+
+def test_the_limit_is_the_cards_calibrated_query_limit_else_the_scorers():
+    assert word_check_limit(_Limits((0.73, 0.22))) == 0.73
+    assert word_check_limit(_Limits(None)) == QUERY_MAX_PER
+    assert word_check_limit(object()) == QUERY_MAX_PER
+
+
+def test_the_shipped_real_speech_recognizers_carry_a_calibrated_limit():
+    from leakloss.acoustic.recognizer import Recognizer
+
+    for name in ("w", "wb"):
+        limit = word_check_limit(Recognizer.load(name))
+        assert QUERY_MAX_PER < limit < 0.85, (name, limit)  # above the default, below another text's median PER
+
+
+def test_a_reading_is_judged_against_its_recognizers_limit(embedded_penalty, monkeypatch):
+    """A calibrated limit just below a reading's phone error rate refuses it, just above passes it, and an
+    explicit max_per wins over the card: the limit is read from the recognizer, not fixed."""
+    from leakloss.speech.synth import HINDI_VOICES, speak_text
+
+    reading = speak_text(TEXT, HINDI_VOICES[0]).waveform
+    rec = embedded_penalty.recognizer
+    per = leak_reward_details([reading], [TEXT], embedded_penalty)[0].phone_error_rate
+    assert per is not None and 0.02 < per <= QUERY_MAX_PER
+    for limit, status in ((per - 0.01, "unintelligible"), (per + 0.01, "scored")):
+        monkeypatch.setattr(rec, "word_check_limits", (limit, 0.1), raising=False)
+        assert leak_reward_details([reading], [TEXT], embedded_penalty)[0].status == status
+    explicit = leak_reward_details([reading], [TEXT], embedded_penalty, max_per=per - 0.01)[0]
+    assert explicit.status == "unintelligible"
