@@ -62,6 +62,7 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.eval.stats import roc_auc
 from leakloss.pairs.splice import delete_span, sham_span
 from leakloss.schema import JUDGED_REWARD_STATUSES
+from leakloss.text.sites import hindi_ward
 from leakloss.timing import TimedSite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,21 +138,6 @@ def load_signal(spec: str, recognizer: str | None = None, head: str | None = Non
         raise ValueError(f"{spec} returned a {type(built).__name__}: neither a Signal nor a penalty with .recognizer")
     return Signal(spec, built, rec, getattr(built, "flag_threshold", FLAG_THRESHOLD), leak_reward_details,
                   locate_sites)
-
-
-def hindi_ward(words) -> list[list[str]]:
-    """Each word's Nepali phones with every testable site said the Hindi way: a deletion site's vowel dropped,
-    a quality site's vowel swapped for the Hindi one (later positions first, so earlier ones stay valid)."""
-    out = []
-    for w in words:
-        phones = list(w.nepali)
-        for site in sorted(w.testable_sites, key=lambda s: -s.position):
-            if site.kind == "deletion":
-                del phones[site.position]
-            else:
-                phones[site.position] = site.hindi
-        out.append(phones)
-    return out
 
 
 def judged_share(results) -> float:

@@ -191,6 +191,22 @@ def no_word_reason(words: Sequence[WordSites]) -> str:
     return "no Devanagari word to score" + (f" (all words skipped: {shown})" if reasons else "")
 
 
+def hindi_ward(words: Sequence[WordSites]) -> list[list[str]]:
+    """Each word's Nepali phones with every testable site said the Hindi way: a deletion site's vowel dropped,
+    a quality site's vowel swapped for the Hindi one (later positions first, so earlier ones stay valid). The
+    words are not edited. The phones a voice says to make a Hindi-ward reading of the words."""
+    out = []
+    for w in words:
+        phones = list(w.nepali)
+        for site in sorted(w.testable_sites, key=lambda s: -s.position):
+            if site.kind == "deletion":
+                del phones[site.position]
+            else:
+                phones[site.position] = site.hindi
+        out.append(phones)
+    return out
+
+
 class SiteFinder:
     """Text -> words with Nepali and Hindi pronunciations and their contrast sites."""
 

@@ -29,16 +29,6 @@ def bench():
 
 
 DELETION = Site("deletion", 1, "ʌ", None, True)
-QUALITY = Site("quality", 3, "ʌi̯", "ɛː", True)
-UNTESTABLE = Site("deletion", 0, "ʌ", None, False)
-
-
-def test_hindi_ward_applies_every_testable_site_and_nothing_else(bench):
-    words = [WordSites(0, "x", ["k", "ʌ", "r", "ʌi̯", "n"], sites=[DELETION, QUALITY]),
-             WordSites(1, "y", ["ʌ", "m"], sites=[UNTESTABLE]),
-             WordSites(2, "z", ["m", "ʌ", "t"], sites=[DELETION])]
-    assert bench.hindi_ward(words) == [["k", "r", "ɛː", "n"], ["ʌ", "m"], ["m", "t"]]
-    assert words[0].nepali == ["k", "ʌ", "r", "ʌi̯", "n"]  # the words are not edited in place
 
 
 def test_judged_share_counts_scored_and_no_testable_site(bench):

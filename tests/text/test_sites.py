@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leakloss.text.phoneset import PhoneSet
-from leakloss.text.sites import SiteFinder, align_phones, find_sites
+from leakloss.text.sites import Site, SiteFinder, WordSites, align_phones, find_sites, hindi_ward
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +217,12 @@ def test_find_sites_refuses_an_unknown_confidence_by_name():
         find_sites(["k", "ʌ"], ["k"], confidence="HIGH")
     with pytest.raises(ValueError, match=r"min_confidence must be one of .*got 'x'"):
         find_sites(["k", "ʌ"], ["k"], confidence="high", min_confidence="x")
+
+
+def test_hindi_ward_applies_every_testable_site_and_nothing_else():
+    deletion, quality = Site("deletion", 1, "ʌ", None, True), Site("quality", 3, "ʌi̯", "ɛː", True)
+    words = [WordSites(0, "x", ["k", "ʌ", "r", "ʌi̯", "n"], sites=[deletion, quality]),
+             WordSites(1, "y", ["ʌ", "m"], sites=[Site("deletion", 0, "ʌ", None, False)]),
+             WordSites(2, "z", ["m", "ʌ", "t"], sites=[deletion])]
+    assert hindi_ward(words) == [["k", "r", "ɛː", "n"], ["ʌ", "m"], ["m", "t"]]
+    assert words[0].nepali == ["k", "ʌ", "r", "ʌi̯", "n"]  # the words are not edited in place
