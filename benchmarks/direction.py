@@ -1,9 +1,23 @@
-"""Direction check of the training signal.
+"""Direction check of a training signal: does descending a leak penalty make another instrument flag fewer sites?
 
-Start from Hindi-base readings of held-out sentences, descend the leak penalty of recognizer A (its
-raw-conv head) on the *input*, then ask a different instrument — the reference-paired scorer as shipped
-(heads on recognizer w; ``--heads-dir leakloss/assets/heads_espeak --check-recognizer a``: the espeak-only
-heads on recognizers A/B, the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged.
+Start from Hindi-ward readings of held-out sentences, descend the leak penalty (``--head``/``--recognizer``,
+passed to :meth:`leakloss.penalty.LeakPenalty.load`; default: the shipped penalty, its raw-conv head on
+recognizer A) on the *input*, then ask a judge on another recognizer — the reference-paired scorer as shipped
+(heads on recognizer w; ``--heads-dir leakloss/assets/heads_espeak``: the espeak-only heads on recognizers A/B,
+the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged. The judge's heads and word
+check must all run on recognizers other than the penalty's: a penalty judged by its own recognizer would grade
+itself, so that is refused (exit 2). The references the judge compares with are the teacher voices' readings.
+
+Readings (``--voices``):
+
+- ``unseen`` (default): the unseen family (:data:`leakloss.speech.festival.UNSEEN_VOICES`, Festival's HTS voices,
+  kept out of every shipped model's training), taking turns by sentence, saying each word's Nepali phones with
+  every testable site said the Hindi way (:func:`leakloss.text.sites.hindi_ward`) through their phone input, as
+  in ``signal_domains.py``; cached under ``$LEAKLOSS_CACHE`` (default ``.cache/leakloss``) ``/direction``;
+- ``espeak``: espeak's held-out Hindi voice reading the text (the figures before 2026-12-05).
+
+The sites are placed on each reading by the penalty's recognizer (:func:`leakloss.site_placement.place_sites`);
+a reading where it places none is not used (counted, with the reason, on stderr).
 
 Two input domains:
 
@@ -14,17 +28,29 @@ Two input domains:
 - ``wave``: Adam on the raw samples. This one is adversarially easy: recognizer A's penalty goes to
   ~0 while recognizer B's flags do not move (measured; see the README).
 
-A control applies random band gains of the same size as the learned ones: if it moved B's flags as
-much, the direction would not come from A's gradient.
+A control applies random band gains of the same size as the learned ones: if it moved the judge's flags as
+much, the direction would not come from the penalty's gradient. The issue's bar: flags after descent at most
+half of before (``halved``), the control within 10% of before (``control_within_10pct``). Sites the judge
+leaves unscored (e.g. its word check refuses the edited reading) are not flags: they are counted apart.
 
-Last line: ``flags_before=… flags_after=… flags_control=… sites=… steps=… domain=…``.
+Defaults (8 sentences, 100 steps; were 10 and 150) keep a run under 5 minutes on 2 busy CPU cores.
+
+Last line: ``flags_before=… flags_after=… flags_control=… sites=… steps=… domain=… deletion_before=…
+deletion_after=… quality_before=… quality_after=… control_within_10pct=… halved=… unscored_before=…
+unscored_after=… unscored_control=… unplaced=… voices=… penalty=RECOGNIZER`` (``unplaced``: readings on which
+the penalty's recognizer placed no site, not used; recognizer A aligns none of the unseen family's).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 import torch
 import torchaudio
@@ -32,12 +58,17 @@ from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
 from leakloss.penalty import LeakPenalty
-from leakloss.site_placement import place_sites
+from leakloss.site_placement import locate_sites
 from leakloss.scorer import Scorer
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text
-from leakloss.text.sites import SiteFinder
+from leakloss.text.sites import SiteFinder, hindi_ward
 
+ROOT = Path(__file__).resolve().parent.parent
+VOICES = ("unseen", "espeak")
+#: The issue's bar: flags after descent at most this share of before, the control within this share of before.
+HALVED = 0.5
+CONTROL_TOLERANCE = 0.10
 HOP = 80  # STFT hop in samples (5 ms)
 WIN = 400
 N_FFT = 512
@@ -107,47 +138,179 @@ def descend(penalty: LeakPenalty, edit: nn.Module, sites, steps: int, lr: float,
     return curve
 
 
-def flags(scorer: Scorer, wave: Tensor, text: str, refs) -> dict[str, tuple[int, int]]:
-    """(flagged, sites) per contrast kind, by the reference-paired scorer."""
+class JudgeError(ValueError):
+    """The judge runs on the penalty's own recognizer (it would grade the penalty by itself)."""
+
+
+def base_name(recognizer_name: str) -> str:
+    """``w@55714b26`` -> ``w``: the recognizer, whatever weights' digest."""
+    return recognizer_name.split("@", 1)[0]
+
+
+def judge_recognizers(scorer) -> dict[str, str]:
+    """Role -> recognizer name of everything the judge decides with: its two heads and its word check."""
+    return {"quality head": scorer.recognizers["a"].name, "deletion head": scorer.recognizers["b"].name,
+            "word check": scorer.check_recognizer_name}
+
+
+def check_judge(penalty_recognizer: str, judge: Mapping[str, str]) -> None:
+    """Raise :class:`JudgeError` when any of the judge's roles runs on the penalty's recognizer."""
+    same = [role for role, name in judge.items() if base_name(name) == base_name(penalty_recognizer)]
+    if same:
+        other = ("--heads-dir leakloss/assets/heads_espeak (heads on recognizers A/B) with a --check-recognizer "
+                 "other than it" if base_name(penalty_recognizer) not in ("a", "b") else
+                 "the shipped scorer (no --heads-dir; heads and word check on recognizer w)")
+        raise JudgeError(f"the judge's {', '.join(same)} run(s) on recognizer {base_name(penalty_recognizer)}, the "
+                         f"one the penalty descends: the check would grade the penalty by itself; pick a judge on "
+                         f"another recognizer, e.g. {other}")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LEAKLOSS_CACHE") or ROOT / ".cache" / "leakloss") / "direction"
+
+
+NO_UNSEEN_VOICE = ("no voice of the unseen family is installed (the festival packages of .ci/run); --voices "
+                   "espeak reads with espeak instead")
+
+
+def unseen_voices(names: Sequence[str] | None = None) -> list:
+    """The installed voices of the unseen family (default :data:`leakloss.speech.festival.UNSEEN_VOICES`)."""
+    from leakloss.speech import festival
+
+    names = festival.UNSEEN_VOICES if names is None else names
+    return [v for v in (festival.get_voice(n) for n in names) if festival.voice_available(v)]
+
+
+def hindi_ward_readings(held: Sequence[str], finder, voices: str, skipped: Counter,
+                        unseen: Sequence | None = None) -> Iterator[tuple[str, list, Tensor, str]]:
+    """``(text, words, wave [t], voice name)`` for each held-out sentence with a testable site, read the Hindi
+    way: by espeak's held-out Hindi voice from the text, or by the unseen family (taking turns by sentence)
+    from :func:`hindi_ward` phones. A reading that cannot be made is counted in ``skipped``, not dropped."""
+    from leakloss.speech import festival
+
+    if voices == "unseen":
+        unseen = unseen_voices() if unseen is None else list(unseen)
+        if not unseen:
+            raise festival.SynthesizerUnavailableError(NO_UNSEEN_VOICE)
+    elif voices != "espeak":
+        raise ValueError(f"voices must be one of {VOICES}, got {voices!r}")
+    turn = 0
+    for text in held:
+        words = [w for w in finder(text) if w.skipped is None]
+        if not any(w.testable_sites for w in words):
+            continue
+        if voices == "espeak":
+            yield text, words, speak_text(text, HELDOUT_HINDI_VOICE).waveform, HELDOUT_HINDI_VOICE.name
+            continue
+        voice = unseen[turn % len(unseen)]
+        turn += 1
+        try:
+            reading = festival.speak_phones(hindi_ward(words), voice, cache_dir=cache_dir() / "festival")
+        except (festival.SynthesisError, KeyError) as err:
+            skipped[f"{voice.name}: {type(err).__name__}"] += 1
+            continue
+        yield text, words, reading.waveform, voice.name
+
+
+def flags(scorer: Scorer, wave: Tensor, text: str, refs) -> dict[str, tuple[int, int, int]]:
+    """(flagged, unscored, sites) per contrast kind, by the reference-paired scorer."""
     r = scorer.score(wave, text, refs)
     out = {}
     for s in (s for w in r["words"] for s in w["sites"]):
-        f, n = out.get(s["kind"], (0, 0))
-        out[s["kind"]] = (f + (s["decision"] == "flagged"), n + 1)
+        f, u, n = out.get(s["kind"], (0, 0, 0))
+        out[s["kind"]] = (f + (s["decision"] == "flagged"), u + (s["decision"] == "unscored"), n + 1)
     return out
 
 
-def main() -> None:
+def summary(totals: Mapping[str, Mapping[str, tuple[int, int, int]]], *, steps: int, domain: str, voices: str,
+            penalty: str, unplaced: int = 0) -> str:
+    """The last line, from the per-stage (``before``/``after``/``control``) per-kind (flagged, unscored, sites);
+    ``unplaced``: readings on which the penalty's recognizer placed no site (not used). With no site, neither
+    bar is met nor missed: ``n/a``."""
+    flagged = {when: sum(f for f, _, _ in per.values()) for when, per in totals.items()}
+    unscored = {when: sum(u for _, u, _ in per.values()) for when, per in totals.items()}
+    per_kind = {f"{kind}_{when}": totals[when].get(kind, (0, 0, 0))[0]
+                for kind in ("deletion", "quality") for when in ("before", "after")}
+    before = flagged["before"]
+    sites = sum(n for _, _, n in totals["before"].values())
+    within = abs(flagged["control"] - before) <= CONTROL_TOLERANCE * before if sites else "n/a"
+    halved = (before > 0 and flagged["after"] <= HALVED * before) if sites else "n/a"
+    return (f"flags_before={before} flags_after={flagged['after']} flags_control={flagged['control']} "
+            f"sites={sites} steps={steps} domain={domain} "
+            + " ".join(f"{k}={v}" for k, v in per_kind.items())
+            + f" control_within_10pct={within} halved={halved} unscored_before={unscored['before']} "
+            f"unscored_after={unscored['after']} unscored_control={unscored['control']} unplaced={unplaced} voices={voices} "
+            f"penalty={base_name(penalty)}")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=10, help="held-out sentences with testable sites")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--sentences", type=positive_int, default=8, help="held-out sentences with placed sites")
+    parser.add_argument("--steps", type=positive_int, default=100)
     parser.add_argument("--domain", choices=("mel", "wave"), default="mel")
-    parser.add_argument("--lr", type=float, default=None, help="default 0.05 (mel) / 1e-3 (wave)")
-    parser.add_argument("--copies", type=int, default=2, help="random copies per step (1: none)")
+    parser.add_argument("--lr", type=positive_float, default=None, help="default 0.05 (mel) / 1e-3 (wave)")
+    parser.add_argument("--copies", type=positive_int, default=2, help="random copies per step (1: none)")
+    parser.add_argument("--voices", choices=VOICES, default="unseen",
+                        help="who reads Hindi-ward: the unseen family (default) or espeak's held-out Hindi voice")
+    parser.add_argument("--head", default=None, help="the penalty's raw-conv head file (default: the shipped one)")
+    parser.add_argument("--recognizer", default=None,
+                        help="the penalty's recognizer (default: the one its head's card names)")
     parser.add_argument("--heads-dir", default=None,
                         help="the judge's heads (default: the shipped ones, on recognizer w; "
                              "leakloss/assets/heads_espeak: the espeak-only heads on A/B)")
     parser.add_argument("--check-recognizer", default=None, help="the judge's word check (default: the scorer's)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     lr = args.lr or (0.05 if args.domain == "mel" else 1e-3)
     torch.set_num_threads(2)
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     _, held = split_sentences(builtin_sentences())
     finder = SiteFinder()
-    penalty = LeakPenalty.load()  # raw-conv head on recognizer A
-    scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)  # the heads' own recognizers
+    unseen = unseen_voices() if args.voices == "unseen" else None
+    if args.voices == "unseen" and not unseen:
+        parser.error(NO_UNSEEN_VOICE)
+    try:
+        penalty = LeakPenalty.load(recognizer=args.recognizer, head_path=args.head)
+    except (ValueError, OSError) as err:  # a bad head file or recognizer: a clear error
+        parser.error(f"the penalty: {err}")
+    try:
+        scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
+    except (ValueError, OSError) as err:
+        parser.error(f"the judge: {err}")
+    judge = judge_recognizers(scorer)
+    try:
+        check_judge(penalty.recognizer.name, judge)
+    except JudgeError as err:
+        parser.error(str(err))
+    print(f"penalty on {penalty.recognizer.name}; judge: "
+          + ", ".join(f"{role} {name}" for role, name in judge.items()) + f"; readings: {args.voices}", flush=True)
     totals = {"before": {}, "after": {}, "control": {}}
-    done, start = 0, time.time()
-    for text in held:
-        if done == args.sentences:
-            break
-        words = [w for w in finder(text) if w.skipped is None]
-        if not any(w.testable_sites for w in words):
-            continue
-        wave = speak_text(text, HELDOUT_HINDI_VOICE).waveform
-        sites = place_sites(wave, text, penalty.recognizer)
+    done, unplaced, skipped, start = 0, Counter(), Counter(), time.time()
+    readings = hindi_ward_readings(held, finder, args.voices, skipped, unseen)
+    for text, words, wave, voice in readings:
+        placement = locate_sites(wave, text, penalty.recognizer, words=words)  # place_sites, with the reason
+        sites = placement.sites
         if not sites:
+            unplaced[placement.status] += 1
             continue
         done += 1
         refs = [speak_phones([w.nepali for w in words], v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
@@ -164,22 +327,28 @@ def main() -> None:
         row = {"before": flags(scorer, wave, text, refs), "after": flags(scorer, new, text, refs),
                "control": flags(scorer, control_wave, text, refs)}
         for when, per_kind in row.items():
-            for kind, (f, n) in per_kind.items():
-                tf, tn = totals[when].get(kind, (0, 0))
-                totals[when][kind] = (tf + f, tn + n)
+            for kind, counts in per_kind.items():
+                totals[when][kind] = tuple(a + b for a, b in zip(totals[when].get(kind, (0, 0, 0)), counts))
         show = "  ".join(f"{k} {row['before'][k][0]}->{row['after'][k][0]} (control {row['control'][k][0]}) "
-                         f"of {n}" for k, (_, n) in row["before"].items())
-        print(f"{text[:32]}…  penalty {curve[0]:.3f} -> {curve[-1]:.3f}  {show}  edit SNR {snr:.1f} dB  "
+                         f"of {n}" for k, (_, _, n) in row["before"].items())
+        print(f"{voice}: {text[:32]}…  penalty {curve[0]:.3f} -> {curve[-1]:.3f}  {show}  edit SNR {snr:.1f} dB  "
               f"[{time.time() - start:.0f}s]", flush=True)
+        if done == args.sentences:
+            break  # before the next reading is made
+    if unplaced or skipped:
+        print(f"not used: {sum(unplaced.values())} reading(s) with no site placed by {penalty.recognizer.name} "
+              f"{dict(unplaced)}"
+              + (f"; not synthesised: {dict(skipped)}" if skipped else ""), file=sys.stderr, flush=True)
+    if done < args.sentences:
+        print(f"only {done} of {args.sentences} sentences had a reading with sites", file=sys.stderr, flush=True)
     for kind in sorted(totals["before"]):
-        b, n = totals["before"][kind]
-        print(f"{kind}: flagged before {b}/{n}, after {totals['after'][kind][0]}/{n}, "
-              f"control {totals['control'][kind][0]}/{n}")
-    total = {when: sum(f for f, _ in per.values()) for when, per in totals.items()}
-    sites = sum(n for _, n in totals["before"].values())
+        b, u, n = totals["before"][kind]
+        after, control = totals["after"].get(kind, (0, 0, 0)), totals["control"].get(kind, (0, 0, 0))
+        print(f"{kind}: flagged before {b}/{n} ({u} unscored), after {after[0]}/{n} ({after[1]} unscored), "
+              f"control {control[0]}/{n} ({control[1]} unscored)")
     print(f"{time.time() - start:.0f}s for {done} sentences")
-    print(f"flags_before={total['before']} flags_after={total['after']} flags_control={total['control']} "
-          f"sites={sites} steps={args.steps} domain={args.domain}")
+    print(summary(totals, steps=args.steps, domain=args.domain, voices=args.voices, penalty=penalty.recognizer.name,
+                  unplaced=sum(unplaced.values())))
 
 
 if __name__ == "__main__":
