@@ -163,7 +163,7 @@ def test_unseen_readings_say_the_hindi_ward_phones_by_turns_and_count_failures(b
             break
     assert [v for v, _ in said] == ["v1", "v2", "v1", "v2"]  # by turns, the failed reading included
     assert skipped == Counter({"v2: SynthesisError": 1})
-    text, words, _, voice = out[0]
+    _, words, _, voice = out[0]
     assert voice == "v1" and any(w.testable_sites for w in words)
     assert said[0][1] == hindi_ward(words) != [w.nepali for w in words]
 
@@ -182,7 +182,7 @@ def test_an_unseen_voice_reads_a_held_out_sentence_hindi_ward(bench, monkeypatch
         pytest.skip("no Festival voice of the unseen family installed")
     monkeypatch.setenv("LEAKLOSS_CACHE", str(tmp_path))
     skipped = Counter()
-    text, words, wave, voice = next(bench.hindi_ward_readings(held_sentences(), SiteFinder(), "unseen", skipped,
+    _, _, wave, voice = next(bench.hindi_ward_readings(held_sentences(), SiteFinder(), "unseen", skipped,
                                                               voices[:1]))
     assert voice == voices[0].name and voice in festival.UNSEEN_VOICES
     assert wave.dim() == 1 and wave.numel() > 8000 and bool(torch.isfinite(wave).all()) and wave.abs().max() > 0
