@@ -14,7 +14,7 @@ Readings (``--voices``):
   kept out of every shipped model's training), taking turns by sentence, saying each word's Nepali phones with
   every testable site said the Hindi way (:func:`leakloss.text.sites.hindi_ward`) through their phone input, as
   in ``signal_domains.py``; cached under ``$LEAKLOSS_CACHE`` (default ``.cache/leakloss``) ``/direction``;
-- ``espeak``: espeak's held-out Hindi voice reading the text (the figures before 2026-12-05).
+- ``espeak``: espeak's held-out Hindi voice reading the text (the default before 2026-12-04 22:00 UTC).
 
 The sites are placed on each reading by the penalty's recognizer (:func:`leakloss.site_placement.place_sites`);
 a reading where it places none is not used (counted, with the reason, on stderr).
@@ -33,7 +33,11 @@ much, the direction would not come from the penalty's gradient. The issue's bar:
 half of before (``halved``), the control within 10% of before (``control_within_10pct``). Sites the judge
 leaves unscored (e.g. its word check refuses the edited reading) are not flags: they are counted apart.
 
-Defaults (8 sentences, 100 steps; were 10 and 150) keep a run under 5 minutes on 2 busy CPU cores.
+Defaults: 8 sentences, 100 steps (were 10 and 150; A's penalty falls from ~5 to <0.01 within 100 steps). Measured
+2026-12-04 on 2 CPU cores shared with a training and another benchmark: the default run takes 75 s (recognizer A
+places no site on the unseen family, so nothing is descended); a sentence whose sites are placed costs ~100 s
+there with recognizer A (~15 s on an idle machine), more with a larger recognizer (wb): on a busy machine pass
+``--sentences 3`` to stay near 5 minutes.
 
 Last line: ``flags_before=… flags_after=… flags_control=… sites=… steps=… domain=… deletion_before=…
 deletion_after=… quality_before=… quality_after=… control_within_10pct=… halved=… unscored_before=…
