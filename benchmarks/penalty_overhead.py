@@ -57,7 +57,8 @@ Figures, measured in one run:
     no gradient, one reading at a time, as ``Scorer`` runs it), before: ``DEFAULT_RECOGNIZER`` (w, Whisper
     tiny.en padded to 30 s), after: wb (Whisper base, own length), with their real weights, on the same
     ``--scorer-clips`` clips (real test-speaker recordings of ``shared/data/real-nepali-speech`` cut to
-    ``--scorer-seconds``, else speech-like signals), interleaved, after a warm-up. ``nan`` (and why, on stderr)
+    ``--scorer-seconds``, else speech-like signals), interleaved, after a warm-up, on ``--scorer-threads`` torch
+    threads (default 1: on a busy 2-core machine two threads wait on each other and the figures swing 3x). ``nan`` (and why, on stderr)
     when either recognizer's weights are not installed. Not the penalty's recognizer: measured whatever
     ``--recognizer`` is.
 
@@ -704,7 +705,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scorer-clips", type=int, default=4,
                         help=f"clips for the scorer's recognizer throughput ({DEFAULT_RECOGNIZER} vs {SCORER_AFTER})")
     parser.add_argument("--scorer-seconds", type=float, default=8.0, help="longest scorer clip, seconds")
-    parser.add_argument("--margin-sensitivity", type=float, nargs="*", default=[0.25, 0.5],
+    parser.add_argument("--scorer-threads", type=int, default=1,
+                        help="torch threads for the scorer's throughput (1: on a busy machine two threads wait on"
+                             " each other, the small own-length matrices most; see whisper_own_length.py)")
+    parser.add_argument("--margin-sensitivity", type=float, nargs="*", default=[0.25],
                         help="Whisper crop margins (s) to price on draw 0 besides the shipped one (none: skip)")
     args = parser.parse_args(argv)
     rec_name = args.recognizer or shipped_head_recognizer()
@@ -794,18 +798,24 @@ def main(argv: list[str] | None = None) -> None:
           f" with penalty {wall['median']['with'] * 1000:.1f} ms"
           f" over {wall['steps']} steps each (penalty paid on {wall['paid']}/{wall['steps']});"
           f" tiny F5 has {wall['params'] / 1e6:.2f} M params (Base {f5_step_flops.params / 1e6:.0f} M), the recognizer"
-          " convs keep their real size, so this ratio is not Base's")
+          " keeps its real size, so this ratio is not Base's")
     print("  penalty alone, fwd+bwd on the batch: " + ", ".join(
         f"{k} {v * 1000:.1f} ms" for k, v in wall["split"].items()) + " (MelToWave.tiny(0): dim 32, 1 layer)")
 
     # ---- the scorer's recognizer -----------------------------------------------------------------------------------
     clips, clips_note = scorer_clips(args.scorer_clips, args.scorer_seconds)
-    speed = scorer_speed(clips)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.scorer_threads)
+    try:
+        speed = scorer_speed(clips)
+    finally:
+        torch.set_num_threads(threads)
     if "why" in speed:
         print(f"scorer throughput not measured: {speed['why']}", file=sys.stderr)
     else:
         audio = sum(c.numel() for c in clips) / SAMPLE_RATE
-        print(f"scorer recognizer pass (no gradient, one reading at a time) on {clips_note}, {audio:.1f} s of audio:"
+        print(f"scorer recognizer pass (no gradient, one reading at a time, {args.scorer_threads} torch thread(s)) on"
+              f" {clips_note}, {audio:.1f} s of audio:"
               f" before {speed['names']['before']} {speed['before']:.2f} s audio/s, after {speed['names']['after']}"
               f" {speed['after']:.2f} s audio/s ({speed['after'] / speed['before']:.2f}x); random-weight"
               " architectures match the real ones: " + ", ".join(f"{k} {v}" for k, v in speed["arch_matches"].items()))
