@@ -1,6 +1,16 @@
-"""Benchmark: what the leak penalty adds to an F5-TTS training step.
+"""Benchmark: what the leak penalty adds to an F5-TTS training step, and what the scorer's recognizer costs.
 
-Two figures, measured in one run:
+The penalty runs on ``--recognizer`` (default: the recognizer the shipped head's card names,
+``leakloss/assets/heads/rawconv.json``): ``a``, recognizer A's wav2vec2 conv stack to layer 4 (64 channels, kernels
+10,3,3,3,3, strides 5,2,2,2,2; 5 ms frames) under the shipped head (or ``conf/head/rawconv.yaml``'s
+``RawConvHead(64, 48, 5, 3, members 3)``); ``wb``, the multilingual Whisper base encoder (d_model 512, 6 layers,
+8 heads, 80 mel bins, 2 convs; 20 ms frames) run on each item's own length, as recognizer wb runs it, under the
+shipped head when its card names wb, else ``conf/head/whisper_frame.yaml``'s frame head (``RawConvHead(512, 64,
+3, 3, members 3)``) with random weights; ``w``, Whisper tiny.en (384, 4 layers) padded to 30 s. The Whisper
+architectures are built offline with random weights (the same FLOPs; :func:`whisper_architecture`, shapes
+checked against the real recognizers when they are installed), so the benchmark runs on a fresh clone.
+
+Figures, measured in one run:
 
 ``penalty_flops_share``
     FLOPs of the penalty's forward + backward (to the mel) per training step, as a share of one
@@ -8,48 +18,69 @@ Two figures, measured in one run:
     conv_layers 4, 100 mels; transformer forward on ``[b, n, 100]`` + backward) at its published
     batch of 38,400 mel frames per GPU. The penalty: the released ``charactr/vocos-mel-24khz``
     generator (ConvNeXt backbone dim 512 / intermediate 1536 / 8 layers + ISTFT head n_fft 1024
-    hop 256, random weights, built offline from ``vocos`` classes), resample 24k -> 16k, the
-    recognizer's conv stack to layer 4 (64 channels, kernels 10,3,3,3,3, strides 5,2,2,2,2) and
-    ``RawConvHead(64, 48, 5, 3)``. Upper bound: every item of the batch has sites and every step
+    hop 256, random weights, built offline from ``vocos`` classes) on the mels plus their silent tail
+    (``VOCODER_TAIL_FRAMES``), resample 24k -> 16k, the recognizer's frame features (see above) on the items plus
+    the penalty's ``tail_samples`` and the head. Upper bound: every item of the batch has sites and every step
     pays (no CFG text drop). Counted with ``torch.utils.flop_counter.FlopCounterMode`` on fake
     tensors (no memory, no compute), with two additions (see ``_flop_counter``): CPU SDPA kernels and
     the weight gradient of grouped convolutions. The inverse FFT of the ISTFT head is not an op the
-    counter knows; it is added analytically (2.5 N log2 N per frame and direction).
-
-``wall_ratio``
-    Wall clock of a tiny F5 (``tiny_f5()``: dim 64, depth 2) training step (forward + backward +
-    AdamW step, batch 4 of ~2 s utterances, real CPU) WITH the penalty (``LeakAwareCFM`` with
-    ``LeakPenalty(recognizer A architecture, RawConvHead, MelToWave.tiny(0))``, ``leak_weight=1``,
-    two sites per text) divided by WITHOUT it; CFG drops off so every step pays; steps of the two
-    models interleaved, median of ``--steps`` after warm-up. The tiny F5 is ~1000x smaller than
-    Base while the recognizer conv stack keeps its real size, so this ratio says little about
-    Base: it is the end-to-end check that the penalty runs in a real training step, and what it
-    costs next to a very small model.
+    counter knows; it is added analytically (2.5 N log2 N per frame and direction); Whisper's log-mel STFT
+    (n_fft 400) is left out (< 0.1% of its encoder). The stage sum is checked against the whole
+    ``LeakPenalty(mels=...)`` counted on real tensors (printed).
 
 ``penalty_flops_share_cropped``
     The same F5 v1 Base step with the penalty as ``LeakAwareCFM(leak_crop=True)`` runs it
     (:mod:`leakloss.functional.crop` via ``integrations.f5_tts.cropped_penalty``): only crops around the
-    sites inside F5's infilled span are vocoded (site window + the receptive-field context computed from the
-    released Vocos / recognizer / head modules), in length groups padded to their longest as the code batches
-    them, and only the scored regions go through the recognizer convs and head (also in length groups, each
+    sites inside F5's infilled span are vocoded (site window + the context computed from the released Vocos /
+    recognizer / head modules: a wav2vec2 stack's receptive field, or for Whisper's global attention its crop
+    margin ``WHISPER_CROP_MARGIN_S``, 1 s each side), in length groups padded to their longest as the code
+    batches them, and only the scored regions go through the recognizer and head (also in length groups, each
     with the penalty's tail of zeros). Sites are drawn per utterance as a Poisson
     process at ``--crop-site-density`` sites/s (default 0.6: the built-in sentences' 0.24 testable sites/word
     at 2.5 words/s), ``--site-duration`` long; the infilled span is F5's (70-100% of each utterance, random
-    start); ``--crop-draws`` seeded batches, the mean share is reported.
+    start); ``--crop-draws`` seeded batches, the mean share is reported. Issue 40's target on the Whisper
+    encoder: at most 2%. On a Whisper recognizer the share at other crop margins (``--margin-sensitivity``,
+    draw 0) is printed before the last line.
+
+``wall_ratio``
+    Wall clock of a tiny F5 (``tiny_f5()``: dim 64, depth 2) training step (forward + backward +
+    AdamW step, batch 4 of ~2 s utterances, real CPU) WITH the penalty (``LeakAwareCFM`` with
+    ``LeakPenalty(the recognizer above, its head, MelToWave.tiny(0))``, ``leak_weight=1``,
+    two sites per text) divided by WITHOUT it; CFG drops off so every step pays; steps of the two
+    models interleaved, median of ``--steps`` after warm-up. The tiny F5 is ~1000x smaller than
+    Base while the recognizer keeps its real size, so this ratio says little about
+    Base: it is the end-to-end check that the penalty runs in a real training step, and what it
+    costs next to a very small model.
+
+``scorer_speed_before`` / ``scorer_speed_after``
+    Seconds of audio per second of CPU wall clock of the scorer's recognizer pass (``recognizer(wave[None])``,
+    no gradient, one reading at a time, as ``Scorer`` runs it), before: ``DEFAULT_RECOGNIZER`` (w, Whisper
+    tiny.en padded to 30 s), after: wb (Whisper base, own length), with their real weights, on the same
+    ``--scorer-clips`` clips (real test-speaker recordings of ``shared/data/real-nepali-speech`` cut to
+    ``--scorer-seconds``, else speech-like signals), interleaved, after a warm-up, on ``--scorer-threads`` torch
+    threads (default 1: on a busy 2-core machine two threads wait on each other and the figures swing 3x). ``nan`` (and why, on stderr)
+    when either recognizer's weights are not installed. Not the penalty's recognizer: measured whatever
+    ``--recognizer`` is.
+
+``recognizer``
+    The penalty's recognizer the shares and the ratio were measured on.
 
 Also printed before the last line: ``site_window_flops_share=...``, the earlier rough estimate with fixed
 crops (``--site-density`` sites/s, ``--window-margin`` each side).
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/penalty_overhead.py`` (~1 min on one core). The last line is
-``penalty_flops_share=X.XXXX penalty_flops_share_cropped=Z.ZZZZ wall_ratio=Y.YY`` (uncropped share first, as
-before; the cropped one is what ``finetune-f5`` runs by default).
+Run: ``OMP_NUM_THREADS=2 python benchmarks/penalty_overhead.py [--recognizer wb]`` (about 2 min for a, 4-5 min
+for wb on 2 busy cores; ``OMP_NUM_THREADS=1`` for one). The last line is ``penalty_flops_share=X.XXXX
+penalty_flops_share_cropped=Z.ZZZZ wall_ratio=Y.YY scorer_speed_before=B.BB scorer_speed_after=A.AA
+recognizer=NAME`` (uncropped share first, as before; the cropped one is what ``finetune-f5`` runs by default).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -58,15 +89,30 @@ import torchaudio.functional as AF
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.acoustic.whisper_recognizer import WHISPER_FRAME_RMS, WHISPER_FRAME_SOURCE
+from leakloss.constants import DEFAULT_RECOGNIZER, MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.heads import RawConvHead
 from leakloss.penalty import LeakPenalty
 from leakloss.timing import TimedSite
-from leakloss.vocoder import MelToWave
+from leakloss.vocoder import VOCODER_TAIL_FRAMES, MelToWave
 
 F5_BATCH_FRAMES = 38_400  # F5TTS_v1_Base.yaml: batch_size_per_gpu (frame-wise), max_samples 64
 FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # 93.75 mel frames per second
 TARGET_SHARE = 0.05
+#: the issue's bound on the cropped penalty's share of a step (issue 40: on the Whisper encoder)
+TARGET_SHARE_CROPPED = 0.02
+RECOGNIZERS = ("a", "wb", "w")
+WHISPER_RECOGNIZERS = ("w", "wb")
+#: Whisper encoders' shapes (OpenAI's model dims), as :meth:`WhisperFrames.load` reads them from the weights: the
+#: benchmark builds them with random weights, so it runs without the encoders installed
+WHISPER_ENCODER_DIMS = {
+    "tiny.en": {"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+                "num_mel_bins": 80, "max_source_positions": 1500},
+    "base": {"d_model": 512, "encoder_layers": 6, "encoder_attention_heads": 8, "encoder_ffn_dim": 2048,
+             "num_mel_bins": 80, "max_source_positions": 1500},
+}
+#: the scorer's recognizer after issue 40 (before it: DEFAULT_RECOGNIZER, w, padded to 30 s)
+SCORER_AFTER = "wb"
 
 aten = torch.ops.aten
 
@@ -128,6 +174,19 @@ def fwd_bwd(module: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return run
 
 
+def counted(module: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """FLOPs of :func:`fwd_bwd` of ``module`` on ``x``, and its output (detached): one forward, not two."""
+    held: list[torch.Tensor] = []
+
+    def run() -> None:
+        inp = x.detach().requires_grad_(True)
+        out = module(inp)
+        out.backward(torch.ones_like(out))
+        held.append(out.detach())
+
+    return count_flops(run)[0], held[0]
+
+
 def irfft_flops(frames: int, n_fft: int = MEL_N_FFT) -> int:
     """Analytic: a real FFT of size N ~ 2.5 N log2 N flops; forward (irfft) + backward (its adjoint)."""
     return int(2 * frames * 2.5 * n_fft * math.log2(n_fft))
@@ -173,20 +232,89 @@ class Resample(nn.Module):
         return AF.resample(wave, MEL_SAMPLE_RATE, SAMPLE_RATE)
 
 
-class ConvStack(nn.Module):
-    def __init__(self, recognizer: nn.Module, layer: int = 4) -> None:
+class FrameFeatures(nn.Module):
+    """The recognizer's frame features as ``LeakPenalty.frame_logits`` asks for them (``normalize=False``): a
+    wav2vec2 recognizer's conv stack to its layer, or a Whisper recognizer's encoder state (:func:`whisper_states`,
+    which fake tensors can run)."""
+
+    def __init__(self, recognizer: nn.Module, layer: int) -> None:
         super().__init__()
         self.recognizer, self.layer = recognizer, layer
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        return self.recognizer.conv_features(wave, self.layer)[0]
+        if self.recognizer.frame_source == WHISPER_FRAME_SOURCE:
+            return whisper_states(self.recognizer, wave, self.layer)
+        return self.recognizer.frame_features(wave, None, self.layer, normalize=False)[0]
 
 
-def build_recognizer():
-    """The embedded recognizer A when built, else its architecture with random weights."""
+def whisper_states(recognizer: nn.Module, wave: torch.Tensor, layer: int) -> torch.Tensor:
+    """``WhisperRecognizer.frame_features(wave, layer=layer, normalize=False)`` on ``[b, t]`` items all ``t`` long,
+    op for op, with the frame counts taken from the shape: the library reads them from a lengths tensor
+    (``int(frames.max())``), which fake tensors cannot. No key mask (every item is ``t`` long, so the library adds
+    none either). Checked against the real penalty on real tensors in :func:`check_against_full_penalty`."""
+    from leakloss.acoustic.whisper_encoder import N_SAMPLES, SAMPLES_PER_FRAME
+
+    frames = recognizer.frames
+    b, t = wave.shape
+    n = max(1, -(-t // N_SAMPLES))  # 30 s windows
+    windows = nn.functional.pad(wave.float(), (0, n * N_SAMPLES - t)).reshape(b * n, N_SAMPLES)
+    own = -(-min(t, N_SAMPLES) // SAMPLES_PER_FRAME) if frames.own_length else None  # the longest window's frames
+    mel = frames.mel(windows * WHISPER_FRAME_RMS, own)
+    states = frames.encode_mel(mel, layer)  # [b * n, f, d]
+    states = states.reshape(b, -1, states.shape[-1])[:, : -(-t // SAMPLES_PER_FRAME)]
+    return states.float().transpose(1, 2)
+
+
+def recognizer_part(recognizer: nn.Module) -> str:
+    """The name of the recognizer's stage in the printed breakdown."""
+    return "whisper encoder" if recognizer.frame_source == WHISPER_FRAME_SOURCE else "recognizer convs"
+
+
+def shipped_head_recognizer() -> str:
+    """The recognizer the shipped penalty head was trained on (its card, ``rawconv.json``): the default."""
+    from leakloss.penalty import SHIPPED_HEADS
+
+    card = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
+    return card["recognizer"].split("@", 1)[0]
+
+
+def whisper_architecture(name: str, seed: int = 0):
+    """Embedded Whisper recognizer ``name`` (w, wb) with random weights, offline: the encoder its
+    ``config.json`` names (:data:`WHISPER_ENCODER_DIMS`), run as it runs (``own_length``), and its phone head."""
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    from leakloss.acoustic.recognizer import EMBEDDED_DIR
+    from leakloss.acoustic.whisper_encoder import WhisperFrames
+    from leakloss.acoustic.whisper_recognizer import WhisperPhoneHead, WhisperRecognizer
+
+    folder = EMBEDDED_DIR / name
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    encoder_name = config.get("encoder_name", "tiny.en")  # as WhisperRecognizer.load reads it
+    # as WhisperFrames.load builds it from the weights
+    whisper = WhisperConfig(**WHISPER_ENCODER_DIMS[encoder_name], activation_function="gelu", dropout=0.0,
+                            attention_dropout=0.0, activation_dropout=0.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        frames = WhisperFrames(WhisperEncoder(whisper), source=f"{encoder_name} architecture",
+                               own_length=bool(config.get("own_length", False)))
+        head = WhisperPhoneHead(**config["head"])
+    return WhisperRecognizer(frames, head, vocab, name=f"{name}-architecture", encoder_name=encoder_name)
+
+
+def build_recognizer(name: str = "a"):
+    """Recognizer ``name``'s architecture for counting and the tiny-F5 step: the embedded recognizer A when
+    built, else A's architecture with random weights; a Whisper recognizer's architecture with random weights
+    (:func:`whisper_architecture`: the same FLOPs, and no encoder weights needed)."""
     from leakloss.acoustic.recognizer import EMBEDDED_DIR, Recognizer
     from leakloss.acoustic.recognizer_training import RecognizerArchitecture, build_model, build_vocab
 
+    if name in WHISPER_RECOGNIZERS:
+        rec = whisper_architecture(name)
+        how = "own length" if rec.frames.own_length else "padded to 30 s"
+        return rec, (f"recognizer {name} architecture (Whisper {rec.encoder_name} encoder, d {rec.frames.dim}, "
+                     f"{len(rec.frames.encoder.layers)} layers, {how}), random weights")
     if (EMBEDDED_DIR / "a" / "model.safetensors").exists():
         return Recognizer.load("a"), "embedded recognizer A"
     vocab = build_vocab([])
@@ -195,19 +323,31 @@ def build_recognizer():
     return Recognizer(model, vocab, name="a-architecture"), "recognizer A architecture, random weights (A not built)"
 
 
-def build_head() -> tuple[RawConvHead, str]:
+def build_head(recognizer_name: str, in_channels: int) -> tuple[RawConvHead, str]:
+    """The shipped penalty head when its card names ``recognizer_name``, else the head its training config gives
+    that recognizer (``conf/head/rawconv.yaml`` for A, ``whisper_frame.yaml`` for a Whisper recognizer) with
+    random weights."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    from leakloss.heads import load_head
     from leakloss.penalty import SHIPPED_HEADS
 
     path = SHIPPED_HEADS / "rawconv.safetensors"
-    if path.exists():
-        from leakloss.heads import load_head
-
+    if path.exists() and shipped_head_recognizer() == recognizer_name:
         head, _ = load_head(path)
         if isinstance(head, RawConvHead):
             return head, "shipped rawconv head"
+    conf = "whisper_frame.yaml" if recognizer_name in WHISPER_RECOGNIZERS else "rawconv.yaml"
+    model = OmegaConf.to_container(OmegaConf.create(
+        resources.files("leakloss.conf").joinpath(f"head/{conf}").read_text(encoding="utf-8")).model)
+    shape = {k: v for k, v in model.items() if k != "_target_"} | {"in_channels": in_channels}
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        return RawConvHead(in_channels=64, width=48, kernel=5, layers=3), "RawConvHead(64, 48, 5, 3), random weights"
+        head = RawConvHead(**shape)
+    return head, (f"RawConvHead({', '.join(f'{k}={v}' for k, v in shape.items())}) of conf/head/{conf}, "
+                  "random weights")
 
 
 def released_vocos() -> MelToWave:
@@ -255,25 +395,29 @@ def f5_step_flops(batch: int, frames: int) -> int:
 
 
 def penalty_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[str, int]:
-    """Forward + backward (to the mel) FLOPs of each stage of the penalty on ``[batch, frames, 100]`` mels."""
+    """Forward + backward (to the mel) FLOPs of each stage of the penalty on ``[batch, frames, 100]`` mels, as
+    ``LeakPenalty(mels=...)`` runs them: the vocoder on the mels plus their silent tail
+    (:data:`~leakloss.vocoder.VOCODER_TAIL_FRAMES`), the recognizer on the items' samples plus the penalty's
+    ``tail_samples``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from leakloss.vocoder import mel_lengths_to_samples
 
     vocoder = penalty.mel_to_wave
     out: dict[str, int] = {}
+    vocoded = frames + VOCODER_TAIL_FRAMES
     with FakeTensorMode(allow_non_fake_inputs=True):  # real (frozen) weights, fake activations
-        mel = torch.randn(batch, frames, MEL_BINS)
-        hidden = vocoder.backbone(mel.transpose(1, 2))
-        out["vocoder backbone"] = count_flops(fwd_bwd(lambda m: vocoder.backbone(m.transpose(1, 2)), mel))[0]
-        head = CountableISTFTHead(vocoder.head)
-        wave24 = head(hidden)
-        out["vocoder ISTFT head"] = count_flops(fwd_bwd(head, hidden))[0] + irfft_flops(batch * frames)
-        resample = Resample()
-        wave16 = resample(wave24)
-        out["resampler"] = count_flops(fwd_bwd(resample, wave24))[0]
-        convs = ConvStack(penalty.recognizer, penalty.conv_layer)
-        feats = convs(wave16)
-        out["recognizer convs"] = count_flops(fwd_bwd(convs, wave16))[0]
-        out["raw-conv head"] = count_flops(fwd_bwd(penalty.head, feats))[0]
+        mel = torch.randn(batch, vocoded, MEL_BINS)
+        out["vocoder backbone"], hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
+        out["vocoder ISTFT head"], wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
+        out["vocoder ISTFT head"] += irfft_flops(batch * vocoded)
+        out["resampler"], wave16 = counted(Resample(), wave24)
+        wave16 = wave16[:, : int(mel_lengths_to_samples(frames))]
+        wave16 = nn.functional.pad(wave16, (0, penalty.min_samples + penalty.tail_samples - min(
+            wave16.shape[-1], penalty.min_samples)))  # frame_logits' padding and silent tail
+        rec = FrameFeatures(penalty.recognizer, penalty.conv_layer)
+        out[recognizer_part(penalty.recognizer)], feats = counted(rec, wave16)
+        out["raw-conv head"] = counted(penalty.head, feats)[0]
     return out
 
 
@@ -323,19 +467,18 @@ def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]],
     with FakeTensorMode(allow_non_fake_inputs=True):
         for count, mel_frames in groups:
             mel = torch.randn(count, mel_frames, MEL_BINS)
-            hidden = vocoder.backbone(mel.transpose(1, 2))
-            out["vocoder backbone"] += count_flops(fwd_bwd(lambda m: vocoder.backbone(m.transpose(1, 2)), mel))[0]
-            head = CountableISTFTHead(vocoder.head)
-            wave24 = head(hidden)
-            out["vocoder ISTFT head"] += count_flops(fwd_bwd(head, hidden))[0] + irfft_flops(count * mel_frames)
-            out["resampler"] += count_flops(fwd_bwd(Resample(), wave24))[0]
-        convs = ConvStack(penalty.recognizer, penalty.conv_layer)
-        out["recognizer convs"] = out["raw-conv head"] = 0
+            flops, hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
+            out["vocoder backbone"] += flops
+            flops, wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
+            out["vocoder ISTFT head"] += flops + irfft_flops(count * mel_frames)
+            out["resampler"] += counted(Resample(), wave24)[0]
+        rec, part = FrameFeatures(penalty.recognizer, penalty.conv_layer), recognizer_part(penalty.recognizer)
+        out[part] = out["raw-conv head"] = 0
         for count, samples in wave_groups:
-            wave16 = torch.randn(count, samples + penalty.tail_samples)
-            feats = convs(wave16)
-            out["recognizer convs"] += count_flops(fwd_bwd(convs, wave16))[0]
-            out["raw-conv head"] += count_flops(fwd_bwd(penalty.head, feats))[0]
+            wave16 = torch.randn(count, max(samples, penalty.min_samples) + penalty.tail_samples)
+            flops, feats = counted(rec, wave16)
+            out[part] += flops
+            out["raw-conv head"] += counted(penalty.head, feats)[0]
     return out
 
 
@@ -356,8 +499,40 @@ def draw_crops(penalty: LeakPenalty, batch: int, utt_frames: int, density: float
         times = (torch.rand(n, generator=g) * (dur - site_s)).tolist()
         keep = [t for t in times if start <= (t + site_s / 2) * FRAME_RATE < start + span]
         sites.append([TimedSite(t, t + site_s, "deletion", "ʌ->∅") for t in sorted(keep)])
-    crops, shifted = plan_crops(sites, [utt_frames] * batch, FRAME_RATE, ctx, padded_frames=utt_frames)
+    # cropped_penalty plans on the mels with their silent tail (silence_past_lengths), as the whole path vocodes
+    crops, shifted = plan_crops(sites, [utt_frames] * batch, FRAME_RATE, ctx,
+                                padded_frames=utt_frames + VOCODER_TAIL_FRAMES)
     return crops, sum(map(len, shifted)), ctx
+
+
+def cropped_shares(penalty: LeakPenalty, f5: int, batch: int, utt_frames: int, density: float, site_s: float,
+                   seeds, log: Callable[[str], None] | None = print) -> tuple[list[float], object]:
+    """The cropped penalty's share of an F5 step (``f5`` FLOPs) for each seeded batch of sites
+    (:func:`draw_crops`), and the crop context; ``log`` gets one line per draw."""
+    from leakloss.functional.crop import length_groups
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    frames = batch * utt_frames
+    shares, ctx = [], None
+    for draw in seeds:
+        crops, n_sites, ctx = draw_crops(penalty, batch, utt_frames, density, site_s, seed=draw)
+        if not crops:
+            shares.append(0.0)
+            continue
+        sizes = [c.mel_frames for c in crops]
+        groups = [(len(g), max(sizes[i] for i in g)) for g in length_groups(sizes)]
+        region = [int(mel_lengths_to_samples(c.end - c.start)) for c in crops]
+        wave_groups = [(len(g), max(region[i] for i in g)) for g in length_groups(region)]
+        parts_c = cropped_parts_flops(penalty, groups, wave_groups)
+        shares.append(sum(parts_c.values()) / f5)
+        padded = sum(n * m for n, m in groups)
+        if log is not None:
+            log(f"  cropped draw {draw}: {n_sites} sites in span -> {len(crops)} crops in {len(groups)} length groups,"
+                f" {padded / frames:.0%} of the batch's frames vocoded ({sum(sizes) / frames:.0%} before group"
+                f" padding); recognizer on {len(crops)} regions in {len(wave_groups)} length groups"
+                f" ({sum(n * m for n, m in wave_groups) / max(sum(region), 1):.2f}x their samples, + tail):"
+                f" share {shares[-1]:.4f} (" + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_c.items()) + ")")
+    return shares, ctx
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -420,7 +595,7 @@ def penalty_wall_split(penalty: LeakPenalty, mel: torch.Tensor, reps: int = 5) -
     wave = penalty.mel_to_wave(mel).detach()
     stages = {
         "vocoder": (lambda x: penalty.mel_to_wave(x), mel),
-        "recognizer convs + head": (lambda x: penalty.frame_logits(x)[0], wave),
+        f"{recognizer_part(penalty.recognizer)} + head": (lambda x: penalty.frame_logits(x)[0], wave),
     }
     out = {}
     for name, (fn, x) in stages.items():
@@ -436,9 +611,83 @@ def penalty_wall_split(penalty: LeakPenalty, mel: torch.Tensor, reps: int = 5) -
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the scorer's recognizer: throughput before (w, padded to 30 s) and after (wb, own length)
 
 
-def main() -> None:
+def scorer_clips(n: int, seconds: float) -> tuple[list[torch.Tensor], str]:
+    """Up to ``n`` real Nepali recordings (test speakers, at most ``seconds`` each, whole readings as the scorer
+    gets them), else ``n`` seeded speech-like signals of 2-``seconds`` s (the data is absent: the recognizers'
+    cost does not depend on what the audio says)."""
+    from leakloss.speech.real import real_clips
+
+    clips = [c.load()[: int(seconds * SAMPLE_RATE)] for c in real_clips(split="test")[:n]]
+    if clips:
+        return clips, f"{len(clips)} real test-speaker recordings"
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(n):
+        t = torch.arange(int((2 + (seconds - 2) * i / max(n - 1, 1)) * SAMPLE_RATE)) / SAMPLE_RATE
+        f0 = 110 + 30 * i + 20 * torch.sin(2 * math.pi * 3 * t)  # a wandering pitch, bursts at 4 Hz
+        out.append(0.1 * torch.sin(2 * math.pi * torch.cumsum(f0, 0) / SAMPLE_RATE) * (torch.sin(8 * math.pi * t) > 0)
+                   + 0.01 * torch.randn(t.numel(), generator=g))
+    return out, f"{n} speech-like signals (no real recordings here)"
+
+
+def load_real_recognizer(name: str):
+    """Embedded recognizer ``name`` with its weights, or (None, why) when they are not installed here."""
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError, RecognizerNotFoundError
+    from leakloss.acoustic.whisper_models import WhisperJoinError, WhisperModelNotFoundError
+
+    try:
+        return Recognizer.load(name), ""
+    except (RecognizerLoadError, RecognizerNotFoundError, WhisperModelNotFoundError, WhisperJoinError,
+            FileNotFoundError) as err:
+        return None, f"recognizer {name} cannot be loaded ({type(err).__name__}: {err})"
+
+
+def parameter_shapes(module: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    return [(k, tuple(v.shape)) for k, v in module.state_dict().items()]
+
+
+def scorer_speed(clips: list[torch.Tensor], before: str = DEFAULT_RECOGNIZER, after: str = SCORER_AFTER) -> dict:
+    """Seconds of audio per wall second of the scorer's recognizer pass (``recognizer(wave[None])``, no gradient,
+    one reading at a time, as :meth:`leakloss.scorer.Scorer._recognize` runs it) with ``before`` and ``after``, on
+    the same clips, interleaved, after one warm-up of each. ``{"before": nan, "after": nan, "why": ...}`` when a
+    recognizer's weights are not installed. ``arch_matches``: the random-weight architecture counted above has
+    the real one's parameter shapes (:func:`whisper_architecture`)."""
+    models, why = {}, []
+    for key, name in (("before", before), ("after", after)):
+        models[key], reason = load_real_recognizer(name)
+        if reason:
+            why.append(reason)
+    if why:
+        return {"before": math.nan, "after": math.nan, "why": "; ".join(why)}
+    seconds = {k: 0.0 for k in models}
+    audio = sum(c.numel() for c in clips) / SAMPLE_RATE
+    with torch.no_grad():
+        for model in models.values():
+            model(clips[0][None])  # warm-up
+        for i, clip in enumerate(clips):
+            for key in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                start = time.perf_counter()
+                models[key](clip[None])
+                seconds[key] += time.perf_counter() - start
+    out: dict = {k: audio / v for k, v in seconds.items()}
+    out["names"] = {k: m.name for k, m in models.items()}
+    out["arch_matches"] = {}
+    for key, model in models.items():
+        if getattr(model, "frame_source", None) == WHISPER_FRAME_SOURCE:
+            short = model.name.split("@", 1)[0]
+            arch = whisper_architecture(short)
+            out["arch_matches"][short] = (parameter_shapes(arch) == parameter_shapes(model)
+                                          and arch.frames.own_length == model.frames.own_length)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--utt-frames", type=int, default=960,
                         help="mel frames per utterance of the F5 batch (default 960 = 10.24 s: 40 x 960 = 38,400)")
@@ -450,13 +699,29 @@ def main() -> None:
     parser.add_argument("--crop-draws", type=int, default=5, help="seeded batches for the cropped share (mean)")
     parser.add_argument("--steps", type=int, default=12, help="timed steps per model (median), after warm-up")
     parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--recognizer", choices=RECOGNIZERS, default=None,
+                        help="the penalty's recognizer: a (wav2vec2 conv stack), wb (Whisper base encoder, own length)"
+                             " or w (Whisper tiny.en, padded to 30 s); default: the one the shipped head's card names")
+    parser.add_argument("--scorer-clips", type=int, default=4,
+                        help=f"clips for the scorer's recognizer throughput ({DEFAULT_RECOGNIZER} vs {SCORER_AFTER})")
+    parser.add_argument("--scorer-seconds", type=float, default=8.0, help="longest scorer clip, seconds")
+    parser.add_argument("--scorer-threads", type=int, default=1,
+                        help="torch threads for the scorer's throughput (1: on a busy machine two threads wait on"
+                             " each other, the small own-length matrices most; see whisper_own_length.py)")
+    parser.add_argument("--margin-sensitivity", type=float, nargs="*", default=[0.25],
+                        help="Whisper crop margins (s) to price on draw 0 besides the shipped one (none: skip)")
+    args = parser.parse_args(argv)
+    rec_name = args.recognizer or shipped_head_recognizer()
+    if rec_name not in RECOGNIZERS:
+        parser.error(f"the shipped head's card names recognizer {rec_name!r}; give --recognizer "
+                     f"({', '.join(RECOGNIZERS)})")
     t_start = time.perf_counter()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
 
-    recognizer, rec_note = build_recognizer()
-    head, head_note = build_head()
-    print(f"recognizer: {rec_note}; head: {head_note}")
+    recognizer, rec_note = build_recognizer(rec_name)
+    head, head_note = build_head(rec_name, recognizer.frame_channels(None))
+    print(f"recognizer {rec_name}{'' if args.recognizer else ' (the shipped head card names it)'}: {rec_note};"
+          f" head: {head_note}")
 
     # ---- FLOPs -------------------------------------------------------------------------------------------------
     batch = F5_BATCH_FRAMES // args.utt_frames
@@ -473,11 +738,15 @@ def main() -> None:
     print(f"penalty fwd+bwd-to-mel on the same {frames:,} frames (every item, every step): {total / 1e12:.3f} TFLOP")
     for name, flops in parts.items():
         print(f"  {name:<20} {flops / 1e9:9.1f} GFLOP  {flops / f5:7.2%} of F5 step  {flops / total:6.1%} of penalty")
-    print(f"  (ISTFT inverse FFT counted analytically: {irfft_flops(frames) / 1e9:.2f} GFLOP; elementwise ops are not"
-          " counted on either side)")
+    fft = irfft_flops(batch * (args.utt_frames + VOCODER_TAIL_FRAMES))  # the vocoder's frames: the items + tail
+    print(f"  (ISTFT inverse FFT counted analytically: {fft / 1e9:.2f} GFLOP; elementwise ops are not counted on"
+          " either side)")
     whole, summed = check_against_full_penalty(penalty)
     print(f"check, one 2 s item on real CPU tensors: whole LeakPenalty(mels=...) fwd+bwd {whole / 1e9:.2f} GFLOP vs"
-          f" stages {summed / 1e9:.2f} GFLOP (the stage sum adds {irfft_flops(188) / 1e9:.3f} GFLOP of FFT)")
+          f" stages {summed / 1e9:.2f} GFLOP (the stage sum adds"
+          f" {irfft_flops(188 + VOCODER_TAIL_FRAMES) / 1e9:.3f} GFLOP of FFT)"
+          + ("; Whisper's log-mel STFT (n_fft 400) is counted on neither side: < 0.1% of its encoder"
+             if recognizer.frame_source == WHISPER_FRAME_SOURCE else ""))
     print(f"with F5's CFG text drop (cond_drop_prob 0.2, the penalty skips those steps): {0.8 * share:.4f} expected")
     for utt in (600, 2400):
         b = F5_BATCH_FRAMES // utt
@@ -501,35 +770,26 @@ def main() -> None:
     print(f"site_window_flops_share={window_share:.4f}")
 
     # cropped path, as LeakAwareCFM(leak_crop=True) runs it
-    from leakloss.vocoder import mel_lengths_to_samples
-
-    shares, covered = [], []
-    for draw in range(args.crop_draws):
-        crops, n_sites, ctx = draw_crops(penalty, batch, args.utt_frames, args.crop_site_density,
-                                         args.site_duration, seed=draw)
-        if not crops:
-            shares.append(0.0)
-            continue
-        from leakloss.functional.crop import length_groups
-
-        sizes = [c.mel_frames for c in crops]
-        groups = [(len(g), max(sizes[i] for i in g)) for g in length_groups(sizes)]
-        region = [int(mel_lengths_to_samples(c.end - c.start)) for c in crops]
-        wave_groups = [(len(g), max(region[i] for i in g)) for g in length_groups(region)]
-        parts_c = cropped_parts_flops(penalty, groups, wave_groups)
-        shares.append(sum(parts_c.values()) / f5)
-        covered.append(sum(sizes) / frames)
-        padded = sum(n * m for n, m in groups)
-        print(f"  cropped draw {draw}: {n_sites} sites in span -> {len(crops)} crops in {len(groups)} length groups,"
-              f" {padded / frames:.0%} of the batch's frames vocoded ({covered[-1]:.0%} before group padding);"
-              f" recognizer on {len(crops)} regions in {len(wave_groups)} length groups"
-              f" ({sum(n * m for n, m in wave_groups) / max(sum(region), 1):.2f}x their samples, + tail):"
-              f" share {shares[-1]:.4f} ("
-              + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_c.items()) + ")")
+    shares, ctx = cropped_shares(penalty, f5, batch, args.utt_frames, args.crop_site_density, args.site_duration,
+                                 range(args.crop_draws))
     cropped_share = statistics.mean(shares)
+    verdict = "within" if cropped_share <= TARGET_SHARE_CROPPED else "ABOVE"
     print(f"cropped context: {ctx.wave_s * 1000:.0f} ms each side at the recognizer, {ctx.vocoder_frames} mel frames"
           f" each side for the vocoder (released Vocos shapes), grid {ctx.grid} frames; mean share over"
-          f" {args.crop_draws} draws {cropped_share:.4f} (target 0.015); x0.8 with CFG text drops")
+          f" {args.crop_draws} draws {cropped_share:.4f}: {verdict} the {TARGET_SHARE_CROPPED:.0%} target;"
+          " x0.8 with CFG text drops")
+    if recognizer.frame_source == WHISPER_FRAME_SOURCE:
+        # what the Whisper crop margin (WHISPER_CROP_MARGIN_S, not a receptive field) costs: the same draw 0
+        for margin in args.margin_sensitivity:
+            recognizer.crop_margin_s = margin  # this instance only (frame_context_s reads it)
+            try:
+                alt, alt_ctx = cropped_shares(penalty, f5, batch, args.utt_frames, args.crop_site_density,
+                                              args.site_duration, [0], log=None)
+            finally:
+                del recognizer.crop_margin_s
+            print(f"sensitivity: Whisper crop margin {margin:g} s ({alt_ctx.wave_s * 1000:.0f} ms each side at the"
+                  f" recognizer) -> cropped share {alt[0]:.4f} (draw 0; shipped margin"
+                  f" {recognizer.crop_margin_s:g} s: {shares[0]:.4f})")
 
     # ---- wall clock ----------------------------------------------------------------------------------------------
     wall = wall_ratio(recognizer, head, args.steps, args.warmup)
@@ -538,12 +798,31 @@ def main() -> None:
           f" with penalty {wall['median']['with'] * 1000:.1f} ms"
           f" over {wall['steps']} steps each (penalty paid on {wall['paid']}/{wall['steps']});"
           f" tiny F5 has {wall['params'] / 1e6:.2f} M params (Base {f5_step_flops.params / 1e6:.0f} M), the recognizer"
-          " convs keep their real size, so this ratio is not Base's")
+          " keeps its real size, so this ratio is not Base's")
     print("  penalty alone, fwd+bwd on the batch: " + ", ".join(
         f"{k} {v * 1000:.1f} ms" for k, v in wall["split"].items()) + " (MelToWave.tiny(0): dim 32, 1 layer)")
+
+    # ---- the scorer's recognizer -----------------------------------------------------------------------------------
+    clips, clips_note = scorer_clips(args.scorer_clips, args.scorer_seconds)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.scorer_threads)
+    try:
+        speed = scorer_speed(clips)
+    finally:
+        torch.set_num_threads(threads)
+    if "why" in speed:
+        print(f"scorer throughput not measured: {speed['why']}", file=sys.stderr)
+    else:
+        audio = sum(c.numel() for c in clips) / SAMPLE_RATE
+        print(f"scorer recognizer pass (no gradient, one reading at a time, {args.scorer_threads} torch thread(s)) on"
+              f" {clips_note}, {audio:.1f} s of audio:"
+              f" before {speed['names']['before']} {speed['before']:.2f} s audio/s, after {speed['names']['after']}"
+              f" {speed['after']:.2f} s audio/s ({speed['after'] / speed['before']:.2f}x); random-weight"
+              " architectures match the real ones: " + ", ".join(f"{k} {v}" for k, v in speed["arch_matches"].items()))
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
-          f" wall_ratio={wall['ratio']:.2f}")
+          f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
+          f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""``benchmarks/penalty_overhead.py`` on the Whisper path (issue 40): the FLOP counter follows the penalty as it
+runs on a Whisper recognizer, the cropped share is below the uncropped one, the default recognizer follows the
+shipped head's card, and the last line carries the new keys."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakloss.penalty import LeakPenalty
+from leakloss.vocoder import VOCODER_TAIL_FRAMES, MelToWave
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "penalty_overhead.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("transformers")
+    spec = importlib.util.spec_from_file_location("penalty_overhead_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_whisper(folder: Path, own_length: bool = True):
+    from tests.acoustic.test_frame_features import fake_whisper_recognizer
+
+    return fake_whisper_recognizer(folder, own_length=own_length)
+
+
+@pytest.fixture(scope="module")
+def whisper_penalty(bench, tmp_path_factory):
+    rec = tiny_whisper(tmp_path_factory.mktemp("tinyw") / "enc")
+    head, _ = bench.build_head("wb", rec.frame_channels(None))
+    return LeakPenalty(rec, head, mel_to_wave=MelToWave.tiny(0))
+
+
+@pytest.mark.parametrize("own_length", [True, False])
+def test_whisper_states_are_the_recognizers_frame_features(bench, tmp_path, own_length):
+    """The fake-tensor-safe copy computes what WhisperRecognizer.frame_features(normalize=False) computes."""
+    rec = tiny_whisper(tmp_path / "enc", own_length=own_length)
+    wave = torch.randn(2, 13_000, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, _ = rec.frame_features(wave, None, rec.default_frame_layer, normalize=False)
+        got = bench.FrameFeatures(rec, rec.default_frame_layer)(wave)
+    assert got.shape == want.shape == (2, 8, 41)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_stage_flops_add_up_to_the_whole_whisper_penalty(bench, whisper_penalty):
+    """The per-stage count (vocoder with its silent tail, Whisper encoder on the items plus the penalty's tail,
+    head) is the whole LeakPenalty(mels=...) count on real tensors, plus only the analytic inverse FFT."""
+    frames = 188
+    whole, summed = bench.check_against_full_penalty(whisper_penalty, frames)
+    assert whole > 0
+    assert summed - whole == bench.irfft_flops(frames + VOCODER_TAIL_FRAMES)
+    parts = bench.penalty_parts_flops(whisper_penalty, 1, frames)
+    assert set(parts) == {"vocoder backbone", "vocoder ISTFT head", "resampler", "whisper encoder", "raw-conv head"}
+    assert parts["whisper encoder"] > 0
+
+
+def test_cropped_whisper_penalty_costs_less_than_the_whole(bench, whisper_penalty):
+    from leakloss.functional.crop import length_groups
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    batch, utt_frames = 3, 960
+    crops, n_sites, ctx = bench.draw_crops(whisper_penalty, batch, utt_frames, density=0.15, site_s=0.08, seed=1)
+    assert n_sites > 0 and crops
+    # the Whisper crop keeps its configured margin each side (global attention: no receptive field)
+    assert ctx.wave_s > whisper_penalty.recognizer.frame_context_s()
+    sizes = [c.mel_frames for c in crops]
+    groups = [(len(g), max(sizes[i] for i in g)) for g in length_groups(sizes)]
+    region = [int(mel_lengths_to_samples(c.end - c.start)) for c in crops]
+    wave_groups = [(len(g), max(region[i] for i in g)) for g in length_groups(region)]
+    cropped = bench.cropped_parts_flops(whisper_penalty, groups, wave_groups)
+    whole = bench.penalty_parts_flops(whisper_penalty, batch, utt_frames)
+    assert 0 < cropped["whisper encoder"] < whole["whisper encoder"]
+    assert 0 < sum(cropped.values()) < sum(whole.values())
+
+
+def test_whisper_architectures_are_the_embedded_recognizers(bench):
+    wb = bench.whisper_architecture("wb")
+    c = wb.frames.encoder.config
+    assert (c.d_model, c.encoder_layers, c.encoder_attention_heads, c.num_mel_bins) == (512, 6, 8, 80)
+    assert wb.frames.own_length and wb.encoder_name == "base" and wb.frame_channels() == 512
+    w = bench.whisper_architecture("w")
+    assert (w.frames.dim, len(w.frames.encoder.layers), w.frames.own_length) == (384, 4, False)
+    head, note = bench.build_head("wb", wb.frame_channels())
+    if "shipped" not in note:  # the frame head of conf/head/whisper_frame.yaml
+        assert (head.in_channels, head.width, head.kernel, head.layers, head.members) == (512, 64, 3, 3, 3)
+
+
+def test_default_recognizer_follows_the_shipped_head_card(bench, tmp_path, monkeypatch):
+    import leakloss.penalty
+
+    assert bench.shipped_head_recognizer() in bench.RECOGNIZERS
+    (tmp_path / "rawconv.json").write_text(json.dumps({"recognizer": "wb@0123abcd"}), encoding="utf-8")
+    monkeypatch.setattr(leakloss.penalty, "SHIPPED_HEADS", tmp_path)
+    assert bench.shipped_head_recognizer() == "wb"
+
+
+@pytest.mark.slow
+def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path, monkeypatch, capsys):
+    """A whole run on a tiny Whisper recognizer (F5 v1 Base counted as is): the last line keeps its keys, adds
+    the scorer's throughput (nan, with the reason on stderr, when the weights are absent) and the recognizer."""
+    rec = tiny_whisper(tmp_path / "enc")
+    monkeypatch.setattr(bench, "build_recognizer", lambda name: (rec, "tiny Whisper for the test"))
+    monkeypatch.setattr(bench, "released_vocos", lambda: MelToWave.tiny(0))
+    monkeypatch.setattr(bench, "load_real_recognizer", lambda name: (None, f"recognizer {name} absent in the test"))
+    bench.main(["--recognizer", "wb", "--steps", "1", "--warmup", "0", "--crop-draws", "1", "--scorer-clips", "1",
+                "--margin-sensitivity"])
+    out = capsys.readouterr()
+    figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
+    assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "wall_ratio",
+                             "scorer_speed_before", "scorer_speed_after", "recognizer"]
+    assert figures["recognizer"] == "wb"
+    assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
+    assert math.isnan(float(figures["scorer_speed_before"])) and math.isnan(float(figures["scorer_speed_after"]))
+    assert "recognizer w absent in the test" in out.err
