@@ -496,7 +496,8 @@ def test_place_sites_on_unreadable_audio_is_an_empty_placement_not_an_indexerror
 
     assert locate_sites(torch.full((16000,), float("nan")), TEXT, rec).status == "not_finite"
     assert locate_sites(torch.zeros(0), TEXT, rec).status == "too_short"
-    assert locate_sites(torch.zeros(100), TEXT, rec).status == "too_short"
+    # 6 ms: under one frame of a wav2vec2 recognizer; one 20 ms frame of a Whisper one, too few for the phones
+    assert locate_sites(torch.zeros(100), TEXT, rec).status in ("too_short", "alignment_failed")
     assert locate_sites(torch.zeros(16000), "घर", rec).status == "no_testable_site"
 
 
@@ -512,8 +513,11 @@ def test_reward_is_worst_for_what_cannot_be_judged(embedded_penalty, readings):
     from leakloss.penalty import WORST_REWARD, leak_reward_details
 
     details = leak_reward_details(waves, [TEXT] * len(waves), embedded_penalty)
+    # one sample: under one frame of a wav2vec2 recognizer; one (silent, unintelligible) frame of a Whisper one
+    one_sample = "too_short" if int(embedded_penalty.recognizer.frame_lengths(torch.tensor([1]))[0]) < 1 \
+        else "unintelligible"
     assert [d.status for d in details] == ["scored", "unintelligible", "unintelligible", "unintelligible",
-                                           "unintelligible", "not_finite", "too_short", "too_short"]
+                                           "unintelligible", "not_finite", "too_short", one_sample]
     assert all(d.reward == WORST_REWARD == 0.0 for d in details[1:])
     assert details[0].reward > 0.2 and details[0].sites == 2 and details[0].phone_error_rate <= 0.45
     rewards = leak_reward(waves, [TEXT] * len(waves), embedded_penalty)
@@ -527,7 +531,9 @@ def test_loud_finite_readings_are_scored_as_at_normal_level(embedded_penalty, re
 
     normal, loud = leak_reward_details([readings["nepali"], readings["nepali"] * 1e19], [TEXT] * 2, embedded_penalty)
     assert loud.status == normal.status == "scored" and loud.sites == normal.sites
-    assert loud.reward == pytest.approx(normal.reward, abs=1e-4)
+    # the penalty is scale-free (RMS-normalised); Whisper's log-mel front end of the word check and placement is
+    # not quite (its floor is relative to the loudest bin), so a site window can move by a frame
+    assert loud.reward == pytest.approx(normal.reward, abs=0.01)
 
 
 def test_reward_rule_for_texts_without_testable_sites(embedded_penalty):
@@ -745,4 +751,7 @@ def test_load_refuses_a_recognizer_without_a_conv_stack_at_once():
         pytest.skip(f"embedded recognizer w not loadable here: {err}")
     with pytest.raises(RecognizerLoadError, match=r"recognizer w.*: the leak penalty reads a wav2vec2 "
                                                   r"recognizer's conv stack"):
+        LeakPenalty.load(recognizer="w", head="rawconv_a")
+    # the shipped head reads Whisper base states (512 channels): tiny.en's 384 are refused at load too
+    with pytest.raises(RecognizerLoadError, match=r"recognizer w.*384 channels, the head reads 512"):
         LeakPenalty.load(recognizer="w")
