@@ -24,17 +24,14 @@ pytestmark = needs_embedded
 FR = MEL_SAMPLE_RATE / MEL_HOP
 
 
-@pytest.fixture(scope="module")
-def batch():
-    """Twelve espeak teacher readings of built-in sentences as F5 mels, their sites placed by recognizer A
-    (espeak readings differ slightly from run to run, so the measured gap varies between runs)."""
+def _batch(head: str, sentences: int = 12):
     from leakloss.penalty import LeakPenalty, place_sites
     from leakloss.speech.corpus import builtin_sentences
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
 
-    penalty, vocoder = LeakPenalty.load(), MelToWave.embedded()
+    penalty, vocoder = LeakPenalty.load(head=head), MelToWave.embedded()
     mels, sites = [], []
-    for i, text in enumerate(builtin_sentences()[:12]):
+    for i, text in enumerate(builtin_sentences()[:sentences]):
         reading = speak_text(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)])
         sites.append(place_sites(reading.waveform, text, penalty.recognizer))
         mels.append(log_mel(AF.resample(reading.waveform, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0])
@@ -42,6 +39,59 @@ def batch():
     x = torch.stack([torch.nn.functional.pad(m, (0, 0, 0, int(lengths.max()) - m.shape[0])) for m in mels])
     assert sum(map(len, sites)) >= 8
     return penalty, vocoder, x, lengths, sites
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Twelve espeak teacher readings of built-in sentences as F5 mels, their sites placed by recognizer A, under
+    A's raw-conv head: a finite receptive field, so the crop is exact given the item's mean and RMS (espeak
+    readings differ slightly from run to run, so the measured gap varies between runs)."""
+    return _batch("rawconv_a")
+
+
+@pytest.fixture(scope="module")
+def whisper_batch():
+    """The same readings under the shipped head on recognizer wb (Whisper base states: global attention, so a
+    crop sees a margin of context, not all of it)."""
+    return _batch("rawconv")
+
+
+def _whisper_full_and_cropped(whisper_batch):
+    penalty, vocoder, x, lengths, sites = whisper_batch
+    assert penalty.recognizer.frame_source == "whisper-states"
+    ctx = penalty_crop_context(penalty, vocoder)
+    full_in = x.clone().requires_grad_(True)
+    waves = vocoder(silence_past_lengths(full_in, lengths))
+    full, _ = penalty(waves=waves, wave_lengths=mel_lengths_to_samples(lengths).clamp(max=waves.shape[-1]),
+                      sites=sites)
+    full.backward()
+    crop_in = x.clone().requires_grad_(True)
+    crop, _ = cropped_penalty(penalty, vocoder, crop_in, lengths, sites, FR, ctx)
+    crop.backward()
+    rel = abs(float(crop) / float(full) - 1)
+    cosine = float(torch.nn.functional.cosine_similarity(full_in.grad.flatten(), crop_in.grad.flatten(), dim=0))
+    print(f"full {float(full):.4f} cropped {float(crop):.4f} rel diff {rel:.5f} gradient cosine {cosine:.4f}")
+    return rel, cosine
+
+
+@pytest.fixture(scope="module")
+def whisper_crop_gap(whisper_batch):
+    return _whisper_full_and_cropped(whisper_batch)
+
+
+def test_the_cropped_whisper_penalty_tracks_the_full_loss(whisper_crop_gap):
+    # measured 2026-12-04: 1.6-1.9%, the 1 s margin each side (WHISPER_CROP_MARGIN_S) standing in for the whole
+    # utterance that Whisper's attention sees
+    rel, _ = whisper_crop_gap
+    assert rel < 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (2026-12-04): on Whisper states the cropped penalty's gradient "
+                   "is not the full one's (cosine -0.38 to -0.78 on these readings; to first order a step along "
+                   "either lowers its own loss and not the other's), though the losses agree within 2%")
+def test_the_cropped_whisper_penalty_gradient_points_as_the_full_one(whisper_crop_gap):
+    _, cosine = whisper_crop_gap
+    assert cosine > 0.9
 
 
 def test_context_comes_from_the_modules(batch):
