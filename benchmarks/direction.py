@@ -33,11 +33,10 @@ much, the direction would not come from the penalty's gradient. The issue's bar:
 half of before (``halved``), the control within 10% of before (``control_within_10pct``). Sites the judge
 leaves unscored (e.g. its word check refuses the edited reading) are not flags: they are counted apart.
 
-Defaults: 8 sentences, 100 steps (were 10 and 150; A's penalty falls from ~5 to <0.01 within 100 steps). Measured
-2026-12-04 on 2 CPU cores shared with a training and another benchmark: the default run takes 75 s (recognizer A
-places no site on the unseen family, so nothing is descended); a sentence whose sites are placed costs ~100 s
-there with recognizer A (~15 s on an idle machine), more with a larger recognizer (wb): on a busy machine pass
-``--sentences 3`` to stay near 5 minutes.
+Defaults: 3 sentences, 100 steps (were 10 and 150; A's penalty falls from ~5 to <0.01 within 100 steps). Measured
+2026-12-04 on 2 busy CPU cores: a sentence whose sites are placed costs ~100 s with recognizer A, ~165 s with the
+shipped head on wb (8 sentences: 1317 s), so the default of 3 stays near 5 minutes; ``--sentences 8`` for the
+figures of docs/penalty.md.
 
 Last line: ``flags_before=… flags_after=… flags_control=… sites=… steps=… domain=… deletion_before=…
 deletion_after=… quality_before=… quality_after=… control_within_10pct=… halved=… unscored_before=…
@@ -263,7 +262,7 @@ def positive_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=positive_int, default=8, help="held-out sentences with placed sites")
+    parser.add_argument("--sentences", type=positive_int, default=3, help="held-out sentences with placed sites")
     parser.add_argument("--steps", type=positive_int, default=100)
     parser.add_argument("--domain", choices=("mel", "wave"), default="mel")
     parser.add_argument("--lr", type=positive_float, default=None, help="default 0.05 (mel) / 1e-3 (wave)")

@@ -101,11 +101,12 @@ class ConvFrameRecipe:
     :func:`short_vowel_negatives` adds correct vowels read fast by the training teacher voices when
     ``data.short_vowel_sentences`` is set; ``real_speech`` adds every testable site of the real recordings of the
     *training* speakers (:func:`leakloss.speech.real.real_clips` split ``train``; ``data.real_speech_clips`` caps
-    them) as negatives: their vowels are correct Nepali.
+    them) as negatives: their vowels are correct Nepali; ``real_schwa_cuts`` adds physical pairs cut at every spoken
+    schwa of those recordings (:func:`leakloss.pairs.features.real_speech_conv_table`).
     """
 
-    def __init__(self, real_speech: bool = False) -> None:
-        self.real_speech = real_speech
+    def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False) -> None:
+        self.real_speech, self.real_schwa_cuts = real_speech, real_schwa_cuts
 
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
         rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
@@ -125,9 +126,12 @@ class ConvFrameRecipe:
                       "(leakloss.speech.real.default_dir()); trained without real-speech negatives", file=sys.stderr)
             else:
                 real = real_speech_conv_table(rec, clips, kinds=kinds, cache_dir=ctx.feature_cache,
-                                              progress=ctx.cfg.progress, layer=layer)
+                                              progress=ctx.cfg.progress, layer=layer,
+                                              schwa_cuts=self.real_schwa_cuts)
                 conv = ConvTable.concat([conv, real])
-                print(f"{hcfg.name}: {len(real)} sites of {len(clips)} real training-speaker clips added as negatives")
+                cut = int(real.y.sum())
+                print(f"{hcfg.name}: {len(real) - cut} negative and {cut} cut-schwa sites of {len(clips)} real "
+                      "training-speaker clips added")
         return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
 
     def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:

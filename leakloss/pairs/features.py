@@ -369,24 +369,31 @@ REAL_SPEECH = "real_speech"
 
 def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                            cache_dir: str | Path | None = None, progress: bool = True,
-                           layer: int | None = None, dev_every: int = 7) -> ConvTable:
+                           layer: int | None = None, dev_every: int = 7, schwa_cuts: bool = False) -> ConvTable:
     """Negatives from real recordings (:class:`leakloss.speech.real.RealClip`, the *training* speakers'): every
     testable site of ``kinds`` in a clip whose words align, as a control row (label 0) — a native speaker's vowels
     are correct Nepali. Frame features of the word ±60 ms and the site's frames, as :func:`conv_feature_table`.
     One clip in ``dev_every`` (by a stable hash of its id) is dev, the rest train; a clip whose words do not align
-    gives no row."""
+    gives no row.
+
+    ``schwa_cuts`` (with ``deletion`` in ``kinds``) adds physical pairs in the speakers' own voices at every schwa
+    the frontend says is spoken (testable site or not): the aligned vowel cut out with fades
+    (:func:`leakloss.pairs.splice.delete_span`, label 1) against its sham (cut and put back, label 0), both read in
+    the intact reading's timing, and the intact schwa itself as a further negative."""
     clips = list(clips)
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(f"{c.id}|{c.text}" for c in clips).encode())
         h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v1".encode())
+        if schwa_cuts:
+            h.update(b"|schwa_cuts-v1")
         cache = Path(cache_dir) / f"real-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
     finder = _Sentences()
     extractor = EvidenceExtractor(recognizer)
     hop_s = recognizer.frame_hop_s(layer)
-    feats, masks, meta = [], [], []
+    feats, masks, meta, labels = [], [], [], []
     for clip in tqdm(clips, desc="real speech", disable=not progress):
         words = finder(clip.text)
         if not words:
@@ -414,7 +421,57 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                 meta.append({"pair_id": f"real-{clip.id}-{k}-{site.position}", "pair_kind": REAL_SPEECH,
                              "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word,
                              "role": "control", "sentence_id": clip.id, "speaker": clip.speaker})
-    table = ConvTable(feats, masks, torch.zeros(len(feats)), meta)
+                labels.append(0.0)
+        if schwa_cuts and "deletion" in kinds:
+            for row in _schwa_cut_rows(recognizer, wave, f, words, e.alignment, layer, hop_s):
+                feats.append(row[0])
+                masks.append(row[1])
+                labels.append(row[2])
+                meta.append({**row[3], "pair_kind": REAL_SPEECH, "split": split, "sentence_id": clip.id,
+                             "speaker": clip.speaker, "pair_id": f"real-cut-{clip.id}-{row[3]['pair_id']}"})
+    table = ConvTable(feats, masks, torch.tensor(labels, dtype=torch.float32), meta)
     if cache is not None:
         _save_conv_table(cache, table, {"rows": len(table)})
     return table
+
+
+def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, words, alignment,
+                    layer: int | None, hop_s: float) -> list[tuple]:
+    """(feats, mask, label, meta) rows of :func:`real_speech_conv_table`'s ``schwa_cuts``: per spoken schwa, the
+    cut (1), its sham (0) and the intact reading (0); the word ±60 ms and the vowel's frames ±20 ms, in the intact
+    reading's timing (as the penalty scores sites placed on the ground truth)."""
+    from leakloss.pairs.splice import delete_span, sham_span
+    from leakloss.text.phones import strip_nasal
+    from leakloss.text.sites import OPEN_CENTRAL
+
+    duration = wave.numel() / SAMPLE_RATE
+    rows = []
+    for k, w in enumerate(words):
+        wa = alignment.word(k)
+        if wa is None:
+            continue
+        g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
+        for i, phone in enumerate(w.nepali):
+            if strip_nasal(phone) not in OPEN_CENTRAL:
+                continue
+            a, b = wa.phone_spans[i]
+            if b - a < 0.02:  # under a frame: nothing to cut
+                continue
+            versions = (("query", 1.0, delete_span(wave, a, b)), ("control", 0.0, sham_span(wave, a, b)),
+                        ("intact", 0.0, None))
+            for role, label, edited in versions:
+                if edited is None:
+                    f = intact_feats
+                else:
+                    with torch.no_grad():
+                        f, n = recognizer.frame_features(edited[None], layer=layer)
+                    f = f[0, :, : int(n[0])]
+                g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
+                if g1 <= g0:
+                    continue
+                t = g0 * hop_s + (torch.arange(g1 - g0) + 0.5) * hop_s
+                mask = (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
+                rows.append((f[:, g0:g1].contiguous(), mask, label,
+                             {"pair_id": f"{k}-{i}", "kind": "deletion", "contrast": f"{phone}->∅", "word": w.word,
+                              "role": "control" if role == "intact" else role}))
+    return rows

@@ -1,0 +1,52 @@
+"""real_speech_conv_table: negatives at the training speakers' testable sites, and with schwa_cuts physical pairs
+cut at every spoken schwa of their recordings."""
+
+import pytest
+import torch
+
+from leakloss.pairs.features import REAL_SPEECH, real_speech_conv_table
+
+
+@pytest.fixture(scope="module")
+def w_and_clips():
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
+    from leakloss.speech.real import real_clips
+
+    clips = real_clips(split="train")[:2]
+    if not clips:
+        pytest.skip("no real training-speaker recordings (LEAKLOSS_SHARED)")
+    try:
+        return Recognizer.load("w"), clips
+    except (RecognizerLoadError, FileNotFoundError) as err:
+        pytest.skip(f"recognizer w not loadable here: {err}")
+
+
+def test_schwa_cuts_add_cut_sham_and_intact_rows_in_the_intact_timing(w_and_clips):
+    rec, clips = w_and_clips
+    plain = real_speech_conv_table(rec, clips, progress=False)
+    cuts = real_speech_conv_table(rec, clips, progress=False, schwa_cuts=True)
+    assert float(plain.y.sum()) == 0 and len(cuts) > len(plain)
+    rows = [i for i, m in enumerate(cuts.meta) if m["pair_id"].startswith("real-cut-")]
+    assert len(cuts) - len(rows) == len(plain)  # the testable-site negatives are still there
+    extra = [cuts.meta[i] for i in rows]
+    assert all(m["pair_kind"] == REAL_SPEECH and m["kind"] == "deletion" for m in extra)
+    y = cuts.y[rows]
+    positives = int(y.sum())
+    # per schwa: one cut (1), its sham and the intact reading (0)
+    assert positives > 0 and len(extra) == 3 * positives
+    assert [m["role"] for m in extra[:3]] == ["query", "control", "control"] and y[:3].tolist() == [1.0, 0.0, 0.0]
+    for i in rows:  # the vowel's frames inside the word's window
+        assert cuts.feats[i].shape[-1] == cuts.masks[i].numel() and bool(cuts.masks[i].any())
+    # the cut differs from the intact reading more than its sham does (the sham is it, up to the fades)
+    cut, sham, intact = (cuts.feats[i] for i in rows[:3])
+    n = min(cut.shape[-1], sham.shape[-1], intact.shape[-1])
+    assert (cut[:, :n] - intact[:, :n]).abs().mean() > (sham[:, :n] - intact[:, :n]).abs().mean()
+
+
+def test_schwa_cuts_are_cached_apart(w_and_clips, tmp_path):
+    rec, clips = w_and_clips
+    a = real_speech_conv_table(rec, clips[:1], progress=False, cache_dir=tmp_path)
+    b = real_speech_conv_table(rec, clips[:1], progress=False, cache_dir=tmp_path, schwa_cuts=True)
+    assert len(list(tmp_path.glob("real-*.pt"))) == 2 and len(b) > len(a)
+    again = real_speech_conv_table(rec, clips[:1], progress=False, cache_dir=tmp_path, schwa_cuts=True)
+    assert torch.equal(again.y, b.y) and len(again) == len(b)
