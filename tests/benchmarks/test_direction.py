@@ -104,10 +104,13 @@ def test_main_says_a_bad_head_file_clearly(bench, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_the_espeak_only_judge_is_refused_for_the_shipped_penalty(bench, capsys):
-    # heads on recognizers A/B, word check on A: the shipped penalty's own recognizer A
+def test_the_espeak_only_judge_is_refused_for_recognizer_as_penalty(bench, capsys):
+    # heads on recognizers A/B, word check on A: the penalty's own recognizer A (its head by name's file)
+    from leakloss.penalty import named_head_path
+
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--voices", "espeak", "--heads-dir", "leakloss/assets/heads_espeak"])
+        bench.main(["--voices", "espeak", "--heads-dir", "leakloss/assets/heads_espeak",
+                    "--head", str(named_head_path("rawconv_a"))])
     assert exc.value.code == 2
     assert "on recognizer a, the one the penalty descends" in capsys.readouterr().err
 
