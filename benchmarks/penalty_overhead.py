@@ -324,7 +324,7 @@ def build_recognizer(name: str = "a"):
 
 
 def build_head(recognizer_name: str, in_channels: int) -> tuple[RawConvHead, str]:
-    """The shipped penalty head when its card names ``recognizer_name``, else the head its training config gives
+    """The shipped penalty head when its card names ``recognizer_name`` (and its width is ``in_channels``), else the head its training config gives
     that recognizer (``conf/head/rawconv.yaml`` for A, ``whisper_frame.yaml`` for a Whisper recognizer) with
     random weights."""
     from importlib import resources
@@ -337,7 +337,7 @@ def build_head(recognizer_name: str, in_channels: int) -> tuple[RawConvHead, str
     path = SHIPPED_HEADS / "rawconv.safetensors"
     if path.exists() and shipped_head_recognizer() == recognizer_name:
         head, _ = load_head(path)
-        if isinstance(head, RawConvHead):
+        if isinstance(head, RawConvHead) and head.in_channels == in_channels:  # a smaller stand-in encoder: its own
             return head, "shipped rawconv head"
     conf = "whisper_frame.yaml" if recognizer_name in WHISPER_RECOGNIZERS else "rawconv.yaml"
     model = OmegaConf.to_container(OmegaConf.create(

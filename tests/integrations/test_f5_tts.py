@@ -457,7 +457,9 @@ def test_train_f5_twenty_steps_offline(tmp_path: Path, m2w: MelToWave) -> None:
 @pytest.mark.slow
 def test_penalty_lowers_the_leak_curve_of_a_tiny_f5_in_200_steps(tmp_path: Path) -> None:
     """The issue's check: tiny F5 + the embedded tiny Vocos, 200 steps through F5's Trainer, with and without
-    the real penalty (recognizer A's raw-conv head), on Hindi-base readings: the penalised run ends lower."""
+    the real penalty (recognizer A's raw-conv head, by name: the check was made for it), on Hindi-base readings: the
+    penalised run ends lower. Measured 2026-12-04 with the shipped head on wb (Whisper base) instead: 2.219 with vs
+    2.213 without — the wb penalty does not move this tiny F5 in 200 steps (a negative result, docs/penalty.md)."""
     from integrations.f5_tts import final_leak, penalty_comparison
     from leakloss.constants import SAMPLE_RATE
     from leakloss.penalty import LeakPenalty, place_dataset_sites
@@ -466,7 +468,7 @@ def test_penalty_lowers_the_leak_curve_of_a_tiny_f5_in_200_steps(tmp_path: Path)
 
     train, _ = split_sentences(builtin_sentences())
     texts = sorted(train, key=len)[:12]  # short sentences: the CI version must stay under 3 minutes
-    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
+    penalty = LeakPenalty.load(head="rawconv_a", mel_to_wave=MelToWave.embedded())
     items = [(speak_text(t, TRAIN_HINDI_VOICES[i % 5]).waveform, SAMPLE_RATE, t) for i, t in enumerate(texts)]
     sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, tmp_path / "leak_sites.jsonl")
     assert sum(map(len, sites)) >= 6

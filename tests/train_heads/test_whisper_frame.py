@@ -61,7 +61,7 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
     from leakloss.speech.real import real_clips
 
     if real_clips(split="train"):  # the shared recordings are optional; when present, they are used
-        assert "real training-speaker clips added as negatives" in out.stdout
+        assert "real training-speaker clips added" in out.stdout and "cut-schwa sites" in out.stdout
     else:
         assert "no real recordings of training speakers found" in out.stderr
     rows = json.loads((tmp_path / "export" / "heldout.json").read_text())
