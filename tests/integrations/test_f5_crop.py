@@ -86,9 +86,9 @@ def test_the_cropped_whisper_penalty_tracks_the_full_loss(whisper_crop_gap):
     assert rel < 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (2026-12-04): on Whisper states the cropped penalty's gradient "
-                   "is not the full one's (cosine -0.38 to -0.78 on these readings; to first order a step along "
-                   "either lowers its own loss and not the other's), though the losses agree within 2%")
+@pytest.mark.xfail(strict=False, reason="known gap (2026-12-04): on Whisper states the cropped penalty's gradient "
+                   "is often not the full one's (cosine -0.38 and -0.78 in two runs, above 0.9 in a third: espeak's "
+                   "readings vary between runs), though the losses agree within 2%")
 def test_the_cropped_whisper_penalty_gradient_points_as_the_full_one(whisper_crop_gap):
     _, cosine = whisper_crop_gap
     assert cosine > 0.9
