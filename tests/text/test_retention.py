@@ -158,7 +158,7 @@ def test_memory_of_other_contexts_is_a_typed_error():
 
 def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_values: int = 12) -> dict:
     """Random complete binary trees over random features (categorical features get category splits)."""
-    trees, cat_left = [], []
+    trees, cat_left, deepest = [], [], [0]  # max_depth is the deepest leaf's (all-leaf trees: 1, as validated)
     for _ in range(n_trees):
         t = {"feature": [], "threshold": [], "left": [], "right": [], "value": [], "cat": []}
 
@@ -167,6 +167,7 @@ def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_val
             for k in t:
                 t[k].append(None)
             if d == depth or rng.random() < 0.2:
+                deepest[0] = max(deepest[0], d)
                 t["feature"][i], t["threshold"][i], t["left"][i], t["right"][i] = 0, 0.0, -1, -1
                 t["value"][i], t["cat"][i] = rng.uniform(-1, 1), -1
                 return i
@@ -184,7 +185,7 @@ def _random_spec(rng: random.Random, n_trees: int = 4, depth: int = 3, n_cat_val
         grow(0)
         trees.append(t)
     return {"format": FORMAT, "feature_schema": FEATURE_SCHEMA, "feature_names": list(FEATURE_NAMES),
-            "baseline": rng.uniform(-1, 1), "max_depth": depth, "n_cat_values": n_cat_values,
+            "baseline": rng.uniform(-1, 1), "max_depth": max(1, deepest[0]), "n_cat_values": n_cat_values,
             "cat_left": cat_left, "trees": trees, "thresholds": {"high": 0.9, "medium": 0.5},
             "memory": _EMPTY_MEMORY.to_json(), "vocabulary": _EMPTY_VOCABULARY.to_json(),
             "morphology": _EMPTY_MORPHOLOGY.to_json()}
