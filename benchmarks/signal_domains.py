@@ -23,7 +23,8 @@ Figures (each from running the signal; a domain whose voices or data are absent 
   timing, for both (as in fine-tuning, where sites placed on the ground truth are scored on the generated audio);
 - ``auc_site_real``: the same on the test speakers' recordings at every schwa the frontend says is spoken (the
   vowel of the deletion contrast), placed by forced alignment with ``--aligner`` (recognizer w by default: it
-  hears real speech). Every schwa, not only the testable contrast sites: the 14 test clips are short phrases with
+  hears real speech) as the phone's segment (:meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`): the
+  CTC spike alone is often 20 ms of a 70 ms schwa, and cutting it left the vowel (until 2026-12-05). Every schwa, not only the testable contrast sites: the 14 test clips are short phrases with
   two or three of those (their AUC is printed apart);
 - ``auc_reward_unseen``: ROC AUC of the reward of Nepali readings against Hindi-ward readings (the same words by
   the same voice with every testable site said the Hindi way: the vowel dropped, or the Hindi vowel) in the
@@ -258,12 +259,12 @@ def schwa_sites(wave: Tensor, words, aligner) -> list[TimedSite] | None:
         return None
     out = []
     for k, w in enumerate(words):
-        wa = alignment.word(k)
-        if wa is None:
+        segments = alignment.phone_segments(k)  # the vowels, not their CTC spikes (a 20 ms cut leaves the vowel)
+        if segments is None:
             continue
         for i, phone in enumerate(w.nepali):
             if strip_nasal(phone) in OPEN_CENTRAL:
-                a, b = wa.phone_spans[i]
+                a, b = segments[i]
                 out.append(TimedSite(a, max(b, a + 0.01), "deletion", f"{phone}->∅", w.word))
     return out
 

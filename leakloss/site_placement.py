@@ -61,7 +61,7 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
         wa = alignment.word(k)
         if wa is None:
             continue
-        spans = wa.phone_spans
+        spans = alignment.phone_segments(k)  # the phones' segments: a CTC spike is often 20 ms of a 70 ms vowel
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
@@ -79,7 +79,7 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
     return locate_sites(wave, text, recognizer, finder).sites
 
 
-SITE_CACHE_VERSION = 2  # 2: keys include the finder's fingerprint
+SITE_CACHE_VERSION = 3  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes
 
 
 def placement_id(recognizer, finder) -> str:

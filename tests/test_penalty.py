@@ -488,6 +488,34 @@ def test_near_silence_gradient_is_bounded_on_the_embedded_penalty(embedded_penal
     assert _grad_norm(embedded_penalty, speech * 1e-4, sites) <= 20 * speech_norm
 
 
+def test_placed_sites_cover_the_vowel_not_only_its_ctc_spike(embedded_penalty):
+    """A CTC recognizer marks a 120 ms vowel with a 20-40 ms spike; the placed site is the phone's segment.
+    Measured on the teacher's readings (2026-12-05): segments cover 66-79% of espeak's vowel, spikes 13-32%."""
+    from leakloss.penalty import locate_sites
+    from leakloss.speech.synth import TEACHER_VOICES, speak_phones
+    from leakloss.text.sites import SiteFinder
+
+    words = [w for w in SiteFinder()(TEXT) if w.skipped is None]
+    reading = speak_phones([w.nepali for w in words], TEACHER_VOICES[0])
+    placed = locate_sites(reading.waveform, TEXT, embedded_penalty.recognizer, words=words)
+    assert placed.status == "placed" and len(placed.sites) == 2
+    phone_of_word: dict[int, list[int]] = {}
+    for j, k in enumerate(reading.phone_words):
+        phone_of_word.setdefault(k, []).append(j)
+
+    def covered(span, vowel):
+        return max(0.0, min(span[1], vowel[1]) - max(span[0], vowel[0])) / (vowel[1] - vowel[0])
+
+    of_site = [(k, s) for k in sorted(set(placed.word_indices)) for s in words[k].testable_sites]
+    for site, (k, s) in zip(placed.sites, of_site, strict=True):
+        j = phone_of_word[k][s.position]
+        assert reading.phones[j] == words[k].nepali[s.position]
+        vowel = (reading.phone_starts[j], reading.phone_ends[j] if reading.phone_ends else reading.phone_starts[j + 1])
+        spike = placed.alignment.word(k).phone_spans[s.position]
+        assert covered((site.start, site.end), vowel) >= 0.6
+        assert covered((site.start, site.end), vowel) >= 1.5 * covered(spike, vowel)
+
+
 def test_place_sites_on_unreadable_audio_is_an_empty_placement_not_an_indexerror(embedded_penalty):
     from leakloss.penalty import place_sites
 

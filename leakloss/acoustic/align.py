@@ -43,6 +43,12 @@ from leakloss.text.phoneset import PhoneSet, UnmappablePhoneError
 DEFAULT_MIN_FIT: float = 0.6
 
 
+#: How far :meth:`AlignmentResult.phone_segments` lets a phone reach into the blank frames beside its CTC
+#: spike, each side (seconds): a Nepali schwa lasts 50-100 ms, a spike 20-40 ms. Not tuned: 40 and 80 ms gave
+#: the same held-out site AUC in ``benchmarks/signal_domains.py`` (the midpoints bind first).
+SEGMENT_REACH_S: float = 0.06
+
+
 class AlignerUnavailableError(RuntimeError):
     """An aligner's weights or text tools are missing; the message says what and how to provide it."""
 
@@ -70,6 +76,28 @@ class AlignmentResult:
             if w.index == index:
                 return w
         return None
+
+    def phone_segments(self, index: int, reach_s: float = SEGMENT_REACH_S) -> list[tuple[float, float]] | None:
+        """Word ``index``'s phones as segments rather than CTC spikes (None when the word is not aligned).
+
+        A CTC recognizer marks most phones with one or two frames and labels the rest blank, so
+        :attr:`WordAlignment.phone_spans` of a 70 ms vowel is often 20 ms: cutting or scoring that span misses
+        the vowel. Each phone here also takes the blank frames beside it, up to the midpoint between its span
+        and its neighbour's (across word boundaries too) and at most ``reach_s`` seconds each side (a pause is
+        not a phone)."""
+        flat = [span for w in self.words for span in w.phone_spans]
+        out, k = None, 0
+        for w in self.words:
+            if w.index == index:
+                out = []
+                for j in range(k, k + len(w.phone_spans)):
+                    a, b = flat[j]
+                    lo = a - reach_s if j == 0 else max(a - reach_s, (flat[j - 1][1] + a) / 2)
+                    hi = b + reach_s if j == len(flat) - 1 else min(b + reach_s, (b + flat[j + 1][0]) / 2)
+                    out.append((max(lo, 0.0), hi))
+                break
+            k += len(w.phone_spans)
+        return out
 
 
 def _fail(reason: str, fit: float = 0.0) -> AlignmentResult:

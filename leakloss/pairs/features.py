@@ -219,10 +219,13 @@ def _load_table(cache: Path) -> tuple[FeatureTable, dict]:
 
 
 def site_frame_mask(alignment, word_index_in_list: int, site_position: int, start_s: float, n_frames: int,
-                    hop_s: float) -> torch.Tensor:
-    """Frames (of a crop starting at ``start_s``) inside the site phone's aligned span ± 20 ms."""
-    word = alignment.word(word_index_in_list)
-    a, b = word.phone_spans[site_position]
+                    hop_s: float, segments: bool = False) -> torch.Tensor:
+    """Frames (of a crop starting at ``start_s``) inside the site phone's aligned span ± 20 ms (``segments``: its
+    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`, not its CTC spike)."""
+    if segments:
+        a, b = alignment.phone_segments(word_index_in_list)[site_position]
+    else:
+        a, b = alignment.word(word_index_in_list).phone_spans[site_position]
     t = start_s + (torch.arange(n_frames) + 0.5) * hop_s
     return (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
 
@@ -384,9 +387,9 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(f"{c.id}|{c.text}" for c in clips).encode())
-        h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v1".encode())
+        h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v2".encode())  # v2: phone segments
         if schwa_cuts:
-            h.update(b"|schwa_cuts-v1")
+            h.update(b"|schwa_cuts-v2")
         cache = Path(cache_dir) / f"real-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
@@ -417,7 +420,8 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                 if g1 <= g0:
                     continue
                 feats.append(f[:, g0:g1].contiguous())
-                masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
+                masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s,
+                                             segments=True))
                 meta.append({"pair_id": f"real-{clip.id}-{k}-{site.position}", "pair_kind": REAL_SPEECH,
                              "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word,
                              "role": "control", "sentence_id": clip.id, "speaker": clip.speaker})
@@ -438,8 +442,8 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
 def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, words, alignment,
                     layer: int | None, hop_s: float) -> list[tuple]:
     """(feats, mask, label, meta) rows of :func:`real_speech_conv_table`'s ``schwa_cuts``: per spoken schwa, the
-    cut (1), its sham (0) and the intact reading (0); the word ±60 ms and the vowel's frames ±20 ms, in the intact
-    reading's timing (as the penalty scores sites placed on the ground truth)."""
+    cut (1), its sham (0) and the intact reading (0); the word ±60 ms and the vowel's frames ±20 ms (its aligned
+    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`), in the intact reading's timing (as the penalty scores sites placed on the ground truth)."""
     from leakloss.pairs.splice import delete_span, sham_span
     from leakloss.text.phones import strip_nasal
     from leakloss.text.sites import OPEN_CENTRAL
@@ -451,10 +455,11 @@ def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, 
         if wa is None:
             continue
         g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
+        segments = alignment.phone_segments(k)
         for i, phone in enumerate(w.nepali):
             if strip_nasal(phone) not in OPEN_CENTRAL:
                 continue
-            a, b = wa.phone_spans[i]
+            a, b = segments[i]  # the vowel, not its CTC spike (20 ms of a 70 ms schwa: the cut would leave it)
             if b - a < 0.02:  # under a frame: nothing to cut
                 continue
             versions = (("query", 1.0, delete_span(wave, a, b)), ("control", 0.0, sham_span(wave, a, b)),

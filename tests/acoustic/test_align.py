@@ -2,11 +2,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leakloss.acoustic import align as align_mod
 from leakloss.acoustic.align import (
-    DEFAULT_MIN_FIT, AlignerUnavailableError, AlignmentResult, MMSAligner, align_batch, align_words,
-    reduced_emissions, romanize_words,
+    DEFAULT_MIN_FIT,
+    AlignerUnavailableError,
+    AlignmentResult,
+    MMSAligner,
+    align_batch,
+    align_words,
+    reduced_emissions,
+    romanize_words,
 )
 from leakloss.text.phoneset import PhoneSet
 
@@ -185,3 +193,51 @@ def test_trained_recognizer_accepts_the_text_and_refuses_another(trained_recogni
     aligned = [w for w in good.words]
     errs = [abs(w.start - truth[k][0]) for k, w in enumerate(aligned)]
     assert sorted(errs)[len(errs) // 2] < 0.08
+
+
+def _result(word_spans: list[list[tuple[float, float]]]) -> AlignmentResult:
+    from leakloss.acoustic.align import WordAlignment
+
+    words = [WordAlignment(i, str(i), s[0][0], s[-1][1], s, 1.0) for i, s in enumerate(word_spans)]
+    return AlignmentResult(ok=True, words=words)
+
+
+def test_phone_segments_take_the_blank_frames_to_the_midpoints_and_no_further_than_the_reach():
+    # one-frame spikes 0.1 s apart inside a word, then a 1 s pause before the next word
+    res = _result([[(0.50, 0.52), (0.60, 0.62), (0.70, 0.72)], [(1.72, 1.74)]])
+    first = res.phone_segments(0, reach_s=0.06)
+    flat = lambda segs: [x for seg in segs for x in seg]  # approx takes flat lists
+    assert flat(first) == pytest.approx([0.44, 0.56, 0.56, 0.66, 0.66, 0.78])
+    assert flat(res.phone_segments(1, reach_s=0.06)) == pytest.approx([1.66, 1.80])
+    assert res.phone_segments(2) is None  # not aligned
+    assert flat(_result([[(0.01, 0.03)]]).phone_segments(0, reach_s=0.06)) == pytest.approx([0.0, 0.09])
+
+
+def test_phone_segments_of_peaky_alignment_cover_the_phones_between_the_spikes(phoneset, peaky, scripted):
+    script, _ = scripted(WORDS, frames_per_phone=1, gap=3)  # a 20 ms spike per phone, 60 ms of blank between
+    res = align_words(peaky(script, phoneset), len(script), WORDS, phoneset, 50.0)
+    assert res.ok
+    for w in res.words:
+        segs = res.phone_segments(w.index)
+        assert all(b - a == pytest.approx(0.02) for a, b in w.phone_spans)
+        assert all(sa <= a and b <= sb for (a, b), (sa, sb) in zip(w.phone_spans, segs))
+        assert all(sb - sa == pytest.approx(0.08) for sa, sb in segs[1:-1])  # 20 ms + 30 ms each side
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5)), min_size=1, max_size=12),
+       st.integers(1, 4), st.floats(0.0, 0.2))
+def test_phone_segments_are_ordered_disjoint_and_contain_their_spans(steps, per_word, reach):
+    t, spans = 0, []
+    for gap, width in steps:
+        t += gap
+        spans.append((t / 50.0, (t + width) / 50.0))
+        t += width
+    words = [spans[i:i + per_word] for i in range(0, len(spans), per_word)]
+    res = _result(words)
+    segs = [s for w in res.words for s in res.phone_segments(w.index, reach_s=reach)]
+    assert len(segs) == len(spans)
+    for (a, b), (sa, sb) in zip(spans, segs):
+        assert sa <= a + 1e-12 and sb >= b - 1e-12
+        assert a - sa <= reach + 1e-9 and sb - b <= reach + 1e-9
+    assert all(segs[j][1] <= segs[j + 1][0] + 1e-12 for j in range(len(segs) - 1))
