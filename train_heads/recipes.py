@@ -93,6 +93,11 @@ class SiteFeatureRecipe:
         return list(FEATURE_NAMES)
 
 
+def with_real_rows(table: ConvTable, real: ConvTable, repeat: int) -> ConvTable:
+    """``table`` plus the real-speech rows: each training row ``repeat`` times, every other split's once."""
+    return ConvTable.concat([table, real] + [real.select(split="train")] * (repeat - 1))
+
+
 class ConvFrameRecipe:
     """A :class:`leakloss.heads.RawConvHead` on the frame features of ``hcfg.recognizer`` (its
     ``frame_features``, layer ``hcfg.frame_layer``; absent: the recognizer's default — wav2vec2 conv layer 4,
@@ -102,11 +107,15 @@ class ConvFrameRecipe:
     ``data.short_vowel_sentences`` is set; ``real_speech`` adds every testable site of the real recordings of the
     *training* speakers (:func:`leakloss.speech.real.real_clips` split ``train``; ``data.real_speech_clips`` caps
     them) as negatives: their vowels are correct Nepali; ``real_schwa_cuts`` adds physical pairs cut at every spoken
-    schwa of those recordings (:func:`leakloss.pairs.features.real_speech_conv_table`).
+    schwa of those recordings (:func:`leakloss.pairs.features.real_speech_conv_table`); ``real_repeat`` draws their
+    training rows that many times per epoch (a few hundred rows among ten thousand synthetic ones otherwise barely
+    move the head; dev rows count once).
     """
 
-    def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False) -> None:
-        self.real_speech, self.real_schwa_cuts = real_speech, real_schwa_cuts
+    def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False, real_repeat: int = 1) -> None:
+        if int(real_repeat) < 1:
+            raise ValueError(f"real_repeat must be >= 1, got {real_repeat}")
+        self.real_speech, self.real_schwa_cuts, self.real_repeat = real_speech, real_schwa_cuts, int(real_repeat)
 
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
         rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
@@ -128,10 +137,10 @@ class ConvFrameRecipe:
                 real = real_speech_conv_table(rec, clips, kinds=kinds, cache_dir=ctx.feature_cache,
                                               progress=ctx.cfg.progress, layer=layer,
                                               schwa_cuts=self.real_schwa_cuts)
-                conv = ConvTable.concat([conv, real])
+                conv = with_real_rows(conv, real, self.real_repeat)
                 cut = int(real.y.sum())
                 print(f"{hcfg.name}: {len(real) - cut} negative and {cut} cut-schwa sites of {len(clips)} real "
-                      "training-speaker clips added")
+                      f"training-speaker clips added (training rows drawn {self.real_repeat}x)")
         return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
 
     def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:

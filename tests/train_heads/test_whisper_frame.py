@@ -74,3 +74,21 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
     again = subprocess.run(out.args, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from" in again.stdout
+
+
+def test_real_rows_are_drawn_repeat_times_in_training_and_once_elsewhere():
+    import torch
+
+    from leakloss.pairs.features import ConvTable
+    from train_heads.recipes import ConvFrameRecipe, with_real_rows
+
+    def table(splits):
+        return ConvTable([torch.zeros(2, 3)] * len(splits), [torch.ones(3, dtype=torch.bool)] * len(splits),
+                         torch.zeros(len(splits)), [{"split": s} for s in splits])
+
+    out = with_real_rows(table(["train", "dev"]), table(["train", "train", "dev"]), repeat=4)
+    assert [m["split"] for m in out.meta].count("train") == 1 + 2 * 4
+    assert [m["split"] for m in out.meta].count("dev") == 2 and len(out.feats) == len(out.masks) == len(out.y)
+    assert len(with_real_rows(table(["train"]), table(["train"]), repeat=1)) == 2
+    with pytest.raises(ValueError, match="real_repeat"):
+        ConvFrameRecipe(real_speech=True, real_repeat=0)
