@@ -109,13 +109,18 @@ class ConvFrameRecipe:
     them) as negatives: their vowels are correct Nepali; ``real_schwa_cuts`` adds physical pairs cut at every spoken
     schwa of those recordings (:func:`leakloss.pairs.features.real_speech_conv_table`); ``real_repeat`` draws their
     training rows that many times per epoch (a few hundred rows among ten thousand synthetic ones otherwise barely
-    move the head; dev rows count once).
+    move the head; dev rows count once) and ``real_augment_copies`` adds augmented copies of every clip (speed, reverb,
+    noise, gain), each aligned afresh.
     """
 
-    def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False, real_repeat: int = 1) -> None:
+    def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False, real_repeat: int = 1,
+                 real_augment_copies: int = 0) -> None:
         if int(real_repeat) < 1:
             raise ValueError(f"real_repeat must be >= 1, got {real_repeat}")
+        if int(real_augment_copies) < 0:
+            raise ValueError(f"real_augment_copies must be >= 0, got {real_augment_copies}")
         self.real_speech, self.real_schwa_cuts, self.real_repeat = real_speech, real_schwa_cuts, int(real_repeat)
+        self.real_augment_copies = int(real_augment_copies)
 
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
         rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
@@ -136,11 +141,13 @@ class ConvFrameRecipe:
             else:
                 real = real_speech_conv_table(rec, clips, kinds=kinds, cache_dir=ctx.feature_cache,
                                               progress=ctx.cfg.progress, layer=layer,
-                                              schwa_cuts=self.real_schwa_cuts)
+                                              schwa_cuts=self.real_schwa_cuts,
+                                              augment_copies=self.real_augment_copies)
                 conv = with_real_rows(conv, real, self.real_repeat)
                 cut = int(real.y.sum())
                 print(f"{hcfg.name}: {len(real) - cut} negative and {cut} cut-schwa sites of {len(clips)} real "
-                      f"training-speaker clips added (training rows drawn {self.real_repeat}x)")
+                      f"training-speaker clips added ({self.real_augment_copies} augmented copies each; training rows drawn "
+                      f"{self.real_repeat}x)")
         return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
 
     def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:

@@ -372,7 +372,8 @@ REAL_SPEECH = "real_speech"
 
 def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                            cache_dir: str | Path | None = None, progress: bool = True,
-                           layer: int | None = None, dev_every: int = 7, schwa_cuts: bool = False) -> ConvTable:
+                           layer: int | None = None, dev_every: int = 7, schwa_cuts: bool = False,
+                           augment_copies: int = 0) -> ConvTable:
     """Negatives from real recordings (:class:`leakloss.speech.real.RealClip`, the *training* speakers'): every
     testable site of ``kinds`` in a clip whose words align, as a control row (label 0) — a native speaker's vowels
     are correct Nepali. Frame features of the word ±60 ms and the site's frames, as :func:`conv_feature_table`.
@@ -382,7 +383,11 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
     ``schwa_cuts`` (with ``deletion`` in ``kinds``) adds physical pairs in the speakers' own voices at every schwa
     the frontend says is spoken (testable site or not): the aligned vowel cut out with fades
     (:func:`leakloss.pairs.splice.delete_span`, label 1) against its sham (cut and put back, label 0), both read in
-    the intact reading's timing, and the intact schwa itself as a further negative."""
+    the intact reading's timing, and the intact schwa itself as a further negative.
+
+    ``augment_copies`` adds that many copies of every clip through the recognizers' training augmentation
+    (:func:`leakloss.speech.augment.random_augment`: speed, reverb, noise, gain; seeded by clip and copy), each
+    aligned afresh and in its clip's split: more varied real rows than drawing the same ones again."""
     clips = list(clips)
     cache = None
     if cache_dir is not None:
@@ -390,6 +395,8 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
         h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v2".encode())  # v2: phone segments
         if schwa_cuts:
             h.update(b"|schwa_cuts-v2")
+        if augment_copies:
+            h.update(f"|augment{augment_copies}-v1".encode())
         cache = Path(cache_dir) / f"real-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
@@ -401,42 +408,62 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
         words = finder(clip.text)
         if not words:
             continue
-        wave = clip.load()
-        e = extractor.extract(wave, [w.nepali for w in words], words)
-        if e.alignment is None or not e.alignment.ok:
-            continue
-        with torch.no_grad():
-            f, n = recognizer.frame_features(wave[None], layer=layer)
-        f = f[0, :, : int(n[0])]
-        duration = wave.numel() / SAMPLE_RATE
         split = "dev" if int(hashlib.sha1(clip.id.encode()).hexdigest(), 16) % dev_every == 0 else "train"
-        for k, w in enumerate(words):
-            for site in w.testable_sites:
-                if site.kind not in kinds:
-                    continue
-                wa = e.alignment.word(k)
-                g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
-                g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
-                if g1 <= g0:
-                    continue
-                feats.append(f[:, g0:g1].contiguous())
-                masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s,
-                                             segments=True))
-                meta.append({"pair_id": f"real-{clip.id}-{k}-{site.position}", "pair_kind": REAL_SPEECH,
-                             "kind": site.kind, "contrast": site.contrast, "split": split, "word": w.word,
-                             "role": "control", "sentence_id": clip.id, "speaker": clip.speaker})
-                labels.append(0.0)
-        if schwa_cuts and "deletion" in kinds:
-            for row in _schwa_cut_rows(recognizer, wave, f, words, e.alignment, layer, hop_s):
-                feats.append(row[0])
-                masks.append(row[1])
-                labels.append(row[2])
-                meta.append({**row[3], "pair_kind": REAL_SPEECH, "split": split, "sentence_id": clip.id,
-                             "speaker": clip.speaker, "pair_id": f"real-cut-{clip.id}-{row[3]['pair_id']}"})
+        for copy, wave in enumerate(_clip_versions(clip, augment_copies)):
+            tag = clip.id if copy == 0 else f"{clip.id}~{copy}"
+            for f, mask, label, row_meta in _real_rows(recognizer, extractor, wave, words, kinds, layer, hop_s,
+                                                       schwa_cuts, tag):
+                feats.append(f)
+                masks.append(mask)
+                labels.append(label)
+                meta.append({**row_meta, "pair_kind": REAL_SPEECH, "split": split, "sentence_id": clip.id,
+                             "speaker": clip.speaker})
     table = ConvTable(feats, masks, torch.tensor(labels, dtype=torch.float32), meta)
     if cache is not None:
         _save_conv_table(cache, table, {"rows": len(table)})
     return table
+
+
+def _clip_versions(clip, copies: int):
+    """The clip's wave, then ``copies`` augmented copies (seeded by the clip's id and the copy's number)."""
+    from leakloss.speech.augment import random_augment
+
+    wave = clip.load()
+    yield wave
+    for copy in range(1, copies + 1):
+        seed = int(hashlib.sha1(f"{clip.id}|{copy}".encode()).hexdigest()[:15], 16)
+        yield random_augment(wave, torch.Generator().manual_seed(seed))
+
+
+def _real_rows(recognizer, extractor, wave: torch.Tensor, words, kinds, layer, hop_s: float,
+               schwa_cuts: bool, tag: str) -> list[tuple]:
+    """(feats, mask, label, meta) rows of one real recording (none when its words do not align): every testable
+    site of ``kinds`` as a control, and with ``schwa_cuts`` :func:`_schwa_cut_rows`."""
+    e = extractor.extract(wave, [w.nepali for w in words], words)
+    if e.alignment is None or not e.alignment.ok:
+        return []
+    with torch.no_grad():
+        f, n = recognizer.frame_features(wave[None], layer=layer)
+    f = f[0, :, : int(n[0])]
+    duration = wave.numel() / SAMPLE_RATE
+    rows = []
+    for k, w in enumerate(words):
+        for site in w.testable_sites:
+            if site.kind not in kinds:
+                continue
+            wa = e.alignment.word(k)
+            g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
+            g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
+            if g1 <= g0:
+                continue
+            rows.append((f[:, g0:g1].contiguous(),
+                         site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s, segments=True),
+                         0.0, {"pair_id": f"real-{tag}-{k}-{site.position}", "kind": site.kind, "contrast": site.contrast,
+                               "word": w.word, "role": "control"}))
+    if schwa_cuts and "deletion" in kinds:
+        rows += [(f_, m, y, {**meta, "pair_id": f"real-cut-{tag}-{meta['pair_id']}"})
+                 for f_, m, y, meta in _schwa_cut_rows(recognizer, wave, f, words, e.alignment, layer, hop_s)]
+    return rows
 
 
 def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, words, alignment,
