@@ -389,6 +389,16 @@ def load_paired_penalty(cfg: DictConfig):
                             f"recognizer: {first_line(err)}") from None
 
 
+def resolve_leak_crop(setting: bool | None, penalty: Any) -> bool:
+    """``leak.crop``: true or false as given; null (the default) crops where a crop is exact given its context (a
+    recognizer with a finite receptive field: wav2vec2 A/B) and not on Whisper states, whose global attention made
+    the cropped gradient point elsewhere than the whole computation's (docs/penalty.md, 2026-12-04)."""
+    if setting is not None:
+        return bool(setting)
+    recognizer = getattr(penalty, "recognizer", None)
+    return recognizer is not None and getattr(recognizer, "crop_margin_s", None) is None
+
+
 def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
     """``LeakAwareCFM``'s leak keyword arguments from the ``leak.*`` settings and :func:`prepare`'s plan: the
     reference-free penalty (``leak.weight``) and the reference-paired term (``leak.paired_weight`` on
@@ -398,7 +408,8 @@ def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
     return dict(leak_penalty=plan["penalty"], leak_weight=float(cfg.leak.weight),
                 site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=plan["vocoder"],
                 sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
-                leak_every=int(cfg.leak.every), leak_crop=bool(cfg.leak.crop), leak_bf16=bool(cfg.leak.bf16),
+                leak_every=int(cfg.leak.every), leak_crop=resolve_leak_crop(cfg.leak.crop, plan["penalty"]),
+                leak_bf16=bool(cfg.leak.bf16),
                 paired_penalty=plan.get("paired_penalty"), paired_weight=float(cfg.leak.paired_weight))
 
 

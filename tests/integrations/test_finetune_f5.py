@@ -545,8 +545,8 @@ def _curve(path: Path) -> dict[int, dict[str, float]]:
 @needs_embedded
 @pytest.mark.parametrize("extra", [
     ("leak.crop=false",),  # exit 0, NaN weights saved, "final_leak_penalty": 0.0
-    # the monitored baseline, with leak.crop=true (the default): a PenaltyInputError traceback (the crop path's
-    # NaN RMS) once the model's estimate went NaN
+    # the monitored baseline, with leak.crop left to its default (it once was a PenaltyInputError traceback on the
+    # crop path's NaN RMS once the model's estimate went NaN)
     ("leak.weight=0",),
 ])
 def test_a_diverged_finetune_stops_at_the_first_nonfinite_loss_saves_nothing_and_exits_1(
@@ -686,6 +686,20 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     assert model.leak_penalty is stand_in and model.leak_weight == 0.2
     assert model.paired_penalty is paired and model.paired_weight == 0.3
     assert (model.leak_crop, model.leak_bf16, model.leak_every, model.leak_start_step) == (False, True, 2, 1)
+    # leak.crop null (the default): crop on a finite receptive field, not on Whisper states
+    from integrations.finetune_f5 import resolve_leak_crop
+    from leakloss.acoustic.whisper_recognizer import WhisperRecognizer
+
+    class Holding(torch.nn.Module):
+        def __init__(self, recognizer):
+            super().__init__()
+            self.recognizer = recognizer
+
+    whisper_like = Holding(torch.nn.Module())
+    whisper_like.recognizer.crop_margin_s = WhisperRecognizer.crop_margin_s
+    assert resolve_leak_crop(None, Holding(paired.recognizer)) is True  # a wav2vec2 recognizer
+    assert resolve_leak_crop(None, whisper_like) is False and resolve_leak_crop(None, stand_in) is False
+    assert resolve_leak_crop(True, whisper_like) is True and resolve_leak_crop(False, Holding(paired.recognizer)) is False
     # off by default: no recognizer loaded, no paired term
     off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
     assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "w"
