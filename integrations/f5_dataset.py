@@ -335,24 +335,12 @@ def cache_lookup(cache: SiteCache):
 
 def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> list[TimedSite]:
     """:func:`leakloss.site_placement.place_sites` after the recognizer: ``log_probs [f, v]`` of one utterance -> sites."""
-    from leakloss.acoustic.align import align_words
+    from leakloss.site_placement import place_on_log_probs
 
     words = [w for w in finder(text) if w.skipped is None]
     if not any(w.testable_sites for w in words):
         return []
-    alignment = align_words(log_probs[:n_frames], n_frames, [w.nepali for w in words], recognizer.phoneset,
-                            recognizer.frame_rate, words=[w.word for w in words])
-    if not alignment.ok:
-        return []
-    out = []
-    for k, w in enumerate(words):
-        wa = alignment.word(k)
-        if wa is None:
-            continue
-        for s in w.testable_sites:
-            a, b = wa.phone_spans[s.position]
-            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
-    return out
+    return place_on_log_probs(log_probs, n_frames, words, recognizer).sites
 
 
 class _PlacementItems(Dataset):

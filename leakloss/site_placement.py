@@ -36,7 +36,6 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
     an exception; a text the finder rejects raises its :class:`leakloss.text.normalize.TextError`.
     """
-    from leakloss.acoustic.align import align_words
     from leakloss.text.sites import SiteFinder
 
     if words is None:
@@ -52,16 +51,25 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     with torch.no_grad():
         log_probs, frames = recognizer(peak_limited(wave)[None])
     n = int(frames[0])
-    alignment = align_words(log_probs[0, :n], n, [w.nepali for w in words], recognizer.phoneset,
+    return place_on_log_probs(log_probs[0], n, words, recognizer)
+
+
+def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer) -> SitePlacement:
+    """The placement once the recognizer has run: ``words``' Nepali phones aligned to one utterance's
+    ``log_probs [f, v]`` (its first ``n_frames``), each testable site spanning its phone's segment
+    (:meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`: a CTC spike is often 20 ms of a 70 ms vowel).
+    Status ``placed``, or ``alignment_failed`` when the words do not align (or none of them has a site)."""
+    from leakloss.acoustic.align import align_words
+
+    alignment = align_words(log_probs[:n_frames], n_frames, [w.nepali for w in words], recognizer.phoneset,
                             recognizer.frame_rate, words=[w.word for w in words])
     if not alignment.ok:
         return SitePlacement([], "alignment_failed", alignment=alignment)
     out, owners = [], []
     for k, w in enumerate(words):
-        wa = alignment.word(k)
-        if wa is None:
+        spans = alignment.phone_segments(k)
+        if spans is None:
             continue
-        spans = alignment.phone_segments(k)  # the phones' segments: a CTC spike is often 20 ms of a 70 ms vowel
         for s in w.testable_sites:
             a, b = spans[s.position]
             out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
