@@ -378,16 +378,8 @@ class Scorer:
         result["reference_checks"] = ref_notes  # every reference given, used or not, and why
         if not q_ev["a"].ok and q_ev["a"].status not in ("no_testable_site",):
             result["reason"] = f"query: {q_ev['a'].reason}"
-        alignment = q_ev["a"].alignment
-        spoken = {w.index: k for k, w in enumerate(words)}
-        out_words = []
-        for w in all_words:
-            k = spoken.get(w.index)
-            if w.skipped is not None or not w.testable_sites:
-                out_words.append(self._word_json(w, alignment, [], "not_tested", k))
-                continue
-            sites_json = [self._site(w, s, q_ev, ref_evs) for s in w.testable_sites]
-            out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]), k))
+        out_words = self._words_json(all_words, words, q_ev["a"].alignment,
+                                     lambda w, k: [self._site(w, s, q_ev, ref_evs) for s in w.testable_sites])
         result["words"] = out_words
         tested = [s for w in out_words for s in w["sites"]]
         if tested and all(s["decision"] == "unscored" for s in tested):
@@ -471,16 +463,10 @@ class Scorer:
                 if bool(parts.site_active[i]):
                     probs.setdefault(k, []).append((site, float(parts.site_probs[i])))
         flag, no_change = self._penalty_thresholds
-        alignment = placed.alignment
-        spoken = {w.index: k for k, w in enumerate(words)}
-        out_words = []
-        for w in all_words:
-            k = spoken.get(w.index)
-            if w.skipped is not None or not w.testable_sites:
-                out_words.append(self._word_json(w, alignment, [], "not_tested", k))
-                continue
+
+        def sites_json(w, k) -> list[dict]:
             scored = list(probs.get(k, []))
-            sites_json = []
+            out_sites = []
             for s in w.testable_sites:
                 out = {"kind": s.kind, "nepali": s.nepali, "hindi": s.hindi, "score": None, "decision": "unscored",
                        "references_used": 0}
@@ -491,14 +477,31 @@ class Scorer:
                     p = scored.pop(hit)[1]
                     out["score"] = round(min(max(p, 0.0), 1.0), 4)
                     out["decision"] = site_decision(p, True, flag=flag, no_change=no_change)
-                sites_json.append(out)
-            out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]), k))
+                out_sites.append(out)
+            return out_sites
+
+        out_words = self._words_json(all_words, words, placed.alignment, sites_json)
         result["words"] = out_words
         tested = [s for w in out_words for s in w["sites"]]
         if tested and all(s["decision"] == "unscored" for s in tested):
             result["status"] = "unscored"
             result["reason"] = f"no tested site could be placed in the query (site placement: {placed.status})"
         return result
+
+    def _words_json(self, all_words, words, alignment, sites_of) -> list[dict]:
+        """Every word of the text in the result schema: ``not_tested`` for a skipped word or one without a testable
+        site, else its sites (``sites_of(word, k)``, k its position among the spoken ``words``) and their decision."""
+        spoken = {w.index: k for k, w in enumerate(words)}
+        out_words = []
+        for w in all_words:
+            k = spoken.get(w.index)
+            if w.skipped is not None or not w.testable_sites:
+                out_words.append(self._word_json(w, alignment, [], "not_tested", k))
+                continue
+            sites_json = sites_of(w, k)
+            out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]),
+                                             k))
+        return out_words
 
     def _site(self, w, site, q_ev, ref_evs) -> dict:
         key = (w.index, site.position)
