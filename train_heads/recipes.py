@@ -110,23 +110,25 @@ class ConvFrameRecipe:
     schwa of those recordings (:func:`leakloss.pairs.features.real_speech_conv_table`); ``real_repeat`` draws their
     training rows that many times per epoch (a few hundred rows among ten thousand synthetic ones otherwise barely
     move the head; dev rows count once) and ``real_augment_copies`` adds augmented copies of every clip (speed, reverb,
-    noise, gain), each aligned afresh.
+    noise, gain), each aligned afresh; ``site_segments`` marks the pairs' site frames on the phone's segment, not its
+    CTC spike (:func:`leakloss.pairs.features.conv_feature_table`).
     """
 
     def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False, real_repeat: int = 1,
-                 real_augment_copies: int = 0) -> None:
+                 real_augment_copies: int = 0, site_segments: bool = False) -> None:
         if int(real_repeat) < 1:
             raise ValueError(f"real_repeat must be >= 1, got {real_repeat}")
         if int(real_augment_copies) < 0:
             raise ValueError(f"real_augment_copies must be >= 0, got {real_augment_copies}")
         self.real_speech, self.real_schwa_cuts, self.real_repeat = real_speech, real_schwa_cuts, int(real_repeat)
         self.real_augment_copies = int(real_augment_copies)
+        self.site_segments = bool(site_segments)
 
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
         rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
         kinds = tuple(hcfg.get("kinds", ["deletion"]))
         conv, _ = conv_feature_table(ctx.manifest, rec, kinds=kinds, cache_dir=ctx.feature_cache,
-                                     progress=ctx.cfg.progress, layer=layer)
+                                     progress=ctx.cfg.progress, layer=layer, segments=self.site_segments)
         if ctx.cfg.data.short_vowel_sentences:
             extra = short_vowel_negatives(ctx.cfg, rec, layer)
             conv = ConvTable.concat([conv, extra])

@@ -232,11 +232,13 @@ def site_frame_mask(alignment, word_index_in_list: int, site_position: int, star
 
 def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ...] = ("deletion",),
                        cache_dir: str | Path | None = None, progress: bool = True,
-                       layer: int | None = None) -> tuple[ConvTable, dict]:
+                       layer: int | None = None, segments: bool = False) -> tuple[ConvTable, dict]:
     """Frame-head examples: the recognizer's frame features (``frame_features``: wav2vec2 conv layer 4, or a
-    Whisper encoder state; ``layer`` None: its default) of the word ±60 ms and the site's frames."""
+    Whisper encoder state; ``layer`` None: its default) of the word ±60 ms and the site's frames (its CTC spike
+    ±20 ms; ``segments``: its phone segment ±20 ms, as site placement now gives them)."""
     manifest = Path(manifest)
     what = "conv" + ",".join(kinds) + ("" if layer is None else f"|layer{layer}")  # None: the key it always had
+    what += "|segments" if segments else ""
     cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, what)}.pt" if cache_dir else None
     if cache is not None and cache.exists():
         return _load_conv_table(cache)
@@ -272,7 +274,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
             start = max(wa.start - CONV_PAD_S, 0.0)
             end = min(wa.end + CONV_PAD_S, duration)
             g0, g1 = int(start / hop_s), min(int(end / hop_s) + 1, f.shape[-1])
-            mask = site_frame_mask(e.alignment, k, r.site_position, g0 * hop_s, g1 - g0, hop_s)
+            mask = site_frame_mask(e.alignment, k, r.site_position, g0 * hop_s, g1 - g0, hop_s, segments)
             feats.append(f[:, g0:g1].contiguous())
             masks.append(mask)
             labels.append(label)

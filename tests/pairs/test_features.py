@@ -1,0 +1,19 @@
+"""leakloss.pairs.features: the site frames a frame-head row marks."""
+
+import torch
+
+from leakloss.acoustic.align import AlignmentResult, WordAlignment
+from leakloss.pairs.features import site_frame_mask
+
+
+def test_site_frame_mask_marks_the_spike_or_the_segment_with_20_ms_each_side():
+    # a word of three one-frame spikes 100 ms apart: the middle phone's segment is 0.56-0.66 s
+    word = WordAlignment(0, "w", 0.50, 0.72, [(0.50, 0.52), (0.60, 0.62), (0.70, 0.72)], 1.0)
+    alignment = AlignmentResult(ok=True, words=[word])
+    hop = 0.02
+    centres = 0.40 + (torch.arange(20) + 0.5) * hop
+    spike = site_frame_mask(alignment, 0, 1, 0.40, 20, hop)
+    segment = site_frame_mask(alignment, 0, 1, 0.40, 20, hop, segments=True)
+    assert torch.equal(spike, (centres >= 0.58) & (centres <= 0.64))
+    assert torch.equal(segment, (centres >= 0.54) & (centres <= 0.68))
+    assert bool((segment | ~spike).all()) and int(segment.sum()) > int(spike.sum())
