@@ -24,8 +24,9 @@ Figures (each from running the signal; a domain whose voices or data are absent 
 - ``auc_site_real``: the same on the test speakers' recordings at every schwa the frontend says is spoken (the
   vowel of the deletion contrast), placed by forced alignment with ``--aligner`` (recognizer w by default: it
   hears real speech) as the phone's segment (:meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`): the
-  CTC spike alone is often 20 ms of a 70 ms schwa, and cutting it left the vowel (until 2026-12-05). Every schwa, not only the testable contrast sites: the 14 test clips are short phrases with
-  two or three of those (their AUC is printed apart);
+  CTC spike alone is often 20 ms of a 70 ms schwa, and cutting it left the vowel (until 2026-12-05). Every
+  schwa, not only the testable contrast sites: the 14 test clips are short phrases with two or three of those
+  (their AUC is printed apart);
 - ``auc_reward_unseen``: ROC AUC of the reward of Nepali readings against Hindi-ward readings (the same words by
   the same voice with every testable site said the Hindi way: the vowel dropped, or the Hindi vowel) in the
   unseen family, over the sentences that have a testable site;

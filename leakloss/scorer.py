@@ -470,7 +470,8 @@ class Scorer:
             for s in w.testable_sites:
                 out = {"kind": s.kind, "nepali": s.nepali, "hindi": s.hindi, "score": None, "decision": "unscored",
                        "references_used": 0}
-                hit = next((j for j, (t, _) in enumerate(scored) if t.kind == s.kind and t.contrast == s.contrast), None)
+                hit = next((j for j, (t, _) in enumerate(scored) if (t.kind, t.contrast) == (s.kind, s.contrast)),
+                           None)
                 if hit is None:
                     out["reason"] = f"{QUERY_SITE_UNMEASURED} (site placement: {placed.status})"
                 else:
@@ -499,8 +500,8 @@ class Scorer:
                 out_words.append(self._word_json(w, alignment, [], "not_tested", k))
                 continue
             sites_json = sites_of(w, k)
-            out_words.append(self._word_json(w, alignment, sites_json, word_decision([s["decision"] for s in sites_json]),
-                                             k))
+            decision = word_decision([s["decision"] for s in sites_json])
+            out_words.append(self._word_json(w, alignment, sites_json, decision, k))
         return out_words
 
     def _site(self, w, site, q_ev, ref_evs) -> dict:

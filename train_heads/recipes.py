@@ -148,8 +148,8 @@ class ConvFrameRecipe:
                 conv = with_real_rows(conv, real, self.real_repeat)
                 cut = int(real.y.sum())
                 print(f"{hcfg.name}: {len(real) - cut} negative and {cut} cut-schwa sites of {len(clips)} real "
-                      f"training-speaker clips added ({self.real_augment_copies} augmented copies each; training rows drawn "
-                      f"{self.real_repeat}x)")
+                      f"training-speaker clips added ({self.real_augment_copies} augmented copies each; training "
+                      f"rows drawn {self.real_repeat}x)")
         return ConvDataModule(conv, batch_size=hcfg.batch_size, seed=ctx.cfg.seed)
 
     def build_head(self, hcfg: DictConfig, dm: ConvDataModule) -> torch.nn.Module:

@@ -230,6 +230,13 @@ def site_frame_mask(alignment, word_index_in_list: int, site_position: int, star
     return (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
 
 
+def word_frames(word, duration_s: float, hop_s: float, n_frames: int) -> tuple[int, int]:
+    """Frames ``[g0, g1)`` of an aligned word ±60 ms (:data:`CONV_PAD_S`) inside ``duration_s`` seconds of audio
+    and the ``n_frames`` frames computed for it: the window a frame-head row keeps."""
+    g0 = int(max(word.start - CONV_PAD_S, 0.0) / hop_s)
+    return g0, min(int(min(word.end + CONV_PAD_S, duration_s) / hop_s) + 1, n_frames)
+
+
 def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ...] = ("deletion",),
                        cache_dir: str | Path | None = None, progress: bool = True,
                        layer: int | None = None, segments: bool = False) -> tuple[ConvTable, dict]:
@@ -270,10 +277,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
                 stats["skipped"][e.status] = stats["skipped"].get(e.status, 0) + 1
                 continue
             k = [i for i, w in enumerate(words) if w.index == r.word_index][0]
-            wa = e.alignment.word(k)
-            start = max(wa.start - CONV_PAD_S, 0.0)
-            end = min(wa.end + CONV_PAD_S, duration)
-            g0, g1 = int(start / hop_s), min(int(end / hop_s) + 1, f.shape[-1])
+            g0, g1 = word_frames(e.alignment.word(k), duration, hop_s, f.shape[-1])
             mask = site_frame_mask(e.alignment, k, r.site_position, g0 * hop_s, g1 - g0, hop_s, segments)
             feats.append(f[:, g0:g1].contiguous())
             masks.append(mask)
@@ -352,10 +356,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                     end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
                     if site.kind == "deletion" and not min_s <= end - reading.phone_starts[i] <= max_s:
                         continue
-                    wa = e.alignment.word(k)
-                    start = max(wa.start - CONV_PAD_S, 0.0)
-                    g0 = int(start / hop_s)
-                    g1 = min(int(min(wa.end + CONV_PAD_S, reading.duration) / hop_s) + 1, f.shape[-1])
+                    g0, g1 = word_frames(e.alignment.word(k), reading.duration, hop_s, f.shape[-1])
                     feats.append(f[:, g0:g1].contiguous())
                     masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
                     meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
@@ -453,15 +454,13 @@ def _real_rows(recognizer, extractor, wave: torch.Tensor, words, kinds, layer, h
         for site in w.testable_sites:
             if site.kind not in kinds:
                 continue
-            wa = e.alignment.word(k)
-            g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
-            g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
+            g0, g1 = word_frames(e.alignment.word(k), duration, hop_s, f.shape[-1])
             if g1 <= g0:
                 continue
             rows.append((f[:, g0:g1].contiguous(),
                          site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s, segments=True),
-                         0.0, {"pair_id": f"real-{tag}-{k}-{site.position}", "kind": site.kind, "contrast": site.contrast,
-                               "word": w.word, "role": "control"}))
+                         0.0, {"pair_id": f"real-{tag}-{k}-{site.position}", "kind": site.kind,
+                               "contrast": site.contrast, "word": w.word, "role": "control"}))
     if schwa_cuts and "deletion" in kinds:
         rows += [(f_, m, y, {**meta, "pair_id": f"real-cut-{tag}-{meta['pair_id']}"})
                  for f_, m, y, meta in _schwa_cut_rows(recognizer, wave, f, words, e.alignment, layer, hop_s)]
@@ -472,7 +471,8 @@ def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, 
                     layer: int | None, hop_s: float) -> list[tuple]:
     """(feats, mask, label, meta) rows of :func:`real_speech_conv_table`'s ``schwa_cuts``: per spoken schwa, the
     cut (1), its sham (0) and the intact reading (0); the word ±60 ms and the vowel's frames ±20 ms (its aligned
-    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`), in the intact reading's timing (as the penalty scores sites placed on the ground truth)."""
+    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`), in the intact reading's timing (as
+    the penalty scores sites placed on the ground truth)."""
     from leakloss.pairs.splice import delete_span, sham_span
     from leakloss.text.phones import strip_nasal
     from leakloss.text.sites import OPEN_CENTRAL
@@ -483,7 +483,6 @@ def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, 
         wa = alignment.word(k)
         if wa is None:
             continue
-        g0 = int(max(wa.start - CONV_PAD_S, 0.0) / hop_s)
         segments = alignment.phone_segments(k)
         for i, phone in enumerate(w.nepali):
             if strip_nasal(phone) not in OPEN_CENTRAL:
@@ -500,11 +499,10 @@ def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, 
                     with torch.no_grad():
                         f, n = recognizer.frame_features(edited[None], layer=layer)
                     f = f[0, :, : int(n[0])]
-                g1 = min(int(min(wa.end + CONV_PAD_S, duration) / hop_s) + 1, f.shape[-1])
+                g0, g1 = word_frames(wa, duration, hop_s, f.shape[-1])
                 if g1 <= g0:
                     continue
-                t = g0 * hop_s + (torch.arange(g1 - g0) + 0.5) * hop_s
-                mask = (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
+                mask = site_frame_mask(alignment, k, i, g0 * hop_s, g1 - g0, hop_s, segments=True)
                 rows.append((f[:, g0:g1].contiguous(), mask, label,
                              {"pair_id": f"{k}-{i}", "kind": "deletion", "contrast": f"{phone}->∅", "word": w.word,
                               "role": "control" if role == "intact" else role}))
