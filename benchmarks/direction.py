@@ -3,8 +3,9 @@
 Start from Hindi-ward readings of held-out sentences, descend the leak penalty (``--head``/``--recognizer``,
 passed to :meth:`leakloss.penalty.LeakPenalty.load`; default: the shipped penalty, its raw-conv head on
 recognizer A) on the *input*, then ask a judge on another recognizer — the reference-paired scorer as shipped
-(heads on recognizer w; ``--heads-dir leakloss/assets/heads_espeak``: the espeak-only heads on recognizers A/B,
-the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged. The judge's heads and word
+(by default the heads on recognizer w, ``leakloss/assets/heads_w``, the scorer's default until 2026-12-05: the shipped
+scorer now runs on wb, the penalty's own recognizer; ``--heads-dir leakloss/assets/heads_espeak``: the espeak-only
+heads on recognizers A/B, the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged. The judge's heads and word
 check must all run on recognizers other than the penalty's: a penalty judged by its own recognizer would grade
 itself, so that is refused (exit 2). The references the judge compares with are the teacher voices' readings.
 
@@ -60,6 +61,7 @@ import torchaudio
 from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
+from leakloss.heads import W_HEADS
 from leakloss.penalty import LeakPenalty
 from leakloss.site_placement import locate_sites
 from leakloss.scorer import Scorer
@@ -160,9 +162,8 @@ def check_judge(penalty_recognizer: str, judge: Mapping[str, str]) -> None:
     """Raise :class:`JudgeError` when any of the judge's roles runs on the penalty's recognizer."""
     same = [role for role, name in judge.items() if base_name(name) == base_name(penalty_recognizer)]
     if same:
-        other = ("--heads-dir leakloss/assets/heads_espeak (heads on recognizers A/B) with a --check-recognizer "
-                 "other than it" if base_name(penalty_recognizer) not in ("a", "b") else
-                 "the shipped scorer (no --heads-dir; heads and word check on recognizer w)")
+        other = {"w": "--heads-dir leakloss/assets/heads_espeak (heads on recognizers A/B) with --check-recognizer wb"}.get(
+            base_name(penalty_recognizer), "the default judge (no --heads-dir: heads_w, heads and word check on w)")
         raise JudgeError(f"the judge's {', '.join(same)} run(s) on recognizer {base_name(penalty_recognizer)}, the "
                          f"one the penalty descends: the check would grade the penalty by itself; pick a judge on "
                          f"another recognizer, e.g. {other}")
@@ -272,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--head", default=None, help="the penalty's raw-conv head file (default: the shipped one)")
     parser.add_argument("--recognizer", default=None,
                         help="the penalty's recognizer (default: the one its head's card names)")
-    parser.add_argument("--heads-dir", default=None,
-                        help="the judge's heads (default: the shipped ones, on recognizer w; "
+    parser.add_argument("--heads-dir", default=str(W_HEADS),
+                        help="the judge's heads (default: leakloss/assets/heads_w, on recognizer w; "
                              "leakloss/assets/heads_espeak: the espeak-only heads on A/B)")
     parser.add_argument("--check-recognizer", default=None, help="the judge's word check (default: the scorer's)")
     return parser

@@ -77,7 +77,7 @@ def site_decision(result: dict, word_index: int, site_index: int) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recognizers", nargs="+", default=["a", "w"], help="recognizers whose PER is tabled")
+    parser.add_argument("--recognizers", nargs="+", default=["w", "wb"], help="recognizers whose PER is tabled")
     parser.add_argument("--limit", type=int, default=40, help="held-out sentences (of 57; 0: all)")
     parser.add_argument("--pair-sentences", type=int, default=16, help="held-out sentences for the physical pairs")
     parser.add_argument("--real-limit", type=int, default=None)

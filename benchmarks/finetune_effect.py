@@ -3,7 +3,7 @@
 Fine-tunes the small Hindi-base F5 (``checkpoints/f5_hindi_base``) on Nepali teacher readings in three arms with
 the same seed, batches and updates: plain, plus the leak penalty, plus best-of-N reward distillation on unpaired
 text; then each model (and the base) says the held-out test words (real contrasts, never in any training text),
-judged by the scorer on recognizer ``w`` (the penalty and reward use recognizer A).
+judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penalty and reward use recognizer wb).
 
     python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--base-dir DIR]
 

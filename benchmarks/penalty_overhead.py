@@ -54,8 +54,8 @@ Figures, measured in one run:
 
 ``scorer_speed_before`` / ``scorer_speed_after``
     Seconds of audio per second of CPU wall clock of the scorer's recognizer pass (``recognizer(wave[None])``,
-    no gradient, one reading at a time, as ``Scorer`` runs it), before: ``DEFAULT_RECOGNIZER`` (w, Whisper
-    tiny.en padded to 30 s), after: wb (Whisper base, own length), with their real weights, on the same
+    no gradient, one reading at a time, as ``Scorer`` runs it), before: w (Whisper tiny.en padded to 30 s, the
+    scorer's until 2026-12-05), after: wb (Whisper base, own length, ``DEFAULT_RECOGNIZER`` since), with their real weights, on the same
     ``--scorer-clips`` clips (real test-speaker recordings of ``shared/data/real-nepali-speech`` cut to
     ``--scorer-seconds``, else speech-like signals), interleaved, after a warm-up, on ``--scorer-threads`` torch
     threads (default 1: on a busy 2-core machine two threads wait on each other and the figures swing 3x). ``nan`` (and why, on stderr)
@@ -111,8 +111,8 @@ WHISPER_ENCODER_DIMS = {
     "base": {"d_model": 512, "encoder_layers": 6, "encoder_attention_heads": 8, "encoder_ffn_dim": 2048,
              "num_mel_bins": 80, "max_source_positions": 1500},
 }
-#: the scorer's recognizer after issue 40 (before it: DEFAULT_RECOGNIZER, w, padded to 30 s)
-SCORER_AFTER = "wb"
+#: the scorer's recognizer before and after issue 40 (w padded to 30 s; wb at each clip's own length)
+SCORER_BEFORE, SCORER_AFTER = "w", DEFAULT_RECOGNIZER
 
 aten = torch.ops.aten
 
@@ -649,7 +649,7 @@ def parameter_shapes(module: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     return [(k, tuple(v.shape)) for k, v in module.state_dict().items()]
 
 
-def scorer_speed(clips: list[torch.Tensor], before: str = DEFAULT_RECOGNIZER, after: str = SCORER_AFTER) -> dict:
+def scorer_speed(clips: list[torch.Tensor], before: str = SCORER_BEFORE, after: str = SCORER_AFTER) -> dict:
     """Seconds of audio per wall second of the scorer's recognizer pass (``recognizer(wave[None])``, no gradient,
     one reading at a time, as :meth:`leakloss.scorer.Scorer._recognize` runs it) with ``before`` and ``after``, on
     the same clips, interleaved, after one warm-up of each. ``{"before": nan, "after": nan, "why": ...}`` when a
@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="the penalty's recognizer: a (wav2vec2 conv stack), wb (Whisper base encoder, own length)"
                              " or w (Whisper tiny.en, padded to 30 s); default: the one the shipped head's card names")
     parser.add_argument("--scorer-clips", type=int, default=4,
-                        help=f"clips for the scorer's recognizer throughput ({DEFAULT_RECOGNIZER} vs {SCORER_AFTER})")
+                        help=f"clips for the scorer's recognizer throughput ({SCORER_BEFORE} vs {SCORER_AFTER})")
     parser.add_argument("--scorer-seconds", type=float, default=8.0, help="longest scorer clip, seconds")
     parser.add_argument("--scorer-threads", type=int, default=1,
                         help="torch threads for the scorer's throughput (1: on a busy machine two threads wait on"

@@ -29,6 +29,15 @@ from leakloss.functional.leak import pooled_site_logits
 FLAG_THRESHOLD = 0.5
 NO_CHANGE_THRESHOLD = 0.2
 
+_ASSETS = Path(__file__).resolve().parent / "assets"
+#: The shipped heads: the scorer's deletion and quality heads and the penalty's raw-conv head, all on recognizer wb.
+SHIPPED_HEADS = _ASSETS / "heads"
+#: The scorer's heads on recognizer w (Whisper tiny.en), the default until 2026-12-05: the independent judge of a
+#: signal that runs on wb (``benchmarks/direction.py``, ``benchmarks/finetune_effect.py``).
+W_HEADS = _ASSETS / "heads_w"
+#: The espeak-only heads on recognizers A/B (and A's raw-conv head).
+ESPEAK_HEADS = _ASSETS / "heads_espeak"
+
 
 class HeadLoadError(ValueError):
     """A head file that is missing, not safetensors, or whose card does not match its tensors."""

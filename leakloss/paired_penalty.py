@@ -37,8 +37,9 @@ from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths, check_
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
-#: The recognizer the paired term hears with unless told otherwise (``leak.paired_recognizer`` in finetune-f5).
-DEFAULT_PAIRED_RECOGNIZER = "w"
+#: The recognizer the paired term hears with unless told otherwise (``leak.paired_recognizer`` in finetune-f5):
+#: wb, the signal's recognizer (multilingual Whisper base, own length), as the reference-free head's.
+DEFAULT_PAIRED_RECOGNIZER = "wb"
 
 
 class PairedParts(NamedTuple):

@@ -40,12 +40,18 @@ from leakloss.functional.leak import (
     scale_gradient,
     site_masks,
 )
-from leakloss.heads import FLAG_THRESHOLD, HeadCard, HeadLoadError, RawConvHead, load_head
+from leakloss.heads import (  # noqa: F401  (SHIPPED_HEADS, ESPEAK_HEADS: importable from here as before)
+    ESPEAK_HEADS,
+    FLAG_THRESHOLD,
+    SHIPPED_HEADS,
+    HeadCard,
+    HeadLoadError,
+    RawConvHead,
+    load_head,
+)
 from leakloss.schema import KINDS
 from leakloss.timing import TimedSite
 
-SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
-ESPEAK_HEADS = Path(__file__).resolve().parent / "assets" / "heads_espeak"
 #: What a head card without ``features`` was trained on: recognizer A's conv layer 4 (every card before them).
 LEGACY_FRAME_FEATURES = {"source": "wav2vec2-conv", "layer": 4}
 

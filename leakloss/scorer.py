@@ -37,11 +37,10 @@ from leakloss.audio import AudioError, AudioInfo, load_audio, prepare_waveform
 from leakloss.constants import SAMPLE_RATE
 from leakloss.decision import (check_thresholds, combine_references, failed_gates, gates_pass, reference_qualifies, site_decision,
                                word_decision)
-from leakloss.heads import load_head
+from leakloss.heads import SHIPPED_HEADS, load_head
 from leakloss.schema import KINDS
 from leakloss.text.phones import canonical
 
-SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 
 #: Word check by phone error rate of the check recognizer against the expected Nepali phones. A Hindi-style
 #: reading differs in a few vowels (still passes); another sentence fails. These are recognizer A's limits; a
@@ -49,9 +48,10 @@ SHIPPED_HEADS = Path(__file__).resolve().parent / "assets" / "heads"
 #: ``python -m train_recognizers.calibrate``) brings its own.
 QUERY_MAX_PER = 0.45
 REFERENCE_MAX_PER = 0.30
-#: The embedded scorer's word check: recognizer w (CTC head on the Whisper tiny.en encoder), which hears voices
-#: and real speech beyond espeak (``benchmarks/domains.py``); A would quarantine nearly every non-espeak reading.
-DEFAULT_CHECK_RECOGNIZER = "w"
+#: The word check of heads on a recognizer without calibrated limits (A, B): recognizer wb (CTC head on the
+#: multilingual Whisper base encoder), which hears voices and real speech beyond espeak (``benchmarks/domains.py``);
+#: A would quarantine nearly every non-espeak reading. Heads on w or wb check on their own recognizer.
+DEFAULT_CHECK_RECOGNIZER = "wb"
 QUERY_SITE_UNMEASURED = "query site could not be measured"
 
 
@@ -212,8 +212,10 @@ class Scorer:
             return loaded[name]
 
         self.recognizers = {"a": load(recognizer_a), "b": load(recognizer_b)}
-        # the word check's recognizer: w with the embedded recognizers, else recognizer A's role, unless named
-        default_check = DEFAULT_CHECK_RECOGNIZER if recognizer_a in EMBEDDED else recognizer_a
+        # the word check's recognizer, unless named: recognizer A's role, except an embedded one without calibrated
+        # limits (A, B, trained on espeak only), whose heads check on DEFAULT_CHECK_RECOGNIZER
+        calibrated = getattr(self.recognizers["a"], "word_check_limits", None) is not None
+        default_check = recognizer_a if calibrated or recognizer_a not in EMBEDDED else DEFAULT_CHECK_RECOGNIZER
         self.check_recognizer = load(check_recognizer or default_check)
         self.check_recognizer_name = self.check_recognizer.name
         limits = getattr(self.check_recognizer, "word_check_limits", None)

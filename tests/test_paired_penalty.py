@@ -176,24 +176,31 @@ def test_random_lengths_sites_and_amplitudes_give_a_finite_nonnegative_loss(pair
     assert torch.isfinite(gen.grad).all()
 
 
-def _recognizer_w():
+def _paired_on(name: str):
     from leakloss.acoustic.recognizer import RecognizerLoadError
 
     try:
-        return PairedPosteriorPenalty.load("w")
+        return PairedPosteriorPenalty.load(name)
     except (RecognizerLoadError, FileNotFoundError, OSError) as err:
-        pytest.skip(f"recognizer w cannot be loaded: {err}")
+        pytest.skip(f"recognizer {name} cannot be loaded: {err}")
+
+
+def test_the_default_recognizer_is_the_signal_one():
+    from leakloss.paired_penalty import DEFAULT_PAIRED_RECOGNIZER
+
+    assert DEFAULT_PAIRED_RECOGNIZER == "wb"
 
 
 @pytest.mark.slow
-def test_on_recognizer_w_a_cut_vowel_costs_and_the_sham_cut_does_not():
-    """A real espeak reading through recognizer w (Whisper log-mel, encoder, CTC head): the site's vowel cut out
-    (the end padded to keep the frames aligned) against the same splice with the vowel put back."""
+@pytest.mark.parametrize("name", ["wb", "w"])
+def test_on_a_whisper_recognizer_a_cut_vowel_costs_and_the_sham_cut_does_not(name):
+    """A real espeak reading through recognizer wb or w (Whisper log-mel, encoder, CTC head): the site's vowel cut
+    out (the end padded to keep the frames aligned) against the same splice with the vowel put back."""
     from leakloss.pairs.splice import delete_span, sham_span
     from leakloss.site_placement import place_sites
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
 
-    paired = _recognizer_w()
+    paired = _paired_on(name)
     text = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
     try:
         wave = speak_text(text, TRAIN_TEACHER_VOICES[0]).waveform

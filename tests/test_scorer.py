@@ -172,6 +172,19 @@ def test_embedded_scorer_on_real_readings(clips):
     assert not any(w["decision"] == "flagged" for w in teacher["words"])
 
 
+@needs_embedded
+def test_the_word_check_runs_on_the_heads_recognizer_when_calibrated_else_on_wb():
+    # shipped heads on wb check on wb; the heads on w (the independent judge) on w; the espeak-only heads on A/B,
+    # whose recognizer has no calibrated limits, on wb (A would quarantine nearly every non-espeak reading)
+    from leakloss.heads import ESPEAK_HEADS, W_HEADS
+
+    for heads, check in ((None, "wb"), (W_HEADS, "w"), (ESPEAK_HEADS, "wb")):
+        scorer = Scorer(heads_dir=heads)
+        assert scorer.check_recognizer_name.split("@")[0] == check, heads
+        assert scorer.check_recognizer.word_check_limits == (scorer.query_max_per, scorer.reference_max_per)
+    assert Scorer().recognizers["a"].name.startswith("wb@")
+
+
 def test_asr_word_check_uses_hindi_safe_normalisation_and_seed_thresholds():
     from leakloss.scorer import asr_word_check
 

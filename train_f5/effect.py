@@ -13,8 +13,8 @@ share the seed, the batches and the number of updates:
   unintelligible or unalignable sample); a text's best sample joins the training batches as a target when it
   is ``scored`` with reward at least ``reward_min``.
 
-The judge never sees either signal's instrument: the scorer's shipped deletion/quality heads and word check on the
-real-speech recognizer ``w`` (the penalty and the reward use recognizer A). Each model says every test word (real
+The judge never sees either signal's instrument: the scorer's deletion/quality heads on the real-speech recognizer
+``w`` (:data:`leakloss.heads.W_HEADS`) and its word check on ``w`` (the penalty and the reward use recognizer wb). Each model says every test word (real
 contrast sites, :func:`train_f5.data.is_test_word`, so never in any training text) in a phrase of up to three
 words of its sentence, prompted by one fixed Nepali training reading; the scorer judges the phrase against two
 espeak teacher readings and only the test word's sites count; ``per_*`` is ``w``'s greedy phone error rate (coarse
@@ -296,16 +296,17 @@ def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed:
 
 
 class Judge:
-    """The scorer as shipped (heads and word check on recognizer ``w``) and ``w``'s phone error rate, on each test
-    word's phrase (``waves`` keyed by the word); only the test word's own sites count."""
+    """The scorer with its heads and word check on recognizer ``w`` (not the signal's wb) and ``w``'s phone error
+    rate, on each test word's phrase (``waves`` keyed by the word); only the test word's own sites count."""
 
     def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w") -> None:
+        from leakloss.heads import W_HEADS
         from leakloss.scorer import Scorer
         from leakloss.speech.corpus import teacher_reading
         from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES
 
         self.words = list(words)
-        self.scorer = Scorer(check_recognizer=recognizer)
+        self.scorer = Scorer(heads_dir=W_HEADS, check_recognizer=recognizer)
         self.recognizer = self.scorer.check_recognizer  # the same instance: w loads once
         self.refs = {w.word: [teacher_reading(w.phrase, v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
                      for w in self.words}

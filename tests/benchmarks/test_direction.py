@@ -36,8 +36,8 @@ def parse(line: str) -> dict[str, str]:
 
 def test_defaults_are_the_shipped_penalty_on_the_unseen_family(bench):
     args = bench.build_parser().parse_args([])
-    assert (args.voices, args.head, args.recognizer, args.heads_dir, args.check_recognizer) == (
-        "unseen", None, None, None, None)
+    assert (args.voices, args.head, args.recognizer, args.check_recognizer) == ("unseen", None, None, None)
+    assert args.heads_dir.endswith("heads_w")  # the judge: heads on w, not the shipped ones on the penalty's wb
     args = bench.build_parser().parse_args(["--head", "h.safetensors", "--recognizer", "wb", "--voices", "espeak"])
     assert (args.head, args.recognizer, args.voices) == ("h.safetensors", "wb", "espeak")
 
@@ -58,6 +58,18 @@ def test_check_judge_refuses_any_role_on_the_penalty_recognizer(bench):
         bench.check_judge("a@8eb29e95", {"quality head": "b@2", "deletion head": "b@2", "word check": "a@other"})
     with pytest.raises(bench.JudgeError, match="quality head, deletion head, word check.*heads_espeak"):
         bench.check_judge("w@55714b26", {"quality head": "w@1", "deletion head": "w@1", "word check": "w@1"})
+    with pytest.raises(bench.JudgeError, match="quality head, deletion head, word check.*heads_w"):
+        bench.check_judge("wb@427360c1", {"quality head": "wb@1", "deletion head": "wb@1", "word check": "wb@1"})
+
+
+def test_the_default_judge_is_not_on_the_shipped_penalty_recognizer(bench):
+    # the shipped heads moved to wb, the penalty's recognizer: the default judge must stay on another one
+    from leakloss.heads import W_HEADS, load_head
+
+    assert bench.build_parser().parse_args([]).heads_dir == str(W_HEADS)
+    judge = {kind: load_head(W_HEADS / f"{kind}.safetensors")[1].recognizer for kind in ("deletion", "quality")}
+    penalty = load_head(W_HEADS.parent / "heads" / "rawconv.safetensors")[1].recognizer
+    bench.check_judge(penalty, {f"{k} head": v for k, v in judge.items()} | {"word check": "w@55714b26"})
 
 
 class FakeScorer:

@@ -702,7 +702,7 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     assert resolve_leak_crop(True, whisper_like) is True and resolve_leak_crop(False, Holding(paired.recognizer)) is False
     # off by default: no recognizer loaded, no paired term
     off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
-    assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "w"
+    assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "wb"
     assert load_paired_penalty(off) is None
     model = build_model(off, {c: i for i, c in enumerate(" abc")}, **leak_model_kwargs(off, dict(plan, paired_penalty=None)))
     assert model.paired_penalty is None and model.paired_weight == 0.0
@@ -739,7 +739,7 @@ def test_a_run_recorded_before_the_paired_term_resumes_and_its_recognizer_matter
     (out / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")  # as written before the paired term
     assert check_resume(cfg) == 3
     assert check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
-                             "leak.paired_recognizer=wb")) == 3  # off: the recognizer changes nothing
+                             "leak.paired_recognizer=w")) == 3  # off: the recognizer changes nothing
     with pytest.raises(FinetuneError, match=r"leak.paired_weight \(0.0 -> 0.5\)"):
         check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
                           "leak.paired_weight=0.5"))
@@ -751,11 +751,11 @@ def test_cli_a_finetune_with_both_terms_logs_them_apart_and_names_the_paired_rec
                                                                                        tmp_path):
     from leakloss.acoustic.recognizer import EMBEDDED_DIR
 
-    if not (EMBEDDED_DIR / "w" / "head.safetensors").exists():
-        pytest.skip("recognizer w not built")
+    if not (EMBEDDED_DIR / "wb" / "head.safetensors").exists():
+        pytest.skip("recognizer wb not built")
     out = tmp_path / "run"
     result = _cli(*_B, f"data.dir={tiny_prepared_dir}", f"f5.checkpoint={base_ckpt}", f"out_dir={out}", "steps=2",
-                  "leak.weight=0.1", "leak.paired_weight=0.5")  # leak.paired_recognizer: w, the default
+                  "leak.weight=0.1", "leak.paired_weight=0.5")  # leak.paired_recognizer: wb, the default
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _curve(out / "leak_curves.csv")
     assert set(rows) == {1, 2}
@@ -764,4 +764,4 @@ def test_cli_a_finetune_with_both_terms_logs_them_apart_and_names_the_paired_rec
         assert math.isfinite(row["paired/penalty"]) and row["paired/penalty"] >= 0
     assert any(r["paired/weight"] > 0 and r["paired/active_sites"] > 0 for r in rows.values())
     card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
-    assert card["paired_recognizer"].startswith("w@") and card["leak"]["paired_weight"] == 0.5
+    assert card["paired_recognizer"].startswith("wb@") and card["leak"]["paired_weight"] == 0.5
