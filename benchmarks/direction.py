@@ -2,12 +2,13 @@
 
 Start from Hindi-ward readings of held-out sentences, descend the leak penalty (``--head``/``--recognizer``,
 passed to :meth:`leakloss.penalty.LeakPenalty.load`; default: the shipped penalty, its raw-conv head on
-recognizer A) on the *input*, then ask a judge on another recognizer — the reference-paired scorer as shipped
-(by default the heads on recognizer w, ``leakloss/assets/heads_w``, the scorer's default until 2026-12-05: the shipped
-scorer now runs on wb, the penalty's own recognizer; ``--heads-dir leakloss/assets/heads_espeak``: the espeak-only
-heads on recognizers A/B, the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged. The judge's heads and word
-check must all run on recognizers other than the penalty's: a penalty judged by its own recognizer would grade
-itself, so that is refused (exit 2). The references the judge compares with are the teacher voices' readings.
+recognizer wb) on the *input*, then ask a judge on another recognizer — the reference-paired scorer with the heads
+on recognizer w (``leakloss/assets/heads_w``, the scorer's default until 2026-12-05: the shipped scorer now runs on
+wb, the penalty's own recognizer; ``--heads-dir leakloss/assets/heads_espeak``: the espeak-only heads on
+recognizers A/B, the judge of the figures before 2026-12-01 13:00) — whether fewer sites are flagged. The judge's
+heads and word check must all run on recognizers other than the penalty's: a penalty judged by its own
+recognizer would grade itself, so that is refused (exit 2). The references the judge compares with are the teacher
+voices' readings.
 
 Readings (``--voices``):
 
@@ -162,8 +163,10 @@ def check_judge(penalty_recognizer: str, judge: Mapping[str, str]) -> None:
     """Raise :class:`JudgeError` when any of the judge's roles runs on the penalty's recognizer."""
     same = [role for role, name in judge.items() if base_name(name) == base_name(penalty_recognizer)]
     if same:
-        other = {"w": "--heads-dir leakloss/assets/heads_espeak (heads on recognizers A/B) with --check-recognizer wb"}.get(
-            base_name(penalty_recognizer), "the default judge (no --heads-dir: heads_w, heads and word check on w)")
+        if base_name(penalty_recognizer) == "w":
+            other = "--heads-dir leakloss/assets/heads_espeak (heads on recognizers A/B) with --check-recognizer wb"
+        else:
+            other = "the default judge (no --heads-dir: heads_w, heads and word check on w)"
         raise JudgeError(f"the judge's {', '.join(same)} run(s) on recognizer {base_name(penalty_recognizer)}, the "
                          f"one the penalty descends: the check would grade the penalty by itself; pick a judge on "
                          f"another recognizer, e.g. {other}")

@@ -55,11 +55,12 @@ Figures, measured in one run:
 ``scorer_speed_before`` / ``scorer_speed_after``
     Seconds of audio per second of CPU wall clock of the scorer's recognizer pass (``recognizer(wave[None])``,
     no gradient, one reading at a time, as ``Scorer`` runs it), before: w (Whisper tiny.en padded to 30 s, the
-    scorer's until 2026-12-05), after: wb (Whisper base, own length, ``DEFAULT_RECOGNIZER`` since), with their real weights, on the same
-    ``--scorer-clips`` clips (real test-speaker recordings of ``shared/data/real-nepali-speech`` cut to
-    ``--scorer-seconds``, else speech-like signals), interleaved, after a warm-up, on ``--scorer-threads`` torch
-    threads (default 1: on a busy 2-core machine two threads wait on each other and the figures swing 3x). ``nan`` (and why, on stderr)
-    when either recognizer's weights are not installed. Not the penalty's recognizer: measured whatever
+    scorer's until 2026-12-05), after: wb (Whisper base, own length, ``DEFAULT_RECOGNIZER`` since), with their real
+    weights, on the same ``--scorer-clips`` clips (real test-speaker recordings of
+    ``shared/data/real-nepali-speech`` cut to ``--scorer-seconds``, else speech-like signals), interleaved, after a
+    warm-up, on ``--scorer-threads`` torch threads (default 1: on a busy 2-core machine two threads wait on each
+    other and the figures swing 3x). ``nan`` (and why, on stderr) when either recognizer's weights are not
+    installed. Not the penalty's recognizer: measured whatever
     ``--recognizer`` is.
 
 ``recognizer``

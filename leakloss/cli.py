@@ -267,9 +267,10 @@ def testset(
 @app.command()
 def recognize(
     wav: Path = typer.Argument(..., help="audio file (WAV/FLAC)"),
-    recognizer: str = typer.Option(DEFAULT_RECOGNIZER, "--recognizer", help="embedded wb (the default: a CTC head on the multilingual Whisper "
-                                   "base encoder, hears real speech), w (on Whisper tiny.en), a or b (trained on "
-                                   "espeak only), a local directory, or a hub id"),
+    recognizer: str = typer.Option(DEFAULT_RECOGNIZER, "--recognizer",
+                                   help="embedded wb (the default: a CTC head on the multilingual Whisper base "
+                                   "encoder, hears real speech), w (on Whisper tiny.en), a or b (trained on espeak "
+                                   "only), a local directory, or a hub id"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Greedy phone string from a CTC phone recognizer."""
@@ -301,10 +302,10 @@ def score(
                                         "head decides each site (labelled so in the result and the report)"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the JSON result here ('-' = stdout)"),
     html_out: Optional[Path] = typer.Option(None, "--html", help="write a listenable HTML report here"),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: shipped, on wb; "
-                                   "leakloss/assets/heads_w: on w)"),
-    recognizer_a: Optional[str] = typer.Option(None, help="recognizer of the quality head: embedded a/b/w/wb, a directory "
-                                               "or hub id (default: the one the head was trained on)"),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: "
+                                         "shipped, on wb; leakloss/assets/heads_w: on w)"),
+    recognizer_a: Optional[str] = typer.Option(None, help="recognizer of the quality head: embedded a/b/w/wb, a "
+                                               "directory or hub id (default: the one the head was trained on)"),
     recognizer_b: Optional[str] = typer.Option(None, help="recognizer of the deletion head (default: the head's own)"),
     check_recognizer: Optional[str] = typer.Option(
         None, "--check-recognizer", help="the word check's recognizer (default: A's; wb when A is the embedded a/b)"),

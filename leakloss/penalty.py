@@ -40,7 +40,7 @@ from leakloss.functional.leak import (
     scale_gradient,
     site_masks,
 )
-from leakloss.heads import (  # noqa: F401  (SHIPPED_HEADS, ESPEAK_HEADS: importable from here as before)
+from leakloss.heads import (  # SHIPPED_HEADS, ESPEAK_HEADS: still importable from here
     ESPEAK_HEADS,
     FLAG_THRESHOLD,
     SHIPPED_HEADS,

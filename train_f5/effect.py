@@ -13,8 +13,9 @@ share the seed, the batches and the number of updates:
   unintelligible or unalignable sample); a text's best sample joins the training batches as a target when it
   is ``scored`` with reward at least ``reward_min``.
 
-The judge never sees either signal's instrument: the scorer's deletion/quality heads on the real-speech recognizer
-``w`` (:data:`leakloss.heads.W_HEADS`) and its word check on ``w`` (the penalty and the reward use recognizer wb). Each model says every test word (real
+The judge never sees either signal's instrument: the scorer's deletion/quality heads on the real-speech
+recognizer ``w`` (:data:`leakloss.heads.W_HEADS`) and its word check on ``w`` (the penalty and the reward use
+recognizer wb). Each model says every test word (real
 contrast sites, :func:`train_f5.data.is_test_word`, so never in any training text) in a phrase of up to three
 words of its sentence, prompted by one fixed Nepali training reading; the scorer judges the phrase against two
 espeak teacher readings and only the test word's sites count; ``per_*`` is ``w``'s greedy phone error rate (coarse

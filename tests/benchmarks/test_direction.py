@@ -64,11 +64,11 @@ def test_check_judge_refuses_any_role_on_the_penalty_recognizer(bench):
 
 def test_the_default_judge_is_not_on_the_shipped_penalty_recognizer(bench):
     # the shipped heads moved to wb, the penalty's recognizer: the default judge must stay on another one
-    from leakloss.heads import W_HEADS, load_head
+    from leakloss.heads import SHIPPED_HEADS, W_HEADS, load_head
 
     assert bench.build_parser().parse_args([]).heads_dir == str(W_HEADS)
     judge = {kind: load_head(W_HEADS / f"{kind}.safetensors")[1].recognizer for kind in ("deletion", "quality")}
-    penalty = load_head(W_HEADS.parent / "heads" / "rawconv.safetensors")[1].recognizer
+    penalty = load_head(SHIPPED_HEADS / "rawconv.safetensors")[1].recognizer
     bench.check_judge(penalty, {f"{k} head": v for k, v in judge.items()} | {"word check": "w@55714b26"})
 
 
