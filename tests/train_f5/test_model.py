@@ -64,8 +64,10 @@ def test_the_shipped_checkpoint_loads_and_the_config_still_describes_it():
 
     model, arch, card = load_base(SHIPPED)  # strict load of the shipped EMA weights
     assert sum(p.numel() for p in model.parameters()) == card["parameters"]
-    assert card["architecture"] == OmegaConf.to_container(compose_config("train_f5").model, resolve=True)
-    assert {k: arch[k] for k in asdict(HindiBaseArch())} == asdict(HindiBaseArch())
+    # a card written before text_embedding_average_upsampling existed lacks it: F5's default layout (False)
+    written = {"text_embedding_average_upsampling": False} | card["architecture"]
+    assert written == OmegaConf.to_container(compose_config("train_f5").model, resolve=True)
+    assert {k: arch.get(k, getattr(HindiBaseArch, k)) for k in asdict(HindiBaseArch())} == asdict(HindiBaseArch())
     fresh = instantiate(compose_config("train_f5").model)
     fresh.load_state_dict(load_file(str(SHIPPED / "model.safetensors")))  # strict: what `python -m train_f5` resumes from
     assert json.loads((SHIPPED / "model.json").read_text(encoding="utf-8"))["mel"] == _mel_description()
@@ -105,3 +107,29 @@ def test_f5s_mel_settings_are_the_vocoders():
     assert MEL_SPEC_KWARGS["n_fft"] == MEL_SPEC_KWARGS["win_length"] == MEL_N_FFT
     assert (MEL_SPEC_KWARGS["hop_length"], MEL_SPEC_KWARGS["n_mel_channels"]) == (MEL_HOP, MEL_BINS)
     assert MEL_SPEC_KWARGS["target_sample_rate"] == MEL_SAMPLE_RATE
+
+
+def test_average_upsampling_spreads_each_characters_text_state_evenly_over_the_frames():
+    """``text_embedding_average_upsampling`` (F5's own option) reaches the DiT: each of 3 characters holds 4 of
+    12 frames, one state per character; the default keeps F5's text-then-filler layout."""
+    spread = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1,
+                           text_embedding_average_upsampling=True)
+    plain = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
+    text = torch.tensor([[5, 9, 13]])
+    states = spread.transformer.text_embed(text, seq_len=12)[0]
+    for k in range(3):
+        block = states[4 * k: 4 * k + 4]
+        assert torch.allclose(block, block[:1].expand_as(block))
+    assert not torch.allclose(states[0], states[4])
+    filler = plain.transformer.text_embed(text, seq_len=12)[0]
+    assert torch.allclose(filler[3:], torch.zeros_like(filler[3:]))  # F5's filler is masked to zero
+    assert not plain.transformer.text_embed.average_upsampling
+
+
+def test_average_upsampling_is_a_switch_written_to_the_card():
+    from leakloss.checks import SettingsError
+
+    with pytest.raises(SettingsError, match="true or false"):
+        hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, text_embedding_average_upsampling="yes")
+    cfg = compose_config("train_f5", ["model.text_embedding_average_upsampling=true"])
+    assert OmegaConf.to_container(cfg.model, resolve=True)["text_embedding_average_upsampling"] is True
