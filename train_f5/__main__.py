@@ -115,7 +115,29 @@ def _load_shipped_model(out_dir: Path, model, ema: dict) -> dict:
         v.copy_(weights[k])
     step = int(card["steps"])
     return {"step": step, "minutes": float(card["training_minutes"]), "runs": int(card.get("runs", 1)),
-            "curve": list(card.get("learning_curve", [])), "fresh_optimizer_at": step}
+            "curve": list(card.get("learning_curve", [])), "fresh_optimizer_at": step,
+            "architecture": card.get("architecture")}
+
+
+def check_same_architecture(out_dir: Path, written: dict | None, model_cfg: dict) -> None:
+    """:class:`~leakloss.checks.ResumeError` when the checkpoint in ``out_dir`` was trained as another
+    architecture than this run's ``model`` (a switch such as the text layout changes no weight shape, so the weights
+    would load and the run would train them as something they are not); ``written`` None: not recorded (older
+    checkpoints), not checked."""
+    from leakloss.checks import ResumeError
+    from train_f5.model import written_architecture
+
+    if written is None:
+        return
+    ignore = ("_target_", "seed")
+    before = {k: v for k, v in written_architecture(written).items() if k not in ignore}
+    now = {k: v for k, v in written_architecture(model_cfg).items() if k not in ignore}
+    if before != now:
+        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        raise ResumeError(f"out_dir={out_dir}: its checkpoint was trained as another architecture "
+                          f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}; this run: "
+                          f"{', '.join(f'{k}={now.get(k)!r}' for k in changed)}); give those settings again, or "
+                          "another out_dir to start afresh")
 
 
 def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
@@ -197,6 +219,8 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     # before the corpus: a checkpoint that cannot be continued is one error line, not a traceback minutes later
     meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
+    architecture = OmegaConf.to_container(cfg.model, resolve=True)
+    check_same_architecture(out_dir, meta.get("architecture"), architecture)
     texts = corpus_texts(cfg)
     texts_sha = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
     if meta.get("texts_sha256", texts_sha) != texts_sha:  # its card would describe a corpus steps 1..n never saw
@@ -232,7 +256,8 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
             check_trained(step, {}, str(out_dir))
         minutes = done_minutes + (time.time() - run_start) / 60
         info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
-                "loss_recent": round(sum(recent) / max(len(recent), 1), 4), "texts_sha256": texts_sha}
+                "loss_recent": round(sum(recent) / max(len(recent), 1), 4), "texts_sha256": texts_sha,
+                "architecture": architecture}
         probes = probe_phone_error_rates(model, ema, corpus, list(cfg.probe.recognizers), device=device,
                                          n=cfg.probe.texts)
         info["probe_per"] = {name: round(per, 4) for name, per in probes.items()}
@@ -244,7 +269,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
         print(f"checkpoint step {step}: loss {info['loss_recent']:.4f} probe PER {pers} "
               f"({minutes:.0f} min in all)", flush=True)
         if final:
-            card = {"class": "F5-TTS CFM(DiT)", "architecture": OmegaConf.to_container(cfg.model, resolve=True), "parameters": n_params,
+            card = {"class": "F5-TTS CFM(DiT)", "architecture": architecture, "parameters": n_params,
                     "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": MEL_DESCRIPTION,
                     "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
                                      "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "

@@ -103,11 +103,11 @@ def load_base(base_dir: str | Path):
     architecture keywords, card)``."""
     from safetensors.torch import load_file
 
-    from train_f5.model import hindi_base_f5
+    from train_f5.model import hindi_base_f5, written_architecture
 
     folder = Path(base_dir)
     card = json.loads((folder / "model.json").read_text(encoding="utf-8"))
-    arch = {k: v for k, v in card["architecture"].items() if k != "_target_"}
+    arch = {k: v for k, v in written_architecture(card["architecture"]).items() if k != "_target_"}
     model = hindi_base_f5(**arch)
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
     return model, arch, card

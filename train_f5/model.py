@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,16 @@ class HindiBaseArch:
     #: F5's own ZipVoice-style option: the text encoder's states spread evenly over the audio's frames instead
     #: of text-then-filler, so the model starts near an alignment (issue 41's recipe; False: F5's default).
     text_embedding_average_upsampling: bool = False
+
+
+#: Architecture keys added after cards were first written, at the value every card without them meant.
+LATER_ARCH_KEYS = {"text_embedding_average_upsampling": False}
+
+
+def written_architecture(arch: Mapping[str, object]) -> dict[str, object]:
+    """A card's ``architecture`` with each key added since it was written at the value it then meant (a default
+    that changes later must not change what an old card describes)."""
+    return {**LATER_ARCH_KEYS, **arch}
 
 
 def devanagari_char_map() -> dict[str, int]:

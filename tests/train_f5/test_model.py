@@ -133,3 +133,12 @@ def test_average_upsampling_is_a_switch_written_to_the_card():
         hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, text_embedding_average_upsampling="yes")
     cfg = compose_config("train_f5", ["model.text_embedding_average_upsampling=true"])
     assert OmegaConf.to_container(cfg.model, resolve=True)["text_embedding_average_upsampling"] is True
+
+
+def test_a_card_written_before_a_switch_existed_reads_as_it_was_trained():
+    from train_f5.model import LATER_ARCH_KEYS, written_architecture
+
+    old = {"dim": 192, "depth": 4}
+    assert written_architecture(old) == old | {"text_embedding_average_upsampling": False}
+    assert written_architecture(old | {"text_embedding_average_upsampling": True})["text_embedding_average_upsampling"]
+    assert set(LATER_ARCH_KEYS) <= set(asdict(HindiBaseArch()))  # each later key is a real switch of the model
