@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import logging
 import math
 import os
@@ -680,6 +681,38 @@ def load_indicf5_checkpoint(model: nn.Module, path: str | os.PathLike) -> LoadRe
 
 
 _PUNCT = list(",.?!-'\":;()")
+
+
+#: ``DiT`` keywords that cards (``model.json`` ``architecture``, train_f5) gained after cards were first written, at
+#: the value every card without them meant.
+LATER_ARCH_KEYS: dict[str, Any] = {"text_embedding_average_upsampling": False}
+
+
+def written_architecture(arch: Mapping[str, Any]) -> dict[str, Any]:
+    """A card's ``architecture`` with each key added since it was written at the value it then meant (a default
+    that changes later must not change what an old card describes)."""
+    return {**LATER_ARCH_KEYS, **arch}
+
+
+def card_architecture_problem(checkpoint: str | os.PathLike, arch: Mapping[str, Any]) -> str | None:
+    """Why the card beside ``checkpoint`` (``model.json`` next to ``model.safetensors``, as train_f5 writes it)
+    describes another architecture than ``arch`` (the keys both state), or None (no card, or the same). A switch
+    that changes no weight shape (the text layout) loads without complaint and trains the weights as what they
+    are not."""
+    card_path = Path(checkpoint).with_suffix(".json")
+    try:
+        written = json.loads(card_path.read_text(encoding="utf-8")).get("architecture")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(written, Mapping):
+        return None
+    written = written_architecture(written)
+    now = written_architecture(arch)
+    changed = sorted(k for k in now if k in written and written[k] != now[k])
+    if not changed:
+        return None
+    return (f"its card {card_path} says {', '.join(f'{k}={written[k]!r}' for k in changed)}, the preset "
+            f"{', '.join(f'{k}={now[k]!r}' for k in changed)}")
 
 
 def devanagari_chars() -> list[str]:

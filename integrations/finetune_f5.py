@@ -478,7 +478,14 @@ def checkpoint_fit_problem(report) -> str | None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
     from integrations.f5_dataset import PreparedF5Dataset, load_audio, to_16k, trainable_count
-    from integrations.f5_tts import MEL_SPEC_KWARGS, NothingToTrainError, f5_probe, final_leak, load_indicf5_checkpoint
+    from integrations.f5_tts import (
+        MEL_SPEC_KWARGS,
+        NothingToTrainError,
+        card_architecture_problem,
+        f5_probe,
+        final_leak,
+        load_indicf5_checkpoint,
+    )
     from integrations.leak_curves import ProbeSet
     from leakloss.constants import MEL_DESCRIPTION
 
@@ -488,7 +495,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     prepared, vocab, penalty = plan["prepared"], plan["vocab"], plan["penalty"]
     vocoder = plan["vocoder"]
     model = build_model(cfg, vocab, **leak_model_kwargs(cfg, plan))
-    problem = checkpoint_fit_problem(load_indicf5_checkpoint(model, cfg.f5.checkpoint))
+    problem = card_architecture_problem(cfg.f5.checkpoint, OmegaConf.to_container(cfg.f5.arch, resolve=True)) \
+        or checkpoint_fit_problem(load_indicf5_checkpoint(model, cfg.f5.checkpoint))
     if problem is not None:
         raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: {problem}")
     dataset = PreparedF5Dataset(prepared, plan["placement"], MEL_SPEC_KWARGS)

@@ -124,8 +124,8 @@ def check_same_architecture(out_dir: Path, written: dict | None, model_cfg: dict
     architecture than this run's ``model`` (a switch such as the text layout changes no weight shape, so the weights
     would load and the run would train them as something they are not); ``written`` None: not recorded (older
     checkpoints), not checked."""
+    from integrations.f5_tts import written_architecture
     from leakloss.checks import ResumeError
-    from train_f5.model import written_architecture
 
     if written is None:
         return

@@ -103,7 +103,8 @@ def load_base(base_dir: str | Path):
     architecture keywords, card)``."""
     from safetensors.torch import load_file
 
-    from train_f5.model import hindi_base_f5, written_architecture
+    from integrations.f5_tts import written_architecture
+    from train_f5.model import hindi_base_f5
 
     folder = Path(base_dir)
     card = json.loads((folder / "model.json").read_text(encoding="utf-8"))

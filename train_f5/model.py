@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -28,18 +27,9 @@ class HindiBaseArch:
     text_dim: int = 128
     conv_layers: int = 2
     #: F5's own ZipVoice-style option: the text encoder's states spread evenly over the audio's frames instead
-    #: of text-then-filler, so the model starts near an alignment (issue 41's recipe; False: F5's default).
-    text_embedding_average_upsampling: bool = False
-
-
-#: Architecture keys added after cards were first written, at the value every card without them meant.
-LATER_ARCH_KEYS = {"text_embedding_average_upsampling": False}
-
-
-def written_architecture(arch: Mapping[str, object]) -> dict[str, object]:
-    """A card's ``architecture`` with each key added since it was written at the value it then meant (a default
-    that changes later must not change what an old card describes)."""
-    return {**LATER_ARCH_KEYS, **arch}
+    #: of text-then-filler (F5's default), so the model starts near an alignment: from scratch it learned content
+    #: in hundreds of updates where the filler layout had not in 18,905 (docs/f5_base.md, 2026-12-05).
+    text_embedding_average_upsampling: bool = True
 
 
 def devanagari_char_map() -> dict[str, int]:

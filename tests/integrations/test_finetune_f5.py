@@ -505,6 +505,30 @@ def test_a_checkpoint_with_network_weights_the_model_has_no_place_for_does_not_f
     assert checkpoint_fit_problem(load_indicf5_checkpoint(build_model(full, vocab), base_ckpt)) is None
 
 
+def test_a_base_whose_card_says_another_text_layout_does_not_fit(tmp_path, base_ckpt):
+    # the text layout changes no weight shape: without its card, a filler-trained base loaded into the preset's
+    # average-upsampling model fine-tuned weights as something they are not
+    from omegaconf import OmegaConf
+
+    from integrations.f5_tts import card_architecture_problem
+
+    arch = OmegaConf.to_container(compose_config("finetune_f5", ["f5=embedded"]).f5.arch, resolve=True)
+    ckpt = tmp_path / "model.safetensors"
+    shutil.copy(base_ckpt, ckpt)
+    assert card_architecture_problem(ckpt, arch) is None  # no card: nothing to compare
+    card = {"architecture": {"_target_": "train_f5.model.hindi_base_f5", "dim": arch["dim"], "seed": 3}}
+    (tmp_path / "model.json").write_text(json.dumps(card))  # written before the switch existed: filler layout
+    layout = "text_embedding_average_upsampling"
+    expected = None if arch[layout] is False else f"says {layout}=False, the preset {layout}=True"
+    problem = card_architecture_problem(ckpt, arch)
+    assert problem == expected or expected in problem
+    card["architecture"][layout] = arch[layout]
+    (tmp_path / "model.json").write_text(json.dumps(card))
+    assert card_architecture_problem(ckpt, arch) is None
+    (tmp_path / "model.json").write_text("{not json")
+    assert card_architecture_problem(ckpt, arch) is None  # an unreadable card is not this check's business
+
+
 @needs_embedded
 def test_frame_batches_that_hold_no_clip_are_refused_and_clips_left_out_are_said(prepared_dir, base_ckpt, capsys):
     # below every clip: a ZeroDivisionError in F5's trainer; below some: they were dropped and counted as trainable

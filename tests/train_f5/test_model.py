@@ -111,10 +111,11 @@ def test_f5s_mel_settings_are_the_vocoders():
 
 def test_average_upsampling_spreads_each_characters_text_state_evenly_over_the_frames():
     """``text_embedding_average_upsampling`` (F5's own option) reaches the DiT: each of 3 characters holds 4 of
-    12 frames, one state per character; the default keeps F5's text-then-filler layout."""
+    12 frames, one state per character; off, F5's text-then-filler layout."""
     spread = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1,
                            text_embedding_average_upsampling=True)
-    plain = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1)
+    plain = hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, conv_layers=1,
+                          text_embedding_average_upsampling=False)
     text = torch.tensor([[5, 9, 13]])
     states = spread.transformer.text_embed(text, seq_len=12)[0]
     for k in range(3):
@@ -131,12 +132,12 @@ def test_average_upsampling_is_a_switch_written_to_the_card():
 
     with pytest.raises(SettingsError, match="true or false"):
         hindi_base_f5(dim=32, depth=1, heads=2, dim_head=16, text_dim=16, text_embedding_average_upsampling="yes")
-    cfg = compose_config("train_f5", ["model.text_embedding_average_upsampling=true"])
-    assert OmegaConf.to_container(cfg.model, resolve=True)["text_embedding_average_upsampling"] is True
+    cfg = compose_config("train_f5", ["model.text_embedding_average_upsampling=false"])
+    assert OmegaConf.to_container(cfg.model, resolve=True)["text_embedding_average_upsampling"] is False
 
 
 def test_a_card_written_before_a_switch_existed_reads_as_it_was_trained():
-    from train_f5.model import LATER_ARCH_KEYS, written_architecture
+    from integrations.f5_tts import LATER_ARCH_KEYS, written_architecture
 
     old = {"dim": 192, "depth": 4}
     assert written_architecture(old) == old | {"text_embedding_average_upsampling": False}

@@ -111,15 +111,15 @@ def test_tiny_run_checkpoints_resumes_and_ships_a_card(tmp_path):
     with pytest.raises(ResumeError, match="its checkpoint cannot be continued"):  # another architecture
         run(compose_config("train_f5", ["model.dim=48"] + overrides[1:]))
     # a switch that changes no weight shape: the weights would load, and be trained as what they are not
-    with pytest.raises(ResumeError, match="text_embedding_average_upsampling=False; this run: .*=True"):
-        run(compose_config("train_f5", ["model.text_embedding_average_upsampling=true"] + overrides))
+    with pytest.raises(ResumeError, match="text_embedding_average_upsampling=True; this run: .*=False"):
+        run(compose_config("train_f5", ["model.text_embedding_average_upsampling=false"] + overrides))
     other_texts = [o if o != "data.max_texts=12" else "data.max_texts=13" for o in overrides]
     with pytest.raises(ResumeError, match="trained on other texts"):  # its card would describe another corpus
         run(compose_config("train_f5", other_texts))
     for name in ("checkpoint.safetensors", "checkpoint.json"):  # what is committed: the EMA model and its card
         (tmp_path / "out" / name).unlink()
     with pytest.raises(ResumeError, match="another architecture"):  # the committed model's card says the same
-        run(compose_config("train_f5", ["model.text_embedding_average_upsampling=true"] + overrides))
+        run(compose_config("train_f5", ["model.text_embedding_average_upsampling=false"] + overrides))
     fourth = run(compose_config("train_f5", overrides[:-5] + ["max_steps=7"] + overrides[-4:]))
     assert fourth["step"] == 7 and fourth["runs"] == 4
     assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o644
