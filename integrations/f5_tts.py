@@ -694,6 +694,14 @@ def written_architecture(arch: Mapping[str, Any]) -> dict[str, Any]:
     return {**LATER_ARCH_KEYS, **arch}
 
 
+def architecture_changes(written: Mapping[str, Any], now: Mapping[str, Any],
+                         ignore: Sequence[str] = ("_target_", "seed")) -> dict[str, tuple[Any, Any]]:
+    """``{key: (written value, value now)}`` for the keys both architectures state (a card's read with
+    :func:`written_architecture`) whose values differ, ``ignore`` left out (the class path, the init seed)."""
+    before, after = written_architecture(written), written_architecture(now)
+    return {k: (before[k], after[k]) for k in sorted(after) if k in before and k not in ignore and before[k] != after[k]}
+
+
 def card_architecture_problem(checkpoint: str | os.PathLike, arch: Mapping[str, Any]) -> str | None:
     """Why the card beside ``checkpoint`` (``model.json`` next to ``model.safetensors``, as train_f5 writes it)
     describes another architecture than ``arch`` (the keys both state), or None (no card, or the same). A switch
@@ -706,13 +714,11 @@ def card_architecture_problem(checkpoint: str | os.PathLike, arch: Mapping[str, 
         return None
     if not isinstance(written, Mapping):
         return None
-    written = written_architecture(written)
-    now = written_architecture(arch)
-    changed = sorted(k for k in now if k in written and written[k] != now[k])
-    if not changed:
+    changes = architecture_changes(written, arch)
+    if not changes:
         return None
-    return (f"its card {card_path} says {', '.join(f'{k}={written[k]!r}' for k in changed)}, the preset "
-            f"{', '.join(f'{k}={now[k]!r}' for k in changed)}")
+    return (f"its card {card_path} says {', '.join(f'{k}={a!r}' for k, (a, _) in changes.items())}, the preset "
+            f"{', '.join(f'{k}={b!r}' for k, (_, b) in changes.items())}")
 
 
 def devanagari_chars() -> list[str]:

@@ -124,20 +124,15 @@ def check_same_architecture(out_dir: Path, written: dict | None, model_cfg: dict
     architecture than this run's ``model`` (a switch such as the text layout changes no weight shape, so the weights
     would load and the run would train them as something they are not); ``written`` None: not recorded (older
     checkpoints), not checked."""
-    from integrations.f5_tts import written_architecture
+    from integrations.f5_tts import architecture_changes
     from leakloss.checks import ResumeError
 
-    if written is None:
-        return
-    ignore = ("_target_", "seed")
-    before = {k: v for k, v in written_architecture(written).items() if k not in ignore}
-    now = {k: v for k, v in written_architecture(model_cfg).items() if k not in ignore}
-    if before != now:
-        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    changes = architecture_changes(written, model_cfg) if written is not None else {}
+    if changes:
         raise ResumeError(f"out_dir={out_dir}: its checkpoint was trained as another architecture "
-                          f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}; this run: "
-                          f"{', '.join(f'{k}={now.get(k)!r}' for k in changed)}); give those settings again, or "
-                          "another out_dir to start afresh")
+                          f"({', '.join(f'{k}={a!r}' for k, (a, _) in changes.items())}; this run: "
+                          f"{', '.join(f'{k}={b!r}' for k, (_, b) in changes.items())}); give those settings again, "
+                          "or another out_dir to start afresh")
 
 
 def save_model(out_dir: Path, model, ema: dict, card: dict) -> None:
