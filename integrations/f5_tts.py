@@ -699,7 +699,8 @@ def architecture_changes(written: Mapping[str, Any], now: Mapping[str, Any],
     """``{key: (written value, value now)}`` for the keys both architectures state (a card's read with
     :func:`written_architecture`) whose values differ, ``ignore`` left out (the class path, the init seed)."""
     before, after = written_architecture(written), written_architecture(now)
-    return {k: (before[k], after[k]) for k in sorted(after) if k in before and k not in ignore and before[k] != after[k]}
+    return {k: (before[k], after[k]) for k in sorted(after)
+            if k in before and k not in ignore and before[k] != after[k]}
 
 
 def card_architecture_problem(checkpoint: str | os.PathLike, arch: Mapping[str, Any]) -> str | None:
