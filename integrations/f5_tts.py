@@ -962,9 +962,11 @@ class LeakCurveLogger:
 
 
 def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wave: MelToWave, *, nfe: int = 8,
-             seed: int = 0) -> Callable[[nn.Module], dict[str, float]]:
+             seed: int = 0, cfg_strength: float = 1.0, sway_sampling_coef: float | None = None
+             ) -> Callable[[nn.Module], dict[str, float]]:
     """A probe for :class:`LeakCurveLogger`: the model synthesises each probe sentence (F5's ``CFM.sample``,
-    ``nfe`` steps, prompted with ``ref_wave`` 16 kHz / ``ref_text``), the vocoder makes it audible, and
+    ``nfe`` steps, ``cfg_strength`` and ``sway_sampling_coef`` as F5 takes them -- the defaults are ``CFM.sample``'s
+    own --, prompted with ``ref_wave`` 16 kHz / ``ref_text``), the vocoder makes it audible, and
     :meth:`integrations.leak_curves.ProbeSet.measure` aligns it and logs the leak per contrast kind and the
     share of flagged sites. The model goes back to training mode afterwards; no gradient is kept."""
     cond = AF.resample(ref_wave.float(), SAMPLE_RATE, MEL_SAMPLE_RATE)[None]  # [1, nw] at 24 kHz
@@ -978,7 +980,8 @@ def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wa
             with torch.no_grad():
                 for text in probe.texts:
                     extra = max(8, round(ref_frames * len(text) / max(len(ref_text), 1)))
-                    mel, _ = model.sample(prompt, [ref_text + " " + text], ref_frames + extra, steps=nfe, seed=seed)
+                    mel, _ = model.sample(prompt, [ref_text + " " + text], ref_frames + extra, steps=nfe, seed=seed,
+                                          cfg_strength=cfg_strength, sway_sampling_coef=sway_sampling_coef)
                     waves.append(mel_to_wave(mel[:, ref_frames:].float())[0].cpu())  # the new sentence only
         finally:
             model.train(was_training)
@@ -1295,18 +1298,21 @@ def penalty_comparison(
     seed: int = 0,
     probe: Callable[[nn.Module], dict[str, float]] | None = None,
     probe_every: int = 100,
+    make_model: Callable[..., LeakAwareCFM] = tiny_f5,
 ) -> dict[str, F5Run]:
-    """The same tiny F5 fine-tuned twice through F5's ``Trainer``: ``without_penalty`` (weight 0: the leak
-    curve is only monitored) and ``with_penalty``. Same seed, so both see the same batches, times and noise;
-    only the auxiliary loss differs. ``items`` are ``(wave, sample_rate, text)``, ``sites[i]`` item i's sites
-    on its ground-truth audio (:func:`leakloss.site_placement.place_dataset_sites`)."""
+    """The same F5 fine-tuned twice through F5's ``Trainer``: ``without_penalty`` (weight 0: the leak curve is
+    only monitored) and ``with_penalty``. Same seed, so both see the same batches, times and noise; only the
+    auxiliary loss differs. ``items`` are ``(wave, sample_rate, text)``, ``sites[i]`` item i's sites on its
+    ground-truth audio (:func:`leakloss.site_placement.place_dataset_sites`). ``make_model(seed=, leak_penalty=,
+    leak_weight=, mel_to_wave=, site_lookup=)`` builds each run's model afresh (default :func:`tiny_f5`, from
+    scratch; e.g. a function that loads a pretrained base's weights into a :class:`LeakAwareCFM`)."""
     by_text: dict[str, list[TimedSite]] = {}
     for (_, _, text), item_sites in zip(items, sites, strict=True):
         by_text.setdefault(text, list(item_sites))
     runs = {}
     for name, weight in (("without_penalty", 0.0), ("with_penalty", leak_weight)):
-        model = tiny_f5(seed=seed, leak_penalty=leak_penalty, leak_weight=weight, mel_to_wave=mel_to_wave,
-                        site_lookup=lambda text: by_text.get(text, []))
+        model = make_model(seed=seed, leak_penalty=leak_penalty, leak_weight=weight, mel_to_wave=mel_to_wave,
+                           site_lookup=lambda text: by_text.get(text, []))
         runs[name] = train_f5(model, WaveTextDataset(items), Path(out_dir) / name, steps=steps, batch_size=batch_size,
                               log_every=log_every, learning_rate=learning_rate, run_name=name, seed=seed,
                               probe=probe, probe_every=probe_every)

@@ -34,6 +34,7 @@ class ProbeSet:
     def measure(self, waves: Sequence[torch.Tensor]) -> dict[str, float]:
         per_contrast: dict[str, list[float]] = {}
         per_kind: dict[str, list[float]] = {}
+        flags_by_kind: dict[str, list[bool]] = {}
         flags = sites_total = 0
         if len(waves) != len(self.texts):
             raise ValueError(f"one probe wave per probe text: {len(waves)} waves for {len(self.texts)} texts")
@@ -47,12 +48,15 @@ class ProbeSet:
                     continue
                 per_contrast.setdefault(s.contrast, []).append(p)
                 per_kind.setdefault(s.kind, []).append(p)
+                flags_by_kind.setdefault(s.kind, []).append(p >= self.penalty.flag_threshold)
                 flags += p >= self.penalty.flag_threshold
                 sites_total += 1
         row = {f"leak_probe/{k}": sum(v) / len(v) for k, v in per_kind.items()}
         row |= {f"leak_probe/contrast/{k}": sum(v) / len(v) for k, v in per_contrast.items()}
         # no site measured (the model's speech could not be aligned): not scored, NaN -- "0% flagged" read as success
         row["leak_probe/flagged_share"] = flags / sites_total if sites_total else float("nan")
+        row |= {f"leak_probe/flagged_share/{k}": sum(v) / len(v) for k, v in flags_by_kind.items()}
+        row |= {f"leak_probe/sites/{k}": float(len(v)) for k, v in flags_by_kind.items()}
         row["leak_probe/sites"] = float(sites_total)
         return row
 

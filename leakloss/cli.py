@@ -827,7 +827,7 @@ def demo(
     out: Path = typer.Option(Path("leakloss_out"), "--out", help="where every artefact goes (cached by content)"),
     retrain: bool = typer.Option(False, "--retrain", help="train the heads here instead of using the shipped ones"),
     sentences: int = typer.Option(16, help="held-out sentences to read and score"),
-    f5_steps: int = typer.Option(200, help="updates of each tiny F5 fine-tune"),
+    f5_steps: int = typer.Option(200, help="updates of each Hindi-base F5 fine-tune"),
 ) -> None:
     """The whole idea on the embedded default: heads, scored readings, comparison, penalty fine-tune."""
     from leakloss.demo import DemoConfig, run_demo

@@ -8,8 +8,10 @@ Stages (each cached by content hash under ``--out``; a rerun reuses them):
    two teacher references in other voices;
 3. scoring: every reading scored word by word; an HTML report per reading you can listen to;
 4. comparison: flagged key words per system with 95% intervals (the seed's form), chart;
-5. fine-tune: a tiny F5 (DiT dim 64, depth 2) trained through F5's own Trainer with and without the
-   leak penalty; the leak curves of both runs (W&B offline + CSV + PNG);
+5. fine-tune: the committed Hindi-base F5 (``checkpoints/f5_hindi_base``) fine-tuned on Nepali teacher readings
+   through F5's own Trainer with and without the leak penalty; the leak curves of both runs, and the probe set's
+   (unseen test-word phrases said by the model being trained: the share of their sites flagged, per contrast
+   kind), in W&B (offline) + CSV + PNG;
 6. ``index.html`` linking everything.
 """
 
@@ -40,14 +42,21 @@ class DemoConfig:
     sentences: int = 16
     f5_steps: int = 200
     f5_items: int = 24
+    f5_probe_words: int = 8  # unseen test-word phrases the fine-tuned model says at each probe
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("sentences", "f5_steps", "f5_items"):
+        for name in ("sentences", "f5_steps", "f5_items", "f5_probe_words"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
+
+#: The fine-tune stage: the committed Hindi-base F5 (``checkpoints/``), the penalty's weight (times t**2, as
+#: LeakAwareCFM weighs it) and the fine-tune's learning rate.
+F5_BASE = "f5_hindi_base"
+F5_LEAK_WEIGHT = 1.0
+F5_LEARNING_RATE = 2e-4
 
 #: The demo's two systems: the folder of their results and reports -> the name a reader sees (tables, plot, titles).
 SYSTEM_NAMES = {"teacher": "teacher", "hindi_base": "Hindi base"}
@@ -235,59 +244,91 @@ def _finetune(cfg: DemoConfig) -> Path | None:
         return None
     from integrations.f5_tts import f5_probe, final_leak, penalty_comparison, read_leak_curve
     from integrations.leak_curves import ProbeSet
+    from leakloss.config import checkpoints_path
+    from leakloss.heads import SHIPPED_HEADS
     from leakloss.penalty import LeakPenalty
     from leakloss.site_placement import place_dataset_sites
-    from leakloss.scorer import SHIPPED_HEADS
-    from leakloss.speech.corpus import builtin_sentences, split_sentences
-    from leakloss.speech.synth import TRAIN_HINDI_VOICES, speak_text
+    from leakloss.speech.corpus import builtin_sentences, teacher_reading
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
     from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave
+    from train_f5.data import phrases
+    from train_f5.effect import base_factory, held_out_words
+    from train_f5.evaluate import CFG_STRENGTH, NFE, SWAY_SAMPLING
 
+    base_dir = Path(checkpoints_path(F5_BASE))
+    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
     folder = cfg.out / "finetune"
-    key = _hash("finetune-v2", cfg.f5_steps, cfg.f5_items, _file_hash(EMBEDDED_VOCODER.with_suffix(".safetensors")),
+    key = _hash("finetune-v3", cfg.f5_steps, cfg.f5_items, cfg.f5_probe_words,
+                _file_hash(EMBEDDED_VOCODER.with_suffix(".safetensors")), _file_hash(base_dir / "model.safetensors"),
                 _file_hash(SHIPPED_HEADS / "rawconv.safetensors"))
     if _stamp(folder, key) and (folder / "leak_curves.png").exists():
         return folder / "leak_curves.png"
-    # another key (--f5-steps, --f5-items, vocoder, heads): F5 would resume the old runs' checkpoints in the same
-    # folders (trained nothing, or logged their updates as new steps): the stage starts afresh
+    # another key (--f5-steps, --f5-items, base, vocoder, head): F5 would resume the old runs' checkpoints in the
+    # same folders (trained nothing, or logged their updates as new steps): the stage starts afresh
     _clear_stage(folder, ("with_penalty", "without_penalty", "leak_sites.jsonl", "leak_curves.png", ".stamp"))
-    console.print(f"[bold]5. fine-tune[/]: tiny F5 (dim 64, depth 2) + the embedded tiny Vocos, {cfg.f5_steps} steps "
-                  "with and without the penalty, through F5's own Trainer (W&B offline)")
-    train, held = split_sentences(builtin_sentences())
-    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
-    items = [(speak_text(text, TRAIN_HINDI_VOICES[i % 5]).waveform, SAMPLE_RATE, text)  # the Hindi base: leaks to unlearn
-             for i, text in enumerate(train[: cfg.f5_items])]
+    make_model, card = base_factory(base_dir)
+    console.print(f"[bold]5. fine-tune[/]: the Hindi-base F5 ({base_dir.name}, {card.get('steps')} pretraining "
+                  f"updates) on Nepali teacher readings, {cfg.f5_steps} steps with and without the penalty, through "
+                  "F5's own Trainer (W&B offline)")
+    # short phrases (the base was pretrained on phrases of 1-4 words), none with a test word: the probe set's
+    # test words are never in the fine-tune, so the probe curve is the model's own unseen words
+    texts = [t for t in phrases(builtin_sentences(), max_words=3) if len(t.split()) >= 2][: cfg.f5_items]
+    items = [(teacher_reading(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)]).waveform, SAMPLE_RATE, text)
+             for i, text in enumerate(texts)]
     sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, folder / "leak_sites.jsonl")
-    # the probe set: two held-out sentences synthesised by the model being trained, prompted by a training item
-    probe = f5_probe(ProbeSet(held[:2], penalty), items[0][0], items[0][2], penalty.mel_to_wave)
+    probe_texts = [w.phrase for w in held_out_words(cfg.f5_probe_words, builtin_sentences())]
+    probe = f5_probe(ProbeSet(probe_texts, penalty), items[0][0], items[0][2], penalty.mel_to_wave, nfe=NFE,
+                     cfg_strength=CFG_STRENGTH, sway_sampling_coef=SWAY_SAMPLING)
     runs = penalty_comparison(items, sites, folder, leak_penalty=penalty, mel_to_wave=penalty.mel_to_wave,
-                              steps=cfg.f5_steps, probe=probe, probe_every=max(1, cfg.f5_steps // 4))
+                              steps=cfg.f5_steps, probe=probe, probe_every=max(1, cfg.f5_steps // 4),
+                              make_model=make_model, leak_weight=F5_LEAK_WEIGHT, learning_rate=F5_LEARNING_RATE)
     for name, run in runs.items():
-        probe_sites = read_leak_curve(run.leak_csv, "leak_probe/sites")
+        shares = read_leak_curve(run.leak_csv, "leak_probe/flagged_share")
         console.print(f"   {name.replace('_', ' ')}: leak penalty over the last quarter {final_leak(run.leak_csv):.3f}; "
-                      f"probe set: {int(probe_sites[-1][1]) if probe_sites else 0} sites aligned in its last synthesis")
+                      f"probe set ({len(probe_texts)} unseen test-word phrases): flagged share "
+                      + " -> ".join("n/a" if v != v else f"{v:.2f}" for _, v in shares))
     png = _plot_curves({name: run.leak_csv for name, run in runs.items()}, folder / "leak_curves.png")
     _set_stamp(folder, key)
     return png
 
 
 def _plot_curves(runs: dict[str, Path], out: Path) -> Path:
+    """Per contrast kind: the leak probability at the training batches' sites (top, running mean) and the share of
+    the probe set's sites flagged in the model's own syntheses (bottom, one point per probe, n = its sites)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     from integrations.f5_tts import read_leak_curve
 
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.6))
+    kinds = (("deletion", "schwa deletion (ʌ->∅)"), ("quality", "vowel quality"))
     for name, path in runs.items():
-        for ax, metric in zip(axes, ("leak/per_kind/deletion", "leak/per_kind/quality")):
-            pts = _smooth(read_leak_curve(path, metric))
+        label = name.replace("_", " ")
+        for col, (kind, _) in enumerate(kinds):
+            pts = _smooth(read_leak_curve(path, f"leak/per_kind/{kind}"))
             if pts:
-                ax.plot([s for s, _ in pts], [v for _, v in pts], label=name.replace("_", " "))
-    for ax, title in zip(axes, ("schwa deletion (ʌ->∅)", "vowel quality")):
-        ax.set_title(f"leak probability at {title} sites", fontsize=10)
-        ax.set_xlabel("F5 update")
-        ax.legend()
+                axes[0, col].plot([s for s, _ in pts], [v for _, v in pts], label=label)
+            probe = [(s, v) for s, v in read_leak_curve(path, f"leak_probe/flagged_share/{kind}") if v == v]
+            if probe:
+                line, = axes[1, col].plot([s for s, _ in probe], [v for _, v in probe], marker="o", label=label)
+                for step, n in read_leak_curve(path, f"leak_probe/sites/{kind}"):  # few sites: a share says little
+                    share = dict(probe).get(step)
+                    if share is not None:
+                        axes[1, col].annotate(f"n={n:.0f}", (step, share), textcoords="offset points", xytext=(4, 4),
+                                              fontsize=7, color=line.get_color())
+    for col, (_, title) in enumerate(kinds):
+        axes[0, col].set_title(f"leak probability at {title} sites (training batches)", fontsize=9)
+        axes[1, col].set_title(f"probe set: share of {title} sites flagged (own syntheses)", fontsize=9)
+        axes[1, col].set_ylim(-0.05, 1.05)
+        for row in range(2):
+            axes[row, col].set_xlabel("F5 update")
+            if axes[row, col].lines:
+                axes[row, col].legend()
+            else:
+                axes[row, col].text(0.5, 0.5, "no site measured", ha="center", va="center",
+                                    transform=axes[row, col].transAxes, color="gray")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     png = io.BytesIO()
@@ -308,7 +349,7 @@ def _index(cfg: DemoConfig, heldout: list[dict], comparison: dict, curves: Path 
               "rows": [[r["head"], heldout_label(r), "—" if r["pair_kind"] == SHORT_VOWEL else f"{r['caught']} / {r['total']}",
                         f"{r['false_flags']} / {r['shams']}"] for r in heldout]}]
     fine_tune = [] if curves is None else [
-        {"kind": "image", "title": "Leak curves of the tiny F5 fine-tune", "src": "finetune/leak_curves.png"}]
+        {"kind": "image", "title": "Leak curves of the Hindi-base F5 fine-tune", "src": "finetune/leak_curves.png"}]
     links = [{"href": f"reports/{system}/{item['sentence_id']}.html",
               "text": f"{SYSTEM_NAMES[system]} · {item['sentence_id']} · {item['text']}"}
              for system in ("hindi_base", "teacher") for item in items]

@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def demo_run(tmp_path_factory):
     from leakloss.demo import DemoConfig, run_demo
 
     out = tmp_path_factory.mktemp("demo")
-    result = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, progress=False))
+    result = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=2, progress=False))
     return out, result
 
 
@@ -51,12 +52,33 @@ def test_demo_writes_every_artefact_and_separates_the_systems(demo_run):
 
 @needs_embedded
 @pytest.mark.slow
+def test_the_fine_tune_stage_starts_from_the_hindi_base_and_probes_its_own_unseen_words(demo_run):
+    # issue 41: the stage fine-tuned a tiny F5 from scratch, which never spoke; it now fine-tunes the committed
+    # Hindi base, and its probe set (test-word phrases the fine-tune never contains) is measured every 5 updates
+    import csv
+
+    import torch
+
+    from leakloss.config import checkpoints_path
+
+    out, _ = demo_run
+    card = json.loads((Path(checkpoints_path("f5_hindi_base")) / "model.json").read_text(encoding="utf-8"))
+    for name in ("with_penalty", "without_penalty"):
+        ckpt = torch.load(out / "finetune" / name / "ckpts" / "model_last.pt", map_location="cpu", weights_only=True)
+        blocks = {k.split(".")[2] for k in ckpt["model_state_dict"] if k.startswith("transformer.transformer_blocks.")}
+        assert len(blocks) == card["architecture"]["depth"], name
+        rows = list(csv.DictReader((out / "finetune" / name / "leak_curves.csv").open(encoding="utf-8")))
+        assert [int(r["step"]) for r in rows if r["name"] == "leak_probe/sites"] == [5, 10, 15, 20], name
+
+
+@needs_embedded
+@pytest.mark.slow
 def test_demo_rerun_reuses_caches(demo_run):
     from leakloss.demo import DemoConfig, run_demo
 
     out, first = demo_run
     stamp = (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns
-    again = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, progress=False))
+    again = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=2, progress=False))
     assert (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns == stamp
     assert again["minutes"] < first["minutes"]
 
@@ -93,7 +115,7 @@ def test_a_rerun_with_other_f5_steps_starts_the_fine_tune_stage_afresh(demo_run)
     from leakloss.demo import DemoConfig, run_demo
 
     out, _ = demo_run
-    run_demo(DemoConfig(out=out, sentences=4, f5_steps=8, f5_items=8, progress=False))
+    run_demo(DemoConfig(out=out, sentences=4, f5_steps=8, f5_items=8, f5_probe_words=2, progress=False))
     for name in ("with_penalty", "without_penalty"):
         flow = read_leak_curve(out / "finetune" / name / "leak_curves.csv", "loss/flow")
         assert flow and max(step for step, _ in flow) == 8, name  # 8 new updates, not the old 20

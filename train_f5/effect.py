@@ -39,6 +39,7 @@ from torch import Tensor
 
 from leakloss.constants import MEL_FLOOR, MEL_SAMPLE_RATE
 from leakloss.timing import TimedSite
+from train_f5.evaluate import CFG_STRENGTH, NFE
 
 ARMS = ("plain", "penalty", "reward")
 REPO = Path(__file__).resolve().parents[1]
@@ -63,8 +64,8 @@ class EffectSettings:
     reward_samples: int = 4  # N of best-of-N
     reward_every: int = 60
     reward_min: float = 0.5
-    nfe: int = 16
-    cfg_strength: float = 2.0
+    nfe: int = NFE
+    cfg_strength: float = CFG_STRENGTH
     flow_repeats: int = 4
     seed: int = 0
 
@@ -112,6 +113,19 @@ def load_base(base_dir: str | Path):
     model = hindi_base_f5(**arch)
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
     return model, arch, card
+
+
+def base_factory(base_dir: str | Path):
+    """``make_model(seed=..., **leak) -> LeakAwareCFM`` holding the base's weights (each call a fresh copy; the
+    seed is the base's, it draws nothing), as :func:`integrations.f5_tts.penalty_comparison` builds its runs;
+    with the base's card."""
+    base, arch, card = load_base(base_dir)
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+
+    def make_model(seed: int = 0, **leak):
+        return _holding(arch, state, leak)
+
+    return make_model, card
 
 
 def held_out_words(n: int, sentences: Sequence[str] | None = None) -> list[HeldOutWord]:
@@ -187,12 +201,17 @@ def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, vocoder=Non
               leak_start_step: int = 0, site_lookup=None):
     """A fresh model of the base's architecture ``arch`` (its card's) holding ``state``, with the penalty when
     given (a ``LeakAwareCFM`` that vocodes ``x1_hat`` with ``vocoder``)."""
-    from train_f5.model import hindi_base_f5
-
     leak = {}
     if penalty is not None:
         leak = {"leak_penalty": penalty, "mel_to_wave": vocoder, "leak_weight": leak_weight,
                 "leak_start_step": leak_start_step, "site_lookup": site_lookup}
+    return _holding(arch, state, leak)
+
+
+def _holding(arch: dict, state: dict[str, Tensor], leak: dict):
+    """A fresh ``hindi_base_f5(**arch, **leak)`` holding ``state``."""
+    from train_f5.model import hindi_base_f5
+
     model = hindi_base_f5(**arch, **leak)
     model.load_state_dict(state)
     return model

@@ -414,6 +414,19 @@ def test_f5_probe_synthesises_every_probe_text_and_restores_training_mode(m2w: M
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_f5_probe_samples_with_the_guidance_and_sway_it_is_given(m2w: MelToWave, monkeypatch) -> None:
+    # the Hindi base is sampled with cfg 2 and sway -1 (train_f5.evaluate); the probe used CFM.sample's defaults
+    from integrations.f5_tts import f5_probe
+
+    model = tiny_f5(256, seed=0)
+    seen: list[dict] = []
+    real = model.sample
+    monkeypatch.setattr(model, "sample", lambda *a, **k: seen.append(k) or real(*a, **k))
+    ref = 0.1 * torch.randn(8000, generator=torch.Generator().manual_seed(0))
+    f5_probe(_FakeProbe(), ref, "नमस्ते", m2w, nfe=2, cfg_strength=2.5, sway_sampling_coef=-1.0)(model)
+    assert [(k["steps"], k["cfg_strength"], k["sway_sampling_coef"]) for k in seen] == [(2, 2.5, -1.0)] * 2
+
+
 def test_leak_curve_logger_probes_every_n_updates(tmp_path: Path, m2w: MelToWave) -> None:
     model = _model(m2w)
     probed: list[int] = []

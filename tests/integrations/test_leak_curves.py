@@ -49,3 +49,33 @@ def test_callback_logs_probe_curves_to_logger_and_csv(tmp_path, tiny_rec, monkey
     assert (tmp_path / "curves.csv").read_text().count("leak_probe/deletion") == 4
     metrics = next(tmp_path.rglob("metrics.csv")).read_text()
     assert "leak_probe/flagged_share" in metrics
+
+
+def test_probe_set_reports_the_flagged_share_per_contrast_kind(monkeypatch):
+    # the demo's probe-set curve: per kind, the share of the model's own sites at or above the flag threshold
+    from types import SimpleNamespace
+
+    from leakloss.timing import TimedSite
+
+    sites = {"a": [TimedSite(0.1, 0.2, "deletion", "ʌ->∅"), TimedSite(0.3, 0.4, "deletion", "ʌ->∅"),
+                   TimedSite(0.5, 0.6, "quality", "ʌi̯->ɛː")],
+             "b": [TimedSite(0.1, 0.2, "deletion", "ʌ->∅"), TimedSite(0.3, 0.4, "quality", "ʌi̯->ɛː")]}
+    probs = {"a": [0.9, 0.2, 0.5], "b": [0.7, 0.1]}
+    active = {"a": [True, True, True], "b": [True, False]}  # b's quality site has no frames: not measured
+
+    class FakePenalty:
+        recognizer, flag_threshold = None, 0.5
+
+        def __call__(self, waves, sites):
+            key = "a" if len(sites[0]) == 3 else "b"
+            return torch.zeros(()), SimpleNamespace(site_probs=torch.tensor(probs[key]),
+                                                    site_active=torch.tensor(active[key]))
+
+    monkeypatch.setattr("integrations.leak_curves.place_sites", lambda wave, text, recognizer: sites[text])
+    row = ProbeSet(["a", "b"], FakePenalty()).measure([torch.zeros(100), torch.zeros(100)])
+    assert row["leak_probe/flagged_share/deletion"] == 2 / 3  # 0.9 and 0.7 of 0.9, 0.2, 0.7
+    assert row["leak_probe/flagged_share/quality"] == 1.0  # 0.5 is at the threshold; b's is not measured
+    assert row["leak_probe/flagged_share"] == 3 / 4
+    assert row["leak_probe/sites"] == 4.0
+    assert (row["leak_probe/sites/deletion"], row["leak_probe/sites/quality"]) == (3.0, 1.0)
+    assert abs(row["leak_probe/deletion"] - (0.9 + 0.2 + 0.7) / 3) < 1e-6

@@ -15,6 +15,7 @@ from train_f5.data import joined_batches
 from train_f5.effect import (
     EffectSettings,
     arm_model,
+    base_factory,
     best_of_n,
     finetune,
     flow_loss,
@@ -66,6 +67,26 @@ def test_arms_share_weights_batches_and_noise():
         for k in runs[0]:
             torch.testing.assert_close(other[k], runs[0][k], rtol=0, atol=1e-6)
     assert any(not torch.equal(runs[0][k], state[k]) for k in state)  # it did train
+
+
+def test_base_factory_builds_independent_copies_of_the_saved_base(tmp_path):
+    # the demo's fine-tune stage builds its two runs with it (integrations.f5_tts.penalty_comparison's make_model)
+    from safetensors.torch import save_file
+
+    arch, state = _tiny_base()
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.json").write_text(json.dumps({"architecture": arch, "steps": 7}), encoding="utf-8")
+    make_model, card = base_factory(tmp_path)
+    assert card["steps"] == 7
+    first, second = make_model(seed=0), make_model(seed=1, leak_weight=0.5)
+    assert second.leak_weight == 0.5 and first.leak_weight == 0.0
+    for k, v in state.items():
+        torch.testing.assert_close(first.state_dict()[k], v, rtol=0, atol=0)
+        torch.testing.assert_close(second.state_dict()[k], v, rtol=0, atol=0)
+    name, weight = next(first.named_parameters())
+    with torch.no_grad():
+        weight.add_(1.0)
+    assert torch.equal(dict(second.named_parameters())[name], state[name])  # a copy each, not a shared tensor
 
 
 def test_best_of_n_keeps_the_best_scored_sample_and_leaves_the_rng_alone(monkeypatch):
