@@ -6,7 +6,8 @@ share the seed, the batches and the number of updates:
 
 - ``plain``: F5's flow-matching loss only;
 - ``penalty``: plus ``leak_weight * t**2 * leak penalty(x1_hat)`` in the infilled span (:class:`LeakAwareCFM`,
-  the shipped raw-conv head on recognizer A), from update ``leak_start_step`` on (a warm-up on the plain loss);
+  the shipped frame head on the recognizer its card names, wb), from update ``leak_start_step`` on (a warm-up on
+  the plain loss);
 - ``reward``: best-of-N distillation on *unpaired* text (rejection-sampling fine-tuning): every ``reward_every``
   updates the model says each reward text (phrases with a testable site, no test word, never recorded)
   ``reward_samples`` times; :func:`leakloss.reward.leak_reward_details` scores them (the worst reward for an
