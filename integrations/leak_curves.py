@@ -24,11 +24,15 @@ class ProbeSet:
     """Fixed probe sentences with their sites placed on reference audio (e.g. the teacher's reading).
 
     The model's syntheses are assumed time-aligned with the reference only roughly, so each synthesis
-    is aligned again with the recognizer to place its sites.
+    is aligned again with the recognizer to place its sites. With ``words``, only the sites of ``words[i]`` in
+    ``texts[i]`` count (e.g. an unseen test word said in a phrase whose other words the model trained on).
     """
 
-    def __init__(self, texts: Sequence[str], penalty: LeakPenalty) -> None:
+    def __init__(self, texts: Sequence[str], penalty: LeakPenalty, words: Sequence[str] | None = None) -> None:
         self.texts, self.penalty = list(texts), penalty
+        if words is not None and len(words) != len(self.texts):
+            raise ValueError(f"one word per probe text: {len(words)} words for {len(self.texts)} texts")
+        self.words = None if words is None else list(words)
 
     @torch.no_grad()
     def measure(self, waves: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -38,8 +42,10 @@ class ProbeSet:
         flags = sites_total = 0
         if len(waves) != len(self.texts):
             raise ValueError(f"one probe wave per probe text: {len(waves)} waves for {len(self.texts)} texts")
-        for wave, text in zip(waves, self.texts, strict=True):
+        for i, (wave, text) in enumerate(zip(waves, self.texts, strict=True)):
             sites: list[TimedSite] = place_sites(wave, text, self.penalty.recognizer)
+            if self.words is not None:
+                sites = [s for s in sites if s.word == self.words[i]]
             if not sites:
                 continue
             _, parts = self.penalty(waves=wave[None], sites=[sites])

@@ -52,11 +52,11 @@ class DemoConfig:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
-#: The fine-tune stage: the committed Hindi-base F5 (``checkpoints/``), the penalty's weight (times t**2, as
-#: LeakAwareCFM weighs it) and the fine-tune's learning rate.
+#: The fine-tune stage: the committed Hindi-base F5 (``checkpoints/``) and the penalty's weight (times t**2, as
+#: LeakAwareCFM weighs it): 10x the fine-tune experiment's 0.1, with no warm-up, so that in a demo's 200 updates the
+#: curves can move (the experiment guards intelligibility: train_f5.effect).
 F5_BASE = "f5_hindi_base"
 F5_LEAK_WEIGHT = 1.0
-F5_LEARNING_RATE = 2e-4
 
 #: The demo's two systems: the folder of their results and reports -> the name a reader sees (tables, plot, titles).
 SYSTEM_NAMES = {"teacher": "teacher", "hindi_base": "Hindi base"}
@@ -236,6 +236,24 @@ def _compare(cfg: DemoConfig, dirs: dict[str, Path]) -> dict:
     return result
 
 
+def finetune_texts(n: int) -> list[str]:
+    """The fine-tune stage's ``n`` texts: phrases of 2-3 words of the built-in sentences (the base was pretrained on
+    phrases of 1-4 words), none with a test word (:func:`train_f5.data.phrases` drops those)."""
+    from leakloss.speech.corpus import builtin_sentences
+    from train_f5.data import phrases
+
+    return [t for t in phrases(builtin_sentences(), max_words=3) if len(t.split()) >= 2][:n]
+
+
+def probe_words(n: int) -> list:
+    """The probe set: ``n`` test words (never in any fine-tune or pretraining text), each said in a phrase of its
+    sentence; only the test word's own sites count (:class:`integrations.leak_curves.ProbeSet` ``words``)."""
+    from leakloss.speech.corpus import builtin_sentences
+    from train_f5.effect import held_out_words
+
+    return held_out_words(n, builtin_sentences())
+
+
 def _finetune(cfg: DemoConfig) -> Path | None:
     try:
         import f5_tts  # noqa: F401
@@ -248,44 +266,47 @@ def _finetune(cfg: DemoConfig) -> Path | None:
     from leakloss.heads import SHIPPED_HEADS
     from leakloss.penalty import LeakPenalty
     from leakloss.site_placement import place_dataset_sites
-    from leakloss.speech.corpus import builtin_sentences, teacher_reading
+    from leakloss.speech.corpus import teacher_reading
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES
     from leakloss.vocoder import EMBEDDED_VOCODER, MelToWave
-    from train_f5.data import phrases
-    from train_f5.effect import base_factory, held_out_words
+    from train_f5.effect import EffectSettings, base_factory
     from train_f5.evaluate import CFG_STRENGTH, NFE, SWAY_SAMPLING
 
     base_dir = Path(checkpoints_path(F5_BASE))
-    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
+    if not (base_dir / "model.safetensors").is_file():  # the base sits beside the package, not in it
+        console.print(f"[yellow]5. fine-tune skipped: no Hindi-base F5 at {base_dir} (a clone of the repository has "
+                      "it; python -m train_f5 trains one)[/]")
+        return None
     folder = cfg.out / "finetune"
-    key = _hash("finetune-v3", cfg.f5_steps, cfg.f5_items, cfg.f5_probe_words,
-                _file_hash(EMBEDDED_VOCODER.with_suffix(".safetensors")), _file_hash(base_dir / "model.safetensors"),
-                _file_hash(SHIPPED_HEADS / "rawconv.safetensors"))
+    learning_rate = EffectSettings.lr  # the fine-tune experiment's
+    key = _hash("finetune-v3", cfg.f5_steps, cfg.f5_items, cfg.f5_probe_words, F5_LEAK_WEIGHT, learning_rate,
+                NFE, CFG_STRENGTH, SWAY_SAMPLING, _file_hash(EMBEDDED_VOCODER.with_suffix(".safetensors")),
+                _file_hash(base_dir / "model.safetensors"), _file_hash(SHIPPED_HEADS / "rawconv.safetensors"))
     if _stamp(folder, key) and (folder / "leak_curves.png").exists():
         return folder / "leak_curves.png"
-    # another key (--f5-steps, --f5-items, base, vocoder, head): F5 would resume the old runs' checkpoints in the
-    # same folders (trained nothing, or logged their updates as new steps): the stage starts afresh
+    # another key (--f5-steps, --f5-items, base, vocoder, head, ...): F5 would resume the old runs' checkpoints in
+    # the same folders (trained nothing, or logged their updates as new steps): the stage starts afresh
     _clear_stage(folder, ("with_penalty", "without_penalty", "leak_sites.jsonl", "leak_curves.png", ".stamp"))
     make_model, card = base_factory(base_dir)
     console.print(f"[bold]5. fine-tune[/]: the Hindi-base F5 ({base_dir.name}, {card.get('steps')} pretraining "
                   f"updates) on Nepali teacher readings, {cfg.f5_steps} steps with and without the penalty, through "
                   "F5's own Trainer (W&B offline)")
-    # short phrases (the base was pretrained on phrases of 1-4 words), none with a test word: the probe set's
-    # test words are never in the fine-tune, so the probe curve is the model's own unseen words
-    texts = [t for t in phrases(builtin_sentences(), max_words=3) if len(t.split()) >= 2][: cfg.f5_items]
+    penalty = LeakPenalty.load(mel_to_wave=MelToWave.embedded())
+    texts = finetune_texts(cfg.f5_items)
     items = [(teacher_reading(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)]).waveform, SAMPLE_RATE, text)
              for i, text in enumerate(texts)]
     sites = place_dataset_sites([(w, t) for w, _, t in items], penalty.recognizer, folder / "leak_sites.jsonl")
-    probe_texts = [w.phrase for w in held_out_words(cfg.f5_probe_words, builtin_sentences())]
-    probe = f5_probe(ProbeSet(probe_texts, penalty), items[0][0], items[0][2], penalty.mel_to_wave, nfe=NFE,
-                     cfg_strength=CFG_STRENGTH, sway_sampling_coef=SWAY_SAMPLING)
+    probe_set = probe_words(cfg.f5_probe_words)
+    probe = f5_probe(ProbeSet([w.phrase for w in probe_set], penalty, words=[w.word for w in probe_set]),
+                     items[0][0], items[0][2], penalty.mel_to_wave, nfe=NFE, cfg_strength=CFG_STRENGTH,
+                     sway_sampling_coef=SWAY_SAMPLING)
     runs = penalty_comparison(items, sites, folder, leak_penalty=penalty, mel_to_wave=penalty.mel_to_wave,
                               steps=cfg.f5_steps, probe=probe, probe_every=max(1, cfg.f5_steps // 4),
-                              make_model=make_model, leak_weight=F5_LEAK_WEIGHT, learning_rate=F5_LEARNING_RATE)
+                              make_model=make_model, leak_weight=F5_LEAK_WEIGHT, learning_rate=learning_rate)
     for name, run in runs.items():
         shares = read_leak_curve(run.leak_csv, "leak_probe/flagged_share")
         console.print(f"   {name.replace('_', ' ')}: leak penalty over the last quarter {final_leak(run.leak_csv):.3f}; "
-                      f"probe set ({len(probe_texts)} unseen test-word phrases): flagged share "
+                      f"probe set ({len(probe_set)} unseen test words): flagged share "
                       + " -> ".join("n/a" if v != v else f"{v:.2f}" for _, v in shares))
     png = _plot_curves({name: run.leak_csv for name, run in runs.items()}, folder / "leak_curves.png")
     _set_stamp(folder, key)

@@ -34,7 +34,7 @@ def demo_run(tmp_path_factory):
     from leakloss.demo import DemoConfig, run_demo
 
     out = tmp_path_factory.mktemp("demo")
-    result = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=2, progress=False))
+    result = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=1, progress=False))
     return out, result
 
 
@@ -65,8 +65,10 @@ def test_the_fine_tune_stage_starts_from_the_hindi_base_and_probes_its_own_unsee
     card = json.loads((Path(checkpoints_path("f5_hindi_base")) / "model.json").read_text(encoding="utf-8"))
     for name in ("with_penalty", "without_penalty"):
         ckpt = torch.load(out / "finetune" / name / "ckpts" / "model_last.pt", map_location="cpu", weights_only=True)
-        blocks = {k.split(".")[2] for k in ckpt["model_state_dict"] if k.startswith("transformer.transformer_blocks.")}
+        state = ckpt["model_state_dict"]
+        blocks = {k.split(".")[2] for k in state if k.startswith("transformer.transformer_blocks.")}
         assert len(blocks) == card["architecture"]["depth"], name
+        assert state["transformer.proj_out.weight"].shape[1] == card["architecture"]["dim"], name
         rows = list(csv.DictReader((out / "finetune" / name / "leak_curves.csv").open(encoding="utf-8")))
         assert [int(r["step"]) for r in rows if r["name"] == "leak_probe/sites"] == [5, 10, 15, 20], name
 
@@ -78,7 +80,7 @@ def test_demo_rerun_reuses_caches(demo_run):
 
     out, first = demo_run
     stamp = (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns
-    again = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=2, progress=False))
+    again = run_demo(DemoConfig(out=out, sentences=4, f5_steps=20, f5_items=8, f5_probe_words=1, progress=False))
     assert (out / "results" / "teacher" / ".stamp").stat().st_mtime_ns == stamp
     assert again["minutes"] < first["minutes"]
 
@@ -115,10 +117,21 @@ def test_a_rerun_with_other_f5_steps_starts_the_fine_tune_stage_afresh(demo_run)
     from leakloss.demo import DemoConfig, run_demo
 
     out, _ = demo_run
-    run_demo(DemoConfig(out=out, sentences=4, f5_steps=8, f5_items=8, f5_probe_words=2, progress=False))
+    run_demo(DemoConfig(out=out, sentences=4, f5_steps=8, f5_items=8, f5_probe_words=1, progress=False))
     for name in ("with_penalty", "without_penalty"):
         flow = read_leak_curve(out / "finetune" / name / "leak_curves.csv", "loss/flow")
         assert flow and max(step for step, _ in flow) == 8, name  # 8 new updates, not the old 20
+
+
+def test_the_fine_tune_never_trains_on_the_probe_sets_test_words():
+    from leakloss.demo import finetune_texts, probe_words
+    from train_f5.data import is_test_word
+
+    texts, probes = finetune_texts(24), probe_words(8)
+    assert len(texts) == 24 and len(probes) == 8
+    assert all(is_test_word(p.word) and p.word in p.phrase.split() for p in probes)
+    trained = {w for t in texts for w in t.split()}
+    assert not any(is_test_word(w) for w in trained) and not {p.word for p in probes} & trained
 
 
 def test_the_demo_shows_its_systems_by_name_never_by_folder(tmp_path):

@@ -31,9 +31,10 @@ import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -116,15 +117,14 @@ def load_base(base_dir: str | Path):
     return model, arch, card
 
 
-def base_factory(base_dir: str | Path):
-    """``make_model(seed=..., **leak) -> LeakAwareCFM`` holding the base's weights (each call a fresh copy; the
-    seed is the base's, it draws nothing), as :func:`integrations.f5_tts.penalty_comparison` builds its runs;
-    with the base's card."""
+def base_factory(base_dir: str | Path) -> tuple[Callable[..., Any], dict]:
+    """``(make_model, card)``: ``make_model(seed=..., **leak) -> LeakAwareCFM`` holding the base's weights (each call
+    a fresh copy), as :func:`integrations.f5_tts.penalty_comparison` builds its runs, and the base's card."""
     base, arch, card = load_base(base_dir)
     state = {k: v.clone() for k, v in base.state_dict().items()}
 
-    def make_model(seed: int = 0, **leak):
-        return _holding(arch, state, leak)
+    def make_model(seed: int = 0, **leak):  # seed: penalty_comparison passes one; the weights are the base's
+        return _fresh_base_model(arch, state, leak)
 
     return make_model, card
 
@@ -206,10 +206,10 @@ def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, vocoder=Non
     if penalty is not None:
         leak = {"leak_penalty": penalty, "mel_to_wave": vocoder, "leak_weight": leak_weight,
                 "leak_start_step": leak_start_step, "site_lookup": site_lookup}
-    return _holding(arch, state, leak)
+    return _fresh_base_model(arch, state, leak)
 
 
-def _holding(arch: dict, state: dict[str, Tensor], leak: dict):
+def _fresh_base_model(arch: dict, state: dict[str, Tensor], leak: dict):
     """A fresh ``hindi_base_f5(**arch, **leak)`` holding ``state``."""
     from train_f5.model import hindi_base_f5
 

@@ -1,4 +1,5 @@
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
@@ -79,3 +80,26 @@ def test_probe_set_reports_the_flagged_share_per_contrast_kind(monkeypatch):
     assert row["leak_probe/sites"] == 4.0
     assert (row["leak_probe/sites/deletion"], row["leak_probe/sites/quality"]) == (3.0, 1.0)
     assert abs(row["leak_probe/deletion"] - (0.9 + 0.2 + 0.7) / 3) < 1e-6
+
+
+def test_a_probe_set_with_words_counts_only_those_words_sites(monkeypatch):
+    from types import SimpleNamespace
+
+    from leakloss.timing import TimedSite
+
+    placed = [TimedSite(0.1, 0.2, "deletion", "ʌ->∅", "नेकपा"), TimedSite(0.3, 0.4, "deletion", "ʌ->∅", "घर")]
+    seen = []
+
+    class FakePenalty:
+        recognizer, flag_threshold = None, 0.5
+
+        def __call__(self, waves, sites):
+            seen.append([s.word for s in sites[0]])
+            n = len(sites[0])
+            return torch.zeros(()), SimpleNamespace(site_probs=torch.full((n,), 0.9), site_active=torch.ones(n, dtype=bool))
+
+    monkeypatch.setattr("integrations.leak_curves.place_sites", lambda wave, text, recognizer: list(placed))
+    row = ProbeSet(["नेकपा घर"], FakePenalty(), words=["नेकपा"]).measure([torch.zeros(100)])
+    assert seen == [["नेकपा"]] and row["leak_probe/sites"] == 1.0
+    with pytest.raises(ValueError, match="one word per probe text"):
+        ProbeSet(["a", "b"], FakePenalty(), words=["a"])
