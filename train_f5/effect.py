@@ -95,6 +95,13 @@ class ArmResult:
     quarantined: int = 0
     accepted: int | None = None  # reward arm: targets kept
     minutes: float = 0.0
+    #: seconds of the phrases said / of the ground truth's (F5 infills a fixed frame count: the prompt's frames per
+    #: character, so every arm of one base says a phrase in the same time)
+    duration_ratio: float | None = None
+    #: the test words' site vowels, aligned by the judge's recognizer, summed over the sites placed in both the
+    #: reading and the ground truth / the ground truth's (a signal that only lengthens vowels shows up here)
+    vowel_ratio: float | None = None
+    vowel_sites: int = 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,6 +324,15 @@ def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed:
 # the judge
 
 
+def matched_vowel_seconds(sites: Sequence[TimedSite], truth: Sequence[TimedSite]) -> tuple[float, float, int]:
+    """``(seconds in sites, seconds in truth, sites)`` over the sites of one word in a reading and in the ground truth,
+    matched in order; nothing (0, 0, 0) when they do not match one to one by kind and contrast (an alignment failed
+    or placed another site set)."""
+    if len(sites) != len(truth) or any((a.kind, a.contrast) != (b.kind, b.contrast) for a, b in zip(sites, truth)):
+        return 0.0, 0.0, 0
+    return sum(a.end - a.start for a in sites), sum(b.end - b.start for b in truth), len(sites)
+
+
 class Judge:
     """The scorer with its heads and word check on recognizer ``w`` (not the signal's wb) and ``w``'s phone error
     rate, on each test word's phrase (``waves`` keyed by the word); only the test word's own sites count."""
@@ -335,6 +351,13 @@ class Judge:
         truth = {w.word: teacher_reading(w.phrase, HELDOUT_TEACHER_VOICE) for w in self.words}
         self.phones = {w: r.phones for w, r in truth.items()}
         self.truth_waves = {w: r.waveform for w, r in truth.items()}
+        self.truth_sites = {w.word: self.word_sites(self.truth_waves[w.word], w) for w in self.words}
+
+    def word_sites(self, wave: Tensor, word: HeldOutWord) -> list[TimedSite]:
+        """The test word's own sites in its phrase ``wave``, placed by the judge's recognizer."""
+        from leakloss.site_placement import place_sites
+
+        return [s for s in place_sites(wave, word.phrase, self.recognizer) if s.word == word.word]
 
     def __call__(self, waves: dict[str, Tensor]) -> ArmResult:
         from leakloss.scorer import corpus_phone_error_rate
@@ -358,8 +381,17 @@ class Judge:
             for kind in {k for k, _ in decided}:
                 by_kind.setdefault(kind, []).append(any(d == "flagged" for k, d in decided if k == kind))
         share = (sum(flags) / len(flags)) if flags else None
+        seconds = sum(waves[w.word].shape[-1] for w in self.words) / sum(
+            self.truth_waves[w.word].shape[-1] for w in self.words)
+        said = truth_s = 0.0
+        vowel_sites = 0
+        for w in self.words:
+            a, b, n = matched_vowel_seconds(self.word_sites(waves[w.word], w), self.truth_sites[w.word])
+            said, truth_s, vowel_sites = said + a, truth_s + b, vowel_sites + n
         return ArmResult(per=per, flagged=share, judged=len(flags), quarantined=quarantined,
-                         flagged_by_kind={k: sum(v) / len(v) for k, v in sorted(by_kind.items())})
+                         flagged_by_kind={k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
+                         duration_ratio=seconds, vowel_ratio=said / truth_s if truth_s > 0 else None,
+                         vowel_sites=vowel_sites)
 
 
 def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], vocoder, settings: EffectSettings
@@ -424,7 +456,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     judge = Judge(words)
     truth = {w: vocoded(x) for w, x in judge.truth_waves.items()}
     ceiling = judge(truth)
-    log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}")
+    log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}, "
+        f"site vowels {_fmt(ceiling.vowel_ratio)} of the ground truth's ({ceiling.vowel_sites} sites)")
     from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
 
     hindi = {w.word: vocoded(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform) for w in words}
@@ -434,7 +467,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     base_result = judge(say_words(base, words, prompt, vocoder, settings))
     base_result.flow = flow_loss(base, readings, settings.flow_repeats, settings.seed)
     log(f"base: PER {base_result.per:.3f}, flagged {_fmt(base_result.flagged)} of {base_result.judged} judged, "
-        f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}")
+        f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}, duration {_fmt(base_result.duration_ratio)} "
+        f"and site vowels {_fmt(base_result.vowel_ratio)} of the ground truth's ({base_result.vowel_sites} sites)")
 
     arms: dict[str, list[ArmResult]] = {a: [] for a in ARMS}
     for seed in seeds:
@@ -459,7 +493,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             result.minutes = (time.time() - t0) / 60
             arms[arm].append(result)
             log(f"seed {seed} {arm}: PER {result.per:.3f}, flagged {_fmt(result.flagged)} of {result.judged} judged "
-                f"({result.flagged_by_kind}), flow {result.flow:.4f}, final loss {trained['losses'][-1]:.3f}"
+                f"({result.flagged_by_kind}), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
+                f"ground truth's ({result.vowel_sites} sites), final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
                 + f" ({result.minutes:.1f} min)")
     return {"ceiling": ceiling, "hindi_truth": hindi_truth, "base": base_result, "arms": arms,

@@ -130,6 +130,18 @@ def test_flow_loss_is_fixed_for_a_model_and_moves_with_its_weights():
     assert flow_loss(model, readings, repeats=2, seed=0) != a
 
 
+def test_matched_vowel_seconds_sums_sites_matched_one_to_one():
+    from train_f5.effect import matched_vowel_seconds
+
+    truth = [TimedSite(0.1, 0.2, "deletion", "ʌ->∅"), TimedSite(0.5, 0.55, "quality", "ʌi̯->ɛː")]
+    said = [TimedSite(0.2, 0.26, "deletion", "ʌ->∅"), TimedSite(0.7, 0.8, "quality", "ʌi̯->ɛː")]
+    a, b, n = matched_vowel_seconds(said, truth)
+    assert n == 2 and math.isclose(a, 0.06 + 0.1) and math.isclose(b, 0.1 + 0.05)
+    assert matched_vowel_seconds(said[:1], truth) == (0.0, 0.0, 0)  # an alignment that lost a site: not compared
+    assert matched_vowel_seconds(said[::-1], truth) == (0.0, 0.0, 0)  # other kinds in order: not compared
+    assert matched_vowel_seconds([], []) == (0.0, 0.0, 0)
+
+
 def test_mean_interval_matches_scipy():
     from scipy import stats
 
@@ -163,6 +175,9 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
         assert 0 <= result.per and (result.flagged is None or 0 <= result.flagged <= 1)
         assert result.judged + result.quarantined <= 2
     assert out["ceiling"].per < out["base"].per  # a random model does not say the words
+    ceiling = out["ceiling"]  # the vocoded ground truth: as long as the ground truth, its vowels as long
+    assert math.isclose(ceiling.duration_ratio, 1.0, abs_tol=0.05), ceiling.duration_ratio
+    assert ceiling.vowel_sites >= 1 and 0.7 < ceiling.vowel_ratio < 1.3, (ceiling.vowel_ratio, ceiling.vowel_sites)
     assert all(math.isfinite(r.flow) for v in out["arms"].values() for r in v)
     assert isinstance(out["arms"]["reward"][0].accepted, int)
     assert len(out["test_words"]) == 2 and all(w["kinds"] for w in out["test_words"])
