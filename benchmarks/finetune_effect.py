@@ -1,22 +1,23 @@
 """Does the leak penalty (or the reward) change how a Hindi-base F5 pronounces Nepali? (:mod:`train_f5.effect`)
 
-Fine-tunes the small Hindi-base F5 (``checkpoints/f5_hindi_base``) on Nepali teacher readings in three arms with
-the same seed, batches and updates: plain, plus the leak penalty, plus best-of-N reward distillation on unpaired
-text; then each model (and the base) says the held-out test words (real contrasts, never in any training text),
-judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penalty and reward use recognizer wb).
+Fine-tunes the small Hindi-base F5 (``checkpoints/f5_hindi_base``) on Nepali teacher readings in four arms with
+the same seed, batches and updates: plain, plus the reference-free leak penalty, plus the reference-paired posterior
+term (the ground truth at hand, as in F5's training batch), plus best-of-N reward distillation on unpaired text; then each model (and the base) says the held-out test words (real contrasts, never in any training text),
+judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penalty, the paired term and the reward use
+recognizer wb).
 
-    python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--base-dir DIR]
+    python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5] [--base-dir DIR]
 
-Default: one seed, about 4 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
+Default: one seed, about 9 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
 judge could score none (every reading quarantined: the model does not say the words). ``per_*``: w's greedy
 phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*``: flow-matching loss on the
 test words' teacher readings (fixed noise).
 
-Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_reward=…
-per_plain=… per_penalty=… per_reward=… flow_plain=… flow_penalty=… flow_reward=… flow_base=… per_hindi_truth=…
-flagged_hindi_truth=… vowel_ceiling=… vowel_base=… vowel_plain=… vowel_penalty=… vowel_reward=… duration_base=…
-judged_base=… seeds=…`` (``*_hindi_truth``: the judge on vocoded espeak ``hi`` readings, what a base that says its
+Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_paired=…
+flagged_reward=… per_plain=… per_penalty=… per_paired=… per_reward=… flow_plain=… flow_penalty=… flow_paired=…
+flow_reward=… flow_base=… per_hindi_truth=… flagged_hindi_truth=… vowel_ceiling=… vowel_base=… vowel_plain=…
+vowel_penalty=… vowel_paired=… vowel_reward=… duration_base=… judged_base=… seeds=…`` (``*_hindi_truth``: the judge on vocoded espeak ``hi`` readings, what a base that says its
 training data perfectly would score; ``vowel_*``: the test words' site vowels, aligned by the judge's recognizer, in
 seconds over the ground truth's, the issue's bound 0.8-1.2; ``duration_base``: the phrases' seconds over the ground
 truth's, the same for every arm, since F5 infills the prompt's frames per character).
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--steps", type=int, default=defaults.steps)
     ap.add_argument("--leak-weight", type=float, default=defaults.leak_weight)
+    ap.add_argument("--paired-weight", type=float, default=defaults.paired_weight)
     ap.add_argument("--test-words", type=int, default=defaults.test_words)
     ap.add_argument("--base-dir", default=defaults.base_dir)
     ap.add_argument("--threads", type=int, default=2)
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     settings = EffectSettings(base_dir=args.base_dir, steps=args.steps, leak_weight=args.leak_weight,
-                              test_words=args.test_words)
+                              paired_weight=args.paired_weight, test_words=args.test_words)
     start = time.time()
     out = run_effect(settings, seeds=tuple(range(args.seeds)), log=lambda msg: print(msg, flush=True))
     ceiling, base, arms = out["ceiling"], out["base"], out["arms"]

@@ -1,13 +1,16 @@
 """Does the training signal change how a TTS pronounces Nepali? The fine-tune experiment on the small Hindi-base F5.
 
 :func:`run_effect` fine-tunes the Hindi base (``checkpoints/f5_hindi_base``: F5's ``DiT``/``CFM`` pretrained on
-espeak ``hi``, see :mod:`train_f5`) on Nepali teacher readings, in three arms that start from the same weights and
+espeak ``hi``, see :mod:`train_f5`) on Nepali teacher readings, in four arms that start from the same weights and
 share the seed, the batches and the number of updates:
 
 - ``plain``: F5's flow-matching loss only;
 - ``penalty``: plus ``leak_weight * t**2 * leak penalty(x1_hat)`` in the infilled span (:class:`LeakAwareCFM`,
   the shipped frame head on the recognizer its card names, wb), from update ``leak_start_step`` on (a warm-up on
   the plain loss);
+- ``paired``: instead, plus ``paired_weight * t**2 * paired term(x1_hat, ground truth)``
+  (:class:`leakloss.paired_penalty.PairedPosteriorPenalty` on ``paired_recognizer``: KL of the recognizer's frame
+  posteriors on the vocoded ground truth and on the vocoded ``x1_hat`` inside each site's window), same schedule;
 - ``reward``: best-of-N distillation on *unpaired* text (rejection-sampling fine-tuning): every ``reward_every``
   updates the model says each reward text (phrases with a testable site, no test word, never recorded)
   ``reward_samples`` times; :func:`leakloss.reward.leak_reward_details` scores them (the worst reward for an
@@ -43,7 +46,7 @@ from leakloss.constants import MEL_FLOOR, MEL_SAMPLE_RATE
 from leakloss.timing import TimedSite
 from train_f5.evaluate import CFG_STRENGTH, NFE
 
-ARMS = ("plain", "penalty", "reward")
+ARMS = ("plain", "penalty", "paired", "reward")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -62,7 +65,10 @@ class EffectSettings:
     max_frames: int = 2400  # mel frames per batch
     pair_prob: float = 0.5  # share of items joining two same-voice readings (as the base was trained)
     leak_weight: float = 0.1
-    leak_start_step: int = 20
+    #: the paired arm's weight: docs/penalty.md's example value, not tuned on this experiment
+    paired_weight: float = 0.5
+    paired_recognizer: str = "wb"
+    leak_start_step: int = 20  # both terms
     reward_samples: int = 4  # N of best-of-N
     reward_every: int = 60
     reward_min: float = 0.5
@@ -205,14 +211,18 @@ def place_corpus_sites(corpus, penalty, vocoder, cache: Path | None = None) -> l
 # models and training
 
 
-def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, vocoder=None, leak_weight: float = 0.0,
-              leak_start_step: int = 0, site_lookup=None):
-    """A fresh model of the base's architecture ``arch`` (its card's) holding ``state``, with the penalty when
-    given (a ``LeakAwareCFM`` that vocodes ``x1_hat`` with ``vocoder``)."""
+def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, paired_penalty=None, vocoder=None,
+              leak_weight: float = 0.0, paired_weight: float = 0.0, leak_start_step: int = 0, site_lookup=None):
+    """A fresh model of the base's architecture ``arch`` (its card's) holding ``state``, with the reference-free
+    penalty and/or the reference-paired term when given (a ``LeakAwareCFM`` that vocodes ``x1_hat`` with
+    ``vocoder``)."""
     leak = {}
     if penalty is not None:
-        leak = {"leak_penalty": penalty, "mel_to_wave": vocoder, "leak_weight": leak_weight,
-                "leak_start_step": leak_start_step, "site_lookup": site_lookup}
+        leak |= {"leak_penalty": penalty, "leak_weight": leak_weight}
+    if paired_penalty is not None:
+        leak |= {"paired_penalty": paired_penalty, "paired_weight": paired_weight}
+    if leak:
+        leak |= {"mel_to_wave": vocoder, "leak_start_step": leak_start_step, "site_lookup": site_lookup}
     return _fresh_base_model(arch, state, leak)
 
 
@@ -255,13 +265,17 @@ def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table:
     for the penalty's ``site_lookup``; ``reward(model, step) -> [(mel, text, r)]`` (the reward arm) is called at
     step 0 and every ``reward_every`` updates, its kept samples appended to each later batch (two a batch,
     cycling). ``seed`` seeds torch and Python's ``random`` (F5's ``CFM`` draws its CFG drops from the latter), so
-    arms with the same seed see the same noise, times, spans and drops. Returns the losses and the targets kept."""
+    arms with the same seed see the same noise, times, spans and drops. Returns the losses, the targets kept and,
+    per auxiliary term the model has (``leak``, ``paired``), what it measured at each update (None when it did not
+    act)."""
     random.seed(seed)
     torch.manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01, betas=(0.9, 0.98))
     targets: list[tuple[Tensor, str]] = []
     losses, kept_total, cursor = [], 0, 0
+    terms: dict[str, list[float | None]] = {name: [] for name in ("leak", "paired")
+                                            if getattr(model, f"{name}_penalty", None) is not None}
     model.train()
     for step in range(settings.steps):
         if reward is not None and step % settings.reward_every == 0:
@@ -286,7 +300,10 @@ def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-    return {"losses": losses, "accepted": kept_total}
+        for name, measured in terms.items():  # this update's value (None: not due, or no site in the span)
+            got = getattr(model, f"last_{name}_penalty", None)
+            measured.append(None if got is None else float(got))
+    return {"losses": losses, "accepted": kept_total, **terms}
 
 
 def _pad(mels: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
@@ -424,6 +441,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     import torchaudio.functional as AF
 
     from leakloss.constants import SAMPLE_RATE
+    from leakloss.paired_penalty import PairedPosteriorPenalty
     from leakloss.penalty import LeakPenalty
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES
     from leakloss.vocoder import MelToWave, log_mel
@@ -435,6 +453,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     base_state = {k: v.clone() for k, v in base.state_dict().items()}
     vocoder = MelToWave.embedded()
     penalty = LeakPenalty.load()
+    paired = PairedPosteriorPenalty.load(settings.paired_recognizer)
     words = held_out_words(settings.test_words)
     texts = [t for t in phrases(default_sentences(), max_words=3, seed=settings.seed) if len(t.split()) <= 3]
     texts = texts[: settings.finetune_texts]
@@ -475,11 +494,11 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
         for arm in ARMS:
             t0 = time.time()
             table: dict[str, list[TimedSite]] = {}
-            if arm == "penalty":
-                model = arm_model(arch, base_state, penalty=penalty, vocoder=vocoder, leak_weight=settings.leak_weight,
-                                  leak_start_step=settings.leak_start_step, site_lookup=lambda t, table=table: table.get(t, []))
-            else:
-                model = arm_model(arch, base_state)
+            terms = {"penalty": {"penalty": penalty, "leak_weight": settings.leak_weight},
+                     "paired": {"paired_penalty": paired, "paired_weight": settings.paired_weight}}.get(arm, {})
+            if terms:
+                terms |= {"leak_start_step": settings.leak_start_step, "site_lookup": lambda t, table=table: table.get(t, [])}
+            model = arm_model(arch, base_state, vocoder=vocoder, **terms)
             reward = None
             if arm == "reward":
                 def reward(m, step, seed=seed):
@@ -496,6 +515,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
                 f"({result.flagged_by_kind}), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
                 f"ground truth's ({result.vowel_sites} sites), final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
+                + "".join(f", {name} term {_term_trend(trained[name])}" for name in ("leak", "paired") if name in trained)
                 + f" ({result.minutes:.1f} min)")
     return {"ceiling": ceiling, "hindi_truth": hindi_truth, "base": base_result, "arms": arms,
             "settings": asdict(settings),
@@ -504,6 +524,15 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+def _term_trend(values: Sequence[float | None]) -> str:
+    """An auxiliary term's mean over the first and the last quarter of the updates it acted on."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return "never acted"
+    q = max(1, len(xs) // 4)
+    return f"{sum(xs[:q]) / q:.3f} -> {sum(xs[-q:]) / q:.3f} ({len(xs)} updates)"
 
 
 def mean_interval(values: Sequence[float | None]) -> tuple[float, float, float] | None:

@@ -42,31 +42,60 @@ def _tiny_base():
     return TINY, {k: v.clone() for k, v in base.state_dict().items()}
 
 
-def test_arms_share_weights_batches_and_noise():
-    """Two plain runs give the same weights; the penalty arm at weight 0 gives the plain arm's weights too."""
+def _terms(kind: str | None, weight: float, table: dict) -> dict:
+    """arm_model's keywords for an arm with the reference-free penalty or the paired term at ``weight``."""
+    from leakloss.paired_penalty import PairedPosteriorPenalty
     from leakloss.penalty import LeakPenalty
     from leakloss.vocoder import MelToWave
+
+    if kind is None:
+        return {}
+    term = ({"penalty": LeakPenalty.load(), "leak_weight": weight} if kind == "penalty" else
+            {"paired_penalty": PairedPosteriorPenalty.load("wb"), "paired_weight": weight})
+    return term | {"vocoder": MelToWave.tiny(0), "site_lookup": lambda t: table.get(t, [])}
+
+
+def test_arms_share_weights_batches_and_noise():
+    """Two plain runs give the same weights; the penalty and the paired arms at weight 0 give the plain arm's
+    weights too (their terms measured, without gradient)."""
     from tests.conftest import embedded_ready
 
     base, state = _tiny_base()
     settings = EffectSettings(steps=3, warmup_steps=1, max_frames=200)
     runs = []
-    for penalty in (None, None, "zero"):
-        table: dict = {}
-        if penalty and embedded_ready():
-            model = arm_model(base, state, penalty=LeakPenalty.load(), vocoder=MelToWave.tiny(0), leak_weight=0.0,
-                              site_lookup=lambda t, table=table: table.get(t, []))
-        elif penalty:
+    for kind in (None, None, "penalty", "paired"):
+        if kind and not embedded_ready():
             continue
-        else:
-            model = arm_model(base, state)
+        table: dict = {}
+        model = arm_model(base, state, **_terms(kind, 0.0, table))
         out = finetune(model, joined_batches(VOICES, _items().__getitem__, 200, 0.5, seed=0), settings, seed=0, site_table=table)
         assert len(out["losses"]) == 3 and all(math.isfinite(x) for x in out["losses"])
+        if kind:  # the term is there and was measured on the updates whose span held a site
+            name = "leak" if kind == "penalty" else "paired"
+            assert set(out) & {"leak", "paired"} == {name} and len(out[name]) == 3
+            assert all(v is None or math.isfinite(v) for v in out[name])
         runs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     for other in runs[1:]:
         for k in runs[0]:
             torch.testing.assert_close(other[k], runs[0][k], rtol=0, atol=1e-6)
     assert any(not torch.equal(runs[0][k], state[k]) for k in state)  # it did train
+
+
+def test_the_paired_arm_carries_its_weight_and_measures_its_term():
+    """The paired arm's model holds the paired term at the arm's weight (no reference-free penalty) and
+    ``finetune`` reports what the term measured on the updates it acted on (its gradient: tests/integrations)."""
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded models not built")
+    base, state = _tiny_base()
+    table: dict = {}
+    model = arm_model(base, state, **_terms("paired", 0.5, table))
+    assert model.paired_weight == 0.5 and model.leak_penalty is None and model.leak_weight == 0.0
+    out = finetune(model, joined_batches(VOICES, _items().__getitem__, 200, 0.5, seed=0),
+                   EffectSettings(steps=3, warmup_steps=1, max_frames=200), seed=0, site_table=table)
+    assert "leak" not in out and any(v is not None for v in out["paired"])
+    assert all(v is None or (math.isfinite(v) and v >= 0) for v in out["paired"])
 
 
 def test_base_factory_builds_independent_copies_of_the_saved_base(tmp_path):
