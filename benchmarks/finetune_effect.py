@@ -8,7 +8,7 @@ recognizer wb).
 
     python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5] [--base-dir DIR]
 
-Default: one seed, about 9 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
+Default: one seed, about 7 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
 judge could score none (every reading quarantined: the model does not say the words). ``per_*``: w's greedy
 phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*``: flow-matching loss on the
