@@ -7,6 +7,7 @@ judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penal
 recognizer wb).
 
     python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5] [--base-dir DIR]
+                                         [--test-words 16] [--words test|validation] [--arms plain penalty ...]
 
 Default: one seed, about 7 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from train_f5.effect import ARMS, EffectSettings, mean_interval, run_effect
+from train_f5.effect import ARMS, WORD_SPLITS, EffectSettings, mean_interval, run_effect
 
 
 def _num(x) -> str:
@@ -56,7 +57,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=defaults.steps)
     ap.add_argument("--leak-weight", type=float, default=defaults.leak_weight)
     ap.add_argument("--paired-weight", type=float, default=defaults.paired_weight)
-    ap.add_argument("--test-words", type=int, default=defaults.test_words)
+    ap.add_argument("--test-words", type=int, default=defaults.test_words, help="held-out words said and judged")
+    ap.add_argument("--words", choices=WORD_SPLITS, default=defaults.words,
+                    help="which held-out words: 'test' (reported) or 'validation' (kept apart to choose settings on)")
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(defaults.arms),
+                    help="arms to train (the others print nan)")
     ap.add_argument("--base-dir", default=defaults.base_dir)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
@@ -65,11 +70,12 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     settings = EffectSettings(base_dir=args.base_dir, steps=args.steps, leak_weight=args.leak_weight,
-                              paired_weight=args.paired_weight, test_words=args.test_words)
+                              paired_weight=args.paired_weight, test_words=args.test_words,
+                              words=args.words, arms=tuple(dict.fromkeys(args.arms)))
     start = time.time()
     out = run_effect(settings, seeds=tuple(range(args.seeds)), log=lambda msg: print(msg, flush=True))
     ceiling, base, arms = out["ceiling"], out["base"], out["arms"]
-    print(f"\ntest words: {', '.join(w['word'] + '(' + '/'.join(w['kinds']) + ')' for w in out['test_words'])}")
+    print(f"\n{args.words} words: {', '.join(w['word'] + '(' + '/'.join(w['kinds']) + ')' for w in out['test_words'])}")
     print(f"{'model':10s} {'PER':>22s} {'flagged':>22s} {'deletion':>10s} {'quality':>10s} {'flow':>22s} "
           f"{'site vowels':>22s} judged")
     print(f"{'ceiling':10s} {ceiling.per:22.3f} {_num(ceiling.flagged):>22s} {'':>10s} {'':>10s} {'':>22s} "
@@ -81,7 +87,7 @@ def main(argv=None) -> int:
     print(f"{'base':10s} {base.per:22.3f} {_num(base.flagged):>22s} "
           f"{_num(base.flagged_by_kind.get('deletion')):>10s} {_num(base.flagged_by_kind.get('quality')):>10s} "
           f"{base.flow:22.4f} {_num(base.vowel_ratio):>22s} {base.judged}")
-    for arm in ARMS:
+    for arm in arms:
         rs = arms[arm]
         kinds = {k: _interval([r.flagged_by_kind.get(k) for r in rs]) for k in ("deletion", "quality")}
         print(f"{arm:10s} {_interval([r.per for r in rs]):>22s} {_interval([r.flagged for r in rs]):>22s} "
@@ -91,7 +97,7 @@ def main(argv=None) -> int:
     print(f"elapsed {(time.time() - start) / 60:.1f} min")
 
     def mean(arm, attr):
-        got = mean_interval([getattr(r, attr) for r in arms[arm]])
+        got = mean_interval([getattr(r, attr) for r in arms.get(arm, [])])
         return None if got is None else got[0]
 
     keys = {"per_ceiling": ceiling.per, "per_base": base.per, "flagged_base": base.flagged,

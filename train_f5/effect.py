@@ -47,6 +47,9 @@ from leakloss.timing import TimedSite
 from train_f5.evaluate import CFG_STRENGTH, NFE
 
 ARMS = ("plain", "penalty", "paired", "reward")
+WORD_SPLITS = ("test", "validation")
+#: Held-out words at the end of the hash order kept for choosing settings (never among the judged test words).
+VALIDATION_WORDS = 48
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,6 +61,9 @@ class EffectSettings:
     cache_dir: str = str(REPO / ".cache" / "leakloss" / "f5_effect")
     finetune_texts: int = 240  # Nepali teacher phrases (1-3 words, no test word)
     test_words: int = 16
+    #: "test" (the judged words) or "validation" (held-out words kept apart to choose settings on)
+    words: str = "test"
+    arms: tuple[str, ...] = ARMS
     reward_texts: int = 8
     steps: int = 120
     lr: float = 2e-4
@@ -142,14 +148,20 @@ def base_factory(base_dir: str | Path) -> tuple[Callable[..., Any], dict]:
     return make_model, card
 
 
-def held_out_words(n: int, sentences: Sequence[str] | None = None) -> list[HeldOutWord]:
-    """The first ``n`` test words (by hash order) with at least one testable contrast site, each in a phrase of up
-    to three words of its first sentence (the word and its neighbours; no training text contains it)."""
+def held_out_words(n: int, sentences: Sequence[str] | None = None, split: str = "test") -> list[HeldOutWord]:
+    """The first ``n`` held-out words (by hash order) with at least one testable contrast site, each in a phrase of
+    up to three words of its first sentence (the word and its neighbours; no training text contains it).
+
+    ``split``: ``"test"``, the words the experiment is judged on, or ``"validation"``, the last
+    :data:`VALIDATION_WORDS` of the hash order (at most a third of the words), kept apart from every test split to
+    choose the experiment's settings on (e.g. the penalty's weight); fewer than ``n`` when the split is smaller."""
     from leakloss.speech.corpus import split_text_words
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
     from train_f5.data import default_sentences, is_test_word
 
+    if split not in WORD_SPLITS:
+        raise ValueError(f"split must be one of {WORD_SPLITS}, got {split!r}")
     finder = SiteFinder()
     phrase_of: dict[str, str] = {}
     for sentence in sentences if sentences is not None else default_sentences():
@@ -160,15 +172,15 @@ def held_out_words(n: int, sentences: Sequence[str] | None = None) -> list[HeldO
         for k, w in enumerate(words):
             if is_test_word(w) and w not in phrase_of:
                 phrase_of[w] = " ".join(words[max(0, k - 1): k + 2])
-    out = []
+    ranked = []
     for word in sorted(phrase_of, key=lambda w: hashlib.sha1(w.encode()).hexdigest()):
         found = [w for w in finder(word) if w.skipped is None]
         kinds = tuple(sorted({s.kind for w in found for s in w.testable_sites}))
         if kinds:
-            out.append(HeldOutWord(word, kinds, phrase_of[word]))
-        if len(out) == n:
-            break
-    return out
+            ranked.append(HeldOutWord(word, kinds, phrase_of[word]))
+    reserved = min(VALIDATION_WORDS, len(ranked) // 3)
+    pool = ranked[len(ranked) - reserved:] if split == "validation" else ranked[: len(ranked) - reserved]
+    return pool[:n]
 
 
 def reward_texts(n: int, exclude: set[str], sentences: Sequence[str] | None = None, seed: int = 0) -> list[str]:
@@ -447,6 +459,9 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     from leakloss.vocoder import MelToWave, log_mel
     from train_f5.data import build_corpus, default_sentences, joined_batches, phrases
 
+    unknown = [a for a in settings.arms if a not in ARMS]
+    if unknown or not settings.arms:
+        raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {settings.arms!r}")
     start = time.time()
     cache = Path(settings.cache_dir)
     base, arch, card = load_base(settings.base_dir)
@@ -454,7 +469,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     vocoder = MelToWave.embedded()
     penalty = LeakPenalty.load()
     paired = PairedPosteriorPenalty.load(settings.paired_recognizer)
-    words = held_out_words(settings.test_words)
+    words = held_out_words(settings.test_words, split=settings.words)
     texts = [t for t in phrases(default_sentences(), max_words=3, seed=settings.seed) if len(t.split()) <= 3]
     texts = texts[: settings.finetune_texts]
     corpus = build_corpus(texts, TRAIN_TEACHER_VOICES, cache, progress=False, teacher=True)
@@ -466,7 +481,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     heldout = build_corpus([w.phrase for w in words], TRAIN_TEACHER_VOICES[:1], cache, progress=False, teacher=True)
     readings = [(heldout.mel(i), heldout.texts[i]) for i in range(len(heldout))]
     prompt = (corpus.mel(0), corpus.texts[0])
-    log(f"data: {len(corpus)} fine-tune readings ({sum(map(len, sites))} sites), {len(words)} test words, "
+    log(f"data: {len(corpus)} fine-tune readings ({sum(map(len, sites))} sites), {len(words)} {settings.words} words, "
         f"{len(unpaired)} reward texts, base step {card.get('steps')} ({time.time() - start:.0f}s)")
 
     def vocoded(wave: Tensor) -> Tensor:  # a 16 kHz reading through F5's mel and the vocoder, as a TTS says it
@@ -489,9 +504,9 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
         f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}, duration {_fmt(base_result.duration_ratio)} "
         f"and site vowels {_fmt(base_result.vowel_ratio)} of the ground truth's ({base_result.vowel_sites} sites)")
 
-    arms: dict[str, list[ArmResult]] = {a: [] for a in ARMS}
+    arms: dict[str, list[ArmResult]] = {a: [] for a in settings.arms}
     for seed in seeds:
-        for arm in ARMS:
+        for arm in settings.arms:
             t0 = time.time()
             table: dict[str, list[TimedSite]] = {}
             terms = {"penalty": {"penalty": penalty, "leak_weight": settings.leak_weight},
@@ -552,6 +567,8 @@ def mean_interval(values: Sequence[float | None]) -> tuple[float, float, float] 
 
 __all__ = [
     "ARMS",
+    "VALIDATION_WORDS",
+    "WORD_SPLITS",
     "ArmResult",
     "EffectSettings",
     "HeldOutWord",

@@ -210,3 +210,27 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
     assert all(math.isfinite(r.flow) for v in out["arms"].values() for r in v)
     assert isinstance(out["arms"]["reward"][0].accepted, int)
     assert len(out["test_words"]) == 2 and all(w["kinds"] for w in out["test_words"])
+
+
+def test_validation_words_are_kept_apart_from_every_test_split():
+    from leakloss.speech.corpus import builtin_sentences
+    from train_f5.effect import held_out_words
+
+    sentences = builtin_sentences()
+    test = held_out_words(10_000, sentences)
+    validation = held_out_words(10_000, sentences, split="validation")
+    assert test and validation and not {w.word for w in test} & {w.word for w in validation}
+    assert len(validation) <= (len(test) + len(validation)) // 3  # at most a third of the words is reserved
+    # the first test words do not depend on how many are asked for (the reported sets nest)
+    assert [w.word for w in held_out_words(4, sentences)] == [w.word for w in test[:4]]
+    assert [w.word for w in held_out_words(3, sentences, split="validation")] == [w.word for w in validation[:3]]
+    with pytest.raises(ValueError, match="split"):
+        held_out_words(2, sentences, split="dev")
+
+
+def test_run_effect_refuses_unknown_arms_before_any_work(tmp_path):
+    from train_f5.effect import run_effect
+
+    for arms in [("plain", "bogus"), ()]:
+        with pytest.raises(ValueError, match="arms"):
+            run_effect(EffectSettings(base_dir=str(tmp_path / "none"), arms=arms), log=lambda *_: None)
