@@ -114,6 +114,9 @@ class ArmResult:
     #: reading and the ground truth / the ground truth's (a signal that only lengthens vowels shows up here)
     vowel_ratio: float | None = None
     vowel_sites: int = 0
+    #: the judge's mean leak score over the decided sites of the test words (a graded figure beside the flags:
+    #: it moves where a share of a dozen flagged words cannot); None when none was decided
+    site_score: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -334,18 +337,23 @@ def _append(mel: Tensor, lens: Tensor, texts: list[str], extra: Sequence[tuple[T
 
 @torch.no_grad()
 def flow_loss(model, readings: Sequence[tuple[Tensor, str]], repeats: int, seed: int) -> float:
-    """Mean flow-matching loss on ``readings`` (``(mel [n, 100], text)``), eval mode, fixed noise/time/span per
-    repeat (the same for every model)."""
+    """Mean flow-matching loss on ``readings`` (``(mel [n, 100], text)``), eval mode, fixed noise/time/span and CFG
+    drops per repeat (the same for every model; torch's and Python's generators are left as they were)."""
     was_training = model.training
     model.eval()
     total = 0.0
-    with torch.random.fork_rng():
-        for r in range(repeats):
-            torch.manual_seed(seed * 7919 + r)
-            mel, lens = _pad([m for m, _ in readings])
-            loss, _, _ = model(mel, [t for _, t in readings], lens=lens)
-            total += float(loss)
-    model.train(was_training)
+    python_state = random.getstate()
+    try:
+        with torch.random.fork_rng():
+            for r in range(repeats):
+                torch.manual_seed(seed * 7919 + r)
+                random.seed(seed * 7919 + r)  # F5's CFM draws its CFG drops (audio, text) from Python's random
+                mel, lens = _pad([m for m, _ in readings])
+                loss, _, _ = model(mel, [t for _, t in readings], lens=lens)
+                total += float(loss)
+    finally:
+        random.setstate(python_state)
+        model.train(was_training)
     return total / repeats
 
 
@@ -396,16 +404,19 @@ class Judge:
                                       [self.phones[w.word] for w in self.words], phone_class=coarse)
         flags: list[bool] = []
         by_kind: dict[str, list[bool]] = {}
+        scores: list[float] = []
         quarantined = 0
         for w in self.words:
             result = self.scorer.score(waves[w.word], w.phrase, self.refs[w.word])
             if result["status"] != "scored":
                 quarantined += result["status"] == "quarantined"
                 continue
-            decided = [(s["kind"], s["decision"]) for word in result["words"] if word["word"] == w.word
-                       for s in word["sites"] if s["decision"] in ("flagged", "no_change", "uncertain")]
+            decided_sites = [s for word in result["words"] if word["word"] == w.word for s in word["sites"]
+                             if s["decision"] in ("flagged", "no_change", "uncertain")]
+            decided = [(s["kind"], s["decision"]) for s in decided_sites]
             if not decided:
                 continue
+            scores += [float(s["score"]) for s in decided_sites if s["score"] is not None]
             flags.append(any(d == "flagged" for _, d in decided))
             for kind in {k for k, _ in decided}:
                 by_kind.setdefault(kind, []).append(any(d == "flagged" for k, d in decided if k == kind))
@@ -420,7 +431,7 @@ class Judge:
         return ArmResult(per=per, flagged=share, judged=len(flags), quarantined=quarantined,
                          flagged_by_kind={k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
                          duration_ratio=seconds, vowel_ratio=said / truth_s if truth_s > 0 else None,
-                         vowel_sites=vowel_sites)
+                         vowel_sites=vowel_sites, site_score=sum(scores) / len(scores) if scores else None)
 
 
 def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], vocoder, settings: EffectSettings
@@ -527,7 +538,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             result.minutes = (time.time() - t0) / 60
             arms[arm].append(result)
             log(f"seed {seed} {arm}: PER {result.per:.3f}, flagged {_fmt(result.flagged)} of {result.judged} judged "
-                f"({result.flagged_by_kind}), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
+                f"({result.flagged_by_kind}, mean site score {_fmt(result.site_score)}), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
                 f"ground truth's ({result.vowel_sites} sites), final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
                 + "".join(f", {name} term {_term_trend(trained[name])}" for name in ("leak", "paired") if name in trained)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 import torch
@@ -152,8 +153,13 @@ def test_flow_loss_is_fixed_for_a_model_and_moves_with_its_weights():
     base, state = _tiny_base()
     readings = [(mel, text) for mel, text, _ in _items(3)]
     model = arm_model(base, state)
-    a, b = flow_loss(model, readings, repeats=2, seed=0), flow_loss(model, readings, repeats=2, seed=0)
+    a = flow_loss(model, readings, repeats=4, seed=0)
+    for _ in range(7):  # whatever the caller drew before (F5 draws its CFG drops from Python's random)
+        random.random()
+    after = random.getstate()
+    b = flow_loss(model, readings, repeats=4, seed=0)
     assert a == b and math.isfinite(a)
+    assert random.getstate() == after  # and the caller's generator is left where it was
     with torch.no_grad():
         model.transformer.proj_out.bias.add_(0.5)
     assert flow_loss(model, readings, repeats=2, seed=0) != a
@@ -203,6 +209,7 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
     for result in [out["ceiling"], out["base"], *(r for v in out["arms"].values() for r in v)]:
         assert 0 <= result.per and (result.flagged is None or 0 <= result.flagged <= 1)
         assert result.judged + result.quarantined <= 2
+        assert result.site_score is None or 0 <= result.site_score <= 1
     assert out["ceiling"].per < out["base"].per  # a random model does not say the words
     ceiling = out["ceiling"]  # the vocoded ground truth: as long as the ground truth, its vowels as long
     assert math.isclose(ceiling.duration_ratio, 1.0, abs_tol=0.05), ceiling.duration_ratio
