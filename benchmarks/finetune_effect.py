@@ -13,7 +13,7 @@ Default: one seed, about 7 minutes on 2 cores (under the 15-minute budget). ``--
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
 judge could score none (every reading quarantined: the model does not say the words). ``per_*``: w's greedy
 phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*``: flow-matching loss on the
-test words' teacher readings (fixed noise).
+test words' teacher readings (fixed noise, times, spans and CFG drops, the same for every model).
 
 Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_paired=…
 flagged_reward=… per_plain=… per_penalty=… per_paired=… per_reward=… flow_plain=… flow_penalty=… flow_paired=…
