@@ -6,8 +6,9 @@ term (the ground truth at hand, as in F5's training batch), plus best-of-N rewar
 judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penalty, the paired term and the reward use
 recognizer wb).
 
-    python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5] [--base-dir DIR]
-                                         [--test-words 16] [--words test|validation] [--arms plain penalty ...]
+    python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5]
+                                         [--item-fraction 1] [--base-dir DIR] [--test-words 16]
+                                         [--words test|validation] [--arms plain penalty ...]
 
 Default: one seed, about 7 minutes on 2 cores (under the 15-minute budget). ``--seeds 3`` reports 95% t-intervals over seeds.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
@@ -59,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=defaults.steps)
     ap.add_argument("--leak-weight", type=float, default=defaults.leak_weight)
     ap.add_argument("--paired-weight", type=float, default=defaults.paired_weight)
+    ap.add_argument("--item-fraction", type=float, default=defaults.leak_item_fraction,
+                    help="share of each batch's items with sites the penalty terms score (largest t first)")
     ap.add_argument("--test-words", type=int, default=defaults.test_words, help="held-out words said and judged")
     ap.add_argument("--words", choices=WORD_SPLITS, default=defaults.words,
                     help="which held-out words: 'test' (reported) or 'validation' (kept apart to choose settings on)")
@@ -72,7 +75,8 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     settings = EffectSettings(base_dir=args.base_dir, steps=args.steps, leak_weight=args.leak_weight,
-                              paired_weight=args.paired_weight, test_words=args.test_words,
+                              paired_weight=args.paired_weight, leak_item_fraction=args.item_fraction,
+                              test_words=args.test_words,
                               words=args.words, arms=tuple(dict.fromkeys(args.arms)))
     start = time.time()
     out = run_effect(settings, seeds=tuple(range(args.seeds)), log=lambda msg: print(msg, flush=True))

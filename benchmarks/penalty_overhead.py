@@ -42,6 +42,15 @@ Figures, measured in one run:
     encoder: at most 2%. On a Whisper recognizer the share at other crop margins (``--margin-sensitivity``,
     draw 0) is printed before the last line.
 
+``penalty_flops_share_default``
+    The same F5 v1 Base step with the penalty as ``finetune-f5`` runs it by default: on ``leak.item_fraction``
+    (``--item-fraction``; the shipped config's, 1: every item) of the batch's items, those with the largest ``t``
+    (:func:`integrations.f5_tts.largest_t_items`; every item has sites here, so this is the upper bound), cropped
+    on a wav2vec2 recognizer and whole on a Whisper one (``leak.crop=null``: a crop of Whisper states is another
+    function of the audio, docs/penalty.md). Every penalty step pays it: it is a per-step figure, not an average
+    over skipped steps (``leak.every``) or CFG text drops. The share at other fractions
+    (``--fraction-sensitivity``, default 0.25: the whole-item wb penalty at 1.9%) is printed before the last line.
+
 ``wall_ratio``
     Wall clock of a tiny F5 (``tiny_f5()``: dim 64, depth 2) training step (forward + backward +
     AdamW step, batch 4 of ~2 s utterances, real CPU) WITH the penalty (``LeakAwareCFM`` with
@@ -71,8 +80,9 @@ crops (``--site-density`` sites/s, ``--window-margin`` each side).
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/penalty_overhead.py [--recognizer wb]`` (about 2 min for a, 4-5 min
 for wb on 2 busy cores; ``OMP_NUM_THREADS=1`` for one). The last line is ``penalty_flops_share=X.XXXX
-penalty_flops_share_cropped=Z.ZZZZ wall_ratio=Y.YY scorer_speed_before=B.BB scorer_speed_after=A.AA
-recognizer=NAME`` (uncropped share first, as before; the cropped one is what ``finetune-f5`` runs by default).
+penalty_flops_share_cropped=Z.ZZZZ penalty_flops_share_default=D.DDDD wall_ratio=Y.YY scorer_speed_before=B.BB
+scorer_speed_after=A.AA recognizer=NAME`` (every item whole, every item cropped, then what ``finetune-f5`` runs by
+default).
 """
 
 from __future__ import annotations
@@ -536,6 +546,33 @@ def cropped_shares(penalty: LeakPenalty, f5: int, batch: int, utt_frames: int, d
     return shares, ctx
 
 
+def default_item_fraction() -> float:
+    """``leak.item_fraction`` of ``finetune-f5``'s shipped config (``leakloss/conf/finetune_f5.yaml``)."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    text = resources.files("leakloss.conf").joinpath("finetune_f5.yaml").read_text(encoding="utf-8")
+    return float(OmegaConf.create(text).leak.item_fraction)
+
+
+def default_run_share(penalty: LeakPenalty, f5: int, batch: int, utt_frames: int, fraction: float, density: float,
+                      site_s: float, seeds) -> tuple[float, str]:
+    """The penalty's share of an F5 step (``f5`` FLOPs) as ``finetune-f5`` runs it by default: on the
+    ``leak.item_fraction`` of the batch's items it scores (:func:`integrations.f5_tts.largest_t_items`; every item
+    has sites here, the upper bound), cropped or whole by its rule for the recognizer
+    (:func:`integrations.finetune_f5.resolve_leak_crop`); and how, in words."""
+    from integrations.f5_tts import largest_t_items
+    from integrations.finetune_f5 import resolve_leak_crop
+
+    scored = len(largest_t_items([0.0] * batch, fraction))
+    how = f"{scored} of {batch} items scored (leak.item_fraction {fraction:g})"
+    if resolve_leak_crop(None, penalty):
+        shares, _ = cropped_shares(penalty, f5, scored, utt_frames, density, site_s, seeds, log=None)
+        return statistics.mean(shares), how + ", cropped"
+    return sum(penalty_parts_flops(penalty, scored, utt_frames).values()) / f5, how + ", whole items (no crop)"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # wall clock on a tiny F5
 
@@ -709,6 +746,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scorer-threads", type=int, default=1,
                         help="torch threads for the scorer's throughput (1: on a busy machine two threads wait on"
                              " each other, the small own-length matrices most; see whisper_own_length.py)")
+    parser.add_argument("--item-fraction", type=float, default=None,
+                        help="share of a batch's items the penalty scores (default: finetune-f5's leak.item_fraction)")
+    parser.add_argument("--fraction-sensitivity", type=float, nargs="*", default=[0.25],
+                        help="leak.item_fraction values to price besides the default (none: skip)")
     parser.add_argument("--margin-sensitivity", type=float, nargs="*", default=[0.25],
                         help="Whisper crop margins (s) to price on draw 0 besides the shipped one (none: skip)")
     args = parser.parse_args(argv)
@@ -792,6 +833,18 @@ def main(argv: list[str] | None = None) -> None:
                   f" recognizer) -> cropped share {alt[0]:.4f} (draw 0; shipped margin"
                   f" {recognizer.crop_margin_s:g} s: {shares[0]:.4f})")
 
+    # what finetune-f5 runs by default: its crop rule for this recognizer, on leak.item_fraction of the items
+    fraction = args.item_fraction if args.item_fraction is not None else default_item_fraction()
+    default_share, how = default_run_share(penalty, f5, batch, args.utt_frames, fraction, args.crop_site_density,
+                                           args.site_duration, range(args.crop_draws))
+    verdict = "within" if default_share <= TARGET_SHARE_CROPPED else "ABOVE"
+    print(f"finetune-f5's default on {rec_name}: {how}: share {default_share:.4f}, {verdict} the"
+          f" {TARGET_SHARE_CROPPED:.0%} target (a per-step cost: every penalty step pays it)")
+    for option in args.fraction_sensitivity:
+        alt, alt_how = default_run_share(penalty, f5, batch, args.utt_frames, option, args.crop_site_density,
+                                         args.site_duration, [0])
+        print(f"sensitivity: {alt_how}: share {alt:.4f} (draw 0 where cropped)")
+
     # ---- wall clock ----------------------------------------------------------------------------------------------
     wall = wall_ratio(recognizer, head, args.steps, args.warmup)
     print(f"tiny F5 step (batch {wall['shape'][0]}, {wall['frames']} valid mel frames, padded {wall['shape'][1]}):"
@@ -822,7 +875,7 @@ def main(argv: list[str] | None = None) -> None:
               " architectures match the real ones: " + ", ".join(f"{k} {v}" for k, v in speed["arch_matches"].items()))
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
-          f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
+          f" penalty_flops_share_default={default_share:.4f} wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
           f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")
 
 

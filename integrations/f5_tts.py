@@ -172,6 +172,11 @@ class LeakAwareCFM(CFM):
       batch: each rank's mean over its sites is rescaled by ``world * n_local / n_global`` and the ``t**2`` weight
       is the global mean, so DDP's gradient average equals the gradient of the global-batch penalty. Every rank
       joins one all-reduce per penalty step, also with no sites or a dropped text (no deadlock).
+    - ``leak_item_fraction`` (``0 < f <= 1``, default 1: every item): each step scores only the ``ceil(f * m)`` of
+      its ``m`` items with sites that have the largest ``t`` (ties: batch order), for both terms. The cost of a
+      term is per scored item (a Whisper recognizer cannot be cropped faithfully), and the largest-``t`` items are
+      those whose one-step estimate is closest to speech. ``w(t)`` stays the whole batch's mean, so the term keeps
+      its scale: the mean over the scored items' sites times the same weight.
     - ``leak_crop``: vocode and score only crops around the sites (:mod:`leakloss.functional.crop`; needs a
       vocoder) instead of the whole batch; ``leak_bf16``: the penalty under bf16 autocast (loss in fp32).
 
@@ -208,6 +213,7 @@ class LeakAwareCFM(CFM):
         leak_bf16: bool = False,
         paired_penalty: nn.Module | None = None,
         paired_weight: float = 0.0,
+        leak_item_fraction: float = 1.0,
         **kwargs: Any,
     ) -> None:
         for name, weight, penalty in (("leak_weight", leak_weight, leak_penalty),
@@ -220,6 +226,9 @@ class LeakAwareCFM(CFM):
                 raise ValueError(f"{name} > 0 with a {name.replace('weight', 'penalty')} needs a site_lookup (text -> "
                                  "the sites on its audio, e.g. integrations.f5_dataset.cache_lookup); without one no "
                                  "site is ever found")
+        if isinstance(leak_item_fraction, bool) or not isinstance(leak_item_fraction, (int, float)) \
+                or not 0 < leak_item_fraction <= 1:  # NaN fails the comparison too
+            raise ValueError(f"leak_item_fraction must be a number in (0, 1], got {leak_item_fraction!r}")
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
@@ -235,6 +244,7 @@ class LeakAwareCFM(CFM):
         self.leak_start_step, self.leak_every = int(leak_start_step), int(leak_every)
         self.grad_accumulation_steps = int(grad_accumulation_steps)
         self.leak_crop, self.leak_bf16 = bool(leak_crop), bool(leak_bf16)
+        self.leak_item_fraction = float(leak_item_fraction)
         self._crop_context = None  # computed from the penalty's modules on first use
         self.train_forwards = 0  # training-mode forwards so far: the update index is this // grad_accumulation_steps
         self.last_leak_sites: list[list[TimedSite]] | None = None
@@ -322,9 +332,9 @@ class LeakAwareCFM(CFM):
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
             estimate = x1_hat.detach() if monitor_only else x1_hat
             if name == "leak":
-                penalty, parts = self._leak_penalty(estimate, lens, span, text)
+                penalty, parts = self._leak_penalty(estimate, lens, span, text, time)
             else:
-                penalty, parts = self._paired_penalty(estimate, truth, lens, span, text)
+                penalty, parts = self._paired_penalty(estimate, truth, lens, span, text, time)
         t2_sum, n_items = float((time.detach().float() ** 2).sum()), x1_hat.shape[0]
         sites = self.last_leak_sites if name == "leak" else self.last_paired_sites
         n_sites = 0 if parts is None else _site_count(parts, sites)
@@ -373,11 +383,13 @@ class LeakAwareCFM(CFM):
         return n, t2, items, (total / n if n else 0.0)
 
     def _leak_penalty(
-        self, x1_hat: torch.Tensor, lens: torch.Tensor, span: torch.Tensor, text: torch.Tensor | list
+        self, x1_hat: torch.Tensor, lens: torch.Tensor, span: torch.Tensor, text: torch.Tensor | list,
+        time: torch.Tensor,
     ) -> tuple[torch.Tensor, NamedTuple | None]:
-        """Penalty over the items that have sites: ``x1_hat`` ``[b, n, d]``, ``lens`` ``[b]``, ``span`` ``[b, n]``."""
+        """Penalty over the scored items (:meth:`_scored_items`): ``x1_hat`` ``[b, n, d]``, ``lens`` ``[b]``,
+        ``span`` ``[b, n]``, ``time`` ``[b]``."""
         frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
-        keep, sites = self._scored_items(text, span)
+        keep, sites = self._scored_items(text, span, time)
         if not keep:
             return x1_hat.new_zeros(()), None
         self.last_leak_sites = sites
@@ -394,9 +406,11 @@ class LeakAwareCFM(CFM):
                 return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
             return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
 
-    def _scored_items(self, text: torch.Tensor | list, span: torch.Tensor) -> tuple[list[int], list[list[TimedSite]]]:
-        """The items with sites to score (``site_lookup``; with ``sites_in_span_only`` those centred in the
-        infilled ``span [b, n]``) and their sites."""
+    def _scored_items(self, text: torch.Tensor | list, span: torch.Tensor,
+                      time: torch.Tensor) -> tuple[list[int], list[list[TimedSite]]]:
+        """The items to score and their sites: those with sites (``site_lookup``; with ``sites_in_span_only``
+        those centred in the infilled ``span [b, n]``), of them the ``leak_item_fraction`` with the largest
+        ``time [b]`` (:func:`largest_t_items`)."""
         if not isinstance(text, list):
             raise TypeError("LeakAwareCFM needs text as a list of strings to look up sites (got token ids)")
         frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
@@ -408,13 +422,14 @@ class LeakAwareCFM(CFM):
             if item_sites:
                 keep.append(i)
                 sites.append(item_sites)
-        return keep, sites
+        chosen = largest_t_items(time.detach()[keep].tolist(), self.leak_item_fraction)
+        return [keep[j] for j in chosen], [sites[j] for j in chosen]
 
     def _paired_penalty(self, x1_hat: torch.Tensor, truth: torch.Tensor, lens: torch.Tensor, span: torch.Tensor,
-                        text: torch.Tensor | list) -> tuple[torch.Tensor, NamedTuple | None]:
-        """The reference-paired term over the items that have sites: ``x1_hat`` and the ground truth ``truth``
-        (``[b, n, d]``, frame-aligned) vocoded and compared by ``paired_penalty``."""
-        keep, sites = self._scored_items(text, span)
+                        text: torch.Tensor | list, time: torch.Tensor) -> tuple[torch.Tensor, NamedTuple | None]:
+        """The reference-paired term over the scored items (:meth:`_scored_items`): ``x1_hat`` and the ground
+        truth ``truth`` (``[b, n, d]``, frame-aligned) vocoded and compared by ``paired_penalty``."""
+        keep, sites = self._scored_items(text, span, time)
         if not keep:
             return x1_hat.new_zeros(()), None
         self.last_paired_sites = sites
@@ -445,6 +460,15 @@ class LeakAwareCFM(CFM):
                                  self._crop_context, out_sites=crop_sites)
         self.last_leak_sites = crop_sites  # the order of parts.site_probs
         return result
+
+
+def largest_t_items(times: Sequence[float], fraction: float) -> list[int]:
+    """Indices (ascending) of the ``ceil(fraction * len(times))`` entries with the largest ``times``; ties go to
+    the earlier index, so the choice is deterministic. ``fraction`` 1 keeps every index."""
+    # at least one of a non-empty batch; 0.3 * 10 is 3, not 4, whatever the float rounding
+    count = max(1, math.ceil(fraction * len(times) - 1e-9)) if len(times) else 0
+    ranked = sorted(range(len(times)), key=lambda i: (-times[i], i))
+    return sorted(ranked[:count])
 
 
 def vocode_items(vocoder: nn.Module, mels: torch.Tensor,

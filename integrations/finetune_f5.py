@@ -106,7 +106,7 @@ RUN_KEYS = ("f5", "data.dir", "leak", "steps", "batch_size_per_gpu", "batch_size
             "num_warmup_updates", "grad_accumulation_steps", "max_grad_norm", "ema_decay", "mixed_precision", "seed")
 _NOT_RUN_KEYS = ("leak.placement_batch_size", "leak.placement_workers")
 #: settings added after runs were recorded, and the value such a run had (absent from its run.json)
-ADDED_RUN_SETTINGS = {"leak.paired_weight": 0.0}
+ADDED_RUN_SETTINGS = {"leak.paired_weight": 0.0, "leak.item_fraction": 1.0}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -278,6 +278,9 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")
+    fraction = cfg.leak.item_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise FinetuneError(f"leak.item_fraction must be a number in (0, 1], got {fraction!r}")
     recognizer = cfg.leak.paired_recognizer
     if not isinstance(recognizer, str) or not recognizer.strip():
         raise FinetuneError(f"leak.paired_recognizer must be a recognizer name (w, wb, a) or folder, got {recognizer!r}")
@@ -409,7 +412,7 @@ def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
                 site_lookup=cache_lookup(SiteCache(plan["cache_path"])), mel_to_wave=plan["vocoder"],
                 sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
                 leak_every=int(cfg.leak.every), leak_crop=resolve_leak_crop(cfg.leak.crop, plan["penalty"]),
-                leak_bf16=bool(cfg.leak.bf16),
+                leak_bf16=bool(cfg.leak.bf16), leak_item_fraction=float(cfg.leak.item_fraction),
                 paired_penalty=plan.get("paired_penalty"), paired_weight=float(cfg.leak.paired_weight))
 
 

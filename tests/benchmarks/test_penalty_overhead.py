@@ -118,9 +118,17 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
                 "--margin-sensitivity"])
     out = capsys.readouterr()
     figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
-    assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "wall_ratio",
-                             "scorer_speed_before", "scorer_speed_after", "recognizer"]
+    assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "penalty_flops_share_default",
+                             "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
     assert figures["recognizer"] == "wb"
     assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
+    # Whisper: finetune-f5 scores whole items, every item by default (leak.item_fraction 1)
+    assert bench.default_item_fraction() == 1.0
+    assert float(figures["penalty_flops_share_default"]) == float(figures["penalty_flops_share"])
+    # leak.item_fraction 0.25: 10 of the 40 items, and FLOPs are linear in the items
+    quarter = [line for line in out.out.splitlines() if line.startswith("sensitivity: ") and "item_fraction 0.25" in line]
+    assert len(quarter) == 1 and "10 of 40 items scored" in quarter[0] and "whole items" in quarter[0]
+    ratio = float(quarter[0].rsplit("share ", 1)[1].split()[0]) / float(figures["penalty_flops_share"])
+    assert ratio == pytest.approx(10 / 40, rel=2e-3)
     assert math.isnan(float(figures["scorer_speed_before"])) and math.isnan(float(figures["scorer_speed_after"]))
     assert "recognizer w absent in the test" in out.err

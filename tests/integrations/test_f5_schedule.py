@@ -1,4 +1,5 @@
-"""LeakAwareCFM's cost controls: leak.start_step / leak.every (no penalty call off schedule) and bf16."""
+"""LeakAwareCFM's cost controls: leak.start_step / leak.every (no penalty call off schedule), leak.item_fraction
+(the largest-t items only) and bf16."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ pytest.importorskip("f5_tts")
 pytest.importorskip("vocos")
 
 import torch  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-from integrations.f5_tts import tiny_f5  # noqa: E402
+from integrations.f5_tts import largest_t_items, tiny_f5  # noqa: E402
 from leakloss.timing import TimedSite  # noqa: E402
 from leakloss.vocoder import MelToWave  # noqa: E402
 
@@ -80,3 +83,59 @@ def test_bf16_penalty_stays_close_and_finite():
         assert torch.isfinite(loss) and model.last_leak_penalty.dtype == torch.float32
         values[bf16] = float(model.last_leak_penalty)
     assert values[True] == pytest.approx(values[False], rel=0.05)
+
+
+class Recording(torch.nn.Module):
+    """Records the sites of each call (they name the items scored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: list = []
+
+    def forward(self, waves=None, wave_lengths=None, mels=None, mel_lengths=None, sites=()):
+        self.sites.append([list(s) for s in sites])
+        loss = waves.pow(2).mean()
+        return loss, Parts(loss.detach())
+
+
+@pytest.mark.parametrize("fraction, batch", [(0.25, 4), (0.5, 5), (1.0, 3), (0.1, 3)])
+def test_item_fraction_scores_the_largest_t_items(fraction, batch):
+    import math
+
+    texts = [f"t{i}" for i in range(batch)]
+    site_of = {t: TimedSite(0.1 + 0.01 * i, 0.2, "deletion", "ʌ->∅", t) for i, t in enumerate(texts)}
+    penalty = Recording()
+    model = tiny_f5(seed=0, mel_to_wave=MelToWave.tiny(0), site_lookup=lambda t: [site_of[t]],
+                    sites_in_span_only=False, audio_drop_prob=0.0, cond_drop_prob=0.0, leak_weight=1.0,
+                    leak_penalty=penalty, leak_item_fraction=fraction)
+    seen = {}
+    model.transformer.register_forward_pre_hook(lambda m, a, kw: seen.update(time=kw["time"].clone()),
+                                                with_kwargs=True)
+    model.train()
+    x, lens = torch.randn(batch, 60, 100), torch.full((batch,), 60)
+    for _ in range(3):
+        model(x, texts, lens=lens)
+        k = max(1, math.ceil(fraction * batch - 1e-9))
+        naive = sorted(sorted(range(batch), key=lambda i: -float(seen["time"][i]))[:k])
+        assert [s[0].word for s in penalty.sites[-1]] == [texts[i] for i in naive]
+        assert model.last_leak_weight == pytest.approx(float((seen["time"] ** 2).mean()))  # the whole batch's w(t)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, float("nan"), True, "0.5"])
+def test_bad_item_fraction_is_refused(bad):
+    with pytest.raises(ValueError, match="leak_item_fraction"):
+        _model(leak_penalty=Counting(), leak_item_fraction=bad)
+
+
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]) | st.floats(0, 1), max_size=20),
+       st.floats(1e-6, 1.0))
+def test_largest_t_items_matches_a_naive_choice(times, fraction):
+    import math
+
+    chosen = largest_t_items(times, fraction)
+    count = 0 if not times else max(1, math.ceil(round(fraction * len(times), 9)))
+    assert len(chosen) == count and chosen == sorted(set(chosen))
+    others = [i for i in range(len(times)) if i not in chosen]
+    for i in chosen:  # nothing left out has a larger t, nor an equal t at an earlier index
+        assert all(times[j] < times[i] or (times[j] == times[i] and j > i) for j in others)
+    assert largest_t_items(times, 1.0) == list(range(len(times)))

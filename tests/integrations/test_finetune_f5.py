@@ -699,7 +699,7 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     folders = save_tiny_models(tmp_path / "models")
     cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded", "leak.weight=0.2",
                "leak.paired_weight=0.3", f"leak.paired_recognizer={folders['a']}", "leak.crop=false",
-               "leak.every=2", "leak.start_step=1", "leak.bf16=true")
+               "leak.every=2", "leak.start_step=1", "leak.bf16=true", "leak.item_fraction=0.5")
     paired = load_paired_penalty(cfg)
     assert isinstance(paired, PairedPosteriorPenalty) and paired.recognizer.name.startswith(str(folders["a"]))
     stand_in = torch.nn.Identity()  # the reference-free penalty: loaded by prepare, any module here
@@ -709,6 +709,7 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     assert model.leak_penalty is stand_in and model.leak_weight == 0.2
     assert model.paired_penalty is paired and model.paired_weight == 0.3
     assert (model.leak_crop, model.leak_bf16, model.leak_every, model.leak_start_step) == (False, True, 2, 1)
+    assert model.leak_item_fraction == 0.5
     # leak.crop null (the default): crop on a finite receptive field, not on Whisper states
     from integrations.finetune_f5 import resolve_leak_crop
     from leakloss.acoustic.whisper_recognizer import WhisperRecognizer
@@ -736,6 +737,10 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     ("leak.paired_weight=-1", r"leak.paired_weight must be a finite number >= 0"),
     ("leak.paired_recognizer=''", r"leak.paired_recognizer must be a recognizer name"),
     ("leak.paired_recognizer=null", r"leak.paired_recognizer must be a recognizer name"),
+    ("leak.item_fraction=0", r"leak.item_fraction must be a number in \(0, 1\], got 0"),
+    ("leak.item_fraction=1.5", r"leak.item_fraction must be a number in \(0, 1\]"),
+    ("leak.item_fraction=nan", r"leak.item_fraction must be a number in \(0, 1\]"),
+    ("leak.item_fraction=true", r"leak.item_fraction must be a number in \(0, 1\]"),
 ])
 def test_bad_paired_settings_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
@@ -766,6 +771,20 @@ def test_a_run_recorded_before_the_paired_term_resumes_and_its_recognizer_matter
     with pytest.raises(FinetuneError, match=r"leak.paired_weight \(0.0 -> 0.5\)"):
         check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
                           "leak.paired_weight=0.5"))
+
+
+def test_a_run_recorded_before_the_item_fraction_scored_every_item(tmp_path):
+    from integrations.finetune_f5 import RUN_FILE, check_resume
+
+    out = tmp_path / "run"
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}")  # the default: 1.0
+    _write_checkpoint(out, 3, cfg)
+    recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    del recorded["settings"]["leak.item_fraction"]
+    (out / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")  # as written before the setting existed
+    assert check_resume(cfg) == 3
+    with pytest.raises(FinetuneError, match=r"leak.item_fraction \(1.0 -> 0.25\)"):
+        check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}", "leak.item_fraction=0.25"))
 
 
 @pytest.mark.slow

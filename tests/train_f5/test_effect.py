@@ -241,3 +241,23 @@ def test_run_effect_refuses_unknown_arms_before_any_work(tmp_path):
     for arms in [("plain", "bogus"), ()]:
         with pytest.raises(ValueError, match="arms"):
             run_effect(EffectSettings(base_dir=str(tmp_path / "none"), arms=arms), log=lambda *_: None)
+    for fraction in (0.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="leak_item_fraction"):
+            run_effect(EffectSettings(base_dir=str(tmp_path / "none"), leak_item_fraction=fraction), log=lambda *_: None)
+
+
+def test_the_arms_score_the_item_share_finetune_f5_ships():
+    """The experiment tests what finetune-f5 runs by default: the same leak.item_fraction, passed to the model."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    shipped = OmegaConf.create(resources.files("leakloss.conf").joinpath("finetune_f5.yaml").read_text(encoding="utf-8"))
+    assert EffectSettings().leak_item_fraction == shipped.leak.item_fraction
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded models not built")
+    base, state = _tiny_base()
+    terms = _terms("penalty", 0.1, {}) | {"leak_item_fraction": 0.25}
+    assert arm_model(base, state, **terms).leak_item_fraction == 0.25
