@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout's leakloss
-from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern, iter_lexicon
+from leakloss.text.frontend import NepaliFrontend
+from leakloss.text.g2p import inherent_vowel_pattern, iter_lexicon
 from leakloss.text.normalize import TextError
 from leakloss.text.phones import clean_espeak_ipa
 from leakloss.text.retention import forced_slots, plan_phones, plan_word, slot_by_slot

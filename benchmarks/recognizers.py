@@ -20,7 +20,7 @@ from leakloss.functional.ctc_paths import ctc_set_log_likelihood, paths_from_tok
 from leakloss.speech.augment import add_noise
 from leakloss.speech.corpus import builtin_sentences, split_sentences, split_text_words
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_phones, speak_text
-from leakloss.text.g2p import NepaliFrontend
+from leakloss.text.frontend import NepaliFrontend
 from leakloss.scorer import corpus_phone_error_rate
 from leakloss.text.phones import canonical
 

@@ -112,7 +112,7 @@ def g2p(
 ) -> None:
     """Nepali pronunciation of words: phones (IPA), which step decided each inherent vowel (lexicon /
     model / rule) with the model's P(keep), and how sure it is."""
-    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.frontend import NepaliFrontend
     from leakloss.text.normalize import TextError, split_words
 
     text = " ".join(words or [])

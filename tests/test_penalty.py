@@ -200,7 +200,7 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
     place_dataset_sites([(a, "घर")], other, cache)
     assert calls == ["घर", "x", "घर"]
     # another finder (frontend, lexicon, confidence floor) that finds other sites in the text: placed again
-    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.frontend import NepaliFrontend
     from leakloss.text.sites import SiteFinder
 
     place_dataset_sites([(a, "घर")], rec, cache, finder=SiteFinder(min_confidence="low"))

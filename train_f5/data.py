@@ -106,7 +106,7 @@ def _init_worker(teacher: bool) -> None:
     global _WORKER_FRONTEND
     torch.set_num_threads(1)  # one process per core: threads within each would only contend
     if teacher:
-        from leakloss.text.g2p import NepaliFrontend
+        from leakloss.text.frontend import NepaliFrontend
 
         _WORKER_FRONTEND = NepaliFrontend()
 
@@ -143,7 +143,7 @@ def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str |
         else:
             global _WORKER_FRONTEND
             if teacher:
-                from leakloss.text.g2p import NepaliFrontend
+                from leakloss.text.frontend import NepaliFrontend
 
                 _WORKER_FRONTEND = NepaliFrontend()
             results = [_read_one(job) for job in tqdm(jobs, desc="espeak corpus", disable=not progress)]

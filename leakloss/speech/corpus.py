@@ -105,7 +105,7 @@ def split_text_words(text: str) -> list[str]:
 def teacher_reading(text: str, voice: Voice, frontend=None) -> Reading:
     """The Nepali teacher: an espeak ``ne`` ``voice`` says the Nepali frontend's phones of ``text``."""
     if frontend is None:
-        from leakloss.text.g2p import NepaliFrontend
+        from leakloss.text.frontend import NepaliFrontend
 
         frontend = NepaliFrontend()
     return speak_phones([list(frontend.pronounce(w).phones) for w in split_text_words(text)], voice)
@@ -207,7 +207,7 @@ def build_corpus(
         return Corpus.load(root)
     (root / "audio").mkdir(parents=True, exist_ok=True)
     if frontend is None and any(r in roles for r in ("teacher", "recorded", "piper")):
-        from leakloss.text.g2p import NepaliFrontend
+        from leakloss.text.frontend import NepaliFrontend
 
         frontend = NepaliFrontend()
     rng = random.Random(seed)

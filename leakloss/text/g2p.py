@@ -1,21 +1,8 @@
-"""Nepali frontend: a Devanagari word -> IPA phones (from :mod:`leakloss.text.phones`), with the source
-of the pronunciation and a confidence.
-
-Order tried by :meth:`NepaliFrontend.pronounce`:
-
-1. **lexicon** -- an external lexicon file (Google TSV or our IPA TSV), then the project's own curated
-   exceptions (``leakloss/data/nepali_exceptions.tsv``): confidence ``high``.
-2. **suffix** -- a known case marker / postposition / plural (-को -मा -ले -लाई -हरू ...) is stripped;
-   when the stem is in a lexicon it is pronounced from there and the suffix's fixed pronunciation
-   appended. बजार+को -> b ʌ ɟ aː r k o.
-3. **model** -- otherwise the learned retention model (:mod:`leakloss.text.retention`, trained on the
-   Google lexicon) decides every inherent vowel, from the spelling around it, the stem/suffix split and
-   the rules' own decisions (its features); its calibrated word probability gives the confidence.
-4. **rules** -- with ``retention=None`` (the fallback): letter-to-sound rules with Nepali inherent-vowel
-   (schwa) rules, see :func:`_decide_schwas`, on the stem (source ``suffix``) or the word (``rules``).
-
-Each :class:`Pronunciation` lists per inherent vowel the step that decided it (``lexicon`` / ``model`` /
-``rule``) and the model's ``P(keep)``.
+"""Nepali letter-to-sound rules: a Devanagari word -> IPA phones (from :mod:`leakloss.text.phones`) with
+inherent-vowel (schwa) rules (:func:`_decide_schwas`), the stem/suffix split, the alignment of a lexicon's phones
+to a spelling (:func:`inherent_vowel_pattern`) and the lexicon readers. The lowest layer of the frontend: the
+learned retention model (:mod:`leakloss.text.retention`) takes the rules' decisions as features, and
+:class:`leakloss.text.frontend.NepaliFrontend` puts lexicon, model and rules together; neither is imported here.
 
 Conjunct decisions (documented here because they are choices): ज्ञ = ``ɡ j`` (Nepali "gya"), क्ष =
 ``k cʰ j`` (Nepali "kchhya"), श/ष/स = ``s``, व = ``b`` word-initially and ``w`` elsewhere, ऋ/ृ = ``r i``,
@@ -41,7 +28,7 @@ from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, st
 from leakloss.textfile import text_lines
 
 __all__ = [
-    "Source", "Confidence", "Step", "VowelDecision", "Pronunciation", "NepaliFrontend", "LexiconError",
+    "Source", "Confidence", "Step", "VowelDecision", "Pronunciation", "LexiconError",
     "LexiconEntryError",
     "load_lexicon", "iter_lexicon", "check_lexicon_entry", "inherent_vowel_pattern", "parse_word", "google_to_ipa",
 ]
@@ -611,7 +598,7 @@ def load_lexicon(path: str | Path) -> dict[str, tuple[str, ...]]:
     our IPA) or our IPA phones from :data:`NEPALI_PHONES`; the format is decided per line. Spellings are
     normalised; the first entry of a repeated spelling wins. A malformed line raises
     :class:`LexiconError` naming the file and line; so does an entry with an empty phone column (use
-    :func:`iter_lexicon` to read such a file entry by entry, as :class:`NepaliFrontend` does for a user's lexicon)."""
+    :func:`iter_lexicon` to read such a file entry by entry, as :class:`leakloss.text.frontend.NepaliFrontend` does for a user's lexicon)."""
     lex: dict[str, tuple[str, ...]] = {}
     for lineno, word, phones in iter_lexicon(path):
         if phones is None:
@@ -944,7 +931,7 @@ def split_suffixes(word: str) -> tuple[str, tuple[str, ...]]:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Frontend
+# Rules alone
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -970,138 +957,3 @@ _ORDER = {"high": 2, "medium": 1, "low": 0}
 
 def _rule_confidence(why: Sequence[str]) -> Confidence:
     return min((RULE_CONFIDENCE[w] for w in why), key=_ORDER.__getitem__, default="high")
-
-
-class NepaliFrontend:
-    """Devanagari word -> :class:`Pronunciation`. See the module docstring for the order tried.
-
-    ``retention``: the learned inherent-vowel model that decides the vowels of words no lexicon knows
-    (``"shipped"``: ``leakloss/assets/frontend/retention.json``; a path to another model file; a loaded
-    :class:`leakloss.text.retention.RetentionModel`; ``None``: the letter-to-sound rules alone). The
-    rules' decisions and stem split are the model's features; a lexicon entry (``lexicon_path``, then the
-    built-in exceptions) always wins over the model.
-    """
-
-    def __init__(self, lexicon_path: str | Path | None = None, use_builtin_exceptions: bool = True,
-                 retention: object = "shipped") -> None:
-        from leakloss.text.retention import RetentionModel, load_retention_model
-
-        self.lexicon: dict[str, tuple[str, ...]] = {}
-        #: ``(line, spelling)`` of the ``lexicon_path`` entries left out for an empty phone column (the Google
-        #: lexicon has some): a caller should say so
-        self.lexicon_skipped: list[tuple[int, str]] = []
-        #: ``(line, spelling, first line)`` of the ``lexicon_path`` entries left out because the spelling came
-        #: earlier with other phones (the first wins; the Google lexicon has 8): a caller should say so
-        self.lexicon_repeated: list[tuple[int, str, int]] = []
-        if lexicon_path is not None:
-            first_line: dict[str, int] = {}
-            for lineno, word, phones in iter_lexicon(lexicon_path):
-                if phones is None:
-                    self.lexicon_skipped.append((lineno, word))
-                    continue
-                # an entry that does not align to its spelling would decide its vowels as garbage
-                check_lexicon_entry(lexicon_path, lineno, word, phones)
-                if word not in self.lexicon:
-                    self.lexicon[word], first_line[word] = phones, lineno
-                elif self.lexicon[word] != phones:
-                    self.lexicon_repeated.append((lineno, word, first_line[word]))
-            if not self.lexicon:
-                raise LexiconError(f"{lexicon_path}: no entry with phones"
-                                   + (f" ({len(self.lexicon_skipped)} with an empty phone column)" if self.lexicon_skipped else ""))
-        if use_builtin_exceptions:
-            for w, p in load_lexicon(BUILTIN_EXCEPTIONS).items():
-                self.lexicon.setdefault(w, p)
-        if retention is None or isinstance(retention, RetentionModel):
-            self.retention = retention
-        elif isinstance(retention, (str, Path)):
-            self.retention = load_retention_model(None if retention == "shipped" else retention)
-        else:
-            raise TypeError(f"retention must be 'shipped', a path, a RetentionModel or None, got {type(retention).__name__}")
-        self._cache: dict[str, Pronunciation] = {}
-
-    _CACHE_MAX = 200_000  # pronunciations kept per frontend (texts repeat words; entries are immutable)
-
-    @property
-    def fingerprint(self) -> str:
-        """What decides this frontend's pronunciations (its lexicon entries and retention model), hashed:
-        a cache of sites found with it (:func:`leakloss.site_placement.place_dataset_sites`) keys on it."""
-        if getattr(self, "_fingerprint", None) is None:
-            import hashlib
-            import json
-
-            model = "rules" if self.retention is None else self.retention.fingerprint
-            entries = json.dumps(sorted(self.lexicon.items()), ensure_ascii=False)
-            self._fingerprint = hashlib.sha1(f"{model}|{entries}".encode()).hexdigest()[:16]
-        return self._fingerprint
-
-    def pronounce(self, word: str) -> Pronunciation:
-        if isinstance(word, str) and word in self._cache:
-            return self._cache[word]
-        pron = self._pronounce(word)
-        if len(self._cache) >= self._CACHE_MAX:
-            self._cache.clear()
-        self._cache[word] = pron
-        return pron
-
-    def _pronounce(self, word: str) -> Pronunciation:
-        from leakloss.text.retention import forced_slots, plan_phones, plan_word
-
-        norm, units = _check_word(word)
-        if norm in self.lexicon:
-            phones = _nepali_only(self.lexicon[norm])
-            return Pronunciation(norm, phones, "lexicon", "high", _lexicon_vowels(norm, units, phones, 0))
-        plan = plan_word(norm)
-        stem, suffixes = plan.stem, plan.suffixes
-        if suffixes and stem in self.lexicon:
-            phones = _nepali_only(self.lexicon[stem])
-            vowels = _lexicon_vowels(stem, plan.units[: plan.parts[0][2]], phones, 0)
-            vowels += tuple(VowelDecision(k, _letter(plan.units[k]), kept, "rule")
-                            for k, kept in zip(plan.slots, plan.rule_kept) if k >= plan.parts[0][2])
-            for suf in suffixes:
-                phones = phones + SUFFIXES[suf]
-            return Pronunciation(norm, phones, "suffix", "high", vowels)
-        if self.retention is not None:
-            # the rules fix the forced slots (an independent अ, a vowel under a nasal sign); the model the rest
-            forced = forced_slots(plan)
-            decision = self.retention.decide(plan, forced)
-            vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk, "rule") if f else
-                           VowelDecision(k, _letter(plan.units[k]), kk, "model", round(float(p), 4))
-                           for k, kk, p, f in zip(plan.slots, decision.kept, decision.p_keep, forced))
-            prob = decision.probability
-            return Pronunciation(norm, plan_phones(plan, decision.kept), "model",
-                                 self.retention.confidence(prob), vowels, prob)  # type: ignore[arg-type]
-        # an independent अ is always said (the phones have it): its slot is decided like a final schwa otherwise
-        vowels = tuple(VowelDecision(k, _letter(plan.units[k]), kk or plan.units[k].cons is None, "rule")
-                       for k, kk in zip(plan.slots, plan.rule_kept))
-        if suffixes:
-            phones, conf = rule_pronounce(stem)
-            if suffixes[0] in _UNSURE_STEM_SUFFIXES:
-                conf = "low" if conf == "low" else "medium"
-                su = parse_word(stem)
-                if (len(su) == 2 and su[1].inherent and su[0].cons is not None and not su[0].inherent
-                        and su[0].vowel != VIRAMA and phones[-1] != "ʌ"):
-                    phones = phones + ("ʌ",)  # one heavy syllable + -ता keeps the schwa: हीनता hii-na-taa
-            for suf in suffixes:
-                phones = phones + SUFFIXES[suf]
-            return Pronunciation(norm, phones, "suffix", conf, vowels)
-        phones, conf = rule_pronounce(norm)
-        return Pronunciation(norm, phones, "rules", conf, vowels)
-
-
-def _letter(u: Unit) -> str:
-    return u.cons if u.cons is not None else u.vowel
-
-
-def _lexicon_vowels(word: str, units: Sequence[Unit], phones: Sequence[str], offset: int) -> tuple[VowelDecision, ...]:
-    """The lexicon's decision per inherent vowel, read back by aligning its phones to the spelling."""
-    pattern = _align_pattern(tuple(units), tuple(p for p in phones if p not in (".", "", "|")))
-    slots = [k for k, u in enumerate(units) if u.inherent]
-    return tuple(VowelDecision(offset + k, _letter(units[k]), None if pattern is None else pattern[i], "lexicon")
-                 for i, k in enumerate(slots))
-
-
-def _nepali_only(phones: tuple[str, ...]) -> tuple[str, ...]:
-    bad = [p for p in phones if p not in NEPALI_PHONES]
-    if bad:
-        raise LexiconError(f"lexicon phones {echoed(bad)} are not in NEPALI_PHONES")
-    return phones

@@ -206,7 +206,7 @@ class Morphology:
     @classmethod
     def from_hunspell(cls, path: str | Path = HUNSPELL_NE) -> "Morphology":
         """Expand ``PATH.dic`` with ``PATH.aff`` (``path`` without the extension)."""
-        from leakloss.text.retention import _hash
+        from leakloss.text.tables import _hash
 
         base = Path(path)
         try:
@@ -219,7 +219,7 @@ class Morphology:
 
     def lookup(self, texts: Sequence[str]) -> list[int]:
         """The bit field of each text (0: not a form; the empty text is none)."""
-        from leakloss.text.retention import _hash
+        from leakloss.text.tables import _hash
 
         if not len(self.keys):
             return [0] * len(texts)
@@ -232,7 +232,7 @@ class Morphology:
         """``[len(plan.units), len(MORPHOLOGY_UNIT_SIZES)]`` int64 category ids of each unit of a planned word
         (:data:`MORPHOLOGY_UNIT_SIZES` says what they are): the per-letter view of :meth:`features` that a
         sequence network reads."""
-        from leakloss.text.retention import spelling_pieces
+        from leakloss.text.slots import spelling_pieces
 
         pieces = spelling_pieces(plan)
         whole = "".join(pieces)
@@ -256,7 +256,7 @@ class Morphology:
         return out
 
     def features(self, plan) -> np.ndarray:
-        from leakloss.text.retention import spelling_pieces
+        from leakloss.text.slots import spelling_pieces
 
         pieces = spelling_pieces(plan)
         whole = "".join(pieces)
@@ -288,14 +288,14 @@ class Morphology:
         return out
 
     def to_json(self) -> dict:
-        from leakloss.text.retention import VOCABULARY_HASH, _pack
+        from leakloss.text.tables import VOCABULARY_HASH, _pack
 
         return {"hash": VOCABULARY_HASH, "source": self.source, "forms": _pack(self.keys, ">u8"),
                 "bits": _pack(self.values, ">u4")}
 
     @classmethod
     def from_json(cls, spec: dict) -> "Morphology":
-        from leakloss.text.retention import VOCABULARY_HASH, RetentionModelError, _unpack_array
+        from leakloss.text.tables import VOCABULARY_HASH, RetentionModelError, _unpack_array
 
         if spec.get("hash") != VOCABULARY_HASH:
             raise RetentionModelError(f"morphology hashed with {spec.get('hash')!r}, this code uses {VOCABULARY_HASH!r}")

@@ -75,7 +75,7 @@ class NgramModel:
 
     def __init__(self, order: int, discount: float, ngrams: dict[int, int], histories: dict[int, tuple[int, int]],
                  continuation: dict[str, int], source: str = "<counts>") -> None:
-        from leakloss.text.retention import RetentionModelError
+        from leakloss.text.tables import RetentionModelError
 
         if not (isinstance(order, int) and order >= 1) or not 0.0 < discount < 1.0:
             raise RetentionModelError(f"{source}: an n-gram model needs order >= 1 and discount in (0, 1), "
@@ -96,7 +96,7 @@ class NgramModel:
     def count(cls, sequences: Iterable[Sequence[str]], order: int = ORDERS["phones"],
               discount: float = DISCOUNT) -> "NgramModel":
         """The model of ``sequences`` (each a word's phones; :data:`EOS` is appended, :data:`BOS` pads the history)."""
-        from leakloss.text.retention import _hash
+        from leakloss.text.tables import _hash
 
         ngrams: Counter = Counter()
         histories: Counter = Counter()
@@ -127,7 +127,7 @@ class NgramModel:
 
     def prob(self, history: Sequence[str], token: str) -> float:
         """``P(token | history)``; ``history`` is the phones before ``token`` (shorter ones are padded with BOS)."""
-        from leakloss.text.retention import _hash
+        from leakloss.text.tables import _hash
 
         h = tuple(history)[-(self.order - 1):] if self.order > 1 else ()
         h = (BOS,) * (self.order - 1 - len(h)) + h
@@ -156,7 +156,7 @@ class NgramModel:
         return float(sum(math.log(self.prob(toks[:i], x)) for i, x in enumerate(toks)))
 
     def to_json(self) -> dict:
-        from leakloss.text.retention import VOCABULARY_HASH, _pack
+        from leakloss.text.tables import VOCABULARY_HASH, _pack
 
         return {"hash": VOCABULARY_HASH, "order": self.order, "discount": self.discount,
                 "continuation": dict(sorted(self.continuation.items())),
@@ -168,7 +168,7 @@ class NgramModel:
 
     @classmethod
     def from_json(cls, spec: dict, source: str = "<json>") -> "NgramModel":
-        from leakloss.text.retention import VOCABULARY_HASH, RetentionModelError, _unpack_array
+        from leakloss.text.tables import VOCABULARY_HASH, RetentionModelError, _unpack_array
 
         try:
             if spec.get("hash") != VOCABULARY_HASH:
@@ -205,7 +205,7 @@ def pattern_tokens(plan, kept: Sequence[bool], kind: str) -> list[str]:
     """A planned word with ``kept[i]`` deciding slot i as a token sequence: ``phones`` (:func:`plan_phones`) or
     ``letters``: each unit's spelling (:func:`spelling_pieces`), an inherent vowel's marked ``+`` kept / ``-``
     dropped, a suffix's first unit after ``#`` (कमलमा, keep, keep, drop: ``क+ म+ ल- #मा``)."""
-    from leakloss.text.retention import plan_phones, spelling_pieces
+    from leakloss.text.slots import plan_phones, spelling_pieces
 
     if kind == "phones":
         return list(plan_phones(plan, kept))
@@ -245,7 +245,7 @@ class Phonotactics(NamedTuple):
 
     @classmethod
     def from_json(cls, spec: dict, source: str = "<json>") -> "Phonotactics":
-        from leakloss.text.retention import RetentionModelError
+        from leakloss.text.tables import RetentionModelError
 
         try:
             ngrams = {str(k): NgramModel.from_json(v, f"{source} ({k})") for k, v in spec["ngrams"].items()}

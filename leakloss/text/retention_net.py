@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from leakloss.text.morphology import MORPHOLOGY_UNIT_SIZES, Morphology
-from leakloss.text.retention import SlotPlan, _vocabs
+from leakloss.text.slots import SlotPlan, _vocabs
 
 __all__ = ["UNIT_FIELDS", "unit_ids", "field_sizes", "batch_ids", "RetentionNet", "net_logits", "expected_shapes",
            "NumpyRetentionNet", "NetEnsemble"]

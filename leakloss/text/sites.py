@@ -214,7 +214,7 @@ class SiteFinder:
         if min_confidence not in CONFIDENCE_ORDER:
             raise ValueError(f"min_confidence must be one of {list(CONFIDENCE_ORDER)}, got {min_confidence!r}")
         if frontend is None:
-            from leakloss.text.g2p import NepaliFrontend
+            from leakloss.text.frontend import NepaliFrontend
 
             frontend = NepaliFrontend()
         self.frontend = frontend

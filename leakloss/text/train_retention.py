@@ -711,11 +711,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checkpoints != "none":
         dictionary = b"" if args.hunspell == "none" else b"".join(
             Path(args.hunspell).with_suffix(e).read_bytes() for e in (".dic", ".aff"))
-        from leakloss.text import g2p, retention, retention_net
+        from leakloss.text import g2p, retention, retention_net, slots, tables
         from leakloss.text import morphology as morphology_module
 
-        code = b"".join(Path(m.__file__).read_bytes()
-                        for m in (g2p, morphology_module, retention, retention_net, sys.modules[__name__]))
+        code = b"".join(Path(m.__file__).read_bytes() for m in (
+            g2p, slots, tables, morphology_module, retention, retention_net, sys.modules[__name__]))
         checkpoints = Path(args.checkpoints) / run_key(
             args.lexicon.read_bytes(), dictionary, code, FEATURE_SCHEMA, CALIBRATION_FOLDS, net_kwargs,
             {k: v for k, v in fit_kwargs.items() if k != "morphology"})

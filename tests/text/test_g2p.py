@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from leakloss.text.frontend import NepaliFrontend
 from leakloss.text.g2p import (
-    LexiconError, NepaliFrontend, inherent_vowel_pattern, iter_lexicon, load_lexicon, parse_word, split_suffixes,
+    LexiconError, inherent_vowel_pattern, iter_lexicon, load_lexicon, parse_word, split_suffixes,
 )
 from leakloss.text.normalize import TextError, normalize_devanagari
 from leakloss.text.phones import NEPALI_PHONES
@@ -313,7 +314,7 @@ def test_every_vowel_decision_says_what_the_phones_say(retention):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from leakloss.text.g2p import NepaliFrontend, inherent_vowel_pattern
+    from leakloss.text.g2p import inherent_vowel_pattern
     from leakloss.text.normalize import TextError
 
     fe = NepaliFrontend(use_builtin_exceptions=False, retention=retention)

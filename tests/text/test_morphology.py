@@ -10,7 +10,8 @@ from leakloss.text.morphology import (
     COUNT_BITS, COUNT_SHIFT, HUNSPELL_NE, LISTED, MORPHOLOGY_NAMES, MORPHOLOGY_UNIT_SIZES, NO_AFFIX, NOMINAL, VERB,
     Morphology, MorphologyError, expand_hunspell, form_bits, parse_affixes,
 )
-from leakloss.text.retention import RetentionModelError, _hash, _pack, plan_word, spelling_pieces
+from leakloss.text.slots import plan_word, spelling_pieces
+from leakloss.text.tables import RetentionModelError, _hash, _pack
 
 # a hunspell pair in the shape of ne_NP: flag 1 verb endings on halanta roots (with a continuation into the
 # negative prefix 17 and the case endings 15), flag 15 case endings of nouns

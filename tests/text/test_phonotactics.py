@@ -74,7 +74,7 @@ def test_json_round_trip_and_malformed_tables_are_typed_errors():
            dict(spec, continuation=[1, 2]), dict(spec, continuation={}), dict(spec, continuation={"k": float("inf")}),
            dict(spec, continuation={"k": 1.7}), dict(spec, continuation={"k": -1})]
     keys = np.frombuffer(__import__("base64").b64decode(spec["ngrams"]), dtype=">u8")
-    from leakloss.text.retention import _pack
+    from leakloss.text.tables import _pack
 
     bad.append(dict(spec, ngrams=_pack(keys[::-1].astype(np.uint64), ">u8")))  # not sorted
     zero = np.zeros(len(keys), dtype=np.uint64)

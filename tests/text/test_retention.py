@@ -7,14 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leakloss.text.g2p import SUFFIXES, NepaliFrontend, inherent_vowel_pattern, iter_lexicon
+from leakloss.text.frontend import NepaliFrontend
+from leakloss.text.g2p import SUFFIXES, inherent_vowel_pattern, iter_lexicon
 from leakloss.text.morphology import Morphology
 from leakloss.text.retention import (
     CATEGORICAL, CONTEXT_NAMES, CONTEXTS, FEATURE_NAMES, FEATURE_SCHEMA, FORMAT, SHIPPED_MODEL, UNSEEN_RATE,
     VERB_FORMS, VERB_ROOT_ENDINGS, VOCABULARY_NAMES, ContextMemory, RetentionModel, RetentionModelError,
-    WordVocabulary, _suffix_pattern, context_keys, load_retention_model, plan_phones, plan_word, slot_features,
+    WordVocabulary, context_keys, load_retention_model, plan_phones, plan_word, slot_features,
     slot_by_slot, spelling_pieces, word_probability,
 )
+from leakloss.text.slots import _suffix_pattern
 
 SHARED_LEXICON = Path(__file__).resolve().parents[3] / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
 WORDS = ["नेकपा", "बजारको", "घरहरूमा", "रामप्रसाद", "गर्छ", "कमल", "सडकमा", "हुनसक्छ", "उपचार", "सुन्दरता",

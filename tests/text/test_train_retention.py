@@ -93,7 +93,7 @@ def test_out_of_fold_logits_come_from_models_that_never_saw_the_word():
     pytest.importorskip("sklearn")
     rows = _rows()
     from leakloss.text.morphology import NOMINAL, Morphology, form_bits
-    from leakloss.text.retention import _hash
+    from leakloss.text.tables import _hash
 
     # a table of word forms, so that each fold's networks must be given the fold's table to reproduce
     forms = Morphology({_hash(w): form_bits([(NOMINAL, 2)]) for w, _ in rows[::2]})
@@ -151,7 +151,7 @@ def test_choose_rescoring_takes_the_lightest_setting_that_agrees_most():
 def test_mixing_the_network_in_is_a_weighted_sum_of_log_odds():
     pytest.importorskip("sklearn")
     from leakloss.text.morphology import NOMINAL, Morphology, form_bits
-    from leakloss.text.retention import _hash
+    from leakloss.text.tables import _hash
 
     forms = Morphology({_hash("सडकमा"): form_bits([(NOMINAL, 2)]), _hash("सडक"): form_bits([(NOMINAL, 0)])})
     labelled = labelled_plans(_rows())
@@ -187,7 +187,7 @@ def test_training_script_writes_a_model_the_frontend_loads(tmp_path):
     pytest.importorskip("sklearn")
     lexicon = tmp_path / "lex.tsv"
     # a tiny lexicon: every word of the test list, its phones from the rules (labels need not be true here)
-    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.frontend import NepaliFrontend
 
     rules = NepaliFrontend(use_builtin_exceptions=False, retention=None)
     words = WORDS + ["जन", "पद", "जनपद", "बोल्नु", "बोलिन", "घरमा", "घरको", "कमलमा", "सडकको", "बजारको", "नेपाल",

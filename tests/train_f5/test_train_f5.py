@@ -84,7 +84,7 @@ def test_teacher_corpus_says_the_frontends_phones_under_its_own_key(tmp_path):
     teacher = build_corpus(["नेकपा"], voices, tmp_path, progress=False, teacher=True)
     assert not torch.equal(teacher.mel(0), espeak_own.mel(0))  # another path: phoneme input, not espeak's rules
     from leakloss.speech.corpus import teacher_reading
-    from leakloss.text.g2p import NepaliFrontend
+    from leakloss.text.frontend import NepaliFrontend
     from leakloss.text.phones import coarse
 
     said = teacher_reading("नेकपा", voices[0]).phones
