@@ -196,7 +196,7 @@ class WhisperRecognizer(nn.Module):
     @torch.no_grad()
     def greedy(self, waves: Tensor, lengths: Tensor | None = None) -> list[list[str]]:
         """Greedy CTC decoding to phone strings (blanks and repeats collapsed)."""
-        from leakloss.acoustic.recognizer import greedy_phones
+        from leakloss.acoustic.recognizer_io import greedy_phones
 
         return greedy_phones(*self.forward(waves, lengths), self.phoneset)
 
@@ -217,7 +217,7 @@ class WhisperRecognizer(nn.Module):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from leakloss.acoustic.recognizer import (
+        from leakloss.acoustic.recognizer_io import (
             RecognizerLoadError, _check_vocab_fits, _read_vocab, read_word_check_limits,
         )
         from leakloss.acoustic.whisper_encoder import CTranslate2FormatError, WhisperModelNotFoundError
