@@ -19,12 +19,16 @@ test words' teacher readings (fixed noise, times, spans and CFG drops, the same 
 Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_paired=…
 flagged_reward=… per_plain=… per_penalty=… per_paired=… per_reward=… flow_plain=… flow_penalty=… flow_paired=…
 flow_reward=… flow_base=… per_hindi_truth=… flagged_hindi_truth=… vowel_ceiling=… vowel_base=… vowel_plain=…
-vowel_penalty=… vowel_paired=… vowel_reward=… duration_base=… judged_base=… seeds=…`` (after ``flagged_hindi_truth``:
+vowel_penalty=… vowel_paired=… vowel_reward=… duration_base=… signal_base=… signal_plain=… signal_penalty=…
+signal_paired=… signal_reward=… judged_base=… seeds=…`` (after ``flagged_hindi_truth``:
 ``score_ceiling=… score_base=… score_plain=… score_penalty=… score_paired=… score_reward=…``, the judge's mean leak
 score over the decided test-word sites, a graded figure beside the flags; ``*_hindi_truth``: the judge on vocoded espeak ``hi`` readings, what a base that says its
 training data perfectly would score; ``vowel_*``: the test words' site vowels, aligned by the judge's recognizer, in
 seconds over the ground truth's, the issue's bound 0.8-1.2; ``duration_base``: the phrases' seconds over the ground
-truth's, the same for every arm, since F5 infills the prompt's frames per character).
+truth's, the same for every arm, since F5 infills the prompt's frames per character; ``signal_*``: not the judge but
+the signal's own view, the reference-free penalty's mean site leak probability over the test words' sites in the
+phrases said, placed by its recognizer wb: where it moves and the judge's ``score_*`` does not, the two recognizers
+disagree; where neither moves, the model's syntheses did not change).
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def main(argv=None) -> int:
     ceiling, base, arms = out["ceiling"], out["base"], out["arms"]
     print(f"\n{args.words} words: {', '.join(w['word'] + '(' + '/'.join(w['kinds']) + ')' for w in out['test_words'])}")
     print(f"{'model':10s} {'PER':>22s} {'flagged':>22s} {'deletion':>10s} {'quality':>10s} {'flow':>22s} "
-          f"{'site vowels':>22s} {'site score':>22s} judged")
+          f"{'site vowels':>22s} {'site score':>22s} {'signal':>22s} judged")
     print(f"{'ceiling':10s} {ceiling.per:22.3f} {_num(ceiling.flagged):>22s} {'':>10s} {'':>10s} {'':>22s} "
           f"{_num(ceiling.vowel_ratio):>22s} {_num(ceiling.site_score):>22s}   (vocoded Nepali teacher)")
     hindi = out["hindi_truth"]
@@ -93,13 +97,15 @@ def main(argv=None) -> int:
           "Hindi base)")
     print(f"{'base':10s} {base.per:22.3f} {_num(base.flagged):>22s} "
           f"{_num(base.flagged_by_kind.get('deletion')):>10s} {_num(base.flagged_by_kind.get('quality')):>10s} "
-          f"{base.flow:22.4f} {_num(base.vowel_ratio):>22s} {_num(base.site_score):>22s} {base.judged}")
+          f"{base.flow:22.4f} {_num(base.vowel_ratio):>22s} {_num(base.site_score):>22s} {_num(base.signal_score):>22s} "
+          f"{base.judged}")
     for arm in arms:
         rs = arms[arm]
         kinds = {k: _interval([r.flagged_by_kind.get(k) for r in rs]) for k in ("deletion", "quality")}
         print(f"{arm:10s} {_interval([r.per for r in rs]):>22s} {_interval([r.flagged for r in rs]):>22s} "
               f"{kinds['deletion']:>10s} {kinds['quality']:>10s} {_interval([r.flow for r in rs]):>22s} "
               f"{_interval([r.vowel_ratio for r in rs]):>22s} {_interval([r.site_score for r in rs]):>22s} "
+              f"{_interval([r.signal_score for r in rs]):>22s} "
               f"{'/'.join(str(r.judged) for r in rs)}"
               + (f"  (reward targets kept: {'/'.join(str(r.accepted) for r in rs)})" if arm == "reward" else ""))
     print(f"elapsed {(time.time() - start) / 60:.1f} min")
@@ -117,6 +123,7 @@ def main(argv=None) -> int:
              **{f"score_{a}": mean(a, "site_score") for a in ARMS}}
     keys |= {"vowel_ceiling": ceiling.vowel_ratio, "vowel_base": base.vowel_ratio,
              **{f"vowel_{a}": mean(a, "vowel_ratio") for a in ARMS}, "duration_base": base.duration_ratio}
+    keys |= {"signal_base": base.signal_score, **{f"signal_{a}": mean(a, "signal_score") for a in ARMS}}
     print(" ".join(f"{k}={_num(v)}" for k, v in keys.items()) + f" judged_base={base.judged} seeds={args.seeds}")
     return 0
 

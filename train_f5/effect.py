@@ -121,6 +121,12 @@ class ArmResult:
     #: the judge's mean leak score over the decided sites of the test words (a graded figure beside the flags:
     #: it moves where a share of a dozen flagged words cannot); None when none was decided
     site_score: float | None = None
+    #: the signal's own view (not the judge): the reference-free penalty's mean site leak probability over the
+    #: test words' sites in the phrases said, placed by its own recognizer (wb); None when none was placed. Beside
+    #: ``site_score`` it says whether a gap between the penalty and the judge lies in the recognizers or in what
+    #: the model says
+    signal_score: float | None = None
+    signal_sites: int = 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -440,6 +446,27 @@ class Judge:
                          vowel_sites=vowel_sites, site_score=sum(scores) / len(scores) if scores else None)
 
 
+def signal_view(penalty, waves: dict[str, Tensor], words: Sequence[HeldOutWord]) -> tuple[float | None, int]:
+    """``(mean site leak probability, sites)`` of the reference-free ``penalty`` (a
+    :class:`leakloss.penalty.LeakPenalty`) on each test word's phrase ``waves[word]``: the test word's own sites,
+    placed on the phrase by the penalty's recognizer; phrases whose phones do not align give none. (None, 0) when
+    no site was placed."""
+    from leakloss.functional.leak import peak_limited
+    from leakloss.site_placement import locate_sites
+
+    probs: list[Tensor] = []
+    with torch.no_grad():
+        for w in words:
+            placed = locate_sites(waves[w.word], w.phrase, penalty.recognizer)
+            sites = [s for s in placed.sites if s.word == w.word] if placed.status == "placed" else []
+            if not sites:
+                continue
+            _, parts = penalty(waves=peak_limited(waves[w.word])[None], sites=[sites])
+            probs.append(parts.site_probs[parts.site_active].float())
+    found = torch.cat(probs) if probs else torch.zeros(0)
+    return (float(found.mean()) if found.numel() else None), int(found.numel())
+
+
 def say_words(model, words: Sequence[HeldOutWord], prompt: tuple[Tensor, str], vocoder, settings: EffectSettings
               ) -> dict[str, Tensor]:
     """Each test word's phrase said by ``model`` (seeded per word, the same seeds for every model), 16 kHz, keyed
@@ -517,7 +544,9 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     hindi_truth = judge(hindi)  # what a base that says its training data (espeak hi) perfectly would score
     log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
         f"{hindi_truth.judged}")
-    base_result = judge(say_words(base, words, prompt, vocoder, settings))
+    said = say_words(base, words, prompt, vocoder, settings)
+    base_result = judge(said)
+    base_result.signal_score, base_result.signal_sites = signal_view(penalty, said, words)
     base_result.flow = flow_loss(base, readings, settings.flow_repeats, settings.seed)
     log(f"base: PER {base_result.per:.3f}, flagged {_fmt(base_result.flagged)} of {base_result.judged} judged, "
         f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}, duration {_fmt(base_result.duration_ratio)} "
@@ -540,14 +569,17 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
                     return best_of_n(m, unpaired, prompt, penalty, vocoder, settings, seed=seed * 1000 + step)
             batches = joined_batches(corpus.voices, items.__getitem__, settings.max_frames, settings.pair_prob, seed)
             trained = finetune(model, batches, settings, seed=seed, site_table=table, reward=reward)
-            result = judge(say_words(model, words, prompt, vocoder, settings))
+            said = say_words(model, words, prompt, vocoder, settings)
+            result = judge(said)
+            result.signal_score, result.signal_sites = signal_view(penalty, said, words)
             # on a plain copy: an eval-mode LeakAwareCFM with a penalty would add the penalty to the loss
             result.flow = flow_loss(arm_model(arch, model.state_dict()), readings, settings.flow_repeats, settings.seed)
             result.accepted = trained["accepted"] if arm == "reward" else None
             result.minutes = (time.time() - t0) / 60
             arms[arm].append(result)
             log(f"seed {seed} {arm}: PER {result.per:.3f}, flagged {_fmt(result.flagged)} of {result.judged} judged "
-                f"({result.flagged_by_kind}, mean site score {_fmt(result.site_score)}), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
+                f"({result.flagged_by_kind}, mean site score {_fmt(result.site_score)}; the signal's own "
+                f"{_fmt(result.signal_score)} on {result.signal_sites} sites), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
                 f"ground truth's ({result.vowel_sites} sites), final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
                 + "".join(f", {name} term {_term_trend(trained[name])}" for name in ("leak", "paired") if name in trained)
@@ -604,4 +636,5 @@ __all__ = [
     "reward_texts",
     "run_effect",
     "say_words",
+    "signal_view",
 ]

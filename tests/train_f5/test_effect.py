@@ -210,6 +210,7 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
         assert 0 <= result.per and (result.flagged is None or 0 <= result.flagged <= 1)
         assert result.judged + result.quarantined <= 2
         assert result.site_score is None or 0 <= result.site_score <= 1
+        assert result.signal_score is None or (0 <= result.signal_score <= 1 and result.signal_sites >= 1)
     assert out["ceiling"].per < out["base"].per  # a random model does not say the words
     ceiling = out["ceiling"]  # the vocoded ground truth: as long as the ground truth, its vowels as long
     assert math.isclose(ceiling.duration_ratio, 1.0, abs_tol=0.05), ceiling.duration_ratio
@@ -261,3 +262,25 @@ def test_the_arms_score_the_item_share_finetune_f5_ships():
     base, state = _tiny_base()
     terms = _terms("penalty", 0.1, {}) | {"leak_item_fraction": 0.25}
     assert arm_model(base, state, **terms).leak_item_fraction == 0.25
+
+
+def test_the_signals_view_tells_nepali_readings_from_hindi_ones():
+    """signal_view: the penalty's own mean site probability over the test words' sites, lower on the held-out
+    teacher's Nepali readings than on the held-out Hindi voice's readings of the same phrases."""
+    from tests.conftest import embedded_ready
+
+    if not embedded_ready():
+        pytest.skip("embedded models not built")
+    from leakloss.penalty import LeakPenalty
+    from leakloss.speech.corpus import teacher_reading
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_text
+    from train_f5.effect import held_out_words, signal_view
+
+    words = held_out_words(4)
+    penalty = LeakPenalty.load()
+    nepali = {w.word: teacher_reading(w.phrase, HELDOUT_TEACHER_VOICE).waveform for w in words}
+    hindi = {w.word: speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform for w in words}
+    (p_nepali, n_nepali), (p_hindi, n_hindi) = signal_view(penalty, nepali, words), signal_view(penalty, hindi, words)
+    assert n_nepali >= 2 and n_hindi >= 2
+    assert p_nepali < 0.5 < p_hindi, (p_nepali, p_hindi)
+    assert signal_view(penalty, {w.word: torch.zeros(1600) for w in words}, words) == (None, 0)  # nothing placed
