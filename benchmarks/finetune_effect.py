@@ -19,8 +19,8 @@ test words' teacher readings (fixed noise, times, spans and CFG drops, the same 
 Last line: ``per_ceiling=… per_base=… flagged_base=… flagged_plain=… flagged_penalty=… flagged_paired=…
 flagged_reward=… per_plain=… per_penalty=… per_paired=… per_reward=… flow_plain=… flow_penalty=… flow_paired=…
 flow_reward=… flow_base=… per_hindi_truth=… flagged_hindi_truth=… vowel_ceiling=… vowel_base=… vowel_plain=…
-vowel_penalty=… vowel_paired=… vowel_reward=… duration_base=… signal_base=… signal_plain=… signal_penalty=…
-signal_paired=… signal_reward=… judged_base=… seeds=…`` (after ``flagged_hindi_truth``:
+vowel_penalty=… vowel_paired=… vowel_reward=… duration_base=… signal_ceiling=… signal_hindi_truth=… signal_base=…
+signal_plain=… signal_penalty=… signal_paired=… signal_reward=… judged_base=… seeds=…`` (after ``flagged_hindi_truth``:
 ``score_ceiling=… score_base=… score_plain=… score_penalty=… score_paired=… score_reward=…``, the judge's mean leak
 score over the decided test-word sites, a graded figure beside the flags; ``*_hindi_truth``: the judge on vocoded espeak ``hi`` readings, what a base that says its
 training data perfectly would score; ``vowel_*``: the test words' site vowels, aligned by the judge's recognizer, in
@@ -89,11 +89,13 @@ def main(argv=None) -> int:
     print(f"{'model':10s} {'PER':>22s} {'flagged':>22s} {'deletion':>10s} {'quality':>10s} {'flow':>22s} "
           f"{'site vowels':>22s} {'site score':>22s} {'signal':>22s} judged")
     print(f"{'ceiling':10s} {ceiling.per:22.3f} {_num(ceiling.flagged):>22s} {'':>10s} {'':>10s} {'':>22s} "
-          f"{_num(ceiling.vowel_ratio):>22s} {_num(ceiling.site_score):>22s}   (vocoded Nepali teacher)")
+          f"{_num(ceiling.vowel_ratio):>22s} {_num(ceiling.site_score):>22s} {_num(ceiling.signal_score):>22s}"
+          "   (vocoded Nepali teacher)")
     hindi = out["hindi_truth"]
     print(f"{'hindi':10s} {hindi.per:22.3f} {_num(hindi.flagged):>22s} "
           f"{_num(hindi.flagged_by_kind.get('deletion')):>10s} {_num(hindi.flagged_by_kind.get('quality')):>10s} "
-          f"{'':>22s} {_num(hindi.vowel_ratio):>22s} {_num(hindi.site_score):>22s}   (vocoded espeak hi: a perfect "
+          f"{'':>22s} {_num(hindi.vowel_ratio):>22s} {_num(hindi.site_score):>22s} {_num(hindi.signal_score):>22s}"
+          "   (vocoded espeak hi: a perfect "
           "Hindi base)")
     print(f"{'base':10s} {base.per:22.3f} {_num(base.flagged):>22s} "
           f"{_num(base.flagged_by_kind.get('deletion')):>10s} {_num(base.flagged_by_kind.get('quality')):>10s} "
@@ -123,7 +125,8 @@ def main(argv=None) -> int:
              **{f"score_{a}": mean(a, "site_score") for a in ARMS}}
     keys |= {"vowel_ceiling": ceiling.vowel_ratio, "vowel_base": base.vowel_ratio,
              **{f"vowel_{a}": mean(a, "vowel_ratio") for a in ARMS}, "duration_base": base.duration_ratio}
-    keys |= {"signal_base": base.signal_score, **{f"signal_{a}": mean(a, "signal_score") for a in ARMS}}
+    keys |= {"signal_ceiling": ceiling.signal_score, "signal_hindi_truth": hindi.signal_score,
+             "signal_base": base.signal_score, **{f"signal_{a}": mean(a, "signal_score") for a in ARMS}}
     print(" ".join(f"{k}={_num(v)}" for k, v in keys.items()) + f" judged_base={base.judged} seeds={args.seeds}")
     return 0
 

@@ -536,14 +536,17 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     judge = Judge(words)
     truth = {w: vocoded(x) for w, x in judge.truth_waves.items()}
     ceiling = judge(truth)
+    ceiling.signal_score, ceiling.signal_sites = signal_view(penalty, truth, words)
     log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}, "
-        f"site vowels {_fmt(ceiling.vowel_ratio)} of the ground truth's ({ceiling.vowel_sites} sites)")
+        f"site vowels {_fmt(ceiling.vowel_ratio)} of the ground truth's ({ceiling.vowel_sites} sites), the signal's own "
+        f"{_fmt(ceiling.signal_score)} on {ceiling.signal_sites} sites")
     from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
 
     hindi = {w.word: vocoded(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform) for w in words}
     hindi_truth = judge(hindi)  # what a base that says its training data (espeak hi) perfectly would score
+    hindi_truth.signal_score, hindi_truth.signal_sites = signal_view(penalty, hindi, words)
     log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
-        f"{hindi_truth.judged}")
+        f"{hindi_truth.judged}, the signal's own {_fmt(hindi_truth.signal_score)} on {hindi_truth.signal_sites} sites")
     said = say_words(base, words, prompt, vocoder, settings)
     base_result = judge(said)
     base_result.signal_score, base_result.signal_sites = signal_view(penalty, said, words)

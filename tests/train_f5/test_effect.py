@@ -212,6 +212,8 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
         assert result.site_score is None or 0 <= result.site_score <= 1
         assert result.signal_score is None or (0 <= result.signal_score <= 1 and result.signal_sites >= 1)
     assert out["ceiling"].per < out["base"].per  # a random model does not say the words
+    ceiling, hindi = out["ceiling"], out["hindi_truth"]  # the signal's own view of the vocoded truths: placed, apart
+    assert ceiling.signal_sites >= 1 and hindi.signal_sites >= 1 and ceiling.signal_score < hindi.signal_score
     ceiling = out["ceiling"]  # the vocoded ground truth: as long as the ground truth, its vowels as long
     assert math.isclose(ceiling.duration_ratio, 1.0, abs_tol=0.05), ceiling.duration_ratio
     assert ceiling.vowel_sites >= 1 and 0.7 < ceiling.vowel_ratio < 1.3, (ceiling.vowel_ratio, ceiling.vowel_sites)
