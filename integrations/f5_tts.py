@@ -226,9 +226,7 @@ class LeakAwareCFM(CFM):
                 raise ValueError(f"{name} > 0 with a {name.replace('weight', 'penalty')} needs a site_lookup (text -> "
                                  "the sites on its audio, e.g. integrations.f5_dataset.cache_lookup); without one no "
                                  "site is ever found")
-        if isinstance(leak_item_fraction, bool) or not isinstance(leak_item_fraction, (int, float)) \
-                or not 0 < leak_item_fraction <= 1:  # NaN fails the comparison too
-            raise ValueError(f"leak_item_fraction must be a number in (0, 1], got {leak_item_fraction!r}")
+        check_item_fraction(leak_item_fraction)
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
@@ -244,7 +242,7 @@ class LeakAwareCFM(CFM):
         self.leak_start_step, self.leak_every = int(leak_start_step), int(leak_every)
         self.grad_accumulation_steps = int(grad_accumulation_steps)
         self.leak_crop, self.leak_bf16 = bool(leak_crop), bool(leak_bf16)
-        self.leak_item_fraction = float(leak_item_fraction)
+        self.leak_item_fraction = float(leak_item_fraction)  # checked above
         self._crop_context = None  # computed from the penalty's modules on first use
         self.train_forwards = 0  # training-mode forwards so far: the update index is this // grad_accumulation_steps
         self.last_leak_sites: list[list[TimedSite]] | None = None
@@ -460,6 +458,13 @@ class LeakAwareCFM(CFM):
                                  self._crop_context, out_sites=crop_sites)
         self.last_leak_sites = crop_sites  # the order of parts.site_probs
         return result
+
+
+def check_item_fraction(value: object, name: str = "leak_item_fraction") -> float:
+    """``value`` as a float if it is a number in ``(0, 1]`` (NaN and booleans are not), else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
 
 
 def largest_t_items(times: Sequence[float], fraction: float) -> list[int]:

@@ -278,9 +278,12 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")
-    fraction = cfg.leak.item_fraction
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise FinetuneError(f"leak.item_fraction must be a number in (0, 1], got {fraction!r}")
+    from integrations.f5_tts import check_item_fraction
+
+    try:
+        check_item_fraction(cfg.leak.item_fraction, "leak.item_fraction")
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
     recognizer = cfg.leak.paired_recognizer
     if not isinstance(recognizer, str) or not recognizer.strip():
         raise FinetuneError(f"leak.paired_recognizer must be a recognizer name (w, wb, a) or folder, got {recognizer!r}")

@@ -4,6 +4,7 @@ module sits above what it imports (the text frontend's layers are pinned in test
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "leakloss"
@@ -19,7 +20,9 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+@lru_cache(maxsize=1)  # parsed once per session: tests/text/test_layers.py asks per module
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in it (function-level imports included)."""
     modules = _modules()
 
     def owner(name: str) -> str | None:  # the module a dotted name lives in (a submodule, else its package)
@@ -84,7 +87,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_no_module_imports_one_that_imports_it_back():
-    edges = _graph()
+    edges = import_graph()
     # imports inside functions count: Recognizer.load hands a Whisper folder to whisper_recognizer
     assert "leakloss.acoustic.whisper_recognizer" in edges["leakloss.acoustic.recognizer"]
     assert "leakloss.acoustic.recognizer_io" in edges["leakloss.acoustic.whisper_recognizer"]

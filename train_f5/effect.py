@@ -506,8 +506,9 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     unknown = [a for a in settings.arms if a not in ARMS]
     if unknown or not settings.arms:
         raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {settings.arms!r}")
-    if not 0 < settings.leak_item_fraction <= 1:  # NaN fails too; before the base and the corpus are loaded
-        raise ValueError(f"leak_item_fraction must be in (0, 1], got {settings.leak_item_fraction!r}")
+    from integrations.f5_tts import check_item_fraction
+
+    check_item_fraction(settings.leak_item_fraction)  # before the base and the corpus are loaded
     start = time.time()
     cache = Path(settings.cache_dir)
     base, arch, card = load_base(settings.base_dir)
@@ -534,22 +535,24 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
         return vocoder(log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0]
 
     judge = Judge(words)
+
+    def assess(waves: dict[str, Tensor]) -> ArmResult:  # the judge's figures, and the signal's own view beside them
+        result = judge(waves)
+        result.signal_score, result.signal_sites = signal_view(penalty, waves, words)
+        return result
+
     truth = {w: vocoded(x) for w, x in judge.truth_waves.items()}
-    ceiling = judge(truth)
-    ceiling.signal_score, ceiling.signal_sites = signal_view(penalty, truth, words)
+    ceiling = assess(truth)
     log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}, "
         f"site vowels {_fmt(ceiling.vowel_ratio)} of the ground truth's ({ceiling.vowel_sites} sites), the signal's own "
         f"{_fmt(ceiling.signal_score)} on {ceiling.signal_sites} sites")
     from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
 
     hindi = {w.word: vocoded(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform) for w in words}
-    hindi_truth = judge(hindi)  # what a base that says its training data (espeak hi) perfectly would score
-    hindi_truth.signal_score, hindi_truth.signal_sites = signal_view(penalty, hindi, words)
+    hindi_truth = assess(hindi)  # what a base that says its training data (espeak hi) perfectly would score
     log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
         f"{hindi_truth.judged}, the signal's own {_fmt(hindi_truth.signal_score)} on {hindi_truth.signal_sites} sites")
-    said = say_words(base, words, prompt, vocoder, settings)
-    base_result = judge(said)
-    base_result.signal_score, base_result.signal_sites = signal_view(penalty, said, words)
+    base_result = assess(say_words(base, words, prompt, vocoder, settings))
     base_result.flow = flow_loss(base, readings, settings.flow_repeats, settings.seed)
     log(f"base: PER {base_result.per:.3f}, flagged {_fmt(base_result.flagged)} of {base_result.judged} judged, "
         f"{base_result.quarantined} quarantined, flow {base_result.flow:.4f}, duration {_fmt(base_result.duration_ratio)} "
@@ -572,9 +575,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
                     return best_of_n(m, unpaired, prompt, penalty, vocoder, settings, seed=seed * 1000 + step)
             batches = joined_batches(corpus.voices, items.__getitem__, settings.max_frames, settings.pair_prob, seed)
             trained = finetune(model, batches, settings, seed=seed, site_table=table, reward=reward)
-            said = say_words(model, words, prompt, vocoder, settings)
-            result = judge(said)
-            result.signal_score, result.signal_sites = signal_view(penalty, said, words)
+            result = assess(say_words(model, words, prompt, vocoder, settings))
             # on a plain copy: an eval-mode LeakAwareCFM with a penalty would add the penalty to the loss
             result.flow = flow_loss(arm_model(arch, model.state_dict()), readings, settings.flow_repeats, settings.seed)
             result.accepted = trained["accepted"] if arm == "reward" else None

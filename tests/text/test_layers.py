@@ -4,12 +4,13 @@ frontend that use them."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_import_cycles import import_graph
 
 TEXT = Path(__file__).resolve().parents[2] / "leakloss" / "text"
 #: lowest first; a module may import those before it (its own layer excluded)
@@ -28,18 +29,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 
-def _text_imports(path: Path) -> set[str]:
-    """The ``leakloss.text`` modules ``path`` imports anywhere in it (function-level imports included)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "leakloss.text":
-                found |= {alias.name for alias in node.names}
-            elif node.module.startswith("leakloss.text."):
-                found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("leakloss.text.")}
-    return found
+def _text_imports(module: str) -> set[str]:
+    """The ``leakloss.text`` modules ``leakloss.text.<module>`` imports anywhere in it (function-level too)."""
+    return {t.split(".")[2] for t in import_graph()[f"leakloss.text.{module}"] if t.count(".") == 2
+            and t.startswith("leakloss.text.")}
 
 
 def test_every_text_module_has_a_layer():
@@ -49,7 +42,7 @@ def test_every_text_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(RANK))
 def test_a_module_imports_only_lower_layers(module):
-    upward = sorted(m for m in _text_imports(TEXT / f"{module}.py") if RANK[m] >= RANK[module])
+    upward = sorted(m for m in _text_imports(module) if RANK[m] >= RANK[module])
     assert not upward, f"leakloss.text.{module} imports {upward}, not of a lower layer"
 
 
