@@ -60,7 +60,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from leakloss.constants import SAMPLE_RATE
 from leakloss.eval.stats import roc_auc
 from leakloss.pairs.splice import delete_span, sham_span
 from leakloss.schema import JUDGED_REWARD_STATUSES

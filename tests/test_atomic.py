@@ -228,7 +228,6 @@ def _plant(out: Path, outside: Path, name: str, plant: str) -> None:
 
 
 def _fresh(tmp_path: Path) -> tuple[Path, Path]:
-    import shutil
     import tempfile
 
     root = Path(tempfile.mkdtemp(dir=tmp_path))

@@ -1,7 +1,5 @@
 """The reward's word check uses its recognizer's calibrated limit (as the scorer does)."""
 
-import pytest
-import torch
 
 from leakloss.reward import leak_reward_details, word_check_limit
 from leakloss.scorer import QUERY_MAX_PER

@@ -26,7 +26,7 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
 from leakloss.schema import KINDS, SHORT_VOWEL
 
-from leakloss.acoustic.recognizer import DEFAULT_CONV_LAYER as CONV_LAYER  # noqa: I001  (one home; importable here)
+from leakloss.acoustic.recognizer import DEFAULT_CONV_LAYER as CONV_LAYER  # noqa: F401, I001  (one home; importable here)
 CONV_PAD_S = 0.06
 SITE_PAD_S = 0.02
 

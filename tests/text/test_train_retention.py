@@ -7,13 +7,13 @@ from leakloss.text.morphology import Morphology
 from leakloss.text.phonotactics import candidates, pattern_tokens, rescore
 from leakloss.text.retention import (
     RetentionModel, forced_slots,
-    CONTEXTS, VOCABULARY_NAMES, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
+    CONTEXTS, ContextMemory, RetentionModelError, WordVocabulary, _load, load_retention_model,
     plan_phones, plan_word, slot_features,
 )
 from leakloss.text.retention_net import net_logits
 from leakloss.text.train_retention import (
     CALIBRATION_FOLDS, KEEP_BONUSES, MEMORY_FOLDS, PHONOTACTIC_WEIGHTS, choose_rescoring, count_ngrams, fold_ngrams, agrees, build_matrix, calibration_fold, fit_net, fit_nets, fit_trees, labelled_plans,
-    load_fold, memory_fold, model_with_net, out_of_fold_logits, predict_words, predictions_at, run_key, save_fold,
+    load_fold, memory_fold, model_with_net, out_of_fold_logits, run_key, save_fold,
     split_of, stem_consistency,
 )
 from leakloss.text.train_retention import main as train_main
