@@ -382,24 +382,73 @@ def matched_vowel_seconds(sites: Sequence[TimedSite], truth: Sequence[TimedSite]
     return sum(a.end - a.start for a in sites), sum(b.end - b.start for b in truth), len(sites)
 
 
+#: Bump when what :func:`kept_readings` stores changes.
+KEPT_READINGS_VERSION = 1
+
+
+def kept_readings(jobs: Sequence[tuple[str, Any, bool]], cache_dir: str | Path | None = None
+                  ) -> list[tuple[Tensor, list[str]]]:
+    """``(waveform, phones)`` of each ``(text, espeak voice, teacher)`` job: the teacher voice saying the Nepali
+    frontend's phones of the text when ``teacher``, else the voice reading the text by its own rules.
+
+    espeak-ng's output is not bit-stable (the same call twice in a row differs by a few samples), and the judge's
+    flags moved by up to 0.035 a seed between two runs of the same models on it. With ``cache_dir`` the readings
+    are synthesised once and kept in one file keyed by the jobs and the frontend's phones, so every later run
+    judges against the very same references."""
+    from leakloss.speech.corpus import split_text_words
+    from leakloss.speech.synth import speak_phones, speak_text
+    from leakloss.text.frontend import NepaliFrontend
+
+    frontend = NepaliFrontend()
+    said = [[list(frontend.pronounce(w).phones) for w in split_text_words(text)] if teacher else None
+            for text, _, teacher in jobs]
+    path = None
+    if cache_dir is not None:
+        key = hashlib.sha256(json.dumps([KEPT_READINGS_VERSION] + [[t, v.name, p] for (t, v, _), p in zip(jobs, said)],
+                                        ensure_ascii=False).encode()).hexdigest()[:16]
+        path = Path(cache_dir) / f"readings-{key}.safetensors"
+        if path.is_file():
+            from safetensors import safe_open
+
+            with safe_open(str(path), "pt") as f:
+                waves, offsets = f.get_tensor("waves"), f.get_tensor("offsets").tolist()
+                phones = json.loads(f.metadata()["phones"])
+            return [(waves[a:b], p) for a, b, p in zip(offsets, offsets[1:], phones)]
+    readings = [speak_phones(p, v) if teacher else speak_text(t, v) for (t, v, teacher), p in zip(jobs, said)]
+    out = [(r.waveform, list(r.phones)) for r in readings]
+    if path is not None:
+        from safetensors.torch import save
+
+        from leakloss.atomic import write_bytes_atomic
+
+        offsets = [0]
+        for wave, _ in out:
+            offsets.append(offsets[-1] + wave.numel())
+        tensors = {"waves": torch.cat([w for w, _ in out]).contiguous(), "offsets": torch.tensor(offsets)}
+        write_bytes_atomic(path, save(tensors, metadata={"phones": json.dumps([p for _, p in out], ensure_ascii=False)}))
+    return out
+
+
 class Judge:
     """The scorer with its heads and word check on recognizer ``w`` (not the signal's wb) and ``w``'s phone error
-    rate, on each test word's phrase (``waves`` keyed by the word); only the test word's own sites count."""
+    rate, on each test word's phrase (``waves`` keyed by the word); only the test word's own sites count. Its
+    espeak references and ground truths are :func:`kept_readings` (kept in ``cache_dir`` when given)."""
 
-    def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w") -> None:
+    def __init__(self, words: Sequence[HeldOutWord], recognizer: str = "w",
+                 cache_dir: str | Path | None = None) -> None:
         from leakloss.heads import W_HEADS
         from leakloss.scorer import Scorer
-        from leakloss.speech.corpus import teacher_reading
         from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, TRAIN_TEACHER_VOICES
 
         self.words = list(words)
         self.scorer = Scorer(heads_dir=W_HEADS, check_recognizer=recognizer)
         self.recognizer = self.scorer.check_recognizer  # the same instance: w loads once
-        self.refs = {w.word: [teacher_reading(w.phrase, v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
-                     for w in self.words}
-        truth = {w.word: teacher_reading(w.phrase, HELDOUT_TEACHER_VOICE) for w in self.words}
-        self.phones = {w: r.phones for w, r in truth.items()}
-        self.truth_waves = {w: r.waveform for w, r in truth.items()}
+        voices = list(TRAIN_TEACHER_VOICES[:2]) + [HELDOUT_TEACHER_VOICE]
+        said = iter(kept_readings([(w.phrase, v, True) for w in self.words for v in voices], cache_dir))
+        readings = {w.word: [next(said) for _ in voices] for w in self.words}
+        self.refs = {w: [wave for wave, _ in r[:-1]] for w, r in readings.items()}
+        self.phones = {w: r[-1][1] for w, r in readings.items()}
+        self.truth_waves = {w: r[-1][0] for w, r in readings.items()}
         self.truth_sites = {w.word: self.word_sites(self.truth_waves[w.word], w) for w in self.words}
 
     def word_sites(self, wave: Tensor, word: HeldOutWord) -> list[TimedSite]:
@@ -534,7 +583,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     def vocoded(wave: Tensor) -> Tensor:  # a 16 kHz reading through F5's mel and the vocoder, as a TTS says it
         return vocoder(log_mel(AF.resample(wave, SAMPLE_RATE, MEL_SAMPLE_RATE)[None]))[0]
 
-    judge = Judge(words)
+    judge = Judge(words, cache_dir=cache)
 
     def assess(waves: dict[str, Tensor]) -> ArmResult:  # the judge's figures, and the signal's own view beside them
         result = judge(waves)
@@ -546,9 +595,10 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     log(f"ceiling (vocoded ground truth): PER {ceiling.per:.3f}, flagged {_fmt(ceiling.flagged)} of {ceiling.judged}, "
         f"site vowels {_fmt(ceiling.vowel_ratio)} of the ground truth's ({ceiling.vowel_sites} sites), the signal's own "
         f"{_fmt(ceiling.signal_score)} on {ceiling.signal_sites} sites")
-    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE
 
-    hindi = {w.word: vocoded(speak_text(w.phrase, HELDOUT_HINDI_VOICE).waveform) for w in words}
+    hindi_said = kept_readings([(w.phrase, HELDOUT_HINDI_VOICE, False) for w in words], cache)
+    hindi = {w.word: vocoded(wave) for w, (wave, _) in zip(words, hindi_said)}
     hindi_truth = assess(hindi)  # what a base that says its training data (espeak hi) perfectly would score
     log(f"Hindi ground truth (vocoded espeak hi): PER {hindi_truth.per:.3f}, flagged {_fmt(hindi_truth.flagged)} of "
         f"{hindi_truth.judged}, the signal's own {_fmt(hindi_truth.signal_score)} on {hindi_truth.signal_sites} sites")

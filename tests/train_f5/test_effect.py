@@ -286,3 +286,30 @@ def test_the_signals_view_tells_nepali_readings_from_hindi_ones():
     assert n_nepali >= 2 and n_hindi >= 2
     assert p_nepali < 0.5 < p_hindi, (p_nepali, p_hindi)
     assert signal_view(penalty, {w.word: torch.zeros(1600) for w in words}, words) == (None, 0)  # nothing placed
+
+
+def test_kept_readings_are_synthesised_once_and_read_back_bit_for_bit(tmp_path, monkeypatch):
+    """espeak is not bit-stable between calls: with a cache the judge's references are the same in every run;
+    the phones and waves come back as synthesised, and another text or voice is another file."""
+    import train_f5.effect as effect
+    from leakloss.speech import synth
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, TRAIN_TEACHER_VOICES
+
+    jobs = [("नेकपा घर", TRAIN_TEACHER_VOICES[0], True), ("नेकपा घर", HELDOUT_HINDI_VOICE, False)]
+    first = effect.kept_readings(jobs, tmp_path)
+    assert len(list(tmp_path.glob("readings-*.safetensors"))) == 1
+    assert first[0][1] and first[1][1] and all(w.dtype == torch.float32 and w.numel() > 1000 for w, _ in first)
+
+    def refuse(*a, **k):
+        raise AssertionError("synthesised again")
+
+    monkeypatch.setattr(synth, "speak_phones", refuse)
+    monkeypatch.setattr(synth, "speak_text", refuse)
+    again = effect.kept_readings(jobs, tmp_path)
+    for (w1, p1), (w2, p2) in zip(first, again):
+        assert torch.equal(w1, w2) and p1 == p2
+    monkeypatch.undo()
+    effect.kept_readings(jobs[:1], tmp_path)  # another job list: another key
+    assert len(list(tmp_path.glob("readings-*.safetensors"))) == 2
+    assert len(effect.kept_readings(jobs, None)) == 2  # no cache: synthesised, nothing written
+    assert len(list(tmp_path.glob("readings-*"))) == 2
