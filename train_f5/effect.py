@@ -395,8 +395,8 @@ def kept_readings(jobs: Sequence[tuple[str, Any, bool]], cache_dir: str | Path |
     flags moved by up to 0.035 a seed between two runs of the same models on it. With ``cache_dir`` the readings
     are synthesised once and kept in one file keyed by the jobs and the frontend's phones, so every later run
     judges against the very same references."""
-    from leakloss.speech.corpus import split_text_words
-    from leakloss.speech.synth import speak_phones, speak_text
+    from leakloss.speech.corpus import split_text_words, teacher_reading
+    from leakloss.speech.synth import speak_text
     from leakloss.text.frontend import NepaliFrontend
 
     frontend = NepaliFrontend()
@@ -414,7 +414,7 @@ def kept_readings(jobs: Sequence[tuple[str, Any, bool]], cache_dir: str | Path |
                 waves, offsets = f.get_tensor("waves"), f.get_tensor("offsets").tolist()
                 phones = json.loads(f.metadata()["phones"])
             return [(waves[a:b], p) for a, b, p in zip(offsets, offsets[1:], phones)]
-    readings = [speak_phones(p, v) if teacher else speak_text(t, v) for (t, v, teacher), p in zip(jobs, said)]
+    readings = [teacher_reading(t, v, frontend) if teacher else speak_text(t, v) for t, v, teacher in jobs]
     out = [(r.waveform, list(r.phones)) for r in readings]
     if path is not None:
         from safetensors.torch import save

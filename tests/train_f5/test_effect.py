@@ -305,6 +305,7 @@ def test_kept_readings_are_synthesised_once_and_read_back_bit_for_bit(tmp_path, 
 
     monkeypatch.setattr(synth, "speak_phones", refuse)
     monkeypatch.setattr(synth, "speak_text", refuse)
+    monkeypatch.setattr("leakloss.speech.corpus.teacher_reading", refuse)
     again = effect.kept_readings(jobs, tmp_path)
     for (w1, p1), (w2, p2) in zip(first, again):
         assert torch.equal(w1, w2) and p1 == p2
