@@ -220,7 +220,6 @@ def test_states_dataset_returns_fp32_and_masks_only_when_augmenting(tmp_path):
     assert torch.equal(T.StatesDataset([item], augment=True, seed=3)[0][0], masked[3])  # seeded
 
 
-
 def test_states_dataset_reads_each_item_when_drawn_not_all_at_construction(tmp_path):
     """All states in memory at once was 33 GB for the 1,000-prompt corpus (killed on 24 GiB): an item is read when
     it is drawn, so a dataset holds no arrays and sees the file as it is then."""
@@ -231,6 +230,7 @@ def test_states_dataset_reads_each_item_when_drawn_not_all_at_construction(tmp_p
                    for v in vars(dataset).values())
     np.save(path, np.full((2, 5, 8), 2, np.float16))
     assert torch.equal(dataset[0][0], torch.full((2, 5, 8), 2.0))
+
 
 # --- caching states --------------------------------------------------------------------------------
 
