@@ -122,6 +122,25 @@ def test_the_encoder_loop_is_whisper_encoder_forward(fake):
     assert all(torch.equal(fake.encode_mel(mel, layer=i), b) for i, b in enumerate(ref.hidden_states))
 
 
+def test_an_inner_state_does_not_run_the_layers_above_it(fake, monkeypatch):
+    """A head on state k pays for k layers: the layers above are not called (and the state is unchanged)."""
+    mel = fake.mel(torch.randn(1, 8000, generator=torch.Generator().manual_seed(5)) * 0.1)
+    with torch.no_grad():
+        raw, _ = fake._encode(mel)  # every layer
+        calls = []
+
+        def counted(forward, index):
+            def run(*args, **kwargs):
+                calls.append(index)
+                return forward(*args, **kwargs)
+            return run
+
+        for i, layer in enumerate(fake.encoder.layers):
+            monkeypatch.setattr(layer, "forward", counted(layer.forward, i))
+        inner = fake.encode_mel(mel, layer=1)
+    assert calls == [0] and torch.equal(inner, raw[1])  # the fake has 2 layers: the second is skipped
+
+
 @pytest.mark.parametrize("samples", [1, 319, 320, 321, 23_456, 16_000 * 12 + 7, W.N_SAMPLES - 321])
 def test_own_length_mel_is_the_padded_mel_cut(fake, samples):
     g = torch.Generator().manual_seed(samples)
