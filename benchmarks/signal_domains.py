@@ -34,7 +34,9 @@ Figures (each from running the signal; a domain whose voices or data are absent 
   >= 0.5 (the sites the signal's own placement finds are counted and printed beside: recognizer A aligns none);
 - ``false_short_vowels``: share of retained schwas at deletion sites lasting 40-60 ms (the held-out teacher voice
   at seven fast rates, as in ``short_vowels.py``; window: espeak's own times) at or above the penalty's flag
-  threshold.
+  threshold, pooled over ``--short-vowel-syntheses`` fresh syntheses of each reading (default 5, as
+  ``short_vowels.py``): espeak-ng's output depends on the state its previous call left, so one synthesis is one
+  draw (a borderline vowel's probability moved 0.44 -> 0.89 between runs; measured 2026-12-06).
 
 Readings by Festival/flite are cached under ``$LEAKLOSS_CACHE`` (default ``.cache/leakloss``) ``/signal_domains``,
 keyed by a hash of voice and phones; every score is computed afresh.
@@ -359,23 +361,28 @@ def short_vowel_sites(reading, words, min_s: float, max_s: float) -> list[TimedS
     return out
 
 
-def short_vowel_domain(signal: Signal, held: list[str], words_of: dict) -> dict:
+def short_vowel_domain(signal: Signal, held: list[str], words_of: dict, syntheses: int = 5) -> dict:
+    """``false_short_vowels`` pooled over ``syntheses`` fresh readings of each sentence at each fast rate."""
     from leakloss.speech.synth import HELDOUT_TEACHER_VOICE as base
     from leakloss.speech.synth import Voice, speak_phones
 
-    probs = []
-    for text in held:
-        words = words_of[text]
-        if not any(s.kind == "deletion" for w in words for s in w.testable_sites):
-            continue
-        for rate in FAST_RATES:
-            voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch, base.pitch_range)
-            reading = speak_phones([w.nepali for w in words], voice)
-            sites = short_vowel_sites(reading, words, *SHORT_VOWEL_S)
-            probs += [p for p in signal.site_probs(reading.waveform, sites) if p is not None]
+    probs, per_draw = [], [0] * syntheses
+    for draw in range(syntheses):
+        for text in held:
+            words = words_of[text]
+            if not any(s.kind == "deletion" for w in words for s in w.testable_sites):
+                continue
+            for rate in FAST_RATES:
+                voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch,
+                              base.pitch_range)
+                reading = speak_phones([w.nepali for w in words], voice)
+                sites = short_vowel_sites(reading, words, *SHORT_VOWEL_S)
+                drawn = [p for p in signal.site_probs(reading.waveform, sites) if p is not None]
+                probs += drawn
+                per_draw[draw] += sum(p >= signal.flag_threshold for p in drawn)
     flagged = sum(p >= signal.flag_threshold for p in probs)
-    print(f"espeak short vowels ({base.name} at {FAST_RATES[0]}-{FAST_RATES[-1]} wpm): {flagged} of {len(probs)} "
-          f"flagged (p >= {signal.flag_threshold})", flush=True)
+    print(f"espeak short vowels ({base.name} at {FAST_RATES[0]}-{FAST_RATES[-1]} wpm, {syntheses} syntheses): "
+          f"{flagged} of {len(probs)} flagged (p >= {signal.flag_threshold}; per synthesis {per_draw})", flush=True)
     if not probs:
         warn("espeak: no short retained vowel found: false_short_vowels is nan")
     return {"false_short_vowels": flagged / len(probs) if probs else math.nan}
@@ -398,7 +405,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--aligner", default="w", help="recognizer placing the sites cut in real recordings")
     parser.add_argument("--real-limit", type=int, default=None)
     parser.add_argument("--twin", action="store_true", help="also print flite's slt (kept out, another family)")
+    parser.add_argument("--short-vowel-syntheses", type=int, default=5,
+                        help="fresh espeak syntheses pooled for false_short_vowels (espeak's output varies by call)")
     args = parser.parse_args(argv)
+    if args.short_vowel_syntheses < 1:
+        parser.error(f"--short-vowel-syntheses must be at least 1, got {args.short_vowel_syntheses}")
     torch.set_num_threads(2)
     start = time.time()
     try:
@@ -425,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     figures.update(judged_real=real.get("judged", math.nan), auc_site_real=real.get("auc_site", math.nan),
                    false_sites_real=real.get("false_sites", math.nan))
     print(f"  [{time.time() - start:.0f}s]", flush=True)
-    figures.update(short_vowel_domain(signal, held, words_of))
+    figures.update(short_vowel_domain(signal, held, words_of, args.short_vowel_syntheses))
     print(f"{time.time() - start:.0f}s")
     print(" ".join(f"{k}={figures[k]:.4f}" for k in KEYS) + f" signal={signal.name.replace(' ', '_')}")
 

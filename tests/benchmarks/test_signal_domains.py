@@ -110,3 +110,27 @@ def test_short_vowel_sites_keeps_40_to_60_ms_retained_schwas(bench):
     assert sites == [TimedSite(0.05, 0.10, "deletion", "ʌ->∅", "x")]
     said_otherwise = Reading(torch.zeros(8000), ["k", "r", "m", "ʌ", "t"], [0.0, 0.05, 0.2, 0.25, 0.33], [0, 0, 1, 1, 1])
     assert bench.short_vowel_sites(said_otherwise, words, 0.04, 0.06) == []
+
+
+def test_false_short_vowels_pools_fresh_syntheses(bench, monkeypatch):
+    """Each synthesis is a new draw (espeak's output depends on its previous call): every one is scored and pooled."""
+    from leakloss.speech import synth
+
+    words = [WordSites(0, "x", ["k", "ʌ", "r"], sites=[DELETION])]
+    calls = []
+
+    def fake_speak(phones, voice):  # draw k: the schwa is loud (flagged by FakePenalty) on every other draw
+        calls.append(voice.rate)
+        wave = torch.zeros(8000)
+        wave[800:1600] = 1.0 if len(calls) % 2 else 0.0
+        return Reading(wave, ["k", "ʌ", "r"], [0.0, 0.05, 0.10], [0, 0, 0])
+
+    monkeypatch.setattr(synth, "speak_phones", fake_speak)
+    signal = bench.Signal("fake", FakePenalty(), None, 0.4, None, None)
+    one = bench.short_vowel_domain(signal, ["t"], {"t": words}, syntheses=1)
+    assert len(calls) == len(bench.FAST_RATES)
+    calls.clear()
+    pooled = bench.short_vowel_domain(signal, ["t"], {"t": words}, syntheses=3)
+    assert len(calls) == 3 * len(bench.FAST_RATES)  # every reading drawn afresh each time
+    assert one["false_short_vowels"] == pytest.approx(4 / 7)  # draws 1, 3, 5, 7 of 7 loud
+    assert pooled["false_short_vowels"] == pytest.approx(11 / 21)
