@@ -5,8 +5,9 @@ The penalty runs on ``--recognizer`` (default: the recognizer the shipped head's
 10,3,3,3,3, strides 5,2,2,2,2; 5 ms frames) under the shipped head (or ``conf/head/rawconv.yaml``'s
 ``RawConvHead(64, 48, 5, 3, members 3)``); ``wb``, the multilingual Whisper base encoder (d_model 512, 6 layers,
 8 heads, 80 mel bins, 2 convs; 20 ms frames) run on each item's own length, as recognizer wb runs it, under the
-shipped head when its card names wb, else ``conf/head/whisper_frame.yaml``'s frame head (``RawConvHead(512, 64,
-3, 3, members 3)``) with random weights; ``w``, Whisper tiny.en (384, 4 layers) padded to 30 s. The Whisper
+shipped head when its card names wb, the encoder run only to the state the head reads (its card's
+``features.layer``: 4 of 6 since 2026-12-06), else ``conf/head/whisper_frame.yaml``'s frame head (``RawConvHead(512, 64,
+3, 3, members 3)``) with random weights on the output; ``w``, Whisper tiny.en (384, 4 layers) padded to 30 s. The Whisper
 architectures are built offline with random weights (the same FLOPs; :func:`whisper_architecture`, shapes
 checked against the real recognizers when they are installed), so the benchmark runs on a fresh clone.
 
@@ -287,6 +288,17 @@ def shipped_head_recognizer() -> str:
 
     card = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
     return card["recognizer"].split("@", 1)[0]
+
+
+def shipped_head_layer(recognizer_name: str) -> int | None:
+    """The frame layer the shipped penalty head reads (its card's ``features.layer``) when it was trained on
+    ``recognizer_name``, else None (the recognizer's default frames): the penalty runs the encoder only that far."""
+    from leakloss.penalty import SHIPPED_HEADS
+
+    if shipped_head_recognizer() != recognizer_name:
+        return None
+    card = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
+    return card.get("features", {}).get("layer")
 
 
 def whisper_architecture(name: str, seed: int = 0):
@@ -594,11 +606,11 @@ def tiny_batch(n_items: int = 4, seed: int = 0):
     return batch["mel"].permute(0, 2, 1).contiguous(), batch["mel_lengths"], batch["text"]
 
 
-def wall_ratio(recognizer, head: RawConvHead, steps: int, warmup: int) -> dict:
+def wall_ratio(recognizer, head: RawConvHead, steps: int, warmup: int, layer: int | None = None) -> dict:
     from integrations.f5_tts import tiny_f5
 
     sites = [TimedSite(0.55, 0.63, "deletion", "ʌ->∅"), TimedSite(1.25, 1.35, "quality", "ʌi̯->ɛː")]
-    penalty = LeakPenalty(recognizer, head, mel_to_wave=MelToWave.tiny(0))
+    penalty = LeakPenalty(recognizer, head, mel_to_wave=MelToWave.tiny(0), conv_layer=layer)
     no_cfg = dict(audio_drop_prob=0.0, cond_drop_prob=0.0)
     base = tiny_f5(seed=0, **no_cfg)
     leak = tiny_f5(seed=0, leak_penalty=penalty, leak_weight=1.0, site_lookup=lambda text: sites, **no_cfg)
@@ -762,6 +774,9 @@ def main(argv: list[str] | None = None) -> None:
 
     recognizer, rec_note = build_recognizer(rec_name)
     head, head_note = build_head(rec_name, recognizer.frame_channels(None))
+    layer = shipped_head_layer(rec_name) if head_note == "shipped rawconv head" else None
+    if layer is not None:
+        head_note += f" on frame layer {layer}"
     print(f"recognizer {rec_name}{'' if args.recognizer else ' (the shipped head card names it)'}: {rec_note};"
           f" head: {head_note}")
 
@@ -771,7 +786,7 @@ def main(argv: list[str] | None = None) -> None:
     f5 = f5_step_flops(batch, args.utt_frames)
     print(f"F5 v1 Base ({f5_step_flops.params / 1e6:.1f} M params) step, fwd+bwd on [{batch}, {args.utt_frames}, 100]"
           f" = {frames:,} frames ({frames / FRAME_RATE:.1f} s audio): {f5 / 1e12:.2f} TFLOP")
-    penalty = LeakPenalty(recognizer, head, mel_to_wave=released_vocos())
+    penalty = LeakPenalty(recognizer, head, mel_to_wave=released_vocos(), conv_layer=layer)
     diff = check_istft_copy(penalty.mel_to_wave)
     print(f"ISTFT head copy used for counting matches Vocos' head: max abs diff {diff:.1e}")
     parts = penalty_parts_flops(penalty, batch, args.utt_frames)
@@ -846,7 +861,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sensitivity: {alt_how}: share {alt:.4f} (draw 0 where cropped)")
 
     # ---- wall clock ----------------------------------------------------------------------------------------------
-    wall = wall_ratio(recognizer, head, args.steps, args.warmup)
+    wall = wall_ratio(recognizer, head, args.steps, args.warmup, layer)
     print(f"tiny F5 step (batch {wall['shape'][0]}, {wall['frames']} valid mel frames, padded {wall['shape'][1]}):"
           f" median without {wall['median']['without'] * 1000:.1f} ms,"
           f" with penalty {wall['median']['with'] * 1000:.1f} ms"

@@ -106,6 +106,19 @@ def test_default_recognizer_follows_the_shipped_head_card(bench, tmp_path, monke
     assert bench.shipped_head_recognizer() == "wb"
 
 
+def test_the_penalty_is_counted_to_the_shipped_heads_frame_layer(bench, tmp_path, monkeypatch):
+    """A head on an inner encoder state makes the penalty run the encoder only that far: the benchmark counts that."""
+    import leakloss.penalty
+
+    monkeypatch.setattr(leakloss.penalty, "SHIPPED_HEADS", tmp_path)
+    card = {"recognizer": "wb@0123abcd", "features": {"source": "whisper-states", "layer": 4}}
+    (tmp_path / "rawconv.json").write_text(json.dumps(card), encoding="utf-8")
+    assert bench.shipped_head_layer("wb") == 4
+    assert bench.shipped_head_layer("a") is None  # another recognizer's head: its default frames
+    (tmp_path / "rawconv.json").write_text(json.dumps({"recognizer": "wb@0123abcd"}), encoding="utf-8")
+    assert bench.shipped_head_layer("wb") is None  # a card from before features were recorded
+
+
 @pytest.mark.slow
 def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path, monkeypatch, capsys):
     """A whole run on a tiny Whisper recognizer (F5 v1 Base counted as is): the last line keeps its keys, adds
