@@ -18,6 +18,10 @@ def test_the_experiment_trains_only_the_frame_head_on_wb_with_real_speech_negati
     assert list(cfg.heads) == ["rawconv"] and dict(cfg.recognizer) == {"a": "wb", "b": "wb"}
     hcfg = cfg.heads.rawconv
     assert hcfg.recipe.real_speech is True and hcfg.recognizer == "a"
+    from leakloss.penalty import SHIPPED_HEADS
+
+    shipped = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
+    assert hcfg.frame_layer == shipped["features"]["layer"] == 4  # the experiment retrains the shipped head
     assert hcfg.max_minutes > 0 and hcfg.resume is True
     # every voice family the corpus has: the Festival/flite training voices, the unseen family held out
     assert "flite-awb" in cfg.data.recorded_voices and "fest-slt" in cfg.data.heldout_recorded_voices
