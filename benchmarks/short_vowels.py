@@ -35,7 +35,8 @@ def main() -> None:
     flagged = total = 0
     start = time.time()
     for i in range(args.syntheses):
-        table = short_vowel_conv_table(recognizer, held, progress=False)
+        # the frames the head was trained on (its card's layer: wb's head reads encoder state 4, not the output)
+        table = short_vowel_conv_table(recognizer, held, progress=False, layer=card.features.get("layer"))
         f = int((rawconv_scores(head, table) >= card.thresholds["flag"]).sum())
         flagged, total = flagged + f, total + len(table)
         print(f"synthesis {i + 1}: {f} of {len(table)} short vowels flagged  [{time.time() - start:.0f}s]", flush=True)
