@@ -6,10 +6,11 @@ The penalty runs on ``--recognizer`` (default: the recognizer the shipped head's
 ``RawConvHead(64, 48, 5, 3, members 3)``); ``wb``, the multilingual Whisper base encoder (d_model 512, 6 layers,
 8 heads, 80 mel bins, 2 convs; 20 ms frames) run on each item's own length, as recognizer wb runs it, under the
 shipped head when its card names wb, the encoder run only to the state the head reads (its card's
-``features.layer``: 4 of 6 since 2026-12-06), else ``conf/head/whisper_frame.yaml``'s frame head (``RawConvHead(512, 64,
-3, 3, members 3)``) with random weights on the output; ``w``, Whisper tiny.en (384, 4 layers) padded to 30 s. The Whisper
-architectures are built offline with random weights (the same FLOPs; :func:`whisper_architecture`, shapes
-checked against the real recognizers when they are installed), so the benchmark runs on a fresh clone.
+``features.layer``: 4 of 6 since 2026-12-06), else ``conf/head/whisper_frame.yaml``'s frame head
+(``RawConvHead(512, 64, 3, 3, members 3)``) with random weights on the output; ``w``, Whisper tiny.en (384, 4
+layers) padded to 30 s. The Whisper architectures are built offline with random weights (the same FLOPs;
+:func:`whisper_architecture`, shapes checked against the real recognizers when they are installed), so the
+benchmark runs on a fresh clone.
 
 Figures, measured in one run:
 

@@ -87,8 +87,9 @@ def test_the_cropped_whisper_penalty_tracks_the_full_loss(whisper_crop_gap):
 
 
 @pytest.mark.xfail(strict=False, reason="known gap (2026-12-04): on Whisper states the cropped penalty's gradient "
-                   "is often not the full one's (cosine -0.38 and -0.78 in two runs, above 0.9 in a third: espeak's "
-                   "readings vary between runs), though the losses agree within 2%")
+                   "is often not the full one's (output states: cosine -0.38 and -0.78 in two runs, above 0.9 in a "
+                   "third: espeak's readings vary between runs; the head on state 4 since 2026-12-06: 0.84, 0.96, "
+                   "0.97 in three draws, one item at 0.28), though the losses agree within 2-4%")
 def test_the_cropped_whisper_penalty_gradient_points_as_the_full_one(whisper_crop_gap):
     _, cosine = whisper_crop_gap
     assert cosine > 0.9
