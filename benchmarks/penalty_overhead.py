@@ -283,22 +283,27 @@ def recognizer_part(recognizer: nn.Module) -> str:
     return "whisper encoder" if recognizer.frame_source == WHISPER_FRAME_SOURCE else "recognizer convs"
 
 
-def shipped_head_recognizer() -> str:
-    """The recognizer the shipped penalty head was trained on (its card, ``rawconv.json``): the default."""
+#: build_head's note when it returns the shipped head (main then counts the penalty to that head's frame layer).
+SHIPPED_HEAD_NOTE = "shipped rawconv head"
+
+
+def _shipped_card() -> dict:
     from leakloss.penalty import SHIPPED_HEADS
 
-    card = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
-    return card["recognizer"].split("@", 1)[0]
+    return json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
+
+
+def shipped_head_recognizer() -> str:
+    """The recognizer the shipped penalty head was trained on (its card, ``rawconv.json``): the default."""
+    return _shipped_card()["recognizer"].split("@", 1)[0]
 
 
 def shipped_head_layer(recognizer_name: str) -> int | None:
     """The frame layer the shipped penalty head reads (its card's ``features.layer``) when it was trained on
     ``recognizer_name``, else None (the recognizer's default frames): the penalty runs the encoder only that far."""
-    from leakloss.penalty import SHIPPED_HEADS
-
-    if shipped_head_recognizer() != recognizer_name:
+    card = _shipped_card()
+    if card["recognizer"].split("@", 1)[0] != recognizer_name:
         return None
-    card = json.loads((SHIPPED_HEADS / "rawconv.json").read_text(encoding="utf-8"))
     return card.get("features", {}).get("layer")
 
 
@@ -362,7 +367,7 @@ def build_head(recognizer_name: str, in_channels: int) -> tuple[RawConvHead, str
     if path.exists() and shipped_head_recognizer() == recognizer_name:
         head, _ = load_head(path)
         if isinstance(head, RawConvHead) and head.in_channels == in_channels:  # a smaller stand-in encoder: its own
-            return head, "shipped rawconv head"
+            return head, SHIPPED_HEAD_NOTE
     conf = "whisper_frame.yaml" if recognizer_name in WHISPER_RECOGNIZERS else "rawconv.yaml"
     model = OmegaConf.to_container(OmegaConf.create(
         resources.files("leakloss.conf").joinpath(f"head/{conf}").read_text(encoding="utf-8")).model)
@@ -775,7 +780,7 @@ def main(argv: list[str] | None = None) -> None:
 
     recognizer, rec_note = build_recognizer(rec_name)
     head, head_note = build_head(rec_name, recognizer.frame_channels(None))
-    layer = shipped_head_layer(rec_name) if head_note == "shipped rawconv head" else None
+    layer = shipped_head_layer(rec_name) if head_note == SHIPPED_HEAD_NOTE else None
     if layer is not None:
         head_note += f" on frame layer {layer}"
     print(f"recognizer {rec_name}{'' if args.recognizer else ' (the shipped head card names it)'}: {rec_note};"
