@@ -99,15 +99,24 @@ class LeakPenalty(nn.Module):
     - **Very short input** (0 samples up to the 10 ms receptive field of the conv stack, or 0 mel frames) is
       zero-padded: such an item has no frames, so its sites are inactive and it contributes exactly zero.
     - Waves not ``[b, t]``, mels not ``[b, n, d]``, lengths outside ``[0, t]``: :class:`PenaltyInputError`.
+
+    **The mel bridge** (``mel_bridge=``, a :class:`leakloss.mel_bridge.MelBridge`, Whisper recognizers only): mels
+    go straight to Whisper's log-mel instead of through the vocoder (``mel_to_wave``) and Whisper's STFT, for a
+    fraction of the cost and an approximation of the signal (docs/penalty.md). The same rules hold; each item is
+    levelled to unit energy in the log domain, so a quiet item's gradient is bounded without the quiet rule
+    (``parts.quiet_items`` stays 0); items are scored up to 30 s (:class:`PenaltyInputError` past it). Waves
+    still take the wave path.
     """
 
     def __init__(self, recognizer: nn.Module, head: RawConvHead, mel_to_wave: nn.Module | None = None,
                  conv_layer: int | None = None, pad_s: float = 0.02, quiet_rms: float = QUIET_RMS,
-                 flag_threshold: float = FLAG_THRESHOLD) -> None:
+                 flag_threshold: float = FLAG_THRESHOLD, mel_bridge: nn.Module | None = None) -> None:
         """``conv_layer``: the layer of the recognizer's frame features the head reads (a wav2vec2 conv layer,
         or a Whisper encoder state; None: the recognizer's ``default_frame_layer``, conv layer 4 / the encoder's
         output). A recognizer without frame features, or whose features are not as wide as the head's input, is a
-        :class:`~leakloss.acoustic.recognizer.RecognizerLoadError` here, not a shape error in the first forward."""
+        :class:`~leakloss.acoustic.recognizer.RecognizerLoadError` here, not a shape error in the first forward.
+        ``mel_bridge``: score mels through it instead of ``mel_to_wave`` (give one of the two); a Whisper
+        recognizer's encoder only (else ``ValueError``)."""
         from leakloss.checks import check_number
         from leakloss.decision import check_thresholds
 
@@ -115,12 +124,20 @@ class LeakPenalty(nn.Module):
         # a silent item's gradient is scaled by rms / quiet_rms: 0 or NaN would make the loss NaN
         check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
         check_frame_recognizer(recognizer, head, conv_layer)
+        if mel_bridge is not None:
+            if mel_to_wave is not None:
+                raise ValueError("give mel_to_wave (vocode mels) or mel_bridge (bridge them to Whisper's log-mel), "
+                                 "not both")
+            if not callable(getattr(getattr(recognizer, "frames", None), "encode_mel", None)):
+                raise ValueError(f"the mel bridge feeds a Whisper encoder's log-mel; recognizer "
+                                 f"{getattr(recognizer, 'name', type(recognizer).__name__)} has none")
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
+        self.mel_bridge = mel_bridge
         layer = recognizer.default_frame_layer if conv_layer is None else conv_layer
         self.conv_layer, self.pad_s, self.quiet_rms = layer, pad_s, quiet_rms
         self.flag_threshold = flag_threshold  # a site probability at or above it counts as flagged (head card)
-        for module in (recognizer, head, mel_to_wave):
+        for module in (recognizer, head, mel_to_wave, mel_bridge):
             if module is not None:
                 module.requires_grad_(False)
 
@@ -140,10 +157,11 @@ class LeakPenalty(nn.Module):
     @classmethod
     def load(cls, recognizer: str | None = None, head_path: str | Path | None = None,
              mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu",
-             head: str | None = None) -> "LeakPenalty":
+             head: str | None = None, mel_bridge: nn.Module | bool | None = None) -> "LeakPenalty":
         """The frame head at ``head_path``, or named ``head`` (:data:`NAMED_HEADS`; default: the shipped one), on
         ``recognizer`` (default: the one its card names; another is loaded as given, with a warning when its
-        weights differ from the card's).
+        weights differ from the card's). ``mel_bridge``: a :class:`~leakloss.mel_bridge.MelBridge`, or True for the
+        shipped one (:meth:`MelBridge.embedded`), in place of ``mel_to_wave``.
 
         Raises:
             HeadLoadError: not a frame (raw-conv) head, an unknown ``head`` name, or ``head`` with ``head_path``.
@@ -164,8 +182,12 @@ class LeakPenalty(nn.Module):
         features = card_frame_features(card)
         check_frame_recognizer(rec, module, features.get("layer"), features["source"], card.recognizer)
         check_recognizer(card, rec.name)
+        if mel_bridge is True:
+            from leakloss.mel_bridge import MelBridge
+
+            mel_bridge = MelBridge.embedded()
         return cls(rec, module, mel_to_wave, conv_layer=features.get("layer"),
-                   flag_threshold=card.thresholds["flag"]).to(device)
+                   flag_threshold=card.thresholds["flag"], mel_bridge=mel_bridge or None).to(device)
 
     @property
     def min_samples(self) -> int:
@@ -236,6 +258,8 @@ class LeakPenalty(nn.Module):
             raise PenaltyInputError("give waves (with wave_lengths) or mels (with mel_lengths), not both")
         if mel_lengths is not None and mels is None:
             raise PenaltyInputError("mel_lengths goes with mels; waves take wave_lengths")
+        if mels is not None and self.mel_bridge is not None:
+            return self._bridged_forward(mels, mel_lengths, sites, source)
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
         if waves is None:
@@ -262,6 +286,12 @@ class LeakPenalty(nn.Module):
         if waves.requires_grad:
             waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths, wave_rms, wave_mean)
+        return self._site_loss(logits, frames, bad, sites, source, quiet=((quiet < 1) & ~bad).sum().detach())
+
+    def _site_loss(self, logits: Tensor, frames: Tensor, bad: Tensor, sites: Sequence[Sequence[TimedSite]],
+                   source: Tensor, quiet: Tensor) -> tuple[Tensor, LeakParts]:
+        """Frame logits ``[b, g]`` and valid frames ``[b]`` -> the loss over the sites and its parts (items in
+        ``bad [b]`` have no frame)."""
         frames = torch.where(bad.to(frames.device), torch.zeros_like(frames), frames)  # masked items: no frames
         masks, index = site_masks(sites, logits.shape[-1], hop_s=self.frame_hop_s,
                                   pad_s=self.pad_s, frame_lengths=frames,
@@ -272,7 +302,62 @@ class LeakPenalty(nn.Module):
         if source.numel() == 0 and source.requires_grad:  # an empty batch: a zero loss still on the input's graph
             loss = loss + source.sum().float() * 0
         parts = self._parts(loss, probs, active, index, logits, frames)
-        return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=((quiet < 1) & ~bad).sum().detach())
+        return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=quiet)
+
+    def _bridged_forward(self, mels: Tensor, mel_lengths: Tensor | None, sites: Sequence[Sequence[TimedSite]],
+                         source: Tensor) -> tuple[Tensor, LeakParts]:
+        """:meth:`forward` on mels through :attr:`mel_bridge`: frame logits of each item as the wave path would
+        hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence)."""
+        from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
+        from leakloss.functional.mel_bridge import whisper_frames_for
+        from leakloss.vocoder import mel_lengths_to_samples, silence_past_lengths
+
+        if mels.dim() != 3:
+            raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
+        if mels.shape[-1] != MEL_BINS:
+            raise PenaltyInputError(f"mels have {mels.shape[-1]} bins, the mel bridge takes {MEL_BINS}: "
+                                    f"[batch, frames, {MEL_BINS}]")
+        if not mels.is_floating_point():
+            raise PenaltyInputError(f"mels must be real float log magnitudes, got dtype {mels.dtype}")
+        b, n = mels.shape[:2]
+        check_site_lists(sites, b)
+        if mel_lengths is None:
+            mel_lengths = torch.full((b,), n, dtype=torch.long, device=mels.device)
+        mel_lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
+        samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mels.device)
+        max_frames = self.recognizer.frames.encoder.config.max_source_positions
+        if b and int(self.recognizer.frame_count(samples, self.conv_layer).max()) > max_frames:
+            raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * 320 / SAMPLE_RATE:.0f} s; "
+                                    f"got {int(mel_lengths.max()) * MEL_HOP / MEL_SAMPLE_RATE:.1f} s "
+                                    "(use the vocoder path for longer items)")
+        mels, bad = mask_nonfinite_items(at_least_fp32(mels), mel_lengths)
+        lengths = samples.tolist()
+        logits = mels.new_zeros(b, self._frames(max(lengths, default=0)), dtype=torch.float32)
+        frames = torch.zeros(b, dtype=torch.long, device=mels.device)
+        for group in (length_groups(lengths) if b else []):
+            index = torch.tensor(group, device=mels.device)
+            item_mel_lengths = mel_lengths.index_select(0, index)
+            heard = samples.index_select(0, index) + self.tail_samples
+            enc_frames = self.recognizer.frame_count(heard, self.conv_layer).clamp(max=max_frames)
+            n_out = 2 * int(enc_frames.max())
+            need = whisper_frames_for(n_out) + self.mel_bridge.receptive_frames + 1
+            longest = int(item_mel_lengths.max())
+            chunk = mels.index_select(0, index)[:, :longest]
+            chunk = silence_past_lengths(chunk, item_mel_lengths, tail_frames=max(need - longest, 0))
+            log_mel = self.mel_bridge(chunk, item_mel_lengths, n_out, 2 * enc_frames)
+            blown = ~torch.isfinite(log_mel).flatten(1).all(-1)  # finite but huge mels can overflow in the bridge
+            if bool(blown.any()):  # bridge again without them: no graph we keep holds a non-finite value
+                chunk = torch.where(blown[:, None, None], torch.zeros((), dtype=chunk.dtype, device=chunk.device),
+                                    chunk)
+                log_mel = self.mel_bridge(chunk, item_mel_lengths, n_out, 2 * enc_frames)
+                bad = bad.index_copy(0, index, bad.index_select(0, index) | blown)
+            feats = self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)
+            item_frames = self.recognizer.frame_count(samples.index_select(0, index), self.conv_layer)
+            g = min(self._frames(max(lengths[i] for i in group)), logits.shape[-1], feats.shape[1])
+            logits = logits.index_copy(0, index, torch.nn.functional.pad(
+                self.head(feats.float().transpose(1, 2)).float()[..., :g], (0, logits.shape[-1] - g)))
+            frames = frames.index_copy(0, index, item_frames.to(frames.device))
+        return self._site_loss(logits, frames, bad, sites, source, quiet=frames.sum().detach() * 0)
 
     def _vocode(self, mels: Tensor, mel_lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Finite mels ``[b, n, d]`` -> (waves ``[b, t]``, wave lengths ``[b]``, non-finite items ``[b]``)."""

@@ -1,0 +1,185 @@
+"""The mel bridge: F5 / Vocos log mels -> Whisper's log-mel, in place of "vocoder -> resampler -> Whisper STFT".
+
+The whole-item leak penalty on a Whisper recognizer spent 59% of its cost in the vocoder (``penalty_overhead.py``,
+2026-12-06: Vocos 3.8% of an F5 v1 Base step of the penalty's 6.4%). Whisper never hears the wave itself, only its
+log mel; :class:`MelBridge` maps the TTS's mel straight to that log mel: the Vocos bins under 8 kHz
+(:func:`leakloss.functional.mel_bridge.vocos_bins_below`), levelled to unit energy, interpolated to Whisper's
+10 ms grid, then a 5-frame linear map plus a small residual conv net (3 convs, kernel 5, 256 channels), then
+Whisper's own floor and scale. About 0.5 M multiply-adds a frame against the released Vocos' ~14 M.
+
+It is fitted (``python -m train_bridge``) on readings of the training voices only, to Whisper's log-mel of the same
+audio; its card says on what, and how close it came. What it costs the signal is measured by
+``benchmarks/signal_domains.py --mel-bridge`` (docs/penalty.md): an approximation of the vocoder path, chosen
+by ``LeakPenalty(mel_bridge=...)`` / ``leak.mel_bridge=true``, not the default.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from leakloss.checks import first_line, is_whole
+from leakloss.functional.mel_bridge import level_normalize, to_whisper_grid, vocos_bins_below, whisper_floor_scale
+
+EMBEDDED_BRIDGE = Path(__file__).resolve().parent / "assets" / "bridge" / "vocos_to_whisper"
+BRIDGE_SCHEMA_VERSION = "1"
+WHISPER_MEL_BINS = 80
+
+
+class BridgeLoadError(ValueError):
+    """A bridge file pair that cannot be loaded: an unreadable card, sizes that do not build, damaged weights."""
+
+
+class MelBridge(nn.Module):
+    """``forward(mels [b, n, 100], mel_lengths [b], n_out, out_lengths [b])`` -> Whisper log-mel ``[b, 80, n_out]``.
+
+    ``mels``: natural-log Vocos magnitudes (F5's ``x1_hat``), silent (``log(MEL_FLOOR)``) past each item's
+    ``mel_lengths`` (:func:`leakloss.vocoder.silence_past_lengths`); ``out_lengths``: each item's Whisper mel frames
+    (its floor is taken over them). Frozen unless ``frozen=False`` (the fitting script); gradients reach the mel.
+    """
+
+    def __init__(self, in_bins: int | None = None, context: int = 2, hidden: int = 256, kernel: int = 5,
+                 frozen: bool = True) -> None:
+        super().__init__()
+        in_bins = vocos_bins_below() if in_bins is None else in_bins
+        for name, value in (("in_bins", in_bins), ("hidden", hidden), ("kernel", kernel)):
+            if not is_whole(value, 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not is_whole(context, 0) or kernel % 2 == 0:
+            raise ValueError(f"context must be a whole number >= 0 and kernel odd, got {context!r}, {kernel!r}")
+        self.in_bins, self.context, self.hidden, self.kernel = in_bins, context, hidden, kernel
+        self.linear = nn.Conv1d(in_bins, WHISPER_MEL_BINS, 2 * context + 1)  # replicate-padded: see forward
+        self.net = nn.Sequential(nn.Conv1d(in_bins, hidden, kernel, padding=kernel // 2), nn.GELU(),
+                                 nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2), nn.GELU(),
+                                 nn.Conv1d(hidden, WHISPER_MEL_BINS, kernel, padding=kernel // 2))
+        self.frozen = frozen
+        if frozen:
+            self.requires_grad_(False)
+            self.eval()
+
+    def train(self, mode: bool = True) -> "MelBridge":  # frozen: a parent's .train() leaves it in eval
+        return super().train(mode and not self.frozen)
+
+    @property
+    def receptive_frames(self) -> int:
+        """Whisper-grid frames each side one output frame reads (the net's three convs, or the linear map's)."""
+        return max(self.context, 3 * (self.kernel // 2))
+
+    def card(self) -> dict:
+        return {"schema_version": BRIDGE_SCHEMA_VERSION, "in_bins": self.in_bins, "context": self.context,
+                "hidden": self.hidden, "kernel": self.kernel, "out_bins": WHISPER_MEL_BINS}
+
+    def spectral(self, grid: Tensor) -> Tensor:
+        """``[b, m, in_bins]`` levelled Vocos log mels on Whisper's grid -> ``[b, m, 80]`` log10 mel power."""
+        x = grid.transpose(1, 2)
+        linear = self.linear(F.pad(x, (self.context, self.context), mode="replicate") if x.shape[-1] else x)
+        return (linear + self.net(x)).transpose(1, 2)
+
+    def forward(self, mels: Tensor, mel_lengths: Tensor, n_out: int, out_lengths: Tensor) -> Tensor:
+        dtype = self.linear.weight.dtype
+        x = level_normalize(mels[..., : self.in_bins].to(dtype), mel_lengths)
+        if n_out == 0:
+            return x.new_zeros(x.shape[0], WHISPER_MEL_BINS, 0)
+        return whisper_floor_scale(self.spectral(to_whisper_grid(x, n_out)), out_lengths)
+
+    @classmethod
+    def embedded(cls, path: str | os.PathLike | None = None) -> "MelBridge":
+        """The shipped bridge (``leakloss/assets/bridge``), or the one at ``path`` (``.json`` card +
+        ``.safetensors``). Loads safetensors, never a pickle."""
+        from safetensors.torch import load_file
+
+        from leakloss.textfile import read_json_object
+
+        path = Path(path or EMBEDDED_BRIDGE)
+        card_path, weights = path.with_suffix(".json"), path.with_suffix(".safetensors")
+        if not card_path.exists() or not weights.exists():
+            raise BridgeLoadError(f"no mel bridge at {path} (.json + .safetensors); fit one: python -m train_bridge")
+        try:
+            card = read_json_object(card_path, "mel bridge card")
+        except ValueError as err:
+            raise BridgeLoadError(str(err)) from None
+        if card.get("schema_version") != BRIDGE_SCHEMA_VERSION:
+            raise BridgeLoadError(f"{card_path}: schema_version {card.get('schema_version')!r}, this code reads "
+                                  f"{BRIDGE_SCHEMA_VERSION!r}")
+        try:
+            model = cls(card.get("in_bins"), card.get("context"), card.get("hidden"), card.get("kernel"))
+        except (TypeError, ValueError) as err:
+            raise BridgeLoadError(f"{card_path}: sizes do not build a bridge ({first_line(err)})") from None
+        try:
+            state = load_file(str(weights))
+        except Exception as err:  # SafetensorError, OSError: a truncated or foreign file
+            raise BridgeLoadError(f"{weights}: not readable safetensors ({first_line(err) or type(err).__name__})") from None
+        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise BridgeLoadError(f"{weights}: weights hold NaN/Inf ({', '.join(bad[:3])})")
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as err:
+            raise BridgeLoadError(f"{weights}: the weights do not fit the card's sizes ({first_line(err)})") from None
+        model.fit_card = card
+        return model
+
+    def save(self, path: str | os.PathLike, **card: object) -> None:
+        """``path.safetensors`` + ``path.json`` (this bridge's sizes and ``card``'s facts), written atomically."""
+        import json
+
+        from safetensors.torch import save
+
+        from leakloss.atomic import write_files_atomic
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        weights = save({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()})
+        text = json.dumps({**self.card(), **card}, indent=1, ensure_ascii=False) + "\n"
+        write_files_atomic({path.with_suffix(".safetensors"): weights, path.with_suffix(".json"): text.encode()})
+
+
+def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``[b, t]`` 16 kHz waves -> (``[b, n, 100]`` Vocos log mels of each item resampled to 24 kHz, the mels an F5
+    model is trained to produce, silent past each item; ``mel_lengths [b]``: the frames centred inside it).
+    Differentiable."""
+    import torchaudio.functional as AF
+
+    from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
+    from leakloss.vocoder import log_mel
+
+    b, t = waves.shape
+    lengths = wave_lengths if wave_lengths is not None else torch.full((b,), t, dtype=torch.long)
+    mels, mel_lengths = [], []
+    for i in range(b):
+        samples = int(lengths[i])
+        if samples == 0:
+            mels.append(waves.new_zeros(0, 100, dtype=torch.float32))
+            mel_lengths.append(0)
+            continue
+        wave = AF.resample(waves[i, :samples].float()[None], SAMPLE_RATE, MEL_SAMPLE_RATE)
+        n = -(-wave.shape[-1] // MEL_HOP)
+        mels.append(log_mel(wave)[0, :n])
+        mel_lengths.append(n)
+    width = max(mel_lengths, default=0)
+    silent = torch.full((), math.log(MEL_FLOOR))
+    padded = torch.stack([torch.cat([m, silent.expand(width - m.shape[0], m.shape[1])]) for m in mels]) if b \
+        else waves.new_zeros(0, 0, 100, dtype=torch.float32)
+    return padded, torch.tensor(mel_lengths, dtype=torch.long, device=waves.device)
+
+
+class MelPathPenalty(nn.Module):
+    """A penalty's mel path heard on waves: ``forward(waves=[b, t], wave_lengths=[b], sites=...)`` scores each
+    item's Vocos mel (:func:`vocos_mels`) as ``penalty(mels=..., mel_lengths=..., sites=...)``, so a benchmark or
+    a listening check sees what an F5 fine-tune's penalty sees of the same audio (with a ``mel_bridge``: the
+    bridge's approximation)."""
+
+    def __init__(self, penalty: nn.Module) -> None:
+        super().__init__()
+        self.penalty = penalty
+        self.recognizer = penalty.recognizer
+        self.flag_threshold = penalty.flag_threshold
+
+    def forward(self, waves: Tensor, wave_lengths: Tensor | None = None, sites=()):
+        mels, mel_lengths = vocos_mels(waves, wave_lengths)
+        return self.penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)

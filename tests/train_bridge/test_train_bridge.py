@@ -1,0 +1,68 @@
+"""The bridge trainer end to end on a tiny budget (readings written here, not the corpus): a loadable bridge whose
+card says what it was fitted on and how close it came; settings that cannot work are refused before any work."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.tiny_models import speechlike
+
+
+def _readings(tmp_path, n=6):
+    out = []
+    for i in range(n):
+        path = tmp_path / f"r{i}.wav"
+        sf.write(path, speechlike(0.6 + 0.1 * i, seed=i).astype(np.float32), 16_000)
+        out.append((f"voice{i % 2}", path))
+    return out
+
+
+def test_train_bridge_writes_a_loadable_bridge_no_worse_than_its_ridge_start(tmp_path, monkeypatch):
+    import train_bridge.__main__ as tb
+    from leakloss.config import compose_config
+    from leakloss.mel_bridge import MelBridge
+
+    monkeypatch.setattr(tb, "fitting_readings", lambda cfg: _readings(tmp_path))
+    card = tb.run(compose_config("train_bridge", ["minutes=0.03", "bridge.hidden=8", "batch=2", "eval_every=2",
+                                                  "heldback_fraction=0.34", f"out={tmp_path / 'b'}"]))
+    assert card["steps"] > 0 and card["heldback_rmse_log10"] <= card["linear_only_heldback_rmse_log10"]
+    assert "voice0" in card["fitted_on"] and "fest-slt" in card["fitted_on"]  # the kept-out voices are named
+    bridge = MelBridge.embedded(tmp_path / "b")
+    assert bridge.hidden == 8 and bridge.fit_card == json.loads((tmp_path / "b.json").read_text())
+    assert not any(p.requires_grad for p in bridge.parameters())
+
+
+def test_readings_are_drawn_per_voice_and_the_unseen_family_is_refused(tmp_path):
+    from leakloss.checks import SettingsError
+    from train_bridge.__main__ import choose_readings
+
+    by_voice = {"teacher0": [tmp_path / f"t{i}" for i in range(5)], "fest-kal": [tmp_path / "k0", tmp_path / "k1"]}
+    chosen = choose_readings(by_voice, 3, seed=0)
+    assert [v for v, _ in chosen] == ["fest-kal"] * 2 + ["teacher0"] * 3
+    assert chosen == choose_readings(by_voice, 3, seed=0) != choose_readings(by_voice, 3, seed=1)
+    for kept in ("fest-slt", "fest-ona", "flite-slt"):
+        with pytest.raises(SettingsError, match=kept):
+            choose_readings({**by_voice, kept: [tmp_path / "x"]}, 3, seed=0)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("minutes=0", r"minutes must be a finite number in \(0, inf\), got 0"),
+    ("per_voice=1", r"per_voice must be a whole number >= 2"),
+    ("heldback_fraction=1", r"heldback_fraction must be a finite number in \(0, 1\)"),
+    ("ridge_lambdas=[0]", r"ridge_lambdas must be numbers > 0"),
+    ("bridge.frozen=true", r"bridge: it has nothing to train"),
+    ("bridge.kernel=4", r"bridge: ValueError: context must be a whole number >= 0 and kernel odd"),
+    ("out=models/b.x", r"give a file stem without '.'"),
+])
+def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeypatch, override, message):
+    import train_bridge.__main__ as tb
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(tb, "fitting_readings", lambda cfg: pytest.fail("read audio before refusing"))
+    with pytest.raises(SettingsError, match=message):
+        tb.run(compose_config("train_bridge", [override]))
