@@ -227,6 +227,9 @@ class LeakAwareCFM(CFM):
                                  "the sites on its audio, e.g. integrations.f5_dataset.cache_lookup); without one no "
                                  "site is ever found")
         check_item_fraction(leak_item_fraction)
+        if leak_crop and getattr(leak_penalty, "mel_bridge", None) is not None:
+            raise ValueError("leak_crop vocodes crops around the sites; a penalty with a mel_bridge scores whole mels "
+                             "(no vocoder): use one or the other")
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
@@ -397,7 +400,9 @@ class LeakAwareCFM(CFM):
         with autocast:
             if self.leak_crop:
                 return self._cropped_penalty(mels, mel_lengths, sites, frame_rate)
-            if self.mel_to_wave is not None:  # x1_hat past an item's length must not reach its samples
+            # a penalty with a mel bridge reads the mels itself; else vocode here when given a vocoder
+            if self.mel_to_wave is not None and getattr(self.leak_penalty, "mel_bridge", None) is None:
+                # x1_hat past an item's length must not reach its samples
                 waves = self.mel_to_wave(silence_past_lengths(mels, mel_lengths))
                 wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
                 waves = waves[:, : int(wave_lengths.max())]  # the silent tail is context, not part of any item

@@ -352,7 +352,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         print(f"warning: {in_span - fitting} of {in_span} clips are longer than batch_size_per_gpu="
               f"{cfg.batch_size_per_gpu} mel frames: F5 leaves them out of training", file=sys.stderr)
     try:
-        penalty = LeakPenalty.load(head_path=cfg.leak.head)
+        penalty = LeakPenalty.load(head_path=cfg.leak.head, mel_bridge=bool(cfg.leak.get("mel_bridge", False)) or None)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
     paired = load_paired_penalty(cfg)
@@ -399,6 +399,11 @@ def resolve_leak_crop(setting: bool | None, penalty: Any) -> bool:
     """``leak.crop``: true or false as given; null (the default) crops where a crop is exact given its context (a
     recognizer with a finite receptive field: wav2vec2 A/B) and not on Whisper states, whose global attention made
     the cropped gradient point elsewhere than the whole computation's (docs/penalty.md, 2026-12-04)."""
+    if getattr(penalty, "mel_bridge", None) is not None:  # whole mels, no vocoder to crop
+        if setting:
+            raise FinetuneError("leak.crop=true vocodes crops around the sites; leak.mel_bridge=true scores whole "
+                                "mels without a vocoder: set one of them")
+        return False
     if setting is not None:
         return bool(setting)
     recognizer = getattr(penalty, "recognizer", None)

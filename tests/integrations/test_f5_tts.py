@@ -183,6 +183,19 @@ def test_model_side_vocoding_passes_waves(m2w: MelToWave) -> None:
     assert torch.isfinite(loss)
 
 
+def test_a_penalty_with_a_mel_bridge_gets_the_mels_even_beside_a_vocoder(m2w: MelToWave) -> None:
+    """leak.mel_bridge: the model does not vocode for such a penalty (it reads x1_hat's mels itself); cropping,
+    which vocodes crops, is refused with it."""
+    penalty = EnergyPenalty(m2w)
+    penalty.mel_bridge = torch.nn.Identity()  # what LeakPenalty(mel_bridge=...) holds
+    model = _model(m2w, leak_penalty=penalty, mel_to_wave=m2w)
+    loss, *_ = _run(model)
+    call = penalty.calls[-1]
+    assert call["waves"] is None and call["mels"].shape == (2, 48, 100) and call["mel_lengths"].tolist() == [48, 40]
+    with pytest.raises(ValueError, match="leak_crop.*mel_bridge"):
+        _model(m2w, leak_penalty=penalty, mel_to_wave=m2w, leak_crop=True)
+
+
 def test_no_sites_gives_flow_loss_and_no_nan(m2w: MelToWave) -> None:
     model = _model(m2w, lookup=lambda text: [])
     loss, *_ = _run(model)

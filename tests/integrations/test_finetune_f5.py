@@ -724,6 +724,11 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     assert resolve_leak_crop(None, Holding(paired.recognizer)) is True  # a wav2vec2 recognizer
     assert resolve_leak_crop(None, whisper_like) is False and resolve_leak_crop(None, stand_in) is False
     assert resolve_leak_crop(True, whisper_like) is True and resolve_leak_crop(False, Holding(paired.recognizer)) is False
+    bridged = Holding(whisper_like.recognizer)
+    bridged.mel_bridge = torch.nn.Identity()  # leak.mel_bridge=true: whole mels, nothing to crop
+    assert resolve_leak_crop(None, bridged) is False and resolve_leak_crop(False, bridged) is False
+    with pytest.raises(FinetuneError, match="leak.crop=true.*leak.mel_bridge=true"):
+        resolve_leak_crop(True, bridged)
     # off by default: no recognizer loaded, no paired term
     off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
     assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "wb"
