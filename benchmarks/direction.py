@@ -63,6 +63,7 @@ from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
 from leakloss.heads import W_HEADS
+from leakloss.mel_bridge import MelPathPenalty
 from leakloss.penalty import LeakPenalty
 from leakloss.site_placement import locate_sites
 from leakloss.scorer import Scorer
@@ -274,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--voices", choices=VOICES, default="unseen",
                         help="who reads Hindi-ward: the unseen family (default) or espeak's held-out Hindi voice")
     parser.add_argument("--head", default=None, help="the penalty's raw-conv head file (default: the shipped one)")
+    parser.add_argument("--mel-bridge", action="store_true",
+                        help="descend the penalty's mel path through the shipped mel bridge (each edited reading's "
+                             "Vocos mel, as an F5 fine-tune with leak.mel_bridge=true scores it), not its wave")
     parser.add_argument("--recognizer", default=None,
                         help="the penalty's recognizer (default: the one its head's card names)")
     parser.add_argument("--heads-dir", default=str(W_HEADS),
@@ -296,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.voices == "unseen" and not unseen:
         parser.error(NO_UNSEEN_VOICE)
     try:
-        penalty = LeakPenalty.load(recognizer=args.recognizer, head_path=args.head)
+        penalty = LeakPenalty.load(recognizer=args.recognizer, head_path=args.head, mel_bridge=args.mel_bridge or None)
     except (ValueError, OSError) as err:  # a bad head file or recognizer: a clear error
         parser.error(f"the penalty: {err}")
     try:
@@ -322,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
         done += 1
         refs = [speak_phones([w.nepali for w in words], v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
         edit = BandGain(wave, sites) if args.domain == "mel" else SampleDelta(wave)
-        curve = descend(penalty, edit, sites, args.steps, lr, args.copies, generator)
+        curve = descend(MelPathPenalty(penalty) if args.mel_bridge else penalty, edit, sites, args.steps, lr,
+                        args.copies, generator)
         with torch.no_grad():
             new = edit()
             control = BandGain(wave, sites) if args.domain == "mel" else SampleDelta(wave)
@@ -354,7 +359,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{kind}: flagged before {b}/{n} ({u} unscored), after {after[0]}/{n} ({after[1]} unscored), "
               f"control {control[0]}/{n} ({control[1]} unscored)")
     print(f"{time.time() - start:.0f}s for {done} sentences")
-    print(summary(totals, steps=args.steps, domain=args.domain, voices=args.voices, penalty=penalty.recognizer.name,
+    print(summary(totals, steps=args.steps, domain=args.domain, voices=args.voices,
+                  penalty=penalty.recognizer.name + ("+mel_bridge" if args.mel_bridge else ""),
                   unplaced=sum(unplaced.values())))
 
 

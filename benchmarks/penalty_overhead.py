@@ -450,6 +450,30 @@ def penalty_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[s
     return out
 
 
+def bridge_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[str, int]:
+    """Forward + backward (to the mel) FLOPs of each stage of the penalty's mel-bridge path on ``[batch, frames,
+    100]`` mels, as ``LeakPenalty(mels=..., mel_bridge=...)`` runs them: the bridge on the mels plus the silent
+    frames its grid and receptive field need, Whisper's encoder to the head's state on the items' 20 ms frames plus
+    the penalty's tail (the own-length frames: no vocoder, no resampler, no STFT), and the head."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from leakloss.functional.mel_bridge import whisper_frames_for
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    bridge, encoder = penalty.mel_bridge, penalty.recognizer.frames
+    heard = int(mel_lengths_to_samples(frames)) + penalty.tail_samples
+    n_out = 2 * min(-(-heard // 320), encoder.encoder.config.max_source_positions)
+    vocos_frames = max(frames, whisper_frames_for(n_out) + bridge.receptive_frames + 1)
+    out: dict[str, int] = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mel = torch.randn(batch, vocos_frames, MEL_BINS)
+        lengths, out_lengths = torch.full((batch,), frames), torch.full((batch,), n_out)
+        out["mel bridge"], log_mel = counted(lambda m: bridge(m, lengths, n_out, out_lengths), mel)
+        out["whisper encoder"], states = counted(lambda x: encoder.encode_mel(x, penalty.conv_layer), log_mel)
+        out["raw-conv head"] = counted(penalty.head, states.float().transpose(1, 2))[0]
+    return out
+
+
 def check_against_full_penalty(penalty: LeakPenalty, frames: int = 188) -> tuple[int, int]:
     """Real CPU tensors, one ~2 s item: the whole ``LeakPenalty(mels=...)`` vs the sum of its stages."""
     torch.manual_seed(0)
@@ -462,7 +486,7 @@ def check_against_full_penalty(penalty: LeakPenalty, frames: int = 188) -> tuple
         loss.backward()
 
     whole, _ = count_flops(run)
-    parts = penalty_parts_flops(penalty, 1, frames)
+    parts = (bridge_parts_flops if penalty.mel_bridge is not None else penalty_parts_flops)(penalty, 1, frames)
     return whole, sum(parts.values())
 
 
@@ -821,6 +845,28 @@ def main(argv: list[str] | None = None) -> None:
     print(f"penalty share {share:.2%}: {verdict} the {TARGET_SHARE:.0%} target; dominant part: {dominant}"
           f" ({parts[dominant] / total:.0%} of the penalty)")
 
+    # the mel bridge in place of vocoder + resampler + STFT (Whisper recognizers)
+    bridge_share = math.nan
+    if recognizer.frame_source == WHISPER_FRAME_SOURCE:
+        from leakloss.mel_bridge import MelBridge
+
+        bridged = LeakPenalty(recognizer, head, conv_layer=layer, mel_bridge=MelBridge.embedded())
+        bridge_parts = bridge_parts_flops(bridged, batch, args.utt_frames)
+        bridge_total = sum(bridge_parts.values())
+        bridge_share = bridge_total / f5
+        print(f"mel bridge path (leak.mel_bridge=true), every item, whole: {bridge_total / 1e12:.3f} TFLOP, share "
+              f"{bridge_share:.4f}, {'within' if bridge_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
+              f"{TARGET_SHARE_CROPPED:.0%} target")
+        for name, flops in bridge_parts.items():
+            print(f"  {name:<20} {flops / 1e9:9.1f} GFLOP  {flops / f5:7.2%} of F5 step")
+        b_whole, b_summed = check_against_full_penalty(bridged)
+        print(f"check, one 2 s item on real CPU tensors: whole bridged LeakPenalty(mels=...) fwd+bwd "
+              f"{b_whole / 1e9:.2f} GFLOP vs stages {b_summed / 1e9:.2f} GFLOP")
+        for option in args.fraction_sensitivity:
+            scored = max(1, math.ceil(option * batch))
+            alt = sum(bridge_parts_flops(bridged, scored, args.utt_frames).values()) / f5
+            print(f"mel bridge on {scored} of {batch} items (leak.item_fraction {option:g}): share {alt:.4f}")
+
     # site windows: vocode + score only crops around the sites
     crop_frames = math.ceil((args.site_duration + 2 * args.window_margin) * FRAME_RATE)
     n_crops = math.ceil(frames / FRAME_RATE * args.site_density)
@@ -896,7 +942,8 @@ def main(argv: list[str] | None = None) -> None:
               " architectures match the real ones: " + ", ".join(f"{k} {v}" for k, v in speed["arch_matches"].items()))
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
-          f" penalty_flops_share_default={default_share:.4f} wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
+          f" penalty_flops_share_default={default_share:.4f} penalty_flops_share_bridge={bridge_share:.4f}"
+          f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
           f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")
 
 

@@ -90,8 +90,11 @@ def test_main_refuses_a_judge_on_the_penalty_recognizer_and_passes_head_and_reco
     with pytest.raises(SystemExit) as exc:
         bench.main(["--voices", "espeak", "--head", "mine.safetensors", "--recognizer", "w"])
     assert exc.value.code == 2
-    assert asked == {"recognizer": "w", "head_path": "mine.safetensors"}
+    assert asked == {"recognizer": "w", "head_path": "mine.safetensors", "mel_bridge": None}
     err = capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--voices", "espeak", "--mel-bridge"])
+    assert asked["mel_bridge"] is True  # --mel-bridge loads the penalty with the shipped bridge
     assert "error:" in err and "grade the penalty by itself" in err and "Traceback" not in err
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -132,9 +133,15 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     out = capsys.readouterr()
     figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
     assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "penalty_flops_share_default",
+                             "penalty_flops_share_bridge",
                              "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
     assert figures["recognizer"] == "wb"
     assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
+    # the mel bridge path (the shipped bridge on the tiny encoder here), counted stage by stage as the penalty runs
+    assert 0 < float(figures["penalty_flops_share_bridge"])
+    check = [line for line in out.out.splitlines() if line.startswith("check, one 2 s item") and "bridged" in line]
+    whole, stages = (float(x) for x in re.findall(r"([\d.]+) GFLOP", check[0]))
+    assert whole == pytest.approx(stages, rel=0.01)
     # Whisper: finetune-f5 scores whole items, every item by default (leak.item_fraction 1)
     assert bench.default_item_fraction() == 1.0
     assert float(figures["penalty_flops_share_default"]) == float(figures["penalty_flops_share"])
