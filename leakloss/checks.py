@@ -176,3 +176,19 @@ def nonfinite_tensors(tensors) -> list[str]:
     import torch
 
     return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def load_finite_safetensors(path, error: type[Exception]) -> dict:
+    """The tensors of the safetensors file ``path``; an unreadable file (truncated, foreign) or a floating tensor
+    holding NaN/Inf is ``error`` with the file and the cause in one line, never a loader's traceback."""
+    import torch
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path))
+    except Exception as err:  # noqa: BLE001 - SafetensorError (its own kind), OSError: a truncated or foreign file
+        raise error(f"{path}: not readable safetensors ({first_line(err) or type(err).__name__})") from None
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise error(f"{path}: weights hold NaN/Inf ({', '.join(bad[:3])})")
+    return state

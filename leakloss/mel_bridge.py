@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from leakloss.checks import first_line, is_whole
+from leakloss.checks import first_line, is_whole, load_finite_safetensors
 from leakloss.functional.mel_bridge import level_normalize, to_whisper_grid, vocos_bins_below, whisper_floor_scale
 
 EMBEDDED_BRIDGE = Path(__file__).resolve().parent / "assets" / "bridge" / "vocos_to_whisper"
@@ -91,8 +91,6 @@ class MelBridge(nn.Module):
     def embedded(cls, path: str | os.PathLike | None = None) -> "MelBridge":
         """The shipped bridge (``leakloss/assets/bridge``), or the one at ``path`` (``.json`` card +
         ``.safetensors``). Loads safetensors, never a pickle."""
-        from safetensors.torch import load_file
-
         from leakloss.textfile import read_json_object
 
         path = Path(path or EMBEDDED_BRIDGE)
@@ -110,13 +108,7 @@ class MelBridge(nn.Module):
             model = cls(card.get("in_bins"), card.get("context"), card.get("hidden"), card.get("kernel"))
         except (TypeError, ValueError) as err:
             raise BridgeLoadError(f"{card_path}: sizes do not build a bridge ({first_line(err)})") from None
-        try:
-            state = load_file(str(weights))
-        except Exception as err:  # SafetensorError, OSError: a truncated or foreign file
-            raise BridgeLoadError(f"{weights}: not readable safetensors ({first_line(err) or type(err).__name__})") from None
-        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-        if bad:
-            raise BridgeLoadError(f"{weights}: weights hold NaN/Inf ({', '.join(bad[:3])})")
+        state = load_finite_safetensors(weights, BridgeLoadError)
         try:
             model.load_state_dict(state)
         except RuntimeError as err:

@@ -16,9 +16,8 @@ import torch
 import torchaudio.functional as AF
 from torch import nn
 
-from leakloss.checks import check_whole, first_line, is_finite_number, is_whole
-from leakloss.constants import (MEL_BINS, MEL_DESCRIPTION, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE,
-                                SAMPLE_RATE)
+from leakloss.checks import check_whole, first_line, is_finite_number, is_whole, load_finite_safetensors
+from leakloss.constants import MEL_BINS, MEL_DESCRIPTION, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 
 EMBEDDED_VOCODER = Path(__file__).resolve().parent / "assets" / "vocoder" / "tiny"
 
@@ -136,7 +135,6 @@ class MelToWave(nn.Module):
         It sounds buzzy but the recognizers read it: its card records recognizer A's phone error rate on
         vocoded held-out readings. Loads safetensors + a JSON card, never a pickle.
         """
-        from safetensors.torch import load_file
         from vocos.heads import ISTFTHead
         from vocos.models import VocosBackbone
 
@@ -149,13 +147,7 @@ class MelToWave(nn.Module):
                                  intermediate_dim=card["intermediate_dim"], num_layers=card["num_layers"])
         head = ISTFTHead(dim=card["dim"], n_fft=card["n_fft"], hop_length=card["hop_length"], padding="same")
         model = cls(backbone, head)
-        try:
-            state = load_file(str(weights))
-        except Exception as err:  # SafetensorError (its own kind), OSError: a truncated or foreign file
-            raise VocoderLoadError(f"{weights}: not readable safetensors ({first_line(err) or type(err).__name__})") from None
-        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-        if bad:
-            raise VocoderLoadError(f"{weights}: weights hold NaN/Inf ({', '.join(bad[:3])})")
+        state = load_finite_safetensors(weights, VocoderLoadError)
         try:
             model.load_state_dict(state)
         except RuntimeError as err:  # missing, unexpected or mis-shaped weights for the card's sizes
