@@ -340,16 +340,19 @@ class LeakPenalty(nn.Module):
             heard = samples.index_select(0, index) + self.tail_samples
             enc_frames = self.recognizer.frame_count(heard, self.conv_layer).clamp(max=max_frames)
             n_out = 2 * int(enc_frames.max())
-            need = whisper_frames_for(n_out) + self.mel_bridge.receptive_frames + 1
+            # the bridge's convs see past an item's last frame: give every item silence there (not the convs' zero
+            # padding, which would sit nearer a short item than in a longer one's group), then cut
+            grid = n_out + self.mel_bridge.receptive_frames
             longest = int(item_mel_lengths.max())
             chunk = mels.index_select(0, index)[:, :longest]
-            chunk = silence_past_lengths(chunk, item_mel_lengths, tail_frames=max(need - longest, 0))
-            log_mel = self.mel_bridge(chunk, item_mel_lengths, n_out, 2 * enc_frames)
+            chunk = silence_past_lengths(chunk, item_mel_lengths,
+                                         tail_frames=max(whisper_frames_for(grid) - longest, 0))
+            log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
             blown = ~torch.isfinite(log_mel).flatten(1).all(-1)  # finite but huge mels can overflow in the bridge
             if bool(blown.any()):  # bridge again without them: no graph we keep holds a non-finite value
                 chunk = torch.where(blown[:, None, None], torch.zeros((), dtype=chunk.dtype, device=chunk.device),
                                     chunk)
-                log_mel = self.mel_bridge(chunk, item_mel_lengths, n_out, 2 * enc_frames)
+                log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
                 bad = bad.index_copy(0, index, bad.index_select(0, index) | blown)
             feats = self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)
             item_frames = self.recognizer.frame_count(samples.index_select(0, index), self.conv_layer)

@@ -177,6 +177,22 @@ def test_an_item_scores_the_same_alone_and_in_any_batch(penalty):
     torch.testing.assert_close(both.frame_probs[0, :n], alone.frame_probs[0, :n], atol=1e-5, rtol=1e-4)
 
 
+def test_items_of_one_length_group_score_as_alone(fake_w):
+    """Lengths within 10% share a group (one bridge and encoder pass): the shorter one's last frames must see the
+    same silence after it as alone (with the bridge's convs' zero padding there instead: 2e-5 apart)."""
+    torch.manual_seed(0)
+    penalty = LeakPenalty(fake_w, RawConvHead(in_channels=8, width=8, kernel=3, members=2),
+                          mel_bridge=MelBridge.embedded())
+    a, b = _mels(100, 12), _mels(108, 13)
+    mels = torch.zeros(2, 108, 100)
+    mels[0, :100], mels[1] = a, b
+    _, both = penalty(mels=mels, mel_lengths=torch.tensor([100, 108]), sites=[SITES, SITES])
+    for i, item in enumerate((a, b)):
+        _, alone = penalty(mels=item[None], sites=[SITES])
+        n = int(alone.frame_counts[0])
+        torch.testing.assert_close(both.frame_probs[i, :n], alone.frame_probs[0, :n], atol=1e-6, rtol=0)
+
+
 def test_a_gain_on_the_mel_does_not_change_the_penalty(penalty):
     """The bridge levels each item (the wave path's unit RMS): a TTS cannot lower the penalty by speaking softer."""
     mels = _mels(90, 9)[None]
