@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
               f"control {control[0]}/{n} ({control[1]} unscored)")
     print(f"{time.time() - start:.0f}s for {done} sentences")
     print(summary(totals, steps=args.steps, domain=args.domain, voices=args.voices,
-                  penalty=penalty.recognizer.name + ("+mel_bridge" if args.mel_bridge else ""),
+                  penalty=base_name(penalty.recognizer.name) + ("+mel_bridge" if args.mel_bridge else ""),
                   unplaced=sum(unplaced.values())))
 
 

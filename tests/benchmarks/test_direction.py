@@ -144,6 +144,8 @@ def test_last_line_keys_and_bars(bench):
                    "penalty": "wb"}
     totals["control"]["quality"] = (2, 0, 3)  # control 8 of before 8: within 10%
     totals["after"]["deletion"] = (3, 0, 8)  # after 5 of 8: not halved
+    assert parse(bench.summary(totals, steps=1, domain="mel", voices="unseen",
+                               penalty="wb+mel_bridge"))["penalty"] == "wb+mel_bridge"  # --mel-bridge, said
     got = parse(bench.summary(totals, steps=1, domain="mel", voices="unseen", penalty="a"))
     assert (got["control_within_10pct"], got["halved"]) == ("True", "False")
 
