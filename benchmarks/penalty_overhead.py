@@ -457,18 +457,20 @@ def bridge_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[st
     the penalty's tail (the own-length frames: no vocoder, no resampler, no STFT), and the head."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from leakloss.functional.mel_bridge import whisper_frames_for
+    from leakloss.functional.mel_bridge import bridge_frames
     from leakloss.vocoder import mel_lengths_to_samples
 
     bridge, encoder = penalty.mel_bridge, penalty.recognizer.frames
     heard = int(mel_lengths_to_samples(frames)) + penalty.tail_samples
-    n_out = 2 * min(-(-heard // 320), encoder.encoder.config.max_source_positions)
-    vocos_frames = max(frames, whisper_frames_for(n_out) + bridge.receptive_frames + 1)
+    encoder_frames = min(int(penalty.recognizer.frame_count(heard, penalty.conv_layer)),
+                         encoder.encoder.config.max_source_positions)
+    n_out, grid, needed = bridge_frames(encoder_frames, bridge.receptive_frames)
+    vocos_frames = max(frames, needed)
     out: dict[str, int] = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         mel = torch.randn(batch, vocos_frames, MEL_BINS)
         lengths, out_lengths = torch.full((batch,), frames), torch.full((batch,), n_out)
-        out["mel bridge"], log_mel = counted(lambda m: bridge(m, lengths, n_out, out_lengths), mel)
+        out["mel bridge"], log_mel = counted(lambda m: bridge(m, lengths, grid, out_lengths)[..., :n_out], mel)
         out["whisper encoder"], states = counted(lambda x: encoder.encode_mel(x, penalty.conv_layer), log_mel)
         out["raw-conv head"] = counted(penalty.head, states.float().transpose(1, 2))[0]
     return out
@@ -861,7 +863,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {name:<20} {flops / 1e9:9.1f} GFLOP  {flops / f5:7.2%} of F5 step")
         b_whole, b_summed = check_against_full_penalty(bridged)
         print(f"check, one 2 s item on real CPU tensors: whole bridged LeakPenalty(mels=...) fwd+bwd "
-              f"{b_whole / 1e9:.2f} GFLOP vs stages {b_summed / 1e9:.2f} GFLOP")
+              f"{b_whole / 1e9:.3f} GFLOP vs stages {b_summed / 1e9:.3f} GFLOP")
         for option in args.fraction_sensitivity:
             scored = max(1, math.ceil(option * batch))
             alt = sum(bridge_parts_flops(bridged, scored, args.utt_frames).values()) / f5

@@ -19,6 +19,11 @@ MEL_DESCRIPTION = f"vocos {MEL_SAMPLE_RATE // 1000} kHz, n_fft {MEL_N_FFT}, hop 
 #: Magnitude floor of the log mels (``log(clamp(x, MEL_FLOOR))``); ``log(MEL_FLOOR)`` is a silent frame.
 MEL_FLOOR = 1e-5
 
+#: Whisper's log-mel front end (16 kHz): STFT size and hop, mel bins, and its floor below each clip's maximum
+#: (log10 units).
+WHISPER_N_FFT, WHISPER_HOP, WHISPER_MELS = 400, 160, 80
+WHISPER_FLOOR_BELOW_MAX = 8.0
+
 #: The largest seed a run accepts: ``lightning.seed_everything`` and numpy take seeds in ``[0, 2**32 - 1]``.
 SEED_MAX = 2**32 - 1
 

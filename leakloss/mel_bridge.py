@@ -15,7 +15,6 @@ by ``LeakPenalty(mel_bridge=...)`` / ``leak.mel_bridge=true``, not the default.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -24,11 +23,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from leakloss.checks import first_line, is_whole, load_finite_safetensors
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE, WHISPER_MELS
 from leakloss.functional.mel_bridge import level_normalize, to_whisper_grid, vocos_bins_below, whisper_floor_scale
 
 EMBEDDED_BRIDGE = Path(__file__).resolve().parent / "assets" / "bridge" / "vocos_to_whisper"
 BRIDGE_SCHEMA_VERSION = "1"
-WHISPER_MEL_BINS = 80
 
 
 class BridgeLoadError(ValueError):
@@ -53,10 +52,10 @@ class MelBridge(nn.Module):
         if not is_whole(context, 0) or kernel % 2 == 0:
             raise ValueError(f"context must be a whole number >= 0 and kernel odd, got {context!r}, {kernel!r}")
         self.in_bins, self.context, self.hidden, self.kernel = in_bins, context, hidden, kernel
-        self.linear = nn.Conv1d(in_bins, WHISPER_MEL_BINS, 2 * context + 1)  # replicate-padded: see forward
+        self.linear = nn.Conv1d(in_bins, WHISPER_MELS, 2 * context + 1)  # replicate-padded: see forward
         self.net = nn.Sequential(nn.Conv1d(in_bins, hidden, kernel, padding=kernel // 2), nn.GELU(),
                                  nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2), nn.GELU(),
-                                 nn.Conv1d(hidden, WHISPER_MEL_BINS, kernel, padding=kernel // 2))
+                                 nn.Conv1d(hidden, WHISPER_MELS, kernel, padding=kernel // 2))
         self.frozen = frozen
         if frozen:
             self.requires_grad_(False)
@@ -72,7 +71,7 @@ class MelBridge(nn.Module):
 
     def card(self) -> dict:
         return {"schema_version": BRIDGE_SCHEMA_VERSION, "in_bins": self.in_bins, "context": self.context,
-                "hidden": self.hidden, "kernel": self.kernel, "out_bins": WHISPER_MEL_BINS}
+                "hidden": self.hidden, "kernel": self.kernel, "out_bins": WHISPER_MELS}
 
     def spectral(self, grid: Tensor) -> Tensor:
         """``[b, m, in_bins]`` levelled Vocos log mels on Whisper's grid -> ``[b, m, 80]`` log10 mel power."""
@@ -81,11 +80,11 @@ class MelBridge(nn.Module):
         return (linear + self.net(x)).transpose(1, 2)
 
     def forward(self, mels: Tensor, mel_lengths: Tensor, n_out: int, out_lengths: Tensor) -> Tensor:
-        dtype = self.linear.weight.dtype
-        x = level_normalize(mels[..., : self.in_bins].to(dtype), mel_lengths)
+        x = level_normalize(mels[..., : self.in_bins], mel_lengths)  # fp32 (or fp64): the level in log space
         if n_out == 0:
-            return x.new_zeros(x.shape[0], WHISPER_MEL_BINS, 0)
-        return whisper_floor_scale(self.spectral(to_whisper_grid(x, n_out)), out_lengths)
+            return x.new_zeros(x.shape[0], WHISPER_MELS, 0)
+        grid = to_whisper_grid(x, n_out).to(self.linear.weight.dtype)  # the convs in the weights' dtype
+        return whisper_floor_scale(self.spectral(grid), out_lengths)
 
     @classmethod
     def embedded(cls, path: str | os.PathLike | None = None) -> "MelBridge":
@@ -134,30 +133,30 @@ class MelBridge(nn.Module):
 def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``[b, t]`` 16 kHz waves -> (``[b, n, 100]`` Vocos log mels of each item resampled to 24 kHz, the mels an F5
     model is trained to produce, silent past each item; ``mel_lengths [b]``: the frames centred inside it).
-    Differentiable."""
+    Differentiable; on the waves' device. An item too short for one Vocos STFT is zero-padded to it (its frames
+    still count from its own length); ``wave_lengths`` outside ``[0, t]`` is a ``ValueError``."""
     import torchaudio.functional as AF
 
-    from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
-    from leakloss.vocoder import log_mel
+    from leakloss.vocoder import log_mel, silence_past_lengths
 
     b, t = waves.shape
     lengths = wave_lengths if wave_lengths is not None else torch.full((b,), t, dtype=torch.long)
+    lengths = torch.as_tensor(lengths, device=waves.device)
+    if lengths.shape != (b,) or lengths.is_floating_point() or bool(((lengths < 0) | (lengths > t)).any()):
+        raise ValueError(f"wave_lengths must be [batch] whole numbers in [0, {t}], got {lengths.tolist()}")
     mels, mel_lengths = [], []
     for i in range(b):
         samples = int(lengths[i])
-        if samples == 0:
-            mels.append(waves.new_zeros(0, 100, dtype=torch.float32))
-            mel_lengths.append(0)
-            continue
-        wave = AF.resample(waves[i, :samples].float()[None], SAMPLE_RATE, MEL_SAMPLE_RATE)
+        wave = AF.resample(waves[i, :samples].float()[None], SAMPLE_RATE, MEL_SAMPLE_RATE) if samples \
+            else waves.new_zeros(1, 0, dtype=torch.float32)
         n = -(-wave.shape[-1] // MEL_HOP)
+        wave = torch.nn.functional.pad(wave, (0, max(0, MEL_N_FFT // 2 + 1 - wave.shape[-1])))  # reflect padding
         mels.append(log_mel(wave)[0, :n])
         mel_lengths.append(n)
-    width = max(mel_lengths, default=0)
-    silent = torch.full((), math.log(MEL_FLOOR))
-    padded = torch.stack([torch.cat([m, silent.expand(width - m.shape[0], m.shape[1])]) for m in mels]) if b \
-        else waves.new_zeros(0, 0, 100, dtype=torch.float32)
-    return padded, torch.tensor(mel_lengths, dtype=torch.long, device=waves.device)
+    padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True) if b \
+        else waves.new_zeros(0, 0, MEL_BINS, dtype=torch.float32)
+    mel_lengths = torch.tensor(mel_lengths, dtype=torch.long, device=waves.device)
+    return silence_past_lengths(padded, mel_lengths, tail_frames=0), mel_lengths
 
 
 class MelPathPenalty(nn.Module):

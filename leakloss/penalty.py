@@ -128,9 +128,18 @@ class LeakPenalty(nn.Module):
             if mel_to_wave is not None:
                 raise ValueError("give mel_to_wave (vocode mels) or mel_bridge (bridge them to Whisper's log-mel), "
                                  "not both")
-            if not callable(getattr(getattr(recognizer, "frames", None), "encode_mel", None)):
-                raise ValueError(f"the mel bridge feeds a Whisper encoder's log-mel; recognizer "
-                                 f"{getattr(recognizer, 'name', type(recognizer).__name__)} has none")
+            frames = getattr(recognizer, "frames", None)
+            name = getattr(recognizer, "name", type(recognizer).__name__)
+            if not callable(getattr(frames, "encode_mel", None)):
+                raise ValueError(f"the mel bridge feeds a Whisper encoder's log-mel; recognizer {name} has none")
+            if not frames.own_length:  # a 30 s padded window hears other states than the own-length bridge gives
+                raise ValueError(f"the mel bridge encodes each item on its own length; recognizer {name} pads to "
+                                 "30 s (use the vocoder path)")
+            from leakloss.constants import WHISPER_MELS
+
+            if frames.encoder.config.num_mel_bins != WHISPER_MELS:
+                raise ValueError(f"the mel bridge gives {WHISPER_MELS} mel bins; recognizer {name}'s encoder reads "
+                                 f"{frames.encoder.config.num_mel_bins}")
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.mel_bridge = mel_bridge
@@ -259,6 +268,8 @@ class LeakPenalty(nn.Module):
         if mel_lengths is not None and mels is None:
             raise PenaltyInputError("mel_lengths goes with mels; waves take wave_lengths")
         if mels is not None and self.mel_bridge is not None:
+            if wave_rms is not None or wave_mean is not None:  # the bridge levels each item from its own mel
+                raise PenaltyInputError("wave_rms / wave_mean go with waves or vocoded mels, not with a mel bridge")
             return self._bridged_forward(mels, mel_lengths, sites, source)
         if mels is not None:
             waves, wave_lengths, bad = self._vocode(mels, mel_lengths)
@@ -309,7 +320,7 @@ class LeakPenalty(nn.Module):
         """:meth:`forward` on mels through :attr:`mel_bridge`: frame logits of each item as the wave path would
         hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence)."""
         from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
-        from leakloss.functional.mel_bridge import whisper_frames_for
+        from leakloss.functional.mel_bridge import bridge_frames
         from leakloss.vocoder import mel_lengths_to_samples, silence_past_lengths
 
         if mels.dim() != 3:
@@ -327,7 +338,7 @@ class LeakPenalty(nn.Module):
         samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mels.device)
         max_frames = self.recognizer.frames.encoder.config.max_source_positions
         if b and int(self.recognizer.frame_count(samples, self.conv_layer).max()) > max_frames:
-            raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * 320 / SAMPLE_RATE:.0f} s; "
+            raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * self.frame_hop_s:.0f} s; "
                                     f"got {int(mel_lengths.max()) * MEL_HOP / MEL_SAMPLE_RATE:.1f} s "
                                     "(use the vocoder path for longer items)")
         mels, bad = mask_nonfinite_items(at_least_fp32(mels), mel_lengths)
@@ -339,14 +350,12 @@ class LeakPenalty(nn.Module):
             item_mel_lengths = mel_lengths.index_select(0, index)
             heard = samples.index_select(0, index) + self.tail_samples
             enc_frames = self.recognizer.frame_count(heard, self.conv_layer).clamp(max=max_frames)
-            n_out = 2 * int(enc_frames.max())
-            # the bridge's convs see past an item's last frame: give every item silence there (not the convs' zero
-            # padding, which would sit nearer a short item than in a longer one's group), then cut
-            grid = n_out + self.mel_bridge.receptive_frames
+            # the bridge's convs see past an item's last frame: every item gets silence there (not the convs' zero
+            # padding, which would sit nearer a short item than in a longer one's group); the extra frames are cut
+            n_out, grid, needed = bridge_frames(int(enc_frames.max()), self.mel_bridge.receptive_frames)
             longest = int(item_mel_lengths.max())
             chunk = mels.index_select(0, index)[:, :longest]
-            chunk = silence_past_lengths(chunk, item_mel_lengths,
-                                         tail_frames=max(whisper_frames_for(grid) - longest, 0))
+            chunk = silence_past_lengths(chunk, item_mel_lengths, tail_frames=max(needed - longest, 0))
             log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
             blown = ~torch.isfinite(log_mel).flatten(1).all(-1)  # finite but huge mels can overflow in the bridge
             if bool(blown.any()):  # bridge again without them: no graph we keep holds a non-finite value

@@ -55,7 +55,7 @@ def test_the_shipped_bridge_loads_frozen_with_its_card():
 
 def test_the_shipped_bridge_is_close_to_whisper_s_log_mel_of_a_voice_it_never_heard():
     """espeak's held-out teacher voice (kept out of the fitting corpus): the bridged log-mel of its Vocos mel
-    against Whisper's log-mel of the same audio, within 0.45 log10 (fitted: 0.29 on held-back training clips);
+    against Whisper's log-mel of the same audio, within 0.45 log10 (fitted: 0.28 on held-back training clips);
     a random bridge is far off."""
     from leakloss.acoustic.whisper_encoder import log_mel, mel_filters
     from leakloss.acoustic.whisper_recognizer import WHISPER_FRAME_RMS
@@ -117,6 +117,11 @@ def test_vocos_mels_are_the_vocoder_front_end_s_and_silent_past_each_item():
     assert torch.equal(mels[1, 47:], torch.full((47, 100), math.log(MEL_FLOOR)))
     empty, empty_lengths = vocos_mels(torch.zeros(1, 100), torch.tensor([0]))
     assert empty.shape == (1, 0, 100) and empty_lengths.tolist() == [0]
+    short, short_lengths = vocos_mels(torch.randn(2, 200) * 0.1, torch.tensor([200, 17]))  # under one Vocos STFT
+    assert short_lengths.tolist() == [2, 1] and torch.isfinite(short).all()
+    for bad in (torch.tensor([-5]), torch.tensor([101]), torch.tensor([0.5])):
+        with pytest.raises(ValueError, match="wave_lengths"):
+            vocos_mels(torch.zeros(1, 100), bad)
 
 
 def test_the_bridged_penalty_is_finite_with_gradient_to_the_mels_only_and_20ms_frames(penalty):
@@ -193,12 +198,31 @@ def test_items_of_one_length_group_score_as_alone(fake_w):
         torch.testing.assert_close(both.frame_probs[i, :n], alone.frame_probs[0, :n], atol=1e-6, rtol=0)
 
 
-def test_a_gain_on_the_mel_does_not_change_the_penalty(penalty):
-    """The bridge levels each item (the wave path's unit RMS): a TTS cannot lower the penalty by speaking softer."""
-    mels = _mels(90, 9)[None]
-    _, parts = penalty(mels=mels, sites=[SITES])
-    _, parts2 = penalty(mels=mels + 2.5, sites=[SITES])
-    torch.testing.assert_close(parts2.site_probs, parts.site_probs, atol=1e-5, rtol=1e-4)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_vocos_mels_and_the_bridged_penalty_run_on_cuda(fake_w):
+    pen = LeakPenalty(copy.deepcopy(fake_w), RawConvHead(in_channels=8, width=8, kernel=3, members=1),
+                      mel_bridge=MelBridge(hidden=4)).cuda()
+    wave = (torch.randn(2, SR, generator=torch.Generator().manual_seed(4)) * 0.1).cuda()
+    loss, parts = MelPathPenalty(pen)(wave, torch.tensor([SR, SR // 2], device="cuda"), sites=[SITES, SITES])
+    assert loss.device.type == "cuda" and torch.isfinite(loss)
+
+
+def test_a_gain_on_the_mel_barely_changes_the_penalty(fake_w):
+    """The bridge levels each item (the wave path's unit RMS), so a TTS gains next to nothing by speaking softer or
+    louder: +-26 dB (+-3 nats on the magnitudes) move a frame's probability by < 0.005 under the shipped bridge. Not
+    exactly 0: the silence after an item is not levelled with it (on wb's encoder: frames < 0.03, sites < 0.002,
+    docs/penalty.md)."""
+    torch.manual_seed(0)
+    penalty = LeakPenalty(fake_w, RawConvHead(in_channels=8, width=8, kernel=3, members=2),
+                          mel_bridge=MelBridge.embedded())
+    mels = torch.full((1, 110, 100), math.log(MEL_FLOOR))
+    mels[0, :90] = _mels(90, 9)
+    _, parts = penalty(mels=mels, mel_lengths=torch.tensor([90]), sites=[SITES])
+    for gain in (-3.0, 3.0):
+        louder = mels.clone()
+        louder[0, :90] += gain
+        _, moved = penalty(mels=louder, mel_lengths=torch.tensor([90]), sites=[SITES])
+        assert float((moved.frame_probs - parts.frame_probs).abs().max()) < 5e-3
 
 
 def test_float64_gradcheck_through_bridge_encoder_and_head(fake_w):
@@ -252,6 +276,12 @@ def test_bad_input_and_bad_pairings_are_refused(fake_w, tiny_rec, penalty):
 
     with pytest.raises(ValueError, match="Whisper encoder"):
         LeakPenalty(tiny_rec, RawConvHead(in_channels=tiny_rec.frame_channels(4)), mel_bridge=MelBridge(hidden=4))
+    padded = copy.deepcopy(fake_w)
+    padded.frames.own_length = False  # recognizer w's kind: 30 s windows
+    with pytest.raises(ValueError, match="pads to 30 s"):
+        LeakPenalty(padded, head, mel_bridge=MelBridge(hidden=4))
+    with pytest.raises(PenaltyInputError, match="wave_rms"):
+        penalty(mels=torch.zeros(1, 10, 100), sites=[[]], wave_rms=torch.ones(1))
     with pytest.raises(PenaltyInputError, match="bins"):
         penalty(mels=torch.zeros(1, 10, 80), sites=[[]])
     with pytest.raises(PenaltyInputError, match=r"\[batch, frames, bins\]"):

@@ -51,9 +51,9 @@ from torch import Tensor, nn
 from leakloss.acoustic.whisper_models import (  # noqa: F401  (model_dir, the error: importable from here)
     WhisperModelNotFoundError, model_dir, tiny_en_model_dir,
 )
-from leakloss.constants import SAMPLE_RATE
+from leakloss.constants import SAMPLE_RATE, WHISPER_FLOOR_BELOW_MAX, WHISPER_HOP, WHISPER_MELS, WHISPER_N_FFT
 
-N_FFT, HOP, N_MELS = 400, 160, 80
+N_FFT, HOP, N_MELS = WHISPER_N_FFT, WHISPER_HOP, WHISPER_MELS
 CHUNK_SECONDS = 30
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000
 N_FRAMES = N_SAMPLES // HOP  # 3000 mel frames -> 1500 encoder frames
@@ -197,7 +197,7 @@ def log_mel(waves: Tensor, filters: Tensor, frames: int | None = None) -> Tensor
     power = spec[..., :-1].abs() ** 2 if padded else spec.abs() ** 2  # padded: [b, 201, 3000], Whisper drops the last
     mel = filters.to(x.device) @ power
     log_spec = torch.log10(mel.clamp(min=1e-10))
-    floor = log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0
+    floor = log_spec.amax(dim=(-2, -1), keepdim=True) - WHISPER_FLOOR_BELOW_MAX
     log_spec = torch.maximum(log_spec, floor)
     log_spec = log_spec if padded else log_spec[..., : 2 * frames]
     return (log_spec + 4.0) / 4.0

@@ -13,14 +13,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
+from leakloss.constants import (MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE, WHISPER_FLOOR_BELOW_MAX,
+                                WHISPER_HOP)
 from leakloss.functional.leak import at_least_fp32
 
-#: Whisper's log-mel (16 kHz, hop 160) frame step in seconds, and the highest frequency it hears.
-WHISPER_MEL_HOP_S = 160 / SAMPLE_RATE
+#: Whisper's log-mel frame step in seconds, and the highest frequency it hears.
+WHISPER_MEL_HOP_S = WHISPER_HOP / SAMPLE_RATE
 WHISPER_TOP_HZ = SAMPLE_RATE / 2
-#: Whisper's log-mel floor, in log10 units below each item's maximum.
-WHISPER_FLOOR_BELOW_MAX = 8.0
 
 
 def vocos_bins_below(top_hz: float = WHISPER_TOP_HZ) -> int:
@@ -83,6 +82,15 @@ def whisper_frames_for(n_mel_frames: int) -> int:
     if n_mel_frames <= 0:
         return 0
     return int(whisper_grid_positions(n_mel_frames)[-1].floor()) + 2
+
+
+def bridge_frames(encoder_frames: int, receptive_frames: int) -> tuple[int, int, int]:
+    """For a group whose longest item the encoder reads on ``encoder_frames`` 20 ms frames: (the Whisper mel frames
+    the encoder reads, ``2 * encoder_frames``; the frames the bridge computes, ``receptive_frames`` more, so that an
+    item's last frames see the silence after it and not the convs' zero padding; the Vocos frames that needs)."""
+    n_out = 2 * encoder_frames
+    grid = n_out + receptive_frames
+    return n_out, grid, whisper_frames_for(grid)
 
 
 def whisper_floor_scale(log10_power: Tensor, lengths: Tensor) -> Tensor:
