@@ -204,7 +204,7 @@ def test_vocos_mels_and_the_bridged_penalty_run_on_cuda(fake_w):
                       mel_bridge=MelBridge(hidden=4)).cuda()
     wave = (torch.randn(2, SR, generator=torch.Generator().manual_seed(4)) * 0.1).cuda()
     loss, parts = MelPathPenalty(pen)(wave, torch.tensor([SR, SR // 2], device="cuda"), sites=[SITES, SITES])
-    assert loss.device.type == "cuda" and torch.isfinite(loss)
+    assert loss.device.type == "cuda" and torch.isfinite(loss) and parts.frame_probs.device.type == "cuda"
 
 
 def test_a_gain_on_the_mel_barely_changes_the_penalty(fake_w):

@@ -13,8 +13,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from leakloss.constants import (MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE, WHISPER_FLOOR_BELOW_MAX,
-                                WHISPER_HOP)
+from leakloss.constants import (
+    MEL_BINS,
+    MEL_HOP,
+    MEL_N_FFT,
+    MEL_SAMPLE_RATE,
+    SAMPLE_RATE,
+    WHISPER_FLOOR_BELOW_MAX,
+    WHISPER_HOP,
+)
 from leakloss.functional.leak import at_least_fp32
 
 #: Whisper's log-mel frame step in seconds, and the highest frequency it hears.
