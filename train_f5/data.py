@@ -137,9 +137,7 @@ def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str |
         if workers > 1:
             import multiprocessing
 
-            # spawn, not fork: a fork of a process with threads (torch's, a logger's) can inherit a held lock and
-            # hang for good (seen: a worker of the test suite's tiny run waited 14 min on a futex)
-            with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (teacher,)) as pool:
+            with multiprocessing.get_context("fork").Pool(workers, _init_worker, (teacher,)) as pool:
                 results = list(tqdm(pool.imap(_read_one, jobs, chunksize=16), total=len(jobs),
                                     desc="espeak corpus", disable=not progress))
         else:
