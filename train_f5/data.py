@@ -137,7 +137,10 @@ def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str |
         if workers > 1:
             import multiprocessing
 
-            with multiprocessing.get_context("fork").Pool(workers, _init_worker, (teacher,)) as pool:
+            # spawn, not fork: a fork of a process with threads (torch's, a logger's) can inherit a held lock and
+            # hang for good (seen once in four suite runs: a worker of tests/train_f5's tiny run on a futex). A
+            # spawned worker re-imports the parent's main module: run from a file, ``-m`` or ``-c``, never stdin.
+            with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (teacher,)) as pool:
                 results = list(tqdm(pool.imap(_read_one, jobs, chunksize=16), total=len(jobs),
                                     desc="espeak corpus", disable=not progress))
         else:

@@ -52,15 +52,17 @@ ARMS=${ARMS:-"plain:content.weight=0
 ctc02:content.weight=0.2
 ctc1:content.weight=1.0"}
 
-# the corpus, once, before the arms (they share its cache)
-$PY - $COMMON cache_dir="$WORK/cache" out_dir="$WORK/corpus_only" <<'EOF'
+# the corpus, once, before the arms (they share its cache). With -c, not a script on stdin: the corpus workers
+# start by spawn, and a spawned worker re-reads its parent's main script (stdin has none to give it)
+# shellcheck disable=SC2086
+$PY -c '
 import sys, time
 from leakloss.config import compose_config
 from train_f5.__main__ import corpus_for
 t = time.time()
 corpus = corpus_for(compose_config("train_f5", sys.argv[1:]))
 print(f"corpus: {len(corpus)} readings in {time.time() - t:.0f} s", flush=True)
-EOF
+' $COMMON cache_dir="$WORK/cache" out_dir="$WORK/corpus_only"
 
 NOW=$(date +%s)
 MINUTES=$(python3 -c "print(max(0.1, ($BUDGET_S - ($NOW - $START) - 60) / 60))")  # 60 s for the final probes
