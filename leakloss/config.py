@@ -98,7 +98,7 @@ def _unread_addition(cfg, overrides: Sequence[str]) -> str | None:
         if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
             continue
         key = arg[1:].split("=", 1)[0].split("@", 1)[0]
-        if key in choices or key.startswith("hydra.") or key.startswith("hydra/"):
+        if key in choices or key.startswith(("hydra.", "hydra/")):
             continue
         parent_key = key.rsplit(".", 1)[0] if "." in key else ""
         parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -118,6 +118,24 @@ def exit_on_bad_overrides(config_name: str) -> None:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+
+
+def run_unsaved_fit(run, cfg) -> None:
+    """For the ``main`` of a Hydra entry point whose fit keeps no checkpoint (minutes long): ``run(cfg)``, its
+    refusals as one ``error:`` line on stderr (:class:`~leakloss.checks.SettingsError` exit 2,
+    :class:`~leakloss.checks.UntrainedError` exit 1) and Ctrl-C as a line saying nothing was saved (exit 130)."""
+    import sys
+
+    from leakloss.checks import SettingsError, UntrainedError
+
+    try:
+        run(cfg)
+    except (SettingsError, UntrainedError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2 if isinstance(err, SettingsError) else 1)
+    except KeyboardInterrupt:  # no checkpoint to resume from: say so instead of a traceback
+        print("error: interrupted: nothing saved (a rerun starts the fit afresh)", file=sys.stderr)
+        sys.exit(130)
 
 
 def instantiate_setting(node, key: str, **kwargs):

@@ -39,6 +39,16 @@ def _leakloss_cache(tmp_path_factory):
         os.environ["LEAKLOSS_CACHE"] = previous
 
 
+@pytest.fixture(scope="module")
+def fake_w(tmp_path_factory):
+    """A tiny random Whisper recognizer (:func:`tests.acoustic.test_frame_features.fake_whisper_recognizer`), one
+    per test module."""
+    pytest.importorskip("transformers")
+    from tests.acoustic.test_frame_features import fake_whisper_recognizer
+
+    return fake_whisper_recognizer(tmp_path_factory.mktemp("fakew") / "enc")
+
+
 @pytest.fixture(scope="session")
 def tiny_rec():
     return build_tiny_recognizer()

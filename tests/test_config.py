@@ -8,7 +8,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from leakloss.config import ENTRY_CONFIGS, compose_config, config_dir
+from leakloss.checks import SettingsError, UntrainedError
+from leakloss.config import ENTRY_CONFIGS, compose_config, config_dir, run_unsaved_fit
 
 CONF = Path(config_dir())
 # Which entry config uses each group (the head group is mounted as head@heads.NAME).
@@ -163,3 +164,25 @@ def test_shared_data_defaults_do_not_depend_on_the_cwd(tmp_path, monkeypatch):
     assert Path(compose_config("train_whisper_recognizer").real_dir) == tmp_path / "elsewhere" / "data" / "real-nepali-speech"
     monkeypatch.setenv("LEAKLOSS_SHARED", "rel")  # a relative one is read from the cwd once, then absolute
     assert Path(shared_path("x")) == tmp_path / "rel" / "x"
+
+
+@pytest.mark.parametrize("raised, code, says", [
+    (SettingsError("lr: must be > 0, got 0"), 2, "error: lr: must be > 0, got 0"),
+    (UntrainedError("the fit made no step"), 1, "error: the fit made no step"),
+    (KeyboardInterrupt(), 130, "error: interrupted: nothing saved"),
+])
+def test_run_unsaved_fit_turns_refusals_and_ctrl_c_into_one_error_line(raised, code, says, capsys):
+    def run(cfg):
+        raise raised
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_unsaved_fit(run, {})
+    assert exit_info.value.code == code
+    err = capsys.readouterr().err
+    assert err.startswith(says) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_run_unsaved_fit_runs_the_fit_once():
+    calls = []
+    run_unsaved_fit(calls.append, {"lr": 1})
+    assert calls == [{"lr": 1}]

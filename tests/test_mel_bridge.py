@@ -17,7 +17,6 @@ from leakloss.heads import RawConvHead
 from leakloss.mel_bridge import BridgeLoadError, MelBridge, MelPathPenalty, vocos_mels
 from leakloss.penalty import LeakPenalty, PenaltyInputError
 from leakloss.timing import TimedSite
-from tests.acoustic.test_frame_features import fake_whisper_recognizer
 
 SR = 16_000
 SITES = [TimedSite(0.2, 0.3, "deletion", "ʌ->∅"), TimedSite(0.5, 0.62, "quality", "ʌi̯->ɛː")]
@@ -28,12 +27,6 @@ def _mels(n: int, seed: int, level: float = 0.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     env = torch.randn(1, 100, generator=g).cumsum(-1) * 0.3
     return (env + torch.randn(n, 100, generator=g) * 0.8 + level - 2.0)
-
-
-@pytest.fixture(scope="module")
-def fake_w(tmp_path_factory):
-    pytest.importorskip("transformers")
-    return fake_whisper_recognizer(tmp_path_factory.mktemp("fakew") / "enc")
 
 
 @pytest.fixture(scope="module")

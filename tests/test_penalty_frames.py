@@ -13,16 +13,9 @@ from leakloss.acoustic.recognizer import RecognizerLoadError
 from leakloss.heads import HeadCard, HeadLoadError, RawConvHead, load_head, save_head
 from leakloss.penalty import LeakPenalty, check_frame_recognizer
 from leakloss.timing import TimedSite
-from tests.acoustic.test_frame_features import fake_whisper_recognizer
 
 SR = 16_000
 SITES = [TimedSite(0.2, 0.3, "deletion", "ʌ->∅"), TimedSite(0.5, 0.62, "quality", "ʌi̯->ɛː")]
-
-
-@pytest.fixture(scope="module")
-def fake_w(tmp_path_factory):
-    pytest.importorskip("transformers")
-    return fake_whisper_recognizer(tmp_path_factory.mktemp("fakew") / "enc")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from omegaconf import DictConfig
 
 from leakloss.atomic import output_folder_problem
 from leakloss.checks import SettingsError, UntrainedError, check_config, check_trained
-from leakloss.config import config_dir, instantiate_setting
+from leakloss.config import config_dir, instantiate_setting, run_unsaved_fit
 from leakloss.mel_bridge import EMBEDDED_BRIDGE, MelBridge, vocos_mels
 
 
@@ -234,14 +233,7 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_bridge")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (SettingsError, UntrainedError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2 if isinstance(err, SettingsError) else 1)
-    except KeyboardInterrupt:  # minutes long, no checkpoint: say so instead of a traceback
-        print("error: interrupted: nothing saved (a rerun starts the fit afresh)", file=sys.stderr)
-        sys.exit(130)
+    run_unsaved_fit(run, cfg)
 
 
 if __name__ == "__main__":

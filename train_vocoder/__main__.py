@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from torch import Tensor
 from leakloss.acoustic.recognizer import Recognizer
 from leakloss.atomic import output_folder_problem
 from leakloss.checks import SettingsError, UntrainedError, check_config, check_trained
-from leakloss.config import config_dir, instantiate_setting
+from leakloss.config import config_dir, instantiate_setting, run_unsaved_fit
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.scorer import corpus_phone_error_rate
 from leakloss.speech.corpus import builtin_sentences, split_sentences
@@ -192,14 +191,7 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train_vocoder")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (SettingsError, UntrainedError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2 if isinstance(err, SettingsError) else 1)
-    except KeyboardInterrupt:  # the fit keeps no checkpoint (minutes long): say so instead of a traceback
-        print("error: interrupted: nothing saved (a rerun starts the fit afresh)", file=sys.stderr)
-        sys.exit(130)
+    run_unsaved_fit(run, cfg)
 
 
 if __name__ == "__main__":

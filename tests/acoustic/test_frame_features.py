@@ -21,12 +21,6 @@ def fake_whisper_recognizer(folder, own_length: bool = True, d: int = 8, layers:
 
 
 @pytest.fixture(scope="module")
-def fake_w(tmp_path_factory):
-    pytest.importorskip("transformers")
-    return fake_whisper_recognizer(tmp_path_factory.mktemp("fakew") / "enc")
-
-
-@pytest.fixture(scope="module")
 def real_w():
     from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
 
