@@ -245,6 +245,9 @@ WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "le
 NUMBER_SETTINGS = {"leak.weight": math.inf, "leak.paired_weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
 #: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
 CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
+#: true/false settings (``leak.crop`` may also be null); a missing one reads as its default (a run resumed from a card
+#: written before it existed). A string such as ``no`` would have been truthy: refused.
+FLAG_SETTINGS = {"leak.mel_bridge": False, "leak.bf16": False, "leak.sites_in_span_only": True, "leak.crop": None}
 OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads", "save_every"})  # null: a tenth of the
 # updates; torch's; at the end only
 
@@ -275,6 +278,10 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    for key, default in FLAG_SETTINGS.items():
+        value = OmegaConf.select(cfg, key, default=default)
+        if not isinstance(value, bool) and not (value is None and default is None):
+            raise FinetuneError(f"{key} must be true or false{' or null' if default is None else ''}, got {value!r}")
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")
@@ -352,7 +359,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         print(f"warning: {in_span - fitting} of {in_span} clips are longer than batch_size_per_gpu="
               f"{cfg.batch_size_per_gpu} mel frames: F5 leaves them out of training", file=sys.stderr)
     try:
-        penalty = LeakPenalty.load(head_path=cfg.leak.head, mel_bridge=bool(cfg.leak.get("mel_bridge", False)) or None)
+        penalty = LeakPenalty.load(head_path=cfg.leak.head, mel_bridge=cfg.leak.get("mel_bridge", False) or None)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
     paired = load_paired_penalty(cfg)

@@ -15,6 +15,7 @@ by ``LeakPenalty(mel_bridge=...)`` / ``leak.mel_bridge=true``, not the default.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from leakloss.checks import first_line, is_whole, load_finite_safetensors
-from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE, WHISPER_MELS
+from leakloss.constants import MEL_BINS, MEL_FLOOR, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE, WHISPER_MELS
 from leakloss.functional.mel_bridge import level_normalize, to_whisper_grid, vocos_bins_below, whisper_floor_scale
 
 EMBEDDED_BRIDGE = Path(__file__).resolve().parent / "assets" / "bridge" / "vocos_to_whisper"
@@ -38,7 +39,8 @@ class MelBridge(nn.Module):
     """``forward(mels [b, n, 100], mel_lengths [b], n_out, out_lengths [b])`` -> Whisper log-mel ``[b, 80, n_out]``.
 
     ``mels``: natural-log Vocos magnitudes (F5's ``x1_hat``), silent (``log(MEL_FLOOR)``) past each item's
-    ``mel_lengths`` (:func:`leakloss.vocoder.silence_past_lengths`); ``out_lengths``: each item's Whisper mel frames
+    ``mel_lengths`` (:func:`leakloss.vocoder.silence_past_lengths`; a value below ``log(MEL_FLOOR)`` reads as that
+    silence, as the vocoder hears it); ``out_lengths``: each item's Whisper mel frames
     (its floor is taken over them). Frozen unless ``frozen=False`` (the fitting script); gradients reach the mel.
     """
 
@@ -80,7 +82,9 @@ class MelBridge(nn.Module):
         return (linear + self.net(x)).transpose(1, 2)
 
     def forward(self, mels: Tensor, mel_lengths: Tensor, n_out: int, out_lengths: Tensor) -> Tensor:
-        x = level_normalize(mels[..., : self.in_bins], mel_lengths)  # fp32 (or fp64): the level in log space
+        # below the Vocos floor is silence to the vocoder; the fitted map never saw it and would extrapolate it loud
+        x = mels[..., : self.in_bins].clamp(min=math.log(MEL_FLOOR))
+        x = level_normalize(x, mel_lengths)  # fp32 (or fp64): the level in log space
         if n_out == 0:
             return x.new_zeros(x.shape[0], WHISPER_MELS, 0)
         grid = to_whisper_grid(x, n_out).to(self.linear.weight.dtype)  # the convs in the weights' dtype
@@ -103,6 +107,8 @@ class MelBridge(nn.Module):
         if card.get("schema_version") != BRIDGE_SCHEMA_VERSION:
             raise BridgeLoadError(f"{card_path}: schema_version {card.get('schema_version')!r}, this code reads "
                                   f"{BRIDGE_SCHEMA_VERSION!r}")
+        if is_whole(card.get("in_bins"), 1) and card["in_bins"] > MEL_BINS:
+            raise BridgeLoadError(f"{card_path}: in_bins {card['in_bins']} is more than a Vocos mel's {MEL_BINS}")
         try:
             model = cls(card.get("in_bins"), card.get("context"), card.get("hidden"), card.get("kernel"))
         except (TypeError, ValueError) as err:

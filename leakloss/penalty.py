@@ -337,10 +337,13 @@ class LeakPenalty(nn.Module):
         mel_lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
         samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mels.device)
         max_frames = self.recognizer.frames.encoder.config.max_source_positions
-        if b and int(self.recognizer.frame_count(samples, self.conv_layer).max()) > max_frames:
+        hop = round(self.frame_hop_s * SAMPLE_RATE)
+        # F5 trains on clips up to 30.0 s, whose centred mels run a few ms past the encoder's 30 s: those ms are cut
+        if b and int(samples.max()) > max_frames * hop + hop:
             raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * self.frame_hop_s:.0f} s; "
                                     f"got {int(mel_lengths.max()) * MEL_HOP / MEL_SAMPLE_RATE:.1f} s "
                                     "(use the vocoder path for longer items)")
+        samples = samples.clamp(max=max_frames * hop)
         mels, bad = mask_nonfinite_items(at_least_fp32(mels), mel_lengths)
         lengths = samples.tolist()
         logits = mels.new_zeros(b, self._frames(max(lengths, default=0)), dtype=torch.float32)
@@ -356,14 +359,19 @@ class LeakPenalty(nn.Module):
             longest = int(item_mel_lengths.max())
             chunk = mels.index_select(0, index)[:, :longest]
             chunk = silence_past_lengths(chunk, item_mel_lengths, tail_frames=max(needed - longest, 0))
-            log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
-            blown = ~torch.isfinite(log_mel).flatten(1).all(-1)  # finite but huge mels can overflow in the bridge
-            if bool(blown.any()):  # bridge again without them: no graph we keep holds a non-finite value
+
+            def encode(chunk: Tensor) -> tuple[Tensor, Tensor]:
+                log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
+                return log_mel, self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)
+
+            log_mel, feats = encode(chunk)
+            # finite but huge mels can overflow in the bridge or, through a huge log mel, in the encoder
+            blown = ~(torch.isfinite(log_mel).flatten(1).all(-1) & torch.isfinite(feats).flatten(1).all(-1))
+            if bool(blown.any()):  # again without them: no graph we keep holds a non-finite value
                 chunk = torch.where(blown[:, None, None], torch.zeros((), dtype=chunk.dtype, device=chunk.device),
                                     chunk)
-                log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
+                log_mel, feats = encode(chunk)
                 bad = bad.index_copy(0, index, bad.index_select(0, index) | blown)
-            feats = self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)
             item_frames = self.recognizer.frame_count(samples.index_select(0, index), self.conv_layer)
             g = min(self._frames(max(lengths[i] for i in group)), logits.shape[-1], feats.shape[1])
             logits = logits.index_copy(0, index, torch.nn.functional.pad(

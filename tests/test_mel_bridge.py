@@ -90,6 +90,9 @@ def test_save_and_load_round_trip_and_damaged_files_are_refused(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({**card, "kernel": 4}))
     with pytest.raises(BridgeLoadError, match="do not build"):
         MelBridge.embedded(tmp_path / "b")
+    (tmp_path / "b.json").write_text(json.dumps({**card, "in_bins": 120}))  # failed at the first forward
+    with pytest.raises(BridgeLoadError, match="more than a Vocos mel's 100"):
+        MelBridge.embedded(tmp_path / "b")
     (tmp_path / "b.json").write_text(json.dumps(card))
     (tmp_path / "b.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(BridgeLoadError, match="not readable"):
@@ -149,6 +152,42 @@ def test_huge_finite_mels_are_masked_not_nan(penalty):
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(mels.grad).all() and int(parts.nonfinite_items) == 1
     assert torch.equal(mels.grad[0], torch.zeros(60, 100)) and mels.grad[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("value", [-1e20, 1e20, 3e38])
+def test_one_huge_finite_frame_never_reaches_the_gradient_as_nan(penalty, value):
+    """A single extreme frame (finite in float32) either reads as silence (below the floor) or masks its item; the
+    other item scores as alone, and no NaN reaches the mels' gradient (it once did: huge bridged log mels overflowed
+    in the encoder, past a check of the bridge's output only)."""
+    mels = torch.stack([_mels(80, 3), _mels(80, 4)])
+    mels[0, 10] = value
+    mels.requires_grad_(True)
+    loss, parts = penalty(mels=mels, sites=[SITES, SITES])
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(mels.grad).all() and torch.isfinite(parts.frame_probs).all()
+    _, alone = penalty(mels=mels.detach()[1:], sites=[SITES])
+    torch.testing.assert_close(parts.site_probs[2:], alone.site_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_mels_below_the_vocos_floor_are_silence(penalty):
+    """Below ``log(MEL_FLOOR)`` a magnitude is silence to the vocoder; the fitted bridge never saw such values and
+    read them louder the lower they went (one frame at -50 floored 99% of its item)."""
+    at_floor = _mels(80, 7)[None]
+    at_floor[0, 40] = math.log(MEL_FLOOR)
+    below = at_floor.clone()
+    below[0, 40] = -50.0
+    _, floor_parts = penalty(mels=at_floor, sites=[SITES])
+    _, below_parts = penalty(mels=below, sites=[SITES])
+    assert torch.equal(floor_parts.frame_probs, below_parts.frame_probs)
+
+
+def test_f5_s_longest_clips_are_scored_up_to_the_encoder_s_30_s(penalty):
+    """F5 trains on clips up to 30.0 s; the centred mel of one just under (2,813 frames) runs 5 ms past the
+    encoder's 1,500 frames: those ms are cut, not the clip refused (it was: a bridged fine-tune stopped there)."""
+    loss, parts = penalty(mels=_mels(2813, 8)[None], sites=[SITES])
+    assert torch.isfinite(loss) and int(parts.frame_counts[0]) == 1500
+    with pytest.raises(PenaltyInputError, match="up to 30 s"):
+        penalty(mels=torch.zeros(1, 2816, 100), sites=[[]])
 
 
 def test_zero_length_items_and_an_empty_batch_contribute_exactly_zero(penalty):
@@ -216,6 +255,28 @@ def test_a_gain_on_the_mel_barely_changes_the_penalty(fake_w):
         louder[0, :90] += gain
         _, moved = penalty(mels=louder, mel_lengths=torch.tensor([90]), sites=[SITES])
         assert float((moved.frame_probs - parts.frame_probs).abs().max()) < 5e-3
+
+
+def test_a_gain_on_the_mel_leaves_the_bridged_log_mel_of_the_item_unchanged():
+    """The reason for the test above, checked where a random head cannot hide it: away from the item's end (where
+    the bridge's convs read the silence after it, which is not levelled), a gain leaves the bridged log mel as it
+    was; without the levelling +3 nats would move every frame by ~0.33."""
+    from leakloss.functional.mel_bridge import bridge_frames
+    from leakloss.vocoder import silence_past_lengths
+
+    bridge = MelBridge.embedded()
+    lengths = torch.tensor([90])  # 0.96 s: 48 encoder frames
+    n_out, grid, needed = bridge_frames(48, bridge.receptive_frames)
+
+    def bridged(mels):
+        chunk = silence_past_lengths(mels, lengths, tail_frames=max(needed - 90, 0))
+        return bridge(chunk, lengths, grid, torch.tensor([96]))[..., :n_out]
+
+    mels = _mels(90, 9)[None]
+    interior = 96 - 2 * bridge.receptive_frames - 2
+    reference = bridged(mels)[..., :interior]
+    for gain in (-3.0, 3.0):
+        torch.testing.assert_close(bridged(mels + gain)[..., :interior], reference, atol=1e-4, rtol=0)
 
 
 def test_float64_gradcheck_through_bridge_encoder_and_head(fake_w):

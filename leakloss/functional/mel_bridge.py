@@ -85,7 +85,8 @@ def to_whisper_grid(x: Tensor, n_out: int) -> Tensor:
 
 
 def whisper_frames_for(n_mel_frames: int) -> int:
-    """Vocos frames needed to interpolate ``n_mel_frames`` Whisper frames (the last position rounded up, + 1)."""
+    """Vocos frames needed to interpolate ``n_mel_frames`` Whisper frames: up to the frame after the last position's
+    (``floor + 2``; one spare frame when that position is whole)."""
     if n_mel_frames <= 0:
         return 0
     return int(whisper_grid_positions(n_mel_frames)[-1].floor()) + 2

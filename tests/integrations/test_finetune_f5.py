@@ -106,6 +106,9 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("seed=4294967296", r"seed must be a whole number in \[0, 4294967295\], got 4294967296"),  # numpy's bound
     ("mixed_precision=zz", r"mixed_precision must be one of no, bf16, fp16, got 'zz'"),  # failed after placement
     ("batch_size_type=zz", r"batch_size_type must be one of frame, sample, got 'zz'"),
+    ("leak.mel_bridge=no", r"leak.mel_bridge must be true or false, got 'no'"),  # a truthy string: the bridge ran
+    ("leak.bf16=1", r"leak.bf16 must be true or false, got 1"),
+    ("leak.crop=maybe", r"leak.crop must be true or false or null, got 'maybe'"),
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
