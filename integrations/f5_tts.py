@@ -140,8 +140,10 @@ def clean_mel_estimate(x_t: torch.Tensor, time: torch.Tensor, pred: torch.Tensor
     # CFM zeroes cond exactly on the infilled span; a real log-mel frame is never all-zero, and if one
     # were it would just get the estimate instead of the ground truth (same frame, no harm)
     span = (cond == 0).all(dim=-1) & lens_to_mask(lens, length=seq_len)  # [b, n]
-    t = time.reshape(-1, 1, 1).to(pred.dtype)
-    return torch.where(span[..., None], x_t + (1 - t) * pred, cond), span
+    # t in fp32: under bf16 autocast t = 0.999 rounds to 1.0, and 1 - t (the estimate's gradient to pred) to 0
+    t = time.reshape(-1, 1, 1).float()
+    estimate = x_t.float() + (1 - t) * pred.float()
+    return torch.where(span[..., None], estimate, cond.to(estimate.dtype)), span
 
 
 class LeakAwareCFM(CFM):
@@ -440,15 +442,16 @@ class LeakAwareCFM(CFM):
         mels, ref, mel_lengths = (x.index_select(0, index) for x in (x1_hat, truth, lens))
         vocoder = self.mel_to_wave or self.paired_penalty.mel_to_wave
         autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
-        with autocast:
+        with autocast:  # vocoding and the recognizer both: leak_bf16 (or not) as for the reference-free term
             waves, wave_lengths, bad = vocode_items(vocoder, mels, mel_lengths)
             with torch.no_grad():
                 ref_waves, _, bad_ref = vocode_items(vocoder, ref, mel_lengths)
-        bad = bad | bad_ref
-        if bool(bad.any()):  # the penalty masks these pairs itself (counted, zero gradient, sites inactive)
-            waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device), waves)
-        return self.paired_penalty(waves=waves, wave_lengths=wave_lengths, ref_waves=ref_waves.to(waves.dtype),
-                                   sites=sites)
+            bad = bad | bad_ref
+            if bool(bad.any()):  # the penalty masks these pairs itself (counted, zero gradient, sites inactive)
+                waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
+                                    waves)
+            return self.paired_penalty(waves=waves, wave_lengths=wave_lengths, ref_waves=ref_waves.to(waves.dtype),
+                                       sites=sites)
 
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
                          frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:

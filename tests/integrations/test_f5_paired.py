@@ -192,3 +192,23 @@ def test_bad_paired_settings_are_refused(m2w, kwargs, message):
         _model(m2w, **kwargs)
     with pytest.raises(ValueError, match="paired_weight > 0 with a paired_penalty needs a site_lookup"):
         tiny_f5(256, paired_penalty=RecordingPaired(), paired_weight=1.0, mel_to_wave=m2w)
+
+
+@pytest.mark.parametrize("leak_bf16, outer", [(True, False), (False, True)])
+def test_the_paired_recognizer_runs_under_leak_bf16_as_the_vocoder_does(leak_bf16, outer):
+    """leak_bf16 set: the paired penalty runs under bf16 autocast; not set: in fp32 even inside an outer bf16
+    autocast (accelerate's mixed precision). The paired call once sat outside the term's autocast block."""
+    seen: list[bool] = []
+
+    class AutocastSeen(RecordingPaired):
+        def forward(self, **kwargs):
+            seen.append(torch.is_autocast_cpu_enabled())
+            return super().forward(**kwargs)
+
+    model = _model(MelToWave.tiny(seed=0), paired_penalty=AutocastSeen(), paired_weight=1.0, leak_bf16=leak_bf16)
+    mel, text, lens = _batch()
+    random.seed(0)
+    torch.manual_seed(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer):
+        model(mel, text=text, lens=lens)
+    assert seen == [leak_bf16]

@@ -22,6 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from integrations.f5_tts import (  # noqa: E402
+    clean_mel_estimate,
     LeakAwareCFM,
     LeakCurveLogger,
     WaveTextDataset,
@@ -604,3 +605,16 @@ def test_random_nonfinite_batches_and_weights_stop_the_run_and_are_never_saved(t
         assert all(bool(torch.isfinite(t).all()) for t in saved.values() if t.is_floating_point())
     else:
         assert not weights_finite or any(math.isnan(v) or math.isinf(v) for *_, v in nonfinite)
+
+
+def test_the_clean_mel_estimate_keeps_t_in_fp32_under_bf16():
+    """x1_hat = x_t + (1 - t) * pred with a bf16 pred (autocast): t = 0.999 once rounded to 1.0 in bf16, so the
+    items closest to speech got no gradient at all; d x1_hat / d pred must be 1 - t."""
+    t = torch.tensor([0.999, 0.99, 0.95])
+    x_t = torch.randn(3, 4, 100)
+    pred = torch.randn(3, 4, 100).bfloat16().requires_grad_(True)
+    x1_hat, span = clean_mel_estimate(x_t, t, pred, torch.zeros(3, 4, 100), torch.tensor([4, 4, 3]))
+    x1_hat.sum().backward()
+    assert span.tolist() == [[True] * 4, [True] * 4, [True, True, True, False]]
+    torch.testing.assert_close(pred.grad[:, 0, 0].float(), 1 - t, rtol=1e-2, atol=0)
+    torch.testing.assert_close(x1_hat[:, :3], x_t[:, :3] + (1 - t[:, None, None]) * pred.detach().float()[:, :3])
