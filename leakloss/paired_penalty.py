@@ -7,8 +7,8 @@ timing: F5's clean-mel estimate ``x1_hat`` and the training item it infills, bot
 on that ground truth (seconds from its start). Where the ground truth is not at hand (RL, inference-time
 reranking), use the reference-free :class:`~leakloss.penalty.LeakPenalty` or :func:`leakloss.reward.leak_reward`.
 
-:class:`PairedPosteriorPenalty` runs the recognizer (default ``w``: a CTC phone head on Whisper's encoder;
-``"wb"`` or any recognizer by name once trained: a config change) on both, and returns ``(loss, parts)``: the
+:class:`PairedPosteriorPenalty` runs the recognizer (default ``wb``: a CTC phone head on multilingual Whisper
+base's encoder; any recognizer by name: a config change) on both, and returns ``(loss, parts)``: the
 mean over the active sites of ``KL(ref || gen)`` of the frame posteriors averaged over each site's window
 (:func:`leakloss.functional.paired.paired_site_divergence`), and detached parts for logging. The reference
 side runs without gradient (it is a target); no parameter of the recognizer receives one; the generated wave

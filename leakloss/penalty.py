@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.crop import length_groups
 from leakloss.functional.leak import (
+    active_sites,
     at_least_fp32,
     leak_penalty_from_logits,
     mask_nonfinite_items,
@@ -96,8 +97,10 @@ class LeakPenalty(nn.Module):
       1/RMS (1e4-fold speech's at RMS 1e-7). Below ``QUIET_RMS`` (-40 dBFS) an item's gradient is multiplied
       by ``rms / QUIET_RMS``: the same direction, the size it would have at -40 dBFS (exact digital silence,
       rms 0, gets a zero gradient). The loss is unchanged. Counted in ``parts.quiet_items``.
-    - **Very short input** (0 samples up to the 10 ms receptive field of the conv stack, or 0 mel frames) is
-      zero-padded: such an item has no frames, so its sites are inactive and it contributes exactly zero.
+    - **Very short input**: an item shorter than one frame of the recognizer (``min_samples``: the 10 ms receptive
+      field of recognizer A's conv stack; 1 sample on a Whisper encoder run at the item's own length, whose one
+      frame is scored), or of 0 mel frames, is zero-padded: it has no frames, so its sites are inactive and it
+      contributes exactly zero.
     - Waves not ``[b, t]``, mels not ``[b, n, d]``, lengths outside ``[0, t]``: :class:`PenaltyInputError`.
 
     **The mel bridge** (``mel_bridge=``, a :class:`leakloss.mel_bridge.MelBridge`, Whisper recognizers only): mels
@@ -309,7 +312,7 @@ class LeakPenalty(nn.Module):
                                   device=logits.device)
         item = torch.tensor([i for i, _ in index], dtype=torch.long, device=logits.device)
         loss, probs = leak_penalty_from_logits(logits, masks, item)
-        active = masks.any(-1)
+        active = active_sites(logits, masks, item)
         if source.numel() == 0 and source.requires_grad:  # an empty batch: a zero loss still on the input's graph
             loss = loss + source.sum().float() * 0
         parts = self._parts(loss, probs, active, index, logits, frames)

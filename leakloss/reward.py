@@ -47,6 +47,9 @@ class RewardResult:
 def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Tensor]:
     """The readings of a list of ``[t]`` waves, or of a ``[b, t]`` batch cut to ``wave_lengths [b]``."""
     if isinstance(waveforms, Tensor) and waveforms.dim() == 2:
+        if not waveforms.is_floating_point():  # as a list's waves: int16 PCM read as 32768x louder floats
+            raise PenaltyInputError(f"waveforms must be real float samples, got dtype {waveforms.dtype} "
+                                    "(int16 PCM: divide by 32768)")
         if wave_lengths is not None:
             lengths = check_lengths(wave_lengths, waveforms.shape[0], waveforms.shape[1], "wave_lengths",
                                      waveforms.device)
@@ -150,7 +153,9 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     if placed.status == "no_testable_site":
         return RewardResult(1.0, "no_testable_site", per, reason="intelligible; the text has no testable site")
     if placed.status != "placed":
-        return RewardResult(WORST_REWARD, placed.status, per, reason="the text's phones do not align to the audio")
+        why = getattr(placed.alignment, "reason", None)  # the aligner's own words when it ran
+        return RewardResult(WORST_REWARD, placed.status, per,
+                            reason=f"the text's phones do not align to the audio{f': {why}' if why else ''}")
     _, parts = penalty(waves=wave[None], sites=[placed.sites])
     probs = parts.site_probs[parts.site_active]  # an inactive site's p ~ 0 must not count as "no leak"
     if probs.numel() == 0:

@@ -122,13 +122,21 @@ class LeakRewardProvider(RewardProvider):
 
     def __init__(self, penalty: LeakPenalty | None = None, max_per: float | None = None) -> None:
         self.penalty, self.max_per = penalty, max_per
+        self._given_penalty, self._given_max_per = penalty, max_per  # what each setup starts from
         self.cfg: dict[str, Any] = {}
 
     def setup(self, cfg: dict[str, Any] | None = None) -> None:
+        """Each call starts afresh from the constructor's arguments: a penalty this provider loaded is loaded again
+        with the new settings, a ``max_per`` not given returns to the constructor's."""
         self.cfg = dict(cfg or {})
         unknown = set(self.cfg) - {"recognizer", "head_path", "device", "max_per"}
         if unknown:
             raise ValueError(f"unknown {self.name} setting(s): {', '.join(sorted(unknown))}")
+        loading = sorted({"recognizer", "head_path", "device"} & set(self.cfg))
+        if self._given_penalty is not None and loading:  # they would be ignored without a word
+            raise ValueError(f"setup {', '.join(loading)}: this provider was given its penalty; pass them to "
+                             "LeakPenalty.load instead")
+        self.penalty, self.max_per = self._given_penalty, self._given_max_per
         if "max_per" in self.cfg:
             from leakloss.reward import check_max_per
 

@@ -40,3 +40,19 @@ def test_a_reading_is_judged_against_its_recognizers_limit(embedded_penalty, mon
         assert leak_reward_details([reading], [TEXT], embedded_penalty)[0].status == status
     explicit = leak_reward_details([reading], [TEXT], embedded_penalty, max_per=per - 0.01)[0]
     assert explicit.status == "unintelligible"
+
+
+def test_an_unaligned_reading_says_why_in_the_aligner_s_words(embedded_penalty, monkeypatch):
+    """The reason of an alignment_failed reward carries the aligner's own reason (it was one fixed sentence)."""
+    from types import SimpleNamespace
+
+    import leakloss.reward as reward_module
+    from leakloss.site_placement import SitePlacement
+    from leakloss.speech.synth import HINDI_VOICES, speak_text
+
+    reading = speak_text(TEXT, HINDI_VOICES[0]).waveform
+    failed = SitePlacement([], "alignment_failed", alignment=SimpleNamespace(reason="fit 0.31 < 0.50"))
+    monkeypatch.setattr(reward_module, "locate_sites", lambda *args, **kwargs: failed)
+    result = leak_reward_details([reading], [TEXT], embedded_penalty)[0]
+    assert result.status == "alignment_failed" and result.reward == 0.0
+    assert result.reason == "the text's phones do not align to the audio: fit 0.31 < 0.50"

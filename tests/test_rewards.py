@@ -52,6 +52,23 @@ def test_the_provider_loads_the_recognizer_it_is_set_up_with(monkeypatch):
     provider.setup({"recognizer": "b"})  # was dropped unless head_path was set too
     assert provider._penalty() == "penalty"
     assert seen == [{"recognizer": "b", "head_path": None, "device": "cpu"}]
+    provider.setup({"recognizer": "a"})  # a second setup reloads with its settings (it kept b's penalty)
+    provider._penalty()
+    assert seen[-1] == {"recognizer": "a", "head_path": None, "device": "cpu"}
+
+
+def test_a_second_setup_starts_from_the_constructor_s_arguments():
+    from leakloss.rewards import LeakRewardProvider
+
+    provider = LeakRewardProvider()
+    provider.setup({"max_per": 0.3})
+    provider.setup({})
+    assert provider.max_per is None  # the 0.3 of the earlier setup stayed
+    given = LeakRewardProvider(penalty="given", max_per=0.5)
+    given.setup({})
+    assert given.penalty == "given" and given.max_per == 0.5
+    with pytest.raises(ValueError, match="setup device, recognizer: this provider was given its penalty"):
+        given.setup({"recognizer": "a", "device": "cuda"})  # they were ignored without a word
 
 
 def test_to_16k_mono():

@@ -31,9 +31,14 @@ def peak_limited(wave: Tensor) -> Tensor:
     return wave / peak
 
 
+#: seconds within which a frame centre on a site's edge (± pad) counts as inside it
+EDGE_TOLERANCE_S = 1e-9
+
+
 def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: float, pad_s: float = 0.02,
                frame_lengths: Tensor | None = None, device=None) -> tuple[Tensor, list[tuple[int, TimedSite]]]:
-    """Boolean ``[n, g]`` masks of each site's frames (± ``pad_s``) and the (item, site) of each row.
+    """Boolean ``[n, g]`` masks of each site's frames (centre within the site ± ``pad_s``, edges included) and the
+    (item, site) of each row.
 
     ``hop_s``: seconds between frames, from the recognizer's strides
     (:meth:`leakloss.acoustic.recognizer.Recognizer.conv_hop_s`), never assumed.
@@ -46,10 +51,12 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     index = [(b, s) for b, item in enumerate(sites) for s in item]
     if frame_lengths is not None and len(frame_lengths) != len(sites):
         raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
-    centers = (torch.arange(n_frames, device=device, dtype=torch.float32) + 0.5) * hop_s
+    # float64 and a 1 ns tolerance: aligned site edges +- pad_s fall exactly on frame centres (10 ms grid, 20 ms
+    # frames), and in float32 about a quarter of first frames rounded out of their site, by where the site sat
+    centers = (torch.arange(n_frames, device=device, dtype=torch.float64) + 0.5) * hop_s
     masks = torch.zeros(len(index), n_frames, dtype=torch.bool, device=device)
     for row, (b, s) in enumerate(index):
-        m = (centers >= s.start - pad_s) & (centers <= s.end + pad_s)
+        m = (centers >= s.start - pad_s - EDGE_TOLERANCE_S) & (centers <= s.end + pad_s + EDGE_TOLERANCE_S)
         if frame_lengths is not None:
             m &= torch.arange(n_frames, device=device) < frame_lengths[b]
         masks[row] = m
@@ -100,10 +107,16 @@ def _pooled(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperatur
     masks = masks & ~torch.isnan(x)
     x = torch.nan_to_num(x, nan=0.0, posinf=LOGIT_BOUND, neginf=-LOGIT_BOUND).clamp(-LOGIT_BOUND, LOGIT_BOUND)
     x = x * temperature
-    x = x.masked_fill(~masks, -1e4)
+    x = x.masked_fill(~masks, -(LOGIT_BOUND * temperature + 1e4))  # below every real frame at any temperature
     count = masks.sum(-1).clamp(min=1).to(x.dtype)
     pooled = (torch.logsumexp(x, -1) - torch.log(count)) / temperature
     return torch.where(masks.any(-1), pooled, torch.full_like(pooled, -1e4 / temperature))
+
+
+def active_sites(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> Tensor:
+    """``[n]`` bool: the sites with at least one frame that is in their mask and not NaN (a NaN frame is no
+    evidence, :func:`pooled_site_logits`; a site of NaN frames only is no site, not a confident "no leak")."""
+    return (masks & ~torch.isnan(frame_logits.detach()[item_of_row])).any(-1)
 
 
 def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,7 +129,7 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     logits included), and a zero gradient of the right shape.
     """
     _check_rows(frame_logits, masks, item_of_row)
-    active = masks.any(-1)
+    active = active_sites(frame_logits, masks, item_of_row)
     if not bool(active.any()):
         x = at_least_fp32(frame_logits)
         finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))

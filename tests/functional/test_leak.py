@@ -196,3 +196,26 @@ def test_site_masks_refuses_a_frame_count_that_is_not_a_count(n_frames):
 
     with pytest.raises(ValueError, match="n_frames must be a whole number"):  # was RuntimeError from torch.zeros
         site_masks([[TimedSite(0.1, 0.2, "deletion", "ʌ->∅")]], n_frames, hop_s=0.005)
+
+
+def test_a_site_of_nan_frames_only_is_inactive_not_a_confident_no_leak():
+    from leakloss.functional.leak import active_sites, leak_penalty_from_logits
+
+    logits = torch.tensor([[5.0, 5.0, float("nan"), float("nan")]])
+    masks = torch.tensor([[True, True, False, False], [False, False, True, True]])
+    item = torch.tensor([0, 0])
+    loss, probs = leak_penalty_from_logits(logits, masks, item)
+    alone, _ = leak_penalty_from_logits(logits, masks[:1], item[:1])
+    assert active_sites(logits, masks, item).tolist() == [True, False]
+    torch.testing.assert_close(loss, alone)  # it once halved the penalty, counted as a site with p ~ 0
+    assert torch.isfinite(probs).all()
+
+
+def test_masked_frames_stay_out_of_the_pool_at_any_temperature():
+    from leakloss.functional.leak import pooled_site_logits
+
+    logits = torch.tensor([[-30.0, -30.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, False, False]])
+    for temperature in (1.0, 4.0, 1000.0):  # at 1000 the masked frames once outranked the real ones (-10)
+        pooled = pooled_site_logits(logits, mask, torch.tensor([0]), temperature=temperature)
+        torch.testing.assert_close(pooled, torch.tensor([-30.0]))
