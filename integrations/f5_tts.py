@@ -171,8 +171,9 @@ class LeakAwareCFM(CFM):
       and the penalty vocodes itself.
 
     - Schedule: in training mode the penalty runs only on updates ``u >= leak_start_step`` with
-      ``(u - leak_start_step) % leak_every == 0`` (``u`` counts updates: forwards // ``grad_accumulation_steps``);
-      other steps do not call it at all (no cost). Eval-mode forwards always run it.
+      ``(u - leak_start_step) % leak_every == 0`` (``u`` counts updates: forwards // ``grad_accumulation_steps``,
+      or, under :func:`train_f5`, accelerate's own update boundaries, ``update_synced``); other steps do not call
+      it at all (no cost). Eval-mode forwards always run it.
     - Many processes (``torch.distributed`` initialised, training mode): the penalty is normalised over the global
       batch: each rank's mean over its sites is rescaled by ``world * n_local / n_global`` and the ``t**2`` weight
       is the global mean (each item's gradient ``t_i ** 2`` over it), so DDP's gradient average equals the
@@ -254,6 +255,11 @@ class LeakAwareCFM(CFM):
         self.leak_item_fraction = float(leak_item_fraction)  # checked above
         self._crop_context = None  # computed from the penalty's modules on first use
         self.train_forwards = 0  # training-mode forwards so far: the update index is this // grad_accumulation_steps
+        # set by train_f5: accelerate's sync flag, true on the forward that completes an update (accelerate also
+        # completes one at each epoch's end, so with accumulation, forwards // steps runs behind by one an epoch)
+        self.update_synced: Callable[[], bool] | None = None
+        self.completed_updates = 0  # with update_synced: updates completed so far
+        self._forwards_in_update = 0  # with update_synced: forwards of the update being accumulated
         self.last_leak_sites: list[list[TimedSite]] | None = None
         self.last_leak_parts: NamedTuple | None = None
         self.last_leak_weight: float = 0.0
@@ -375,12 +381,34 @@ class LeakAwareCFM(CFM):
         setattr(self, f"last_{name}_penalty", penalty)
         setattr(self, f"last_{name}_weight", weight)
 
+    def updates_done(self) -> int:
+        """Updates completed before the next training forward: counted at accelerate's sync points when
+        ``update_synced`` is set (``train_f5``), else ``train_forwards // grad_accumulation_steps``."""
+        if self.update_synced is None:
+            return self.train_forwards // self.grad_accumulation_steps
+        return self.completed_updates
+
+    def at_update_start(self) -> bool:
+        """Whether the next training forward is the first of an update."""
+        if self.update_synced is None:
+            return self.train_forwards % self.grad_accumulation_steps == 0
+        return self._forwards_in_update == 0
+
+    def resume_at(self, update: int) -> None:
+        """The schedule goes on from ``update`` completed updates (a resumed run)."""
+        self.train_forwards = update * self.grad_accumulation_steps
+        self.completed_updates, self._forwards_in_update = update, 0
+
     def _leak_due(self) -> bool:
         """Whether this forward runs the penalty (and, in training mode, count the forward)."""
         if not self.training:
             return True
-        update = self.train_forwards // self.grad_accumulation_steps
+        update = self.updates_done()  # the update this forward feeds
         self.train_forwards += 1
+        if self.update_synced is not None:
+            self._forwards_in_update += 1
+            if self.update_synced():
+                self.completed_updates, self._forwards_in_update = self.completed_updates + 1, 0
         return update >= self.leak_start_step and (update - self.leak_start_step) % self.leak_every == 0
 
     @staticmethod
@@ -1267,7 +1295,8 @@ def train_f5(
                                       f"this run's {updates}: nothing to train (another out_dir starts a new run)")
         trainer.save_per_updates = updates  # keep_last_n_checkpoints=0: no model_{update}.pt is written
         trainer.last_per_updates = min(save_every, updates) if save_every else updates
-        model.train_forwards = start_update * grad_accumulation_steps  # the leak schedule goes on from there
+        model.resume_at(start_update)  # the leak schedule goes on from there, counted at accelerate's updates
+        model.update_synced = lambda: trainer.accelerator.sync_gradients
 
         run = trainer.accelerator.get_tracker("wandb", unwrap=True) if trainer.logger == "wandb" else None
         run_dir = Path(run.dir).parent if run is not None and getattr(run, "dir", None) else None
@@ -1284,9 +1313,9 @@ def train_f5(
         def stop_when_out_of_time(module: nn.Module, _args: tuple) -> None:
             # between two updates (the first forward of the next one): F5 has stepped the optimizer, the
             # scheduler and the EMA of the last one, so its own save of that update is a clean resume point
-            if not module.training or module.train_forwards % grad_accumulation_steps:
+            if not module.training or not module.at_update_start():
                 return
-            done = module.train_forwards // grad_accumulation_steps
+            done = module.updates_done()
             late = (monotonic() - budget_start) / 60 >= max_minutes
             if done > start_update and _all_agree(late):
                 trainer.save_checkpoint(done, last=True)
@@ -1311,6 +1340,7 @@ def train_f5(
         finally:
             for handle in handles:
                 handle.remove()
+            model.update_synced = None  # the trainer's flag means nothing outside its loop
     ran = trainer.accelerator.mixed_precision if trainer.accelerator.native_amp else "no"
     return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates, start_update, done_updates,
                  budget_reached, ran)

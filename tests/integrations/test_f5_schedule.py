@@ -139,3 +139,38 @@ def test_largest_t_items_matches_a_naive_choice(times, fraction):
     for i in chosen:  # nothing left out has a larger t, nor an equal t at an earlier index
         assert all(times[j] < times[i] or (times[j] == times[i] and j > i) for j in others)
     assert largest_t_items(times, 1.0) == list(range(len(times)))
+
+
+def test_under_accelerate_the_schedule_counts_its_updates_across_epoch_ends():
+    """accelerate completes an update at each epoch's end, so with 5 batches an epoch and 2 accumulation steps an
+    epoch has 3 updates, not 2.5: the update each forward feeds (and the budget stop's count) must follow F5's
+    global_update, not forwards // 2 (which fell one update behind per epoch)."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
+    stand_in = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(stand_in.parameters(), 0.1)
+    loader = torch.utils.data.DataLoader(torch.zeros(5, 1), batch_size=1)
+    stand_in, optimizer, loader = accelerator.prepare(stand_in, optimizer, loader)
+    model = _model(leak_penalty=Counting(), grad_accumulation_steps=2, leak_every=2)
+    model.train()
+    model.update_synced = lambda: accelerator.sync_gradients
+    global_update, fed, starts, due = 0, [], [], []
+    for _epoch in range(3):
+        for batch in loader:
+            with accelerator.accumulate(stand_in):
+                starts.append(model.at_update_start())
+                fed.append(model.updates_done())
+                due.append(model._leak_due())
+                assert fed[-1] == global_update  # F5's counter before this micro-batch's step
+                stand_in(batch).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            if accelerator.sync_gradients:
+                global_update += 1
+    assert global_update == 9 and model.updates_done() == 9
+    assert fed == [0, 0, 1, 1, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8]
+    assert starts == [True, False, True, False, True] * 3
+    assert due == [u % 2 == 0 for u in fed]  # every micro-batch of an update runs the penalty, or none
+    model.resume_at(4)
+    assert model.updates_done() == 4 and model.at_update_start()
