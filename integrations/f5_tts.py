@@ -155,10 +155,7 @@ class LeakAwareCFM(CFM):
     forward hook on the transformer reads ``x_t``, ``t``, the masked ``cond`` and ``drop_text`` from the call.
 
     - ``x1_hat = x_t + (1 - t) * pred`` inside the infilled span, ground truth (= ``cond``) outside it.
-    - ``w(t)``: the one-step estimate is noise at small t, so an item's penalty gradient is weighted by its own
-      ``t_i ** 2`` (a gradient hook on ``x1_hat``; F5 draws ``t`` per item). The term's logged value and weight are
-      ``weight * mean_b(t_b ** 2) * penalty``: the same scale on average; its gradient reaches item i as
-      ``weight * t_i ** 2 * d penalty / d x1_hat_i`` (before 2026-12-06 every item got the batch's mean).
+    - ``w(t) = mean_b(t_b ** 2)``: the one-step estimate is noise at small t, so early-t steps barely count.
     - Dropped-text (unconditional CFG) steps get weight 0 and skip the penalty: without text there is no
       pronunciation to judge.
     - ``site_lookup(text_i)`` gives the utterance's sites in seconds on its ground-truth audio; with
@@ -176,14 +173,13 @@ class LeakAwareCFM(CFM):
       it at all (no cost). Eval-mode forwards always run it.
     - Many processes (``torch.distributed`` initialised, training mode): the penalty is normalised over the global
       batch: each rank's mean over its sites is rescaled by ``world * n_local / n_global`` and the ``t**2`` weight
-      is the global mean (each item's gradient ``t_i ** 2`` over it), so DDP's gradient average equals the
-      gradient of the global-batch penalty. Every rank
+      is the global mean, so DDP's gradient average equals the gradient of the global-batch penalty. Every rank
       joins one all-reduce per penalty step, also with no sites or a dropped text (no deadlock).
     - ``leak_item_fraction`` (``0 < f <= 1``, default 1: every item): each step scores only the ``ceil(f * m)`` of
       its ``m`` items with sites that have the largest ``t`` (ties: batch order), for both terms. The cost of a
       term is per scored item (a Whisper recognizer cannot be cropped faithfully), and the largest-``t`` items are
-      those whose one-step estimate is closest to speech. The mean of ``t ** 2`` stays the whole batch's, so the term
-      keeps its scale: the mean over the scored items' sites times the same weight.
+      those whose one-step estimate is closest to speech. ``w(t)`` stays the whole batch's mean, so the term keeps
+      its scale: the mean over the scored items' sites times the same weight.
     - ``leak_crop``: vocode and score only crops around the sites (:mod:`leakloss.functional.crop`; needs a
       vocoder) instead of the whole batch; ``leak_bf16``: the penalty under bf16 autocast (loss in fp32).
 
@@ -342,18 +338,13 @@ class LeakAwareCFM(CFM):
         nothing to add), its ``last_*`` recorded. Weight 0: computed without gradient, only monitored."""
         weight = self.leak_weight if name == "leak" else self.paired_weight
         monitor_only = weight == 0.0  # baseline runs still log the curve, without gradient
-        t2 = time.detach().float() ** 2
-        item_factor: list[torch.Tensor] = []  # t_i**2 / the term's mean t**2, known once that mean is (below)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
-            estimate = x1_hat.detach() if monitor_only else x1_hat.clone()
-            if estimate.requires_grad:  # each item's gradient weighted by its own t**2, not by the batch's mean
-                estimate.register_hook(lambda g: g * item_factor[0].to(g)[:, None, None])
+            estimate = x1_hat.detach() if monitor_only else x1_hat
             if name == "leak":
                 penalty, parts = self._leak_penalty(estimate, lens, span, text, time)
             else:
                 penalty, parts = self._paired_penalty(estimate, truth, lens, span, text, time)
-        t2_sum, n_items = float(t2.sum()), x1_hat.shape[0]
-        item_factor.append(t2 / (t2_sum / n_items) if t2_sum > 0 else torch.zeros_like(t2))
+        t2_sum, n_items = float((time.detach().float() ** 2).sum()), x1_hat.shape[0]
         sites = self.last_leak_sites if name == "leak" else self.last_paired_sites
         n_sites = 0 if parts is None else _site_count(parts, sites)
         if distributed:
@@ -363,8 +354,6 @@ class LeakAwareCFM(CFM):
                 return None
             scale = _world_size() * n_sites / n_global if n_global else 0.0
             term_weight = weight * t2_global / max(items_global, 1)
-            mean_t2 = t2_global / max(items_global, 1)
-            item_factor[0] = t2 / mean_t2 if mean_t2 > 0 else torch.zeros_like(t2)
             self._record(name, parts, penalty.new_tensor(penalty_global), 0.0 if monitor_only else term_weight)
             return None if monitor_only else term_weight * scale * penalty
         if parts is None:

@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 from integrations.f5_tts import LeakCurveLogger, read_leak_curve, tiny_f5
-from leakloss.functional.leak import scale_gradient
 from leakloss.heads import RawConvHead
 from leakloss.penalty import LeakPenalty
 from leakloss.timing import TimedSite
@@ -104,17 +103,11 @@ def main(out: Path) -> None:
         part_r, _ = ref_pen(waves=captured[-1][0], wave_lengths=captured[-1][1], sites=captured[-1][2])
         flows.append(total_r - ref.last_leak_weight * part_r)  # the flow loss, with its graph
         weights.append(ref.last_leak_weight / 2.0)  # leak_weight * mean t^2 of the shard, / leak_weight
-    mean_t2 = sum(weights) / len(weights)  # equal shard sizes: the mean of t^2 over the global batch
-    # each shard's forward weighted its items' gradients by t_i^2 / the shard's mean t^2 (LeakAwareCFM's hook on
-    # x1_hat); the global batch weights them by t_i^2 / the global mean: rescale each shard's waves' gradient so
-    # item i's gradient is leak_weight * t_i^2 * d global_pen / d x1_hat_i, as DDP's should be
-    waves = torch.nn.utils.rnn.pad_sequence(
-        [w for (wv, _, _), shard_t2 in zip(captured, weights)
-         for w in scale_gradient(wv, torch.full((wv.shape[0],), shard_t2 / mean_t2))], batch_first=True)
+    waves = torch.nn.utils.rnn.pad_sequence([w for wv, _, _ in captured for w in wv], batch_first=True)
     lengths = torch.cat([wl for _, wl, _ in captured])
     sites = [s for _, _, ss in captured for s in ss]
     global_pen, parts = ref_pen(waves=waves, wave_lengths=lengths, sites=sites)
-    weight = 2.0 * mean_t2
+    weight = 2.0 * sum(weights) / len(weights)  # equal shard sizes: the mean of t^2 over the global batch
     ref_total = sum(flows) / world + weight * global_pen
     ref.zero_grad()
     ref_total.backward()
