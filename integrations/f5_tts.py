@@ -158,8 +158,8 @@ class LeakAwareCFM(CFM):
     - ``w(t) = mean_b(t_b ** 2)``, one weight for the batch's items (F5 draws ``t`` per item, so on a batch of tens
       of items it is near its mean, 1/3: a steady scale, not a per-item discount). Each item's gradient to
       ``pred`` still carries the estimate's own ``1 - t_i``, so it is largest where ``x1_hat`` is the blurriest.
-      Weighting each item by its own ``t_i ** 2`` was tried (2026-12-06, docs/penalty.md): in the fine-tune
-      experiment it left the penalty arm where the plain one is, so the batch weight stays.
+      Weighting each item by its own ``t_i ** 2`` was tried (2026-12-06, docs/penalty.md): on the fine-tune
+      experiment's validation words it did not lower the judge's score of both terms, so the batch weight stays.
     - Dropped-text (unconditional CFG) steps get weight 0 and skip the penalty: without text there is no
       pronunciation to judge.
     - ``site_lookup(text_i)`` gives the utterance's sites in seconds on its ground-truth audio; with
