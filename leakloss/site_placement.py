@@ -113,7 +113,9 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     one JSON line per item keyed by :func:`site_key` (a hash of the audio, the text and :func:`placement_id`:
     another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
     aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
-    contribute zero to the penalty). The file is rewritten atomically when anything new was placed.
+    contribute zero to the penalty), and a warning counts them by status (``alignment_failed``, ``too_short``,
+    ``not_finite``; texts without a testable site are not failures). The file is rewritten atomically when
+    anything new was placed.
     """
     import json
 
@@ -136,14 +138,23 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
 
             warnings.warn(f"{cache}: {unreadable} unreadable line(s) ignored; their items are placed again",
                           stacklevel=2)
-    out, added = [], 0
+    out, added, failed = [], 0, {}
     placement = placement_id(recognizer, finder)
     for wave, text in items:
         key = site_key(wave, text, placement)
         if key not in known:
-            known[key] = list(place_sites(wave, text, recognizer, finder))
+            placed = locate_sites(wave, text, recognizer, finder)
+            if placed.status not in ("placed", "no_testable_site"):
+                failed[placed.status] = failed.get(placed.status, 0) + 1
+            known[key] = list(placed.sites)
             added += 1
         out.append(list(known[key]))
+    if failed:  # never silently: these items train without the penalty
+        import warnings
+
+        counts = ", ".join(f"{status}: {n}" for status, n in sorted(failed.items()))
+        warnings.warn(f"{sum(failed.values())} of {len(items)} items could not be placed and get no sites "
+                      f"({counts}); they contribute nothing to the penalty", stacklevel=2)
     if cache is not None and added:
         from leakloss.atomic import write_text_atomic
 

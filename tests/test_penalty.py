@@ -228,6 +228,20 @@ def test_dataset_sites_are_placed_once_and_cached_next_to_the_data(tmp_path, mon
     assert len(calls) == 1  # one of the two items was in the kept line
 
 
+
+def test_items_that_cannot_be_placed_are_counted_in_a_warning(tmp_path, monkeypatch):
+    import leakloss.site_placement as placement_module
+    from leakloss.site_placement import SitePlacement, place_dataset_sites
+
+    statuses = {"a": "alignment_failed", "b": "too_short", "c": "no_testable_site", "d": "alignment_failed"}
+    monkeypatch.setattr(placement_module, "locate_sites",
+                        lambda wave, text, recognizer, finder=None, words=None: SitePlacement([], statuses[text]))
+    rec = type("Rec", (), {"name": "a@test"})()
+    items = [(torch.full((1600,), float(i)), text) for i, text in enumerate(statuses)]
+    with pytest.warns(UserWarning, match=r"3 of 4 items could not be placed .*alignment_failed: 2, too_short: 1"):
+        assert place_dataset_sites(items, rec, tmp_path / "sites.jsonl") == [[], [], [], []]
+
+
 # --- bad input never poisons the batch (issue 14.2-14.5) ----------------------------------------------------------
 
 def _grad_and_loss(penalty, waves, sites, **kw):
