@@ -207,13 +207,17 @@ class LeakPenalty(nn.Module):
         return self.recognizer.frame_min_samples(self.conv_layer)
 
     @property
+    def frame_hop_samples(self) -> int:
+        """:attr:`frame_hop_s` in 16 kHz samples."""
+        return round(self.frame_hop_s * SAMPLE_RATE)
+
+    @property
     def tail_samples(self) -> int:
         """Zeros appended to every item (and heard as part of it) before the recognizer: enough that each item's
         last frames see the features of silence after it, whatever the batch's padding (the longest item would
         otherwise see the head's zero padding instead, and its end sites would score differently alone than in a
         batch)."""
-        hop = round(self.frame_hop_s * SAMPLE_RATE)
-        return self.head.context_frames * hop + self.min_samples
+        return self.head.context_frames * self.frame_hop_samples + self.min_samples
 
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None,
                      wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -311,8 +315,8 @@ class LeakPenalty(nn.Module):
                                   pad_s=self.pad_s, frame_lengths=frames,
                                   device=logits.device)
         item = torch.tensor([i for i, _ in index], dtype=torch.long, device=logits.device)
-        loss, probs = leak_penalty_from_logits(logits, masks, item)
         active = active_sites(logits, masks, item)
+        loss, probs = leak_penalty_from_logits(logits, masks, item, active)
         if source.numel() == 0 and source.requires_grad:  # an empty batch: a zero loss still on the input's graph
             loss = loss + source.sum().float() * 0
         parts = self._parts(loss, probs, active, index, logits, frames)
@@ -340,7 +344,7 @@ class LeakPenalty(nn.Module):
         mel_lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
         samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mels.device)
         max_frames = self.recognizer.frames.encoder.config.max_source_positions
-        hop = round(self.frame_hop_s * SAMPLE_RATE)
+        hop = self.frame_hop_samples
         # F5 trains on clips up to 30.0 s, whose centred mels run a few ms past the encoder's 30 s: those ms are cut
         if b and int(samples.max()) > max_frames * hop + hop:
             raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * self.frame_hop_s:.0f} s; "

@@ -119,7 +119,8 @@ def active_sites(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> Te
     return (masks & ~torch.isnan(frame_logits.detach()[item_of_row])).any(-1)
 
 
-def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> tuple[Tensor, Tensor]:
+def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor,
+                             active: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The penalty (scalar) and the per-site leak probabilities ``[n]``.
 
     The penalty is the mean over active sites of ``-log(1 - p) = softplus(pooled logit)``: the binary
@@ -129,7 +130,8 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     logits included), and a zero gradient of the right shape.
     """
     _check_rows(frame_logits, masks, item_of_row)
-    active = active_sites(frame_logits, masks, item_of_row)
+    if active is None:  # a caller that needs it too passes its own (one computation, not two)
+        active = active_sites(frame_logits, masks, item_of_row)
     if not bool(active.any()):
         x = at_least_fp32(frame_logits)
         finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
