@@ -21,16 +21,21 @@ Readings (``--voices``):
 The sites are placed on each reading by the penalty's recognizer (:func:`leakloss.site_placement.place_sites`);
 a reading where it places none is not used (counted, with the reason, on stderr).
 
-Two input domains:
+Three input domains:
 
 - ``mel`` (default): log-gains on 32 mel bands per 5 ms frame inside each site's window (±30 ms),
   limited to ±26 dB, applied to the reading's own STFT (its phase kept) and inverted. Zero gains give
   the reading back exactly. The penalty is averaged over random copies (noise at 15-40 dB SNR, ±3 dB
   gain, 0-2.5 ms shift), so a perturbation that only fools one exact waveform does not pay.
+- ``voiced``: the ``mel`` gains plus a voiced source (a pulse train at the reading's median f0) added in the
+  same windows with learned non-negative band amplitudes (:class:`VoicedInsert`), so that the edit can put back a
+  vowel the reading dropped: band gains alone re-weight only the frames that are there, which moves quality flags
+  and hardly deletion flags (2026-12-06).
 - ``wave``: Adam on the raw samples. This one is adversarially easy: recognizer A's penalty goes to
   ~0 while recognizer B's flags do not move (measured; see the README).
 
-A control applies random band gains of the same size as the learned ones: if it moved the judge's flags as
+A control applies a random edit of the same size as the learned one (:func:`random_control`; for ``voiced``, a
+random non-negative amplitude map inserting the same energy): if it moved the judge's flags as
 much, the direction would not come from the penalty's gradient. The issue's bar: flags after descent at most
 half of before (``halved``), the control within 10% of before (``control_within_10pct``). Sites the judge
 leaves unscored (e.g. its word check refuses the edited reading) are not flags: they are counted apart.
@@ -54,7 +59,8 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -65,14 +71,15 @@ from leakloss.constants import SAMPLE_RATE
 from leakloss.heads import W_HEADS
 from leakloss.mel_bridge import MelPathPenalty
 from leakloss.penalty import LeakPenalty
-from leakloss.site_placement import locate_sites
 from leakloss.scorer import Scorer
+from leakloss.site_placement import locate_sites
 from leakloss.speech.corpus import builtin_sentences, split_sentences
 from leakloss.speech.synth import HELDOUT_HINDI_VOICE, TRAIN_TEACHER_VOICES, speak_phones, speak_text
 from leakloss.text.sites import SiteFinder, hindi_ward
 
 ROOT = Path(__file__).resolve().parent.parent
 VOICES = ("unseen", "espeak")
+DOMAINS = ("mel", "voiced", "wave")
 #: The issue's bar: flags after descent at most this share of before, the control within this share of before.
 HALVED = 0.5
 CONTROL_TOLERANCE = 0.10
@@ -94,7 +101,7 @@ class BandGain(nn.Module):
         self.register_buffer("fb", fb / fb.sum(1, keepdim=True).clamp(min=1e-6))  # [f, j], rows sum to 1
         frames = torch.zeros(self.spec.shape[-1], dtype=torch.bool)
         for s in sites:
-            a, b = int((s.start - pad_s) * SAMPLE_RATE / HOP), int(math.ceil((s.end + pad_s) * SAMPLE_RATE / HOP))
+            a, b = int((s.start - pad_s) * SAMPLE_RATE / HOP), math.ceil((s.end + pad_s) * SAMPLE_RATE / HOP)
             frames[max(a, 0): b + 1] = True
         self.register_buffer("frames", frames.nonzero().flatten())
         self.log_gain = nn.Parameter(torch.zeros(bands, self.frames.numel(), dtype=wave.dtype))
@@ -103,6 +110,45 @@ class BandGain(nn.Module):
         g = self.limit * torch.tanh(self.log_gain / self.limit)  # [j, m'] within ±limit nepers
         full = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(1, self.frames, g)
         return torch.istft(self.spec * torch.exp(self.fb @ full), N_FFT, HOP, WIN, self.window, length=self.length)
+
+
+class VoicedInsert(BandGain):
+    """``forward() -> [t]``: :class:`BandGain` plus a voiced source added inside the site windows, so that an edit
+    can put back a vowel the reading dropped (band gains only re-weight frames that are there).
+
+    The source is a pulse train at the reading's median f0 (70-300 Hz), its STFT normalised to a mean magnitude of
+    1 per frame, shaped by learned non-negative amplitudes per mel band and frame of at most ``amplitude_limit``
+    times the reading's own mean magnitude in that band over its louder half of frames (a voiced-frame proxy):
+    at most the voice's average loud spectrum. The amplitudes start at ``sigmoid(-4)`` of that, near silence."""
+
+    def __init__(self, wave: Tensor, sites, pad_s: float = 0.03, bands: int = 32, limit: float = 3.0,
+                 amplitude_limit: float = 1.0) -> None:
+        super().__init__(wave, sites, pad_s, bands, limit)
+        magnitude = self.spec.abs()
+        energy = magnitude.pow(2).sum(0)
+        loud = magnitude[:, energy >= energy.median()]  # [f, m'']
+        band_mean = (self.fb.T @ loud).mean(1) / self.fb.sum(0).clamp(min=1e-6)  # [j]
+        self.register_buffer("level", amplitude_limit * band_mean)
+        f0 = torchaudio.functional.detect_pitch_frequency(wave[None].float(), SAMPLE_RATE)
+        self.f0 = float(f0.median().clamp(70.0, 300.0))
+        period = SAMPLE_RATE / self.f0
+        pulses = torch.zeros_like(wave)
+        pulses[torch.arange(0, wave.numel(), period).long()] = 1.0
+        source = torch.stft(pulses, N_FFT, HOP, WIN, self.window, return_complex=True)
+        self.register_buffer("source", source / source.abs().mean(0, keepdim=True).clamp(min=1e-8))
+        self.amplitude = nn.Parameter(torch.full((bands, self.frames.numel()), -4.0, dtype=wave.dtype))
+
+    def amplitudes(self) -> Tensor:
+        """``[bands, site frames]`` in [0, 1]: the share of :attr:`level` each band adds at each frame."""
+        return torch.sigmoid(self.amplitude)
+
+    def forward(self) -> Tensor:
+        g = self.limit * torch.tanh(self.log_gain / self.limit)
+        full = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(1, self.frames, g)
+        added = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(
+            1, self.frames, self.level[:, None] * self.amplitudes())
+        spec = self.spec * torch.exp(self.fb @ full) + self.source * (self.fb @ added)
+        return torch.istft(spec, N_FFT, HOP, WIN, self.window, length=self.length)
 
 
 class SampleDelta(nn.Module):
@@ -128,6 +174,25 @@ def random_copies(x: Tensor, k: int, generator: torch.Generator) -> Tensor:
         shift = int(torch.randint(0, 40, (1,), generator=generator))
         out.append((nn.functional.pad(x, (shift, 0))[: x.numel()] + noise) * gain)
     return torch.stack(out)
+
+
+def random_control(edit: nn.Module, make: Callable[[], nn.Module], generator: torch.Generator) -> nn.Module:
+    """A fresh edit from ``make()`` whose parameters point in random directions with the learned ones' norms: the
+    same size of change, no gradient behind it. A :class:`VoicedInsert`'s amplitudes are drawn as a random
+    non-negative map with the learned map's norm (the same inserted energy, a random shape)."""
+    control = make()
+    with torch.no_grad():
+        for (name, learned), mine in zip(edit.named_parameters(), control.parameters(), strict=True):
+            if name == "amplitude":
+                target = edit.amplitudes()
+                draw = torch.randn(target.shape, generator=generator, dtype=target.dtype).abs()
+                for _ in range(20):  # scale to the learned norm, amplitudes stay at most 1
+                    draw = (draw / draw.norm() * target.norm()).clamp(1e-6, 1 - 1e-6)
+                mine.copy_(torch.logit(draw))
+            else:
+                noise = torch.randn(learned.shape, generator=generator, dtype=learned.dtype)
+                mine.copy_(noise / noise.norm() * learned.norm())
+    return control
 
 
 def descend(penalty: LeakPenalty, edit: nn.Module, sites, steps: int, lr: float, copies: int,
@@ -269,8 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=positive_int, default=3, help="held-out sentences with placed sites")
     parser.add_argument("--steps", type=positive_int, default=100)
-    parser.add_argument("--domain", choices=("mel", "wave"), default="mel")
-    parser.add_argument("--lr", type=positive_float, default=None, help="default 0.05 (mel) / 1e-3 (wave)")
+    parser.add_argument("--domain", choices=DOMAINS, default="mel")
+    parser.add_argument("--lr", type=positive_float, default=None, help="default 0.05 (mel, voiced) / 1e-3 (wave)")
     parser.add_argument("--copies", type=positive_int, default=2, help="random copies per step (1: none)")
     parser.add_argument("--voices", choices=VOICES, default="unseen",
                         help="who reads Hindi-ward: the unseen family (default) or espeak's held-out Hindi voice")
@@ -290,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    lr = args.lr or (0.05 if args.domain == "mel" else 1e-3)
+    lr = args.lr or (1e-3 if args.domain == "wave" else 0.05)
     torch.set_num_threads(2)
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
@@ -325,16 +390,14 @@ def main(argv: list[str] | None = None) -> None:
             continue
         done += 1
         refs = [speak_phones([w.nepali for w in words], v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
-        edit = BandGain(wave, sites) if args.domain == "mel" else SampleDelta(wave)
+        make = {"mel": partial(BandGain, wave, sites), "voiced": partial(VoicedInsert, wave, sites),
+                "wave": partial(SampleDelta, wave)}[args.domain]
+        edit = make()
         curve = descend(MelPathPenalty(penalty) if args.mel_bridge else penalty, edit, sites, args.steps, lr,
                         args.copies, generator)
         with torch.no_grad():
             new = edit()
-            control = BandGain(wave, sites) if args.domain == "mel" else SampleDelta(wave)
-            learned = next(edit.parameters())
-            noise = torch.randn(learned.shape, generator=generator, dtype=learned.dtype)
-            next(control.parameters()).copy_(noise / noise.norm() * learned.norm())
-            control_wave = control()
+            control_wave = random_control(edit, make, generator)()
         snr = 10 * math.log10(float(wave.pow(2).sum() / (new - wave).pow(2).sum().clamp(min=1e-12)))
         row = {"before": flags(scorer, wave, text, refs), "after": flags(scorer, new, text, refs),
                "control": flags(scorer, control_wave, text, refs)}
