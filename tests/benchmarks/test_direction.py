@@ -210,55 +210,5 @@ def test_an_unseen_voice_reads_a_held_out_sentence_hindi_ward(bench, monkeypatch
     assert not skipped
 
 
-def _two_vowels(seconds: float = 1.0) -> torch.Tensor:
-    """A 140 Hz buzz with a silent gap at 0.4-0.6 s (a dropped vowel between two voiced stretches)."""
-    t = torch.arange(int(16000 * seconds)) / 16000
-    buzz = sum(torch.sin(2 * torch.pi * 140 * k * t) / k for k in range(1, 20))
-    return (0.1 * buzz * ((t < 0.4) | (t > 0.6))).float()
-
-
-def test_voiced_insert_starts_near_the_reading_and_edits_only_the_site_windows(bench):
-    wave, site = _two_vowels(), SimpleNamespace(start=0.45, end=0.55)
-    edit = bench.VoicedInsert(wave, [site])
-    assert 120 < edit.f0 < 160
-    start = edit()
-    assert (start - wave).pow(2).mean().sqrt() < 0.02 * wave.pow(2).mean().sqrt()  # sigmoid(-4) of the level
-    with torch.no_grad():
-        edit.amplitude.fill_(8.0)
-    full = edit()
-    gap = slice(int(0.46 * 16000), int(0.54 * 16000))
-    # at full amplitude the gap carries energy of the voice's own order, outside the windows nothing changes
-    ratio = float(full[gap].pow(2).mean().sqrt() / wave[wave != 0].pow(2).mean().sqrt())
-    assert 0.3 < ratio < 3.0
-    outside = int((0.45 - 0.03) * 16000) - 400
-    assert (full - wave)[:outside].abs().max() < 1e-5 and (full - wave)[-outside:].abs().max() < 1e-5
-
-
-def test_voiced_insert_amplitudes_get_a_gradient(bench):
-    wave = _two_vowels()
-    edit = bench.VoicedInsert(wave, [SimpleNamespace(start=0.45, end=0.55)])
-    edit()[int(0.46 * 16000): int(0.54 * 16000)].pow(2).sum().backward()
-    assert edit.amplitude.grad.abs().sum() > 0 and torch.isfinite(edit.amplitude.grad).all()
-
-
-def test_random_control_keeps_the_learned_sizes(bench):
-    wave, sites = _two_vowels(), [SimpleNamespace(start=0.45, end=0.55)]
-    edit = bench.VoicedInsert(wave, sites)
-    with torch.no_grad():
-        edit.log_gain.normal_(0, 0.3)
-        edit.amplitude.normal_(-1.0, 0.5)
-    control = bench.random_control(edit, lambda: bench.VoicedInsert(wave, sites), torch.Generator().manual_seed(0))
-    assert torch.allclose(control.log_gain.norm(), edit.log_gain.norm())
-    assert torch.allclose(control.amplitudes().norm(), edit.amplitudes().norm(), rtol=1e-4)
-    assert (control.amplitudes() >= 0).all() and not torch.allclose(control.amplitudes(), edit.amplitudes())
-    # the mel control draws as before the voiced domain came: one normal draw scaled to the learned norm
-    gain = bench.BandGain(wave, sites)
-    with torch.no_grad():
-        gain.log_gain.normal_(0, 0.3)
-    control = bench.random_control(gain, lambda: bench.BandGain(wave, sites), torch.Generator().manual_seed(0))
-    noise = torch.randn(gain.log_gain.shape, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(control.log_gain, noise / noise.norm() * gain.log_gain.norm())
-
-
 def test_the_voiced_domain_is_an_option(bench):
     assert bench.build_parser().parse_args(["--domain", "voiced"]).domain == "voiced"
