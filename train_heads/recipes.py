@@ -111,24 +111,45 @@ class ConvFrameRecipe:
     training rows that many times per epoch (a few hundred rows among ten thousand synthetic ones otherwise barely
     move the head; dev rows count once) and ``real_augment_copies`` adds augmented copies of every clip (speed, reverb,
     noise, gain), each aligned afresh; ``site_segments`` marks the pairs' site frames on the phone's segment, not its
-    CTC spike (:func:`leakloss.pairs.features.conv_feature_table`).
+    CTC spike (:func:`leakloss.pairs.features.conv_feature_table`). ``adversarial_pairs`` adds that many training
+    deletion queries whose band gains were descended ``adversarial_steps`` steps against the frame head at
+    ``adversarial_head`` (None: the shipped one) as positives (:func:`train_heads.adversarial.adversarial_conv_table`).
     """
 
     def __init__(self, real_speech: bool = False, real_schwa_cuts: bool = False, real_repeat: int = 1,
-                 real_augment_copies: int = 0, site_segments: bool = False) -> None:
+                 real_augment_copies: int = 0, site_segments: bool = False, adversarial_pairs: int = 0,
+                 adversarial_steps: int = 40, adversarial_head: str | None = None) -> None:
         if int(real_repeat) < 1:
             raise ValueError(f"real_repeat must be >= 1, got {real_repeat}")
         if int(real_augment_copies) < 0:
             raise ValueError(f"real_augment_copies must be >= 0, got {real_augment_copies}")
+        if int(adversarial_pairs) < 0 or int(adversarial_steps) < 1:
+            raise ValueError(f"adversarial_pairs must be >= 0 and adversarial_steps >= 1, got {adversarial_pairs} "
+                             f"and {adversarial_steps}")
         self.real_speech, self.real_schwa_cuts, self.real_repeat = real_speech, real_schwa_cuts, int(real_repeat)
         self.real_augment_copies = int(real_augment_copies)
         self.site_segments = bool(site_segments)
+        self.adversarial_pairs, self.adversarial_steps = int(adversarial_pairs), int(adversarial_steps)
+        self.adversarial_head = adversarial_head
 
     def datamodule(self, ctx: Context, hcfg: DictConfig) -> ConvDataModule:
         rec, layer = ctx.recognizers[hcfg.recognizer], hcfg.get("frame_layer")
         kinds = tuple(hcfg.get("kinds", ["deletion"]))
         conv, _ = conv_feature_table(ctx.manifest, rec, kinds=kinds, cache_dir=ctx.feature_cache,
                                      progress=ctx.cfg.progress, layer=layer, segments=self.site_segments)
+        if self.adversarial_pairs:
+            from leakloss.heads import SHIPPED_HEADS
+            from train_heads.adversarial import adversarial_conv_table
+
+            attacked = self.adversarial_head or SHIPPED_HEADS / "rawconv.safetensors"
+            adv, stats = adversarial_conv_table(ctx.manifest, rec, attacked, pairs=self.adversarial_pairs,
+                                                steps=self.adversarial_steps, layer=layer, segments=self.site_segments,
+                                                seed=ctx.cfg.seed, cache_dir=ctx.feature_cache,
+                                                progress=ctx.cfg.progress)
+            conv = ConvTable.concat([conv, adv])
+            print(f"{hcfg.name}: {len(adv)} adversarial deletion positives added (band gains descended against "
+                  f"{attacked}: penalty {stats['penalty_before_mean']:.3f} -> {stats['penalty_after_mean']:.3f} "
+                  f"on average; skipped {stats['skipped']})")
         if ctx.cfg.data.short_vowel_sentences:
             extra = short_vowel_negatives(ctx.cfg, rec, layer)
             conv = ConvTable.concat([conv, extra])

@@ -1,0 +1,70 @@
+"""train_heads.adversarial: band-gain edits descended against a frame head, kept as positives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from leakloss.config import compose_config
+from train_heads.recipes import ConvFrameRecipe
+
+
+def test_the_shipped_recipe_adds_no_adversarial_rows_by_default():
+    recipe = compose_config("train_heads", ["experiment=whisper_frame"]).heads.rawconv.recipe
+    assert recipe.adversarial_pairs == 0 and recipe.adversarial_head is None and recipe.adversarial_steps >= 1
+
+
+@pytest.mark.parametrize("kwargs", [{"adversarial_pairs": -1}, {"adversarial_steps": 0}])
+def test_bad_adversarial_settings_are_refused(kwargs):
+    with pytest.raises(ValueError, match="adversarial"):
+        ConvFrameRecipe(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def wb_and_manifest(tmp_path_factory):
+    from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
+    from leakloss.pairs.build import build_embedded_pairs
+
+    try:
+        rec = Recognizer.load("wb")
+    except (RecognizerLoadError, FileNotFoundError) as err:
+        pytest.skip(f"recognizer wb not loadable here: {err}")
+    path, _ = build_embedded_pairs(tmp_path_factory.mktemp("pairs"), max_sentences=6, progress=False)
+    return rec, path
+
+
+@pytest.mark.slow
+def test_adversarial_rows_are_edited_deletion_positives_and_cached(wb_and_manifest, tmp_path):
+    from leakloss.heads import SHIPPED_HEADS
+    from leakloss.pairs.schema import read_manifest
+    from train_heads.adversarial import adversarial_conv_table
+
+    rec, manifest = wb_and_manifest
+    head = SHIPPED_HEADS / "rawconv.safetensors"
+    table, stats = adversarial_conv_table(manifest, rec, head, pairs=2, steps=8, layer=4, cache_dir=tmp_path,
+                                          progress=False)
+    train_deletions = {r.id for r in read_manifest(manifest) if r.kind == "deletion" and r.split == "train"}
+    assert stats["pairs"] == min(2, len(train_deletions))
+    assert len(table) + sum(stats["skipped"].values()) == stats["pairs"] and len(table) >= 1
+    assert torch.equal(table.y, torch.ones(len(table)))
+    assert {m["role"] for m in table.meta} == {"adversarial"} and {m["pair_id"] for m in table.meta} <= train_deletions
+    assert all(f.shape[0] == 512 and m.shape == f.shape[-1:] and m.any() for f, m in zip(table.feats, table.masks))
+    assert stats["penalty_after_mean"] < stats["penalty_before_mean"]  # the edit descended the head
+    assert all(not p.requires_grad for p in rec.parameters()) or all(p.requires_grad for p in rec.parameters())
+    again, _ = adversarial_conv_table(manifest, rec, head, pairs=2, steps=8, layer=4, cache_dir=tmp_path,
+                                      progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(again.feats, table.feats))  # from the cache
+
+
+@pytest.mark.slow
+def test_adversarial_rows_refuse_a_head_that_is_not_a_frame_head_or_reads_another_layer(wb_and_manifest, tmp_path):
+    from leakloss.heads import SHIPPED_HEADS, HeadLoadError
+    from train_heads.adversarial import adversarial_conv_table
+
+    rec, manifest = wb_and_manifest
+    with pytest.raises(HeadLoadError, match="frame"):
+        adversarial_conv_table(manifest, rec, SHIPPED_HEADS / "deletion.safetensors", pairs=1, layer=4)
+    with pytest.raises(ValueError, match="layer"):
+        adversarial_conv_table(manifest, rec, SHIPPED_HEADS / "rawconv.safetensors", pairs=1, layer=2)
+    with pytest.raises(ValueError, match=">= 1"):
+        adversarial_conv_table(manifest, rec, SHIPPED_HEADS / "rawconv.safetensors", pairs=0, layer=4)
