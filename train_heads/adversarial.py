@@ -34,13 +34,25 @@ from leakloss.pairs.schema import read_manifest, resolve
 #: the edit's settings (direction.py's mel domain: lr 0.05, two noisy copies per step)
 EDIT_LR = 0.05
 EDIT_COPIES = 2
+#: the band-gain edit's window padding, bands and gain limit (nepers): BandGain's defaults, named for the cache key
+BAND_GAIN = {"pad_s": 0.03, "bands": 32, "limit": 3.0}
+#: shortest site span descended (s), as site placement widens a degenerate phone segment
+MIN_SITE_S = 0.01
 
 
 def adversarial_key(manifest: Path, recognizer_name: str, head_path: Path, **settings) -> str:
-    """Cache key: the manifest's and the attacked head's bytes, the recognizer and every setting."""
+    """Cache key: the manifest's bytes, the attacked head's weights and card (``NAME``, ``NAME.safetensors`` or
+    ``NAME.json`` name the same two files, as :func:`leakloss.heads.load_head` reads them), the recognizer, the
+    feature schema and every setting."""
+    from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
+
+    head_path = Path(head_path)
+    base = head_path.with_suffix("") if head_path.suffix in (".safetensors", ".json") else head_path
     h = hashlib.sha256(Path(manifest).read_bytes())
-    h.update(Path(head_path).read_bytes())
-    h.update(json.dumps({"recognizer": recognizer_name, **settings, "v": 1}, sort_keys=True).encode())
+    for suffix in (".safetensors", ".json"):
+        h.update(base.with_suffix(suffix).read_bytes())
+    h.update(json.dumps({"recognizer": recognizer_name, "features": FEATURE_SCHEMA_VERSION, **settings, "v": 1},
+                        sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -72,7 +84,7 @@ def adversarial_conv_table(manifest: str | Path, recognizer, head_path: str | Pa
     if card_frame_features(card).get("layer", layer) != layer:
         raise ValueError(f"{head_path} reads layer {card_frame_features(card).get('layer')}, the rows layer {layer}")
     settings = {"pairs": int(pairs), "steps": int(steps), "layer": layer, "segments": bool(segments), "seed": seed,
-                "lr": EDIT_LR, "copies": EDIT_COPIES}
+                "lr": EDIT_LR, "copies": EDIT_COPIES, "edit": BAND_GAIN}
     cache = None
     if cache_dir is not None:
         cache = Path(cache_dir) / f"adversarial-{adversarial_key(manifest, recognizer.name, head_path, **settings)}.pt"
@@ -84,14 +96,12 @@ def adversarial_conv_table(manifest: str | Path, recognizer, head_path: str | Pa
     evidence = extract_evidence([(str(resolve(manifest, r.query)), r.text) for r in records], recognizer.name,
                                 Path(cache_dir or manifest.parent) / "evidence", recognizer=recognizer,
                                 progress=progress)
+    frozen = [(p, p.requires_grad) for p in recognizer.parameters()]  # LeakPenalty freezes the recognizer
     penalty = LeakPenalty(recognizer, head, conv_layer=layer, flag_threshold=card.thresholds["flag"])
     hop_s = recognizer.frame_hop_s(layer)
     sentences, generator = _Sentences(), torch.Generator().manual_seed(seed)
     feats, masks, meta, before, after = [], [], [], [], []
     stats: dict = {"pairs": len(records), "skipped": {}}
-    frozen = [(p, p.requires_grad) for p in recognizer.parameters()]
-    for p, _ in frozen:  # only the edit learns; the recognizer's weights need no gradient
-        p.requires_grad_(False)
     try:
         for r in tqdm(records, desc=f"adversarial rows ({recognizer.name})", disable=not progress):
             e = evidence[(str(resolve(manifest, r.query)), r.text)]
@@ -101,9 +111,14 @@ def adversarial_conv_table(manifest: str | Path, recognizer, head_path: str | Pa
             words = sentences(r.text)
             k = next(i for i, w in enumerate(words) if w.index == r.word_index)
             wave = _load(resolve(manifest, r.query))
-            a, b = e.alignment.phone_segments(k)[r.site_position]
-            site = TimedSite(start=float(a), end=float(b), kind="deletion", contrast=r.contrast, word=r.word)
-            edit = BandGain(wave, [site])
+            # the span the row's mask marks: the phone's segment, or its CTC spike
+            if segments:
+                a, b = e.alignment.phone_segments(k)[r.site_position]
+            else:
+                a, b = e.alignment.word(k).phone_spans[r.site_position]
+            site = TimedSite(start=float(a), end=max(float(b), float(a) + MIN_SITE_S), kind="deletion",
+                             contrast=r.contrast, word=r.word)
+            edit = BandGain(wave, [site], **BAND_GAIN)
             curve = descend(penalty, edit, [site], int(steps), EDIT_LR, EDIT_COPIES, generator)
             with torch.no_grad():
                 f, n = recognizer.frame_features(edit()[None], layer=layer)
@@ -114,12 +129,13 @@ def adversarial_conv_table(manifest: str | Path, recognizer, head_path: str | Pa
             meta.append(_meta(r, "adversarial"))
             before.append(curve[0])
             after.append(curve[-1])
-    finally:
+    finally:  # give the caller's recognizer back as it came
         for p, wanted in frozen:
             p.requires_grad_(wanted)
     table = ConvTable(feats, masks, torch.ones(len(feats)), meta)
-    stats |= {"rows": len(table), "penalty_before_mean": sum(before) / max(len(before), 1),
-              "penalty_after_mean": sum(after) / max(len(after), 1)}
+    # the descent's loss on its noisy copies at the first and the last step, averaged over the rows
+    stats |= {"rows": len(table), "loss_first_step_mean": sum(before) / max(len(before), 1),
+              "loss_last_step_mean": sum(after) / max(len(after), 1)}
     if cache is not None:
         _save_conv_table(cache, table, stats)
     return table, stats

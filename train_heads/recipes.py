@@ -148,8 +148,8 @@ class ConvFrameRecipe:
                                                 progress=ctx.cfg.progress)
             conv = ConvTable.concat([conv, adv])
             print(f"{hcfg.name}: {len(adv)} adversarial deletion positives added (band gains descended against "
-                  f"{attacked}: penalty {stats['penalty_before_mean']:.3f} -> {stats['penalty_after_mean']:.3f} "
-                  f"on average; skipped {stats['skipped']})")
+                  f"{attacked}: loss {stats['loss_first_step_mean']:.3f} at the first step -> "
+                  f"{stats['loss_last_step_mean']:.3f} at the last, on average; skipped {stats['skipped']})")
         if ctx.cfg.data.short_vowel_sentences:
             extra = short_vowel_negatives(ctx.cfg, rec, layer)
             conv = ConvTable.concat([conv, extra])

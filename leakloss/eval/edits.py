@@ -3,8 +3,8 @@
 ``benchmarks/direction.py`` descends the leak penalty through them and asks another instrument whether the
 reading changed; the frame head's adversarial positives (``train_heads.adversarial``) are Hindi-ward readings
 edited by :class:`BandGain` until the head stops flagging them. Each edit is an ``nn.Module`` whose ``forward()``
-returns the edited wave ``[t]`` (16 kHz) and whose parameters are the edit; zero parameters give the reading back
-(:class:`VoicedInsert`: near silence added).
+returns the edited wave ``[t]`` (16 kHz) and whose parameters are the edit; the initial parameters give the
+reading back (:class:`VoicedInsert`: with near silence added, ``sigmoid(-4)`` of its level).
 
 - :class:`BandGain`: log-gains on mel bands per 5 ms frame inside the site windows, on the reading's own STFT
   (phase kept). It re-weights frames that are there, so it cannot put back a vowel the reading dropped.
@@ -117,22 +117,39 @@ def random_copies(x: Tensor, k: int, generator: torch.Generator) -> Tensor:
 
 
 def random_control(edit: nn.Module, make: Callable[[], nn.Module], generator: torch.Generator) -> nn.Module:
-    """A fresh edit from ``make()`` whose parameters point in random directions with the learned ones' norms: the
-    same size of change, no gradient behind it. A :class:`VoicedInsert`'s amplitudes are drawn as a random
-    non-negative map with the learned map's norm (the same inserted energy, a random shape)."""
+    """A fresh edit from ``make()`` whose parameters point in random directions with the learned ones' sizes: the
+    same size of change, no gradient behind it. Gains (and free samples) get a normal draw scaled to the learned
+    norm. A :class:`VoicedInsert`'s amplitudes get a random non-negative map (one normal draw, made absolute)
+    scaled so that the magnitude it inserts, ``level x amplitude`` per band and frame, has the learned map's norm:
+    the same inserted energy in a random spectral shape."""
     control = make()
     with torch.no_grad():
         for (name, learned), mine in zip(edit.named_parameters(), control.parameters(), strict=True):
             if name == "amplitude":
-                target = edit.amplitudes()
-                draw = torch.randn(target.shape, generator=generator, dtype=target.dtype).abs()
-                for _ in range(20):  # scale to the learned norm, amplitudes stay at most 1
-                    draw = (draw / draw.norm() * target.norm()).clamp(1e-6, 1 - 1e-6)
-                mine.copy_(torch.logit(draw))
+                draw = torch.randn(learned.shape, generator=generator, dtype=learned.dtype).abs()
+                mine.copy_(torch.logit(matched_amplitudes(draw, edit.amplitudes(), edit.level)))
             else:
                 noise = torch.randn(learned.shape, generator=generator, dtype=learned.dtype)
                 mine.copy_(noise / noise.norm() * learned.norm())
     return control
+
+
+def matched_amplitudes(shape: Tensor, learned: Tensor, level: Tensor, eps: float = 1e-6) -> Tensor:
+    """``shape [j, m] >= 0`` scaled by ``s`` and clipped to ``[eps, 1 - eps]`` with ``s`` found by bisection so that
+    ``||level[:, None] * result||`` equals ``||level[:, None] * learned||`` (always reachable: ``learned <= 1``)."""
+    weight = level[:, None]
+    target = float((weight * learned).norm())
+
+    def inserted(s: float) -> float:
+        return float((weight * (s * shape).clamp(eps, 1 - eps)).norm())
+
+    low, high = 0.0, 1.0
+    while inserted(high) < target and high < 1e12:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if inserted(mid) < target else (low, mid)
+    return (high * shape).clamp(eps, 1 - eps)
 
 
 def descend(penalty: Callable[..., tuple], edit: nn.Module, sites, steps: int, lr: float, copies: int,

@@ -41,6 +41,7 @@ def test_adversarial_rows_are_edited_deletion_positives_and_cached(wb_and_manife
 
     rec, manifest = wb_and_manifest
     head = SHIPPED_HEADS / "rawconv.safetensors"
+    rec.requires_grad_(True)  # a caller's trainable recognizer comes back trainable
     table, stats = adversarial_conv_table(manifest, rec, head, pairs=2, steps=8, layer=4, cache_dir=tmp_path,
                                           progress=False)
     train_deletions = {r.id for r in read_manifest(manifest) if r.kind == "deletion" and r.split == "train"}
@@ -49,8 +50,9 @@ def test_adversarial_rows_are_edited_deletion_positives_and_cached(wb_and_manife
     assert torch.equal(table.y, torch.ones(len(table)))
     assert {m["role"] for m in table.meta} == {"adversarial"} and {m["pair_id"] for m in table.meta} <= train_deletions
     assert all(f.shape[0] == 512 and m.shape == f.shape[-1:] and m.any() for f, m in zip(table.feats, table.masks))
-    assert stats["penalty_after_mean"] < stats["penalty_before_mean"]  # the edit descended the head
-    assert all(not p.requires_grad for p in rec.parameters()) or all(p.requires_grad for p in rec.parameters())
+    assert stats["loss_last_step_mean"] < stats["loss_first_step_mean"]  # the edit descended the head
+    assert all(p.requires_grad for p in rec.parameters())
+    rec.requires_grad_(False)
     again, _ = adversarial_conv_table(manifest, rec, head, pairs=2, steps=8, layer=4, cache_dir=tmp_path,
                                       progress=False)
     assert all(torch.equal(a, b) for a, b in zip(again.feats, table.feats))  # from the cache
@@ -68,3 +70,21 @@ def test_adversarial_rows_refuse_a_head_that_is_not_a_frame_head_or_reads_anothe
         adversarial_conv_table(manifest, rec, SHIPPED_HEADS / "rawconv.safetensors", pairs=1, layer=2)
     with pytest.raises(ValueError, match=">= 1"):
         adversarial_conv_table(manifest, rec, SHIPPED_HEADS / "rawconv.safetensors", pairs=0, layer=4)
+
+
+def test_the_cache_key_follows_the_head_files_whatever_name_is_given(tmp_path):
+    from leakloss.heads import SHIPPED_HEADS
+    from train_heads.adversarial import adversarial_key
+
+    manifest = tmp_path / "pairs.jsonl"
+    manifest.write_text("{}\n")
+    for suffix in (".safetensors", ".json"):
+        (tmp_path / f"h{suffix}").write_bytes((SHIPPED_HEADS / f"rawconv{suffix}").read_bytes())
+    keys = {adversarial_key(manifest, "wb@1", tmp_path / name, pairs=1) for name in ("h", "h.json", "h.safetensors")}
+    assert len(keys) == 1
+    key = keys.pop()
+    weights = bytearray((tmp_path / "h.safetensors").read_bytes())
+    weights[-1] ^= 1  # new weights under the same card: another key
+    (tmp_path / "h.safetensors").write_bytes(bytes(weights))
+    assert adversarial_key(manifest, "wb@1", tmp_path / "h.json", pairs=1) != key
+    assert len({adversarial_key(manifest, "wb@1", tmp_path / "h", pairs=p, steps=s) for p, s in ((1, 1), (2, 1), (1, 2))}) == 3
