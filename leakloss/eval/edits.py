@@ -136,7 +136,8 @@ def random_control(edit: nn.Module, make: Callable[[], nn.Module], generator: to
 
 def matched_amplitudes(shape: Tensor, learned: Tensor, level: Tensor, eps: float = 1e-6) -> Tensor:
     """``shape [j, m] >= 0`` scaled by ``s`` and clipped to ``[eps, 1 - eps]`` with ``s`` found by bisection so that
-    ``||level[:, None] * result||`` equals ``||level[:, None] * learned||`` (always reachable: ``learned <= 1``)."""
+    ``||level[:, None] * result||`` equals ``||level[:, None] * learned||`` (reachable since ``learned <= 1``, up to the
+    ``1 - eps`` cap: a saturated map is matched within ~``eps``, relative)."""
     weight = level[:, None]
     target = float((weight * learned).norm())
 
