@@ -88,3 +88,36 @@ def test_the_cache_key_follows_the_head_files_whatever_name_is_given(tmp_path):
     (tmp_path / "h.safetensors").write_bytes(bytes(weights))
     assert adversarial_key(manifest, "wb@1", tmp_path / "h.json", pairs=1) != key
     assert len({adversarial_key(manifest, "wb@1", tmp_path / "h", pairs=p, steps=s) for p, s in ((1, 1), (2, 1), (1, 2))}) == 3
+
+
+def test_the_recipe_adds_the_adversarial_rows_to_training(monkeypatch, tmp_path):
+    """The wiring (a renamed stat once stopped a run at the print after the rows were made)."""
+    from omegaconf import OmegaConf
+
+    from leakloss.heads import SHIPPED_HEADS
+    from leakloss.pairs.features import ConvTable
+    from train_heads import adversarial, recipes
+
+    def rows(n, label, split="train"):
+        return ConvTable([torch.randn(4, 6) for _ in range(n)], [torch.ones(6, dtype=torch.bool)] * n,
+                         torch.full((n,), label), [{"split": split, "role": "query"} for _ in range(n)])
+
+    calls = {}
+
+    def fake_adversarial(manifest, rec, head, **kwargs):
+        calls.update(manifest=manifest, rec=rec, head=head, **kwargs)
+        return rows(3, 1.0), {"pairs": 3, "rows": 3, "skipped": {}, "loss_first_step_mean": 4.0,
+                               "loss_last_step_mean": 0.4}
+
+    monkeypatch.setattr(recipes, "conv_feature_table", lambda *a, **k: (rows(5, 0.0), {}))
+    monkeypatch.setattr(adversarial, "adversarial_conv_table", fake_adversarial)
+    cfg = OmegaConf.create({"cache_dir": str(tmp_path), "progress": False, "seed": 7,
+                            "data": {"short_vowel_sentences": 0}})
+    ctx = recipes.Context(cfg=cfg, manifest=tmp_path / "pairs.jsonl", recognizers={"a": "REC"}, tables={})
+    hcfg = OmegaConf.create({"name": "rawconv", "recognizer": "a", "frame_layer": 4, "kinds": ["deletion"],
+                             "batch_size": 2})
+    dm = ConvFrameRecipe(adversarial_pairs=3, adversarial_steps=5).datamodule(ctx, hcfg)
+    assert len(dm.train) == 8 and float(dm.train.y.sum()) == 3.0
+    assert calls["head"] == SHIPPED_HEADS / "rawconv.safetensors" and calls["rec"] == "REC"
+    assert (calls["pairs"], calls["steps"], calls["layer"], calls["seed"]) == (3, 5, 4, 7)
+    assert calls["cache_dir"] == ctx.feature_cache
