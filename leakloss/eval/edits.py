@@ -46,10 +46,17 @@ class BandGain(nn.Module):
         self.register_buffer("frames", frames.nonzero().flatten())
         self.log_gain = nn.Parameter(torch.zeros(bands, self.frames.numel(), dtype=wave.dtype))
 
+    def in_windows(self, per_band: Tensor) -> Tensor:
+        """``[j, m']`` values at the site frames -> ``[f, m]`` per STFT bin and frame (zero outside the windows)."""
+        full = per_band.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(1, self.frames, per_band)
+        return self.fb @ full
+
+    def edited_spectrum(self) -> Tensor:
+        """``[f, m]``: the reading's STFT with the learned gains (within ±limit nepers) applied."""
+        return self.spec * torch.exp(self.in_windows(self.limit * torch.tanh(self.log_gain / self.limit)))
+
     def forward(self) -> Tensor:
-        g = self.limit * torch.tanh(self.log_gain / self.limit)  # [j, m'] within ±limit nepers
-        full = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(1, self.frames, g)
-        return torch.istft(self.spec * torch.exp(self.fb @ full), N_FFT, HOP, WIN, self.window, length=self.length)
+        return torch.istft(self.edited_spectrum(), N_FFT, HOP, WIN, self.window, length=self.length)
 
 
 class VoicedInsert(BandGain):
@@ -82,13 +89,8 @@ class VoicedInsert(BandGain):
         """``[bands, site frames]`` in [0, 1]: the share of :attr:`level` each band adds at each frame."""
         return torch.sigmoid(self.amplitude)
 
-    def forward(self) -> Tensor:
-        g = self.limit * torch.tanh(self.log_gain / self.limit)
-        full = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(1, self.frames, g)
-        added = g.new_zeros(self.fb.shape[1], self.spec.shape[-1]).index_copy(
-            1, self.frames, self.level[:, None] * self.amplitudes())
-        spec = self.spec * torch.exp(self.fb @ full) + self.source * (self.fb @ added)
-        return torch.istft(spec, N_FFT, HOP, WIN, self.window, length=self.length)
+    def edited_spectrum(self) -> Tensor:
+        return super().edited_spectrum() + self.source * self.in_windows(self.level[:, None] * self.amplitudes())
 
 
 class SampleDelta(nn.Module):
