@@ -1,61 +1,227 @@
-"""Benchmark: the embedded leak penalty's forward + backward on a CUDA device, fp32 against bf16 autocast.
+"""Benchmark: the share of a real-size F5 v1 Base training step's wall clock that the leak penalty adds, on a CUDA
+device (issue 40's GPU check: at most 5% with the cropped penalty).
 
-A fine-tuning-sized batch: 16 readings of 6 s at 16 kHz, 10 sites each (the shipped raw-conv head on recognizer A's
-conv stack, ``LeakPenalty.load(device="cuda")``); 3 warm-up steps, then the mean of ``--steps`` timed steps (CUDA
-synchronised). Last line: ``ms_fp32=… ms_bf16=… bf16_speedup=… realtime_fp32=… max_memory_gib=…`` (realtime: seconds
-of audio per second of penalty compute). Without a CUDA device it measures nothing and says so: ``cuda=0``.
+The model is F5 v1 Base as ``finetune-f5`` builds it (the shipped preset's arch, ``leakloss/conf/f5/f5_v1_base.yaml``:
+DiT dim 1024, depth 22, heads 16, ff_mult 2, text_dim 512, conv_layers 4, 100 mels) with random weights, trained as F5
+trains it: ``LeakAwareCFM`` forward under bf16 autocast (F5's accelerate mixed precision), backward, AdamW step, on
+its published batch of 38,400 mel frames per GPU (``--item-seconds`` long items: 8 s gives 51 items). CFG drops are
+off, so every step pays (an upper bound, as in ``penalty_overhead.py``). One transformer and one optimizer serve
+every arm; the arms take turns step by step (rotating order), ``--warmup`` steps each first, then the median of
+``--steps`` CUDA-synchronised steps:
+
+- ``none``: no penalty;
+- ``whole``: ``finetune-f5``'s default on a Whisper head (``leak.crop=null``): every item vocoded whole and scored;
+- ``cropped``: ``leak.crop=true``: only crops around the sites inside the infilled span (Whisper's 1 s margin);
+- ``bridge``: ``leak.mel_bridge=true``: F5's mels through the shipped mel bridge, no vocoder;
+- each again with the penalty under bf16 autocast (``leak.bf16=true``): ``whole_bf16``, ``cropped_bf16``,
+  ``bridge_bf16``.
+
+The penalty's modules: recognizer wb's architecture (multilingual Whisper base encoder, own length, run to the state
+the shipped head reads) with random weights (``penalty_overhead.whisper_architecture``: a device machine has no
+encoder weights, and the time does not depend on them), the shipped frame head, the released Vocos generator's shapes
+(``charactr/vocos-mel-24khz``) with random weights, the shipped mel bridge. Sites: a Poisson process at
+``--site-density`` per second of each item (0.6, as ``penalty_overhead.py``), ``--site-seconds`` long, uniform over
+the item (the penalty scores those centred in F5's random infilled span).
+
+``share_ARM = (median step with ARM - median step without) / median step without``.
+
+Last line: ``share_whole=… share_cropped=… share_bridge=… share_whole_bf16=… share_cropped_bf16=…
+share_bridge_bf16=… step_ms=… max_memory_gib=… items=… frames=… device=…`` (``step_ms``: the step without the
+penalty; ``device``: the CUDA device's name, spaces as ``_``). Without CUDA it measures nothing and its last line is
+``cuda=0``, unless ``--smoke``: a tiny DiT, two 2 s items, one step per arm on the CPU, the same last line: a check
+that the script runs (what a lent GPU would run), not a figure. On a device machine: ``train_f5/device_prepare.sh``
+makes the checkout small enough to travel and prints the command (docs/penalty.md, "The GPU check").
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from leakloss.constants import SAMPLE_RATE  # noqa: E402
-from leakloss.penalty import LeakPenalty  # noqa: E402
-from leakloss.timing import TimedSite  # noqa: E402
+from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
+from leakloss.timing import TimedSite
+
+F5_BATCH_FRAMES = 38_400  # F5TTS_v1_Base.yaml: batch_size_per_gpu (frame-wise)
+FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # 93.75 mel frames a second
+#: issue 40's bound on the cropped penalty's wall-clock share of an F5 v1 Base step on a GPU
+TARGET_SHARE_CROPPED = 0.05
+PENALTY_ARMS = ("whole", "cropped", "bridge")
+ARMS = ("none", *PENALTY_ARMS, *(f"{arm}_bf16" for arm in PENALTY_ARMS))
+TEXT_VOCAB = 2545  # F5's pinyin vocabulary size, as penalty_overhead.f5_step_flops (embeddings cost no time to speak of)
 
 
-def timed_ms(penalty: LeakPenalty, waves: torch.Tensor, sites, autocast: bool, steps: int) -> float:
-    """Mean milliseconds of one forward + backward to the waves."""
-    for i in range(3 + steps):
-        if i == 3:
-            torch.cuda.synchronize()
+def draw_sites(durations: Sequence[float], density: float, site_s: float, seed: int) -> list[list[TimedSite]]:
+    """Poisson(``density`` per second) sites per item, ``site_s`` long, uniform over the item (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for duration in durations:
+        n = int(torch.poisson(torch.tensor([density * duration]), generator=g).item())
+        starts = torch.rand(n, generator=g) * max(duration - site_s, 0.0)
+        out.append([TimedSite(float(s), float(s) + site_s, "deletion", "ʌ->∅") for s in sorted(starts.tolist())])
+    return out
+
+
+def build_penalties(recognizer: str = "wb") -> dict:
+    """``{"vocoded": LeakPenalty, "bridged": LeakPenalty}`` on ``recognizer``'s architecture (random weights), the
+    shipped head when its card names that recognizer, the released Vocos shapes and the shipped mel bridge."""
+    from benchmarks.penalty_overhead import build_head, released_vocos, shipped_head_layer, whisper_architecture
+    from leakloss.mel_bridge import MelBridge
+    from leakloss.penalty import LeakPenalty
+
+    rec = whisper_architecture(recognizer)
+    layer = shipped_head_layer(recognizer) or rec.default_frame_layer
+    head, _ = build_head(recognizer, rec.frame_channels(layer))
+    return {"vocoded": LeakPenalty(rec, head, mel_to_wave=released_vocos(), conv_layer=layer),
+            "bridged": LeakPenalty(rec, head, conv_layer=layer, mel_bridge=MelBridge.embedded())}
+
+
+def build_transformer(smoke: bool):
+    """F5 v1 Base's DiT (the shipped preset's arch), or a tiny one for ``--smoke``; random weights, seeded."""
+    from f5_tts.model import DiT
+
+    from benchmarks.penalty_overhead import _v1_base_arch
+
+    tiny = {"dim": 64, "depth": 2, "heads": 2, "dim_head": 32, "ff_mult": 2, "text_dim": 64, "conv_layers": 1}
+    arch = tiny if smoke else _v1_base_arch()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return DiT(**arch, mel_dim=MEL_BINS, text_num_embeds=TEXT_VOCAB)
+
+
+def build_arms(transformer, penalties: dict, lookup: Callable, arms: Sequence[str]) -> dict:
+    """One ``LeakAwareCFM`` per arm around the same transformer (CFG drops off: every step pays)."""
+    from integrations.f5_tts import MEL_SPEC_KWARGS, LeakAwareCFM
+
+    common = {"mel_spec_kwargs": MEL_SPEC_KWARGS, "audio_drop_prob": 0.0, "cond_drop_prob": 0.0}
+    models = {}
+    for arm in arms:
+        kind, bf16 = arm.removesuffix("_bf16"), arm.endswith("_bf16")
+        if kind == "none":
+            models[arm] = LeakAwareCFM(transformer, **common)
+            continue
+        penalty = penalties["bridged" if kind == "bridge" else "vocoded"]
+        models[arm] = LeakAwareCFM(transformer, **common, leak_penalty=penalty, leak_weight=1.0, site_lookup=lookup,
+                                   leak_crop=kind == "cropped", leak_bf16=bf16)
+    return models
+
+
+def batch(n_items: int, item_frames: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Random mels ``[n, frames, 100]`` (seeded), full lengths, one distinct Devanagari text per item."""
+    g = torch.Generator().manual_seed(0)
+    mel = torch.randn(n_items, item_frames, MEL_BINS, generator=g) * 2.0 - 5.0  # about a log mel's range
+    lens = torch.full((n_items,), item_frames, dtype=torch.long)
+    texts = [f"नेकपा हैन वाक्य {i}" for i in range(n_items)]
+    return mel.to(device), lens.to(device), texts
+
+
+def timed_steps(models: dict, optimizer, mel, lens, texts, *, steps: int, warmup: int, autocast: bool,
+                device: torch.device) -> tuple[dict[str, float], dict[str, int]]:
+    """Median seconds of a training step per arm (arms interleaved, rotating order), and the steps on which the
+    penalty ran (it must have run on every timed step of a penalty arm: else the step timed was not the arm's)."""
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    paid = dict.fromkeys(names, 0)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    torch.manual_seed(0)
+    for step in range(warmup + steps):
+        shift = step % len(names)
+        for name in names[shift:] + names[:shift]:
+            model = models[name]
+            model.train()
+            sync()
             start = time.perf_counter()
-        x = waves.clone().requires_grad_(True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss, _ = penalty(waves=x, sites=sites)
-        loss.backward()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps * 1000
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                loss, _, _ = model(mel, texts, lens=lens)
+            loss.backward()
+            optimizer.step()
+            sync()
+            if step >= warmup:
+                times[name].append(time.perf_counter() - start)
+                paid[name] += model.last_leak_parts is not None
+    return {name: statistics.median(v) for name, v in times.items()}, paid
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per arm (median)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--item-seconds", type=float, default=8.0, help="length of each item of the 38,400-frame batch")
+    ap.add_argument("--site-density", type=float, default=0.6, help="sites per second of audio")
+    ap.add_argument("--site-seconds", type=float, default=0.08)
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    ap.add_argument("--smoke", action="store_true", help="tiny DiT, two 2 s items, one step each, on the CPU")
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=6.0)
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing measured")
+    args = build_parser().parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.item_seconds <= 0 or args.site_density < 0 \
+            or args.site_seconds <= 0:
+        print("error: need --steps >= 1, --warmup >= 0 and positive --item-seconds / --site-seconds, "
+              "--site-density >= 0", file=sys.stderr)
+        return 2
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        print("no CUDA device: nothing measured (--smoke runs the script on the CPU with a tiny F5)")
         print("cuda=0")
         return 0
-    penalty = LeakPenalty.load(device="cuda")
-    torch.manual_seed(0)
-    waves = torch.randn(args.batch, int(args.seconds * SAMPLE_RATE), device="cuda") * 0.1
-    sites = [[TimedSite(0.3 + 0.5 * k, 0.4 + 0.5 * k, "deletion", "ʌ->∅") for k in range(10)]] * args.batch
-    ms = {ac: timed_ms(penalty, waves, sites, ac, args.steps) for ac in (False, True)}
-    audio_s = args.batch * args.seconds
-    print(f"device {torch.cuda.get_device_name(0)}, torch {torch.__version__}; batch {args.batch} x {args.seconds} s")
-    print(f"ms_fp32={ms[False]:.2f} ms_bf16={ms[True]:.2f} bf16_speedup={ms[False] / ms[True]:.2f} "
-          f"realtime_fp32={audio_s / (ms[False] / 1000):.0f} "
-          f"max_memory_gib={torch.cuda.max_memory_allocated() / 2**30:.3f}")
+    device = torch.device("cuda" if cuda and not args.smoke else "cpu")
+    arms = ["none", *[a for a in args.arms if a != "none"]]
+    if args.smoke:
+        n_items, item_frames, steps, warmup = 2, round(2.0 * FRAME_RATE), 1, min(args.warmup, 1)
+    else:
+        item_frames = round(args.item_seconds * FRAME_RATE)
+        n_items, steps, warmup = max(1, F5_BATCH_FRAMES // item_frames), args.steps, args.warmup
+    durations = [item_frames / FRAME_RATE] * n_items
+    mel, lens, texts = batch(n_items, item_frames, device)
+    if args.smoke:  # one site at each item's middle: F5's infilled span (70-100%) always covers it, so every step pays
+        drawn = [[TimedSite(d / 2 - args.site_seconds / 2, d / 2 + args.site_seconds / 2, "deletion", "ʌ->∅")]
+                 for d in durations]
+    else:
+        drawn = draw_sites(durations, args.site_density, args.site_seconds, seed=0)
+    sites = dict(zip(texts, drawn))
+    transformer = build_transformer(args.smoke)
+    models = build_arms(transformer, build_penalties(), lambda text: sites.get(text, []), arms)
+    for model in models.values():
+        model.to(device)
+    optimizer = torch.optim.AdamW(transformer.parameters(), lr=1e-5)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    median, paid = timed_steps(models, optimizer, mel, lens, texts, steps=steps, warmup=warmup,
+                               autocast=device.type == "cuda", device=device)
+    unpaid = [arm for arm in arms if arm != "none" and paid[arm] < steps]
+    if unpaid:  # a timed step without the penalty is not the arm's step
+        print(f"error: the penalty did not run on every timed step of {unpaid} (paid {paid} of {steps})",
+              file=sys.stderr)
+        return 1
+    base = median["none"]
+    shares = {arm: (median[arm] - base) / base for arm in arms if arm != "none"}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-smoke"
+    memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else math.nan
+    n_sites = sum(len(s) for s in sites.values())
+    print(f"device {name}, torch {torch.__version__}; {n_items} items x {item_frames} frames "
+          f"({n_items * item_frames} frames, {n_sites} sites); "
+          f"{sum(p.numel() for p in transformer.parameters()) / 1e6:.1f} M transformer parameters; medians of {steps} "
+          f"steps: " + ", ".join(f"{arm} {median[arm] * 1000:.1f} ms" for arm in arms), flush=True)
+    if "cropped" in shares:
+        print(f"cropped share {shares['cropped']:.4f} (issue 40's GPU target: at most {TARGET_SHARE_CROPPED})")
+    figures = " ".join(f"share_{arm}={shares.get(arm, math.nan):.4f}" for arm in ARMS[1:])
+    print(f"{figures} step_ms={base * 1000:.1f} max_memory_gib={memory:.2f} items={n_items} "
+          f"frames={n_items * item_frames} device={name.replace(' ', '_')}")
     return 0
 
 

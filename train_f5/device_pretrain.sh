@@ -18,25 +18,8 @@ BUDGET_S=${BUDGET_S:-540}
 WORK=${WORK:-${TMPDIR:-/tmp}/leakloss_device_work}
 START_DIR=${START_DIR:-checkpoints/f5_hindi_base}
 
-if [ -d .whl ] && [ -z "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then  # packages the device image lacks, carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
-# f5_tts.model's package imports its trainer, which imports wandb at the top, and its utils import rjieba and
-# pypinyin (Chinese text); pretraining calls none of them, and wandb with its dependencies does not fit in the
-# device's 64 MiB working tree: modules that raise when used stand in for them (here too, so a smoke run tests this).
-for module in wandb rjieba pypinyin; do
-  mkdir -p "$WORK/stub/$module"
-  cat > "$WORK/stub/$module/__init__.py" <<'STUB'
-def __getattr__(name):
-    def unavailable(*args, **kwargs):
-        raise RuntimeError(f"{__name__}.{name}: a stand-in of train_f5/device_pretrain.sh, not the package")
-    return unavailable
-STUB
-done
-export PYTHONPATH="$WORK/stub${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-PY=${PY:-python3}
+# shellcheck source=train_f5/device_env.sh
+source train_f5/device_env.sh  # wheels, stand-in modules, PYTHONPATH, PY
 
 if [ -n "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then
   COMMON="model.dim=32 model.depth=1 model.heads=2 model.dim_head=16 model.text_dim=16 model.conv_layers=1
