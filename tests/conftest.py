@@ -73,3 +73,18 @@ def embedded_penalty():
     from leakloss.penalty import LeakPenalty
 
     return LeakPenalty.load()
+
+
+def load_benchmark(name: str):
+    """``benchmarks/NAME.py`` imported as a module (benchmarks are scripts, not a package), registered in
+    ``sys.modules`` as ``NAME_under_test`` so that its dataclasses and pickles resolve."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -3,10 +3,7 @@ family's Hindi-ward readings (the descent itself is run by ``benchmarks/run_all.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,8 +11,8 @@ import torch
 
 from leakloss.speech import festival
 from leakloss.text.sites import SiteFinder, hindi_ward
+from tests.conftest import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "direction.py"
 KEYS = ("flags_before", "flags_after", "flags_control", "sites", "steps", "domain", "deletion_before",
         "deletion_after", "quality_before", "quality_after", "control_within_10pct", "halved", "unscored_before",
         "unscored_after", "unscored_control", "unplaced", "voices", "penalty")
@@ -23,11 +20,7 @@ KEYS = ("flags_before", "flags_after", "flags_control", "sites", "steps", "domai
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("direction_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("direction")
 
 
 def parse(line: str) -> dict[str, str]:

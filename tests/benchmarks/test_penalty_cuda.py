@@ -3,7 +3,6 @@ here as its CPU smoke test; and the device scripts that carry it to a lent GPU."
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -13,18 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "penalty_cuda.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
     pytest.importorskip("f5_tts")
-    spec = importlib.util.spec_from_file_location("penalty_cuda_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("penalty_cuda")
 
 
 def last_figures(out: str) -> dict[str, str]:

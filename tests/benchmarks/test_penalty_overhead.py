@@ -4,11 +4,9 @@ shipped head's card, and the last line carries the new keys."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,18 +14,13 @@ import torch
 
 from leakloss.penalty import LeakPenalty
 from leakloss.vocoder import VOCODER_TAIL_FRAMES, MelToWave
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "penalty_overhead.py"
+from tests.conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("penalty_overhead_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("penalty_overhead")
 
 
 def tiny_whisper(folder: Path, own_length: bool = True):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,17 +13,12 @@ from leakloss.penalty import RewardResult
 from leakloss.speech.synth import Reading
 from leakloss.text.sites import Site, WordSites
 from leakloss.timing import TimedSite
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "signal_domains.py"
+from tests.conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("signal_domains_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("signal_domains")
 
 
 DELETION = Site("deletion", 1, "ʌ", None, True)
