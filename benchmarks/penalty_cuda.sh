@@ -16,4 +16,4 @@ source train_f5/device_env.sh  # wheels, stand-in modules, PYTHONPATH, PY
 SMOKE=()
 if [ -n "${LEAKLOSS_DEVICE_SMOKE:-}" ]; then SMOKE=(--smoke); fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-  $PY benchmarks/penalty_cuda.py "${SMOKE[@]}" "$@"; } 2>&1 | tee "$OUT/penalty_cuda.log"
+  $PY benchmarks/penalty_cuda.py ${SMOKE[@]+"${SMOKE[@]}"} "$@"; } 2>&1 | tee "$OUT/penalty_cuda.log"

@@ -45,6 +45,13 @@ leakloss/assets/heads_espeak leakloss/assets/vocoder"
   CARRY='[".whl"]'
   COMMAND='OUT=$OUT bash benchmarks/penalty_cuda.sh'
 fi
+# the removal below would lose uncommitted edits there, which the printed `git checkout` cannot bring back
+# shellcheck disable=SC2086
+if [ -n "$(git status --porcelain -- $UNUSED)" ]; then
+  echo "error: uncommitted changes under the paths this job removes ($(echo $UNUSED)): commit or stash them" >&2
+  exit 2
+fi
+rm -rf .whl  # an older wheel of the same package beside a new one would stop the install on the device
 mkdir -p .whl
 for wheel in $WHEELS; do
   # shellcheck disable=SC2086

@@ -46,11 +46,10 @@ def test_smoke_run_times_every_arm_and_prints_every_share(bench, capsys):
     figures = last_figures(capsys.readouterr().out)
     assert [k for k in figures if k.startswith("share_")] == [f"share_{arm}" for arm in bench.ARMS[1:]]
     assert all(math.isfinite(float(figures[f"share_{arm}"])) for arm in bench.ARMS[1:])
-    # on the CPU with a 0.4 M-parameter F5, the real-size Whisper encoder dwarfs the step: every arm costs more
-    assert all(float(figures[f"share_{arm}"]) > 0 for arm in bench.ARMS[1:])
     assert figures["device"] == "cpu-smoke" and figures["items"] == "2" and float(figures["step_ms"]) > 0
 
 
+@pytest.mark.slow
 def test_one_arm_only_prints_the_others_as_nan(bench, capsys):
     assert bench.main(["--smoke", "--arms", "bridge"]) == 0
     figures = last_figures(capsys.readouterr().out)
@@ -64,7 +63,7 @@ def test_without_cuda_it_measures_nothing_and_says_so(bench, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--warmup", "-1"], ["--item-seconds", "0"],
-                                  ["--site-density", "-1"], ["--site-seconds", "0"]])
+                                  ["--site-density", "0"], ["--site-density", "nan"], ["--site-seconds", "0"]])
 def test_bad_arguments_are_refused(bench, argv, capsys):
     assert bench.main(["--smoke", *argv]) == 2
     assert capsys.readouterr().err.startswith("error: ")
@@ -84,7 +83,18 @@ def test_device_script_smoke_runs_with_the_stand_in_modules(tmp_path):
     assert (tmp_path / "work" / "stub" / "wandb" / "__init__.py").exists()
 
 
-def test_device_prepare_refuses_an_unknown_job():
-    done = subprocess.run(["bash", str(ROOT / "train_f5" / "device_prepare.sh"), "nonsense"], capture_output=True,
-                          text=True, timeout=60, check=False)
+@pytest.mark.slow
+def test_a_step_without_the_penalty_is_not_timed_as_the_arm(bench, monkeypatch, capsys):
+    """No site anywhere: the penalty arm's steps are plain steps, and the script says so instead of a share."""
+    monkeypatch.setattr(bench, "batch_sites", lambda durations, args: [[] for _ in durations])
+    assert bench.main(["--smoke", "--arms", "bridge"]) == 1
+    assert "did not run on every timed step" in capsys.readouterr().err
+
+
+def test_device_prepare_refuses_an_unknown_job(tmp_path):
+    # a copy of the script in an empty folder: were the check ever lost, it would cut that folder, not this checkout
+    (tmp_path / "train_f5").mkdir()
+    script = tmp_path / "train_f5" / "device_prepare.sh"
+    script.write_text((ROOT / "train_f5" / "device_prepare.sh").read_text(encoding="utf-8"), encoding="utf-8")
+    done = subprocess.run(["bash", str(script), "nonsense"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and done.stderr.startswith("error: ")
