@@ -451,6 +451,8 @@ class LeakAwareCFM(CFM):
         if not isinstance(text, list):
             raise TypeError("LeakAwareCFM needs text as a list of strings to look up sites (got token ids)")
         frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
+        if self.sites_in_span_only:  # one device-to-host copy per batch, not one sync per site
+            span = span.detach().cpu()
         keep, sites = [], []
         for i, item in enumerate(text):
             item_sites = list(self.site_lookup(_text_key(item)) or [])
