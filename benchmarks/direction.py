@@ -34,6 +34,10 @@ Three input domains:
 - ``wave``: Adam on the raw samples. This one is adversarially easy: recognizer A's penalty goes to
   ~0 while recognizer B's flags do not move (measured; see the README).
 
+What is descended (``--term``): ``head`` (default), the penalty's reference-free frame head; ``margin``, the
+text-paired path-margin term on the same recognizer (:class:`leakloss.margin_penalty.PathMarginPenalty`: the scorer's
+CTC path margins, Hindi-ward minus Nepali, over each site's word, planned once on the reading). The judge is the same.
+
 A control applies a random edit of the same size as the learned one (:func:`random_control`; for ``voiced``, a
 random non-negative amplitude map inserting the same energy): if it moved the judge's flags as
 much, the direction would not come from the penalty's gradient. The issue's bar: flags after descent at most
@@ -68,6 +72,7 @@ from torch import Tensor
 
 from leakloss.eval.edits import BandGain, SampleDelta, VoicedInsert, descend, random_control
 from leakloss.heads import W_HEADS
+from leakloss.margin_penalty import PathMarginPenalty
 from leakloss.mel_bridge import MelPathPenalty
 from leakloss.penalty import LeakPenalty
 from leakloss.scorer import Scorer
@@ -78,6 +83,7 @@ from leakloss.text.sites import SiteFinder, hindi_ward
 
 ROOT = Path(__file__).resolve().parent.parent
 VOICES = ("unseen", "espeak")
+TERMS = ("head", "margin")
 DOMAINS = ("mel", "voiced", "wave")
 #: The issue's bar: flags after descent at most this share of before, the control within this share of before.
 HALVED = 0.5
@@ -188,6 +194,15 @@ def summary(totals: Mapping[str, Mapping[str, tuple[int, int, int]]], *, steps: 
             f"penalty={base_name(penalty)}")
 
 
+def planned_margin(term: PathMarginPenalty, plan):
+    """``descend``'s penalty interface (``waves=[k, t], sites=...``) for the margin term on one reading's plan."""
+
+    def objective(waves: Tensor, sites=None):
+        return term(waves, plans=[plan] * waves.shape[0])
+
+    return objective
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -212,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--voices", choices=VOICES, default="unseen",
                         help="who reads Hindi-ward: the unseen family (default) or espeak's held-out Hindi voice")
     parser.add_argument("--head", default=None, help="the penalty's raw-conv head file (default: the shipped one)")
+    parser.add_argument("--term", choices=TERMS, default="head",
+                        help="what is descended: the penalty's frame head (default) or the text-paired path-margin term "
+                             "on the same recognizer (leakloss.margin_penalty)")
     parser.add_argument("--mel-bridge", action="store_true",
                         help="descend the penalty's mel path through the shipped mel bridge (each edited reading's "
                              "Vocos mel, as an F5 fine-tune with leak.mel_bridge=true scores it), not its wave")
@@ -244,6 +262,9 @@ def main(argv: list[str] | None = None) -> None:
         scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
     except (ValueError, OSError) as err:
         parser.error(f"the judge: {err}")
+    if args.term == "margin" and args.mel_bridge:
+        parser.error("--mel-bridge is for the frame head (the margin term reads waves)")
+    margin = PathMarginPenalty(penalty.recognizer) if args.term == "margin" else None
     judge = judge_recognizers(scorer)
     try:
         check_judge(penalty.recognizer.name, judge)
@@ -260,13 +281,19 @@ def main(argv: list[str] | None = None) -> None:
         if not sites:
             unplaced[placement.status] += 1
             continue
+        objective = MelPathPenalty(penalty) if args.mel_bridge else penalty
+        if margin is not None:
+            plan = margin.plan(wave, text)  # the word crops, fixed while the edit changes the audio (as sites are)
+            if plan.status != "ok":
+                unplaced[f"margin plan {plan.status}"] += 1
+                continue
+            objective = planned_margin(margin, plan)
         done += 1
         refs = [speak_phones([w.nepali for w in words], v).waveform for v in TRAIN_TEACHER_VOICES[:2]]
         make = {"mel": partial(BandGain, wave, sites), "voiced": partial(VoicedInsert, wave, sites),
                 "wave": partial(SampleDelta, wave)}[args.domain]
         edit = make()
-        curve = descend(MelPathPenalty(penalty) if args.mel_bridge else penalty, edit, sites, args.steps, lr,
-                        args.copies, generator)
+        curve = descend(objective, edit, sites, args.steps, lr, args.copies, generator)
         with torch.no_grad():
             new = edit()
             control_wave = random_control(edit, make, generator)()
@@ -295,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
               f"control {control[0]}/{n} ({control[1]} unscored)")
     print(f"{time.time() - start:.0f}s for {done} sentences")
     print(summary(totals, steps=args.steps, domain=args.domain, voices=args.voices,
-                  penalty=base_name(penalty.recognizer.name) + ("+mel_bridge" if args.mel_bridge else ""),
+                  penalty=base_name(penalty.recognizer.name) + ("+mel_bridge" if args.mel_bridge else "")
+                  + ("+margin" if margin is not None else ""),
                   unplaced=sum(unplaced.values())))
 
 

@@ -14,6 +14,7 @@ _EXPORTS = {
     "save_head": "leakloss.heads",
     "LeakPenalty": "leakloss.penalty",
     "PairedPosteriorPenalty": "leakloss.paired_penalty",
+    "PathMarginPenalty": "leakloss.margin_penalty",
     "leak_reward": "leakloss.reward",
     "place_sites": "leakloss.site_placement",
     "place_dataset_sites": "leakloss.site_placement",

@@ -36,7 +36,8 @@ def test_defaults_are_the_shipped_penalty_on_the_unseen_family(bench):
 
 
 @pytest.mark.parametrize("argv", [["--sentences", "0"], ["--steps", "-1"], ["--copies", "0"], ["--lr", "0"],
-                                  ["--lr", "nan"], ["--voices", "festival"], ["--domain", "time"]])
+                                  ["--lr", "nan"], ["--voices", "festival"], ["--domain", "time"],
+                                  ["--term", "ctc"]])
 def test_bad_arguments_exit_2(bench, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.build_parser().parse_args(argv)
@@ -205,3 +206,24 @@ def test_an_unseen_voice_reads_a_held_out_sentence_hindi_ward(bench, monkeypatch
 
 def test_the_voiced_domain_is_an_option(bench):
     assert bench.build_parser().parse_args(["--domain", "voiced"]).domain == "voiced"
+
+
+def test_the_margin_term_is_an_option_and_refuses_the_mel_bridge(bench, capsys):
+    assert bench.build_parser().parse_args([]).term == "head"
+    assert bench.build_parser().parse_args(["--term", "margin"]).term == "margin"
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--term", "margin", "--mel-bridge", "--sentences", "1"])
+    assert exc.value.code == 2 and "--mel-bridge" in capsys.readouterr().err
+
+
+def test_the_planned_margin_objective_scores_every_copy_on_one_plan(bench):
+    seen = {}
+
+    class Term:
+        def __call__(self, waves, texts=None, wave_lengths=None, plans=None):
+            seen["plans"], seen["texts"] = plans, texts
+            return waves.sum() * 0.0, None
+
+    objective = bench.planned_margin(Term(), "PLAN")
+    loss, _ = objective(waves=torch.zeros(3, 10), sites=[["s"]] * 3)
+    assert seen == {"plans": ["PLAN"] * 3, "texts": None} and float(loss) == 0.0

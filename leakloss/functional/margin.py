@@ -1,0 +1,45 @@
+"""Pure functions of the text-paired path-margin term (:mod:`leakloss.margin_penalty`).
+
+A site's *margin* is ``fit_hindi - fit_nepali``: the per-frame CTC log-likelihood of its word's Hindi-ward phone path
+minus that of its Nepali path, over one crop of the word's frames (:func:`leakloss.acoustic.features.evidence_from_log_probs`,
+the scorer's own numbers). Positive: the audio fits the Hindi reading better. The term is a smooth hinge at 0,
+``tau * softplus(margin / tau)``: a site heard the Nepali way by a clear margin costs ~0 and stops pulling, one heard
+the Hindi way costs about its margin.
+
+Shapes: n sites, c crops per site.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: The hinge's width in nats per frame (fixed a priori for the 2026-12-06 trial, not tuned).
+MARGIN_TAU = 0.1
+
+
+def margin_hinge(margins: Tensor, tau: float = MARGIN_TAU) -> Tensor:
+    """``tau * softplus(margins / tau)``, elementwise: > 0, -> 0 for margins far below 0, -> ``margins`` above."""
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau!r}")
+    return tau * F.softplus(margins / tau)
+
+
+def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -> tuple[Tensor, Tensor]:
+    """``margins [n, c]``, ``active [n]`` bool -> ``(loss, per_site [n])``: each site's hinge averaged over its crops,
+    the loss their mean over the active sites. A site with a non-finite margin or no crop is inactive. An inactive
+    site contributes exactly 0 with a gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN
+    there cannot leak in); with no active site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero
+    gradient of the right shape."""
+    if margins.dim() != 2 or active.shape != margins.shape[:1] or active.dtype != torch.bool:
+        raise ValueError(f"margins must be [sites, crops] and active bool [sites], got {tuple(margins.shape)} and "
+                         f"{active.dtype} {tuple(active.shape)}")
+    zero = torch.zeros((), dtype=margins.dtype, device=margins.device)
+    active = active & torch.isfinite(margins).all(-1) & (margins.shape[1] > 0)
+    safe = torch.where(active[:, None], margins, zero)
+    per_site = torch.where(active, margin_hinge(safe, tau).mean(-1) if margins.shape[1] else safe.sum(-1), zero)
+    n = active.sum()
+    if not bool(n > 0):
+        return safe.sum() * 0.0, per_site
+    return per_site.sum() / n.to(per_site.dtype), per_site

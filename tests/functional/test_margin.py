@@ -1,0 +1,71 @@
+"""The path-margin term's pure math against naive references: the hinge, its gradient (float64 gradcheck), the
+masking of inactive and non-finite sites, and the zero loss with a zero gradient when nothing is scored."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leakloss.functional.margin import MARGIN_TAU, margin_hinge, site_margin_loss
+
+
+def naive_hinge(m: float, tau: float) -> float:
+    return tau * math.log1p(math.exp(m / tau)) if m / tau < 30 else m + tau * math.log1p(math.exp(-m / tau))
+
+
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=12), st.floats(0.01, 1.0))
+@settings(max_examples=60, deadline=None)
+def test_hinge_matches_the_naive_formula_and_bounds(values, tau):
+    got = margin_hinge(torch.tensor(values, dtype=torch.float64), tau).numpy()
+    want = np.array([naive_hinge(v, tau) for v in values])
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert (got > 0).all() and (got >= np.array(values) - 1e-12).all()  # above 0 and above the margin itself
+
+
+def test_hinge_refuses_a_width_that_is_not_positive():
+    for tau in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="tau"):
+            margin_hinge(torch.zeros(2), tau)
+
+
+def test_site_loss_is_the_mean_over_active_sites_of_each_sites_mean_over_crops():
+    margins = torch.tensor([[0.3, 0.1, -0.2], [1.0, 0.8, 0.9], [-2.0, -1.0, -3.0]], dtype=torch.float64)
+    active = torch.tensor([True, False, True])
+    loss, per_site = site_margin_loss(margins, active)
+    want = [np.mean([naive_hinge(float(v), MARGIN_TAU) for v in row]) for row in margins]
+    assert float(per_site[1]) == 0.0
+    np.testing.assert_allclose(per_site[[0, 2]].numpy(), [want[0], want[2]], rtol=1e-10)
+    assert math.isclose(float(loss), (want[0] + want[2]) / 2, rel_tol=1e-10)
+
+
+def test_gradcheck_float64():
+    margins = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    active = torch.tensor([True, True, False, True])
+    assert torch.autograd.gradcheck(lambda m: site_margin_loss(m, active)[0], (margins,))
+
+
+def test_a_nan_site_is_inactive_with_a_zero_gradient():
+    margins = torch.tensor([[0.2, 0.3, 0.1], [float("nan"), 0.0, 0.0]], requires_grad=True)
+    loss, per_site = site_margin_loss(margins, torch.tensor([True, True]))
+    loss.backward()
+    assert torch.isfinite(loss) and float(per_site[1]) == 0.0
+    assert torch.equal(margins.grad[1], torch.zeros(3)) and bool((margins.grad[0] != 0).all())
+    alone, _ = site_margin_loss(margins[:1].detach(), torch.tensor([True]))
+    assert math.isclose(float(loss), float(alone), rel_tol=1e-6)  # the NaN site does not dilute the mean
+
+
+def test_nothing_active_is_zero_with_a_zero_gradient():
+    margins = torch.randn(3, 3, requires_grad=True)
+    loss, per_site = site_margin_loss(margins, torch.zeros(3, dtype=torch.bool))
+    loss.backward()
+    assert float(loss) == 0.0 and torch.equal(margins.grad, torch.zeros(3, 3)) and torch.equal(per_site, torch.zeros(3))
+
+
+def test_shapes_are_checked():
+    with pytest.raises(ValueError, match="margins"):
+        site_margin_loss(torch.zeros(3), torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="active"):
+        site_margin_loss(torch.zeros(3, 2), torch.ones(3))

@@ -1,0 +1,129 @@
+"""The text-paired path-margin term (leakloss.margin_penalty) on the embedded recognizer A and espeak readings: it
+ranks a Hindi reading above the Nepali one, its gradient reaches the audio, plans are reusable, and bad input is a
+reason or a typed error, never a NaN."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leakloss.margin_penalty import MarginPlan, PathMarginPenalty
+from leakloss.penalty import PenaltyInputError
+from leakloss.speech.corpus import builtin_sentences, split_sentences
+from leakloss.speech.synth import HELDOUT_HINDI_VOICE, HELDOUT_TEACHER_VOICE, speak_text
+from tests.conftest import needs_embedded
+
+pytestmark = needs_embedded
+
+#: a held-out sentence whose one testable site is a schwa deletion (पसलमा)
+TEXT = next(t for t in split_sentences(builtin_sentences())[1] if t.startswith("यो पसलमा"))
+
+
+@pytest.fixture(scope="module")
+def term():
+    return PathMarginPenalty.load("a")
+
+
+@pytest.fixture(scope="module")
+def readings():
+    return {"hindi": speak_text(TEXT, HELDOUT_HINDI_VOICE).waveform,
+            "nepali": speak_text(TEXT, HELDOUT_TEACHER_VOICE).waveform}
+
+
+def run(term, waves, texts, **kwargs):
+    x = waves.clone().requires_grad_(True)
+    loss, parts = term(x, texts, **kwargs)
+    loss.backward()
+    return loss.detach(), parts, x.grad
+
+
+def test_the_hindi_reading_costs_more_and_the_gradient_reaches_the_audio(term, readings):
+    loss_h, parts_h, grad_h = run(term, readings["hindi"][None], [TEXT])
+    loss_n, parts_n, _ = run(term, readings["nepali"][None], [TEXT])
+    assert parts_h.item_status == ("ok",) and parts_h.site_kinds == ("deletion",)
+    assert float(parts_h.site_margins[0]) > 0 > float(parts_n.site_margins[0])  # Hindi path fits the Hindi reading
+    assert float(loss_h) > 5 * float(loss_n) > 0
+    assert torch.isfinite(grad_h).all() and float(grad_h.abs().max()) > 0
+    assert set(parts_h.per_kind) == {"deletion"}
+
+
+def test_batch_items_are_scored_as_alone_and_padding_is_ignored(term, readings):
+    h, n = readings["hindi"], readings["nepali"]
+    t = max(h.numel(), n.numel()) + 800
+    waves = torch.zeros(2, t)
+    waves[0, : h.numel()], waves[1, : n.numel()] = h, n
+    waves[0, h.numel():] = 5.0  # garbage past the length
+    loss, parts, grad = run(term, waves, [TEXT, TEXT], wave_lengths=torch.tensor([h.numel(), n.numel()]))
+    alone_h, parts_h, _ = run(term, h[None], [TEXT])
+    alone_n, parts_n, _ = run(term, n[None], [TEXT])
+    torch.testing.assert_close(parts.site_margins, torch.cat([parts_h.site_margins, parts_n.site_margins]))
+    assert math.isclose(float(loss), (float(alone_h) + float(alone_n)) / 2, rel_tol=1e-5)
+    assert float(grad[0, h.numel():].abs().max()) == 0.0
+
+
+def test_a_plan_made_once_is_reused_while_the_audio_changes(term, readings):
+    plan = term.plan(readings["hindi"], TEXT)
+    assert plan.status == "ok" and len(plan.specs) == 1
+    loss_text, _, _ = run(term, readings["hindi"][None], [TEXT])
+    loss_plan, parts, _ = run(term, readings["hindi"][None], None, plans=[plan])
+    assert math.isclose(float(loss_text), float(loss_plan), rel_tol=1e-6)
+    louder, _, _ = run(term, 0.5 * readings["hindi"][None], None, plans=[plan])
+    assert torch.isfinite(louder)
+
+
+def test_bad_items_are_reasons_not_nans(term, readings):
+    h = readings["hindi"]
+    waves = torch.stack([h, h.clone(), torch.zeros_like(h), h.clone()])
+    waves[1, 100] = float("nan")
+    texts = [TEXT, TEXT, TEXT, "काकाको घरमा आज साँझ खाना छ"]  # the last: no testable site
+    loss, parts, grad = run(term, waves, texts)
+    assert parts.item_status[0] == "ok" and parts.item_status[1] == "not_finite"
+    assert parts.item_status[2] == "silent" and parts.item_status[3] == "no_testable_site"
+    alone, _, _ = run(term, h[None], [TEXT])
+    assert math.isclose(float(loss), float(alone), rel_tol=1e-5)
+    assert torch.isfinite(grad).all() and float(grad[1:].abs().max()) == 0.0
+
+
+def test_nothing_scored_is_zero_with_a_zero_gradient(term):
+    loss, parts, grad = run(term, torch.zeros(2, 8000), ["काकाको घर", "काकाको घर"])
+    assert float(loss) == 0.0 and torch.equal(grad, torch.zeros(2, 8000)) and parts.scored_sites == 0
+    loss, parts, grad = run(term, torch.zeros(0, 0), [])
+    assert float(loss) == 0.0 and parts.item_status == ()
+
+
+def test_caller_errors_are_typed(term, readings):
+    h = readings["hindi"][None]
+    with pytest.raises(PenaltyInputError, match="one text per item"):
+        term(h, None)
+    with pytest.raises(PenaltyInputError, match="one text per item"):
+        term(h, TEXT)  # a bare string, not a list
+    with pytest.raises(PenaltyInputError, match="plans"):
+        term(h, None, plans=["not a plan"])
+    with pytest.raises(PenaltyInputError, match="waves"):
+        term(h[0], [TEXT])
+    with pytest.raises(PenaltyInputError, match="wave_lengths"):
+        term(h, [TEXT], wave_lengths=torch.tensor([h.shape[1] + 1]))
+    with pytest.raises(ValueError, match="tau"):
+        PathMarginPenalty(term.recognizer, tau=0.0)
+
+
+def test_a_plan_for_longer_audio_is_refused_per_item(term, readings):
+    plan = term.plan(readings["hindi"], TEXT)
+    loss, parts, grad = run(term, readings["hindi"][None, :1600], None, plans=[plan])
+    assert parts.item_status == ("plan_mismatch",) and float(loss) == 0.0
+
+
+@given(length=st.integers(0, 24000), amplitude=st.floats(0.0, 3.0), seed=st.integers(0, 2**16))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_length_and_amplitude_gives_a_finite_loss_and_gradient(term, length, amplitude, seed):
+    g = torch.Generator().manual_seed(seed)
+    waves = torch.randn(1, length, generator=g) * amplitude
+    loss, parts, grad = run(term, waves, [TEXT])
+    assert torch.isfinite(loss) and float(loss) >= 0 and torch.isfinite(grad).all()
+    assert len(parts.item_status) == 1 and isinstance(parts.item_status[0], str)
+
+
+def test_plan_type_is_a_named_tuple():
+    assert MarginPlan((), "silent", "why")._fields == ("specs", "status", "reason")
