@@ -10,6 +10,10 @@ heads and word check must all run on recognizers other than the penalty's: a pen
 recognizer would grade itself, so that is refused (exit 2). The references the judge compares with are the teacher
 voices' readings.
 
+Sentences: the built-in held-out ones, or ``--texts FILE`` from line ``--texts-from`` on (e.g. the shared
+prompts, ``$LEAKLOSS_SHARED/data/nepali-prompts/prompts.tsv``, whose lines 1501 on no shipped model trained on:
+the fresh sentences of the margin term's confirmatory run, docs/penalty.md).
+
 Readings (``--voices``):
 
 - ``unseen`` (default): the unseen family (:data:`leakloss.speech.festival.UNSEEN_VOICES`, Festival's HTS voices,
@@ -194,6 +198,22 @@ def summary(totals: Mapping[str, Mapping[str, tuple[int, int, int]]], *, steps: 
             f"penalty={base_name(penalty)}")
 
 
+def sentences(path: str | None, first_line: int = 1) -> list[str]:
+    """The built-in held-out sentences, or those of ``path`` from line ``first_line`` on (``id<TAB>text`` lines give
+    their text), without the built-in training sentences (the heads and recognizers trained on them)."""
+    train, held = split_sentences(builtin_sentences())
+    if path is None:
+        return held
+    from leakloss.textfile import text_lines
+
+    lines = text_lines(Path(path).read_text(encoding="utf-8"))[first_line - 1:]
+    texts = [line.split("\t", 1)[-1].strip() for line in lines]
+    texts = [t for t in texts if t and t not in set(train)]
+    if not texts:
+        raise ValueError(f"{path} has no sentence from line {first_line} on")
+    return texts
+
+
 def planned_margin(term: PathMarginPenalty, plan):
     """``descend``'s penalty interface (``waves=[k, t], sites=...``) for the margin term on one reading's plan."""
 
@@ -227,6 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--voices", choices=VOICES, default="unseen",
                         help="who reads Hindi-ward: the unseen family (default) or espeak's held-out Hindi voice")
     parser.add_argument("--head", default=None, help="the penalty's raw-conv head file (default: the shipped one)")
+    parser.add_argument("--texts", default=None,
+                        help="sentences to read instead of the built-in held-out ones: a UTF-8 file, one a line "
+                             "(`id<TAB>text` lines, as the shared prompts.tsv, give their text); the built-in "
+                             "training sentences in it are skipped")
+    parser.add_argument("--texts-from", type=positive_int, default=1, help="first line of --texts to use (1-based)")
     parser.add_argument("--term", choices=TERMS, default="head",
                         help="what is descended: the penalty's frame head (default) or the text-paired path-margin term "
                              "on the same recognizer (leakloss.margin_penalty)")
@@ -249,7 +274,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(2)
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
-    _, held = split_sentences(builtin_sentences())
+    try:
+        held = sentences(args.texts, args.texts_from)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        parser.error(f"--texts: {err}")
     finder = SiteFinder()
     unseen = unseen_voices() if args.voices == "unseen" else None
     if args.voices == "unseen" and not unseen:

@@ -67,7 +67,7 @@ def test_a_plan_made_once_is_reused_while_the_audio_changes(term, readings):
     plan = term.plan(readings["hindi"], TEXT)
     assert plan.status == "ok" and len(plan.specs) == 1
     loss_text, _, _ = run(term, readings["hindi"][None], [TEXT])
-    loss_plan, parts, _ = run(term, readings["hindi"][None], None, plans=[plan])
+    loss_plan, _, _ = run(term, readings["hindi"][None], None, plans=[plan])
     assert math.isclose(float(loss_text), float(loss_plan), rel_tol=1e-6)
     louder, _, _ = run(term, 0.5 * readings["hindi"][None], None, plans=[plan])
     assert torch.isfinite(louder)
@@ -111,7 +111,7 @@ def test_caller_errors_are_typed(term, readings):
 
 def test_a_plan_for_longer_audio_is_refused_per_item(term, readings):
     plan = term.plan(readings["hindi"], TEXT)
-    loss, parts, grad = run(term, readings["hindi"][None, :1600], None, plans=[plan])
+    loss, parts, _ = run(term, readings["hindi"][None, :1600], None, plans=[plan])
     assert parts.item_status == ("plan_mismatch",) and float(loss) == 0.0
 
 

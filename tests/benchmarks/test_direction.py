@@ -227,3 +227,22 @@ def test_the_planned_margin_objective_scores_every_copy_on_one_plan(bench):
     objective = bench.planned_margin(Term(), "PLAN")
     loss, _ = objective(waves=torch.zeros(3, 10), sites=[["s"]] * 3)
     assert seen == {"plans": ["PLAN"] * 3, "texts": None} and float(loss) == 0.0
+
+
+def test_sentences_come_from_a_file_from_a_line_on_without_the_training_ones(bench, tmp_path):
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+
+    train, held = split_sentences(builtin_sentences())
+    assert bench.sentences(None) == held
+    path = tmp_path / "prompts.tsv"
+    path.write_text(f"a\tपहिलो वाक्य\nb\t{train[0]}\nc\tदोस्रो वाक्य\r\nतेस्रो वाक्य\n\n", encoding="utf-8")
+    assert bench.sentences(str(path)) == ["पहिलो वाक्य", "दोस्रो वाक्य", "तेस्रो वाक्य"]
+    assert bench.sentences(str(path), 3) == ["दोस्रो वाक्य", "तेस्रो वाक्य"]
+    with pytest.raises(ValueError, match="no sentence"):
+        bench.sentences(str(path), 9)
+
+
+def test_a_bad_texts_file_exits_2(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--texts", str(tmp_path / "missing.tsv")])
+    assert exc.value.code == 2 and "--texts" in capsys.readouterr().err
