@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.term == "margin" and args.mel_bridge:
+        parser.error("--mel-bridge is for the frame head (the margin term reads waves)")
     lr = args.lr or (1e-3 if args.domain == "wave" else 0.05)
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -290,8 +292,6 @@ def main(argv: list[str] | None = None) -> None:
         scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
     except (ValueError, OSError) as err:
         parser.error(f"the judge: {err}")
-    if args.term == "margin" and args.mel_bridge:
-        parser.error("--mel-bridge is for the frame head (the margin term reads waves)")
     margin = PathMarginPenalty(penalty.recognizer) if args.term == "margin" else None
     judge = judge_recognizers(scorer)
     try:

@@ -16,8 +16,11 @@ edits satisfy it; descending this term, judged by the scorer on another encoder 
 phone head (wb: all 6 layers and the BiLSTM), so it costs more than the frame head (4 layers).
 
 Bad input never poisons the batch: an item with NaN/Inf samples is left out (status ``not_finite``, gradient exactly
-0); an item whose plan fails (silent, too short, alignment failed, no testable site) is not scored, with the status;
-audio louder than full scale is brought to it (detached), as site placement does;
+0); an item that cannot be planned or scored (``leakloss.schema.MarginStatus``: too short, silent, alignment failed,
+no testable site, a text the frontend rejects, a plan made on other audio) is not scored, with its status; audio
+louder than full scale is brought to it (detached), as site placement does; a quiet item's gradient is bounded as
+:class:`~leakloss.penalty.LeakPenalty` bounds it (the recognizer normalises loudness, so the true gradient grows as
+1 / rms);
 with no scored site the loss is 0 with a zero gradient of the right shape.
 
 Shapes: b batch, t samples (16 kHz), n sites (all items, flattened), c crops (3).
@@ -32,42 +35,48 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.acoustic.features import EvidenceExtractor, SiteSpec, evidence_from_log_probs
-from leakloss.functional.leak import peak_limited
+from leakloss.functional.leak import peak_limited, quiet_gradient_scale, scale_gradient
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
-from leakloss.penalty import PenaltyInputError, check_lengths
-from leakloss.schema import KINDS
+from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths
+from leakloss.schema import KINDS, MarginStatus
 
 #: The recognizer the term hears with unless told otherwise: wb, the signal's (multilingual Whisper base + CTC head).
 DEFAULT_MARGIN_RECOGNIZER = "wb"
 
 
 class MarginPlan(NamedTuple):
-    """What :meth:`PathMarginPenalty.plan` found on one item: the site specs to score, or why there are none."""
+    """What :meth:`PathMarginPenalty.plan` found on one item: the site specs to score, or why there are none; made on
+    audio of ``frames`` recognizer frames by ``recognizer`` (a plan is only used on audio that matches both)."""
 
     specs: tuple[SiteSpec, ...]
-    status: str  # "ok" or the evidence status (leakloss.schema.EvidenceStatus): silent, alignment_failed, ...
+    status: MarginStatus
     reason: str | None = None
+    frames: int = 0
+    recognizer: str = ""
 
 
 class MarginParts(NamedTuple):
     """Detached parts of the term, for logging."""
 
     penalty: Tensor  # scalar: mean hinge over the scored sites
-    per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites
+    per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites (kinds scored only)
     site_margins: Tensor  # [n] each scored site's margin, mean over its crops (flattened over items)
     site_kinds: tuple[str, ...]  # [n]
-    scored_sites: Tensor  # number of sites scored
-    item_status: tuple[str, ...]  # [b] "ok", "not_finite", or the plan's status (too_short, silent, ...)
+    scored_sites: int
+    item_status: tuple[MarginStatus, ...]  # [b]
+    quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
 
 
 class PathMarginPenalty(nn.Module):
-    """``forward(waves, texts, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval mode."""
+    """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval
+    mode."""
 
-    def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None) -> None:
+    def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None, quiet_rms: float = QUIET_RMS
+                 ) -> None:
         super().__init__()
         if not tau > 0:
             raise ValueError(f"tau must be > 0, got {tau!r}")
-        self.recognizer, self.tau = recognizer, float(tau)
+        self.recognizer, self.tau, self.quiet_rms = recognizer, float(tau), float(quiet_rms)
         self._finder = finder
         self.recognizer.requires_grad_(False)
         self.recognizer.eval()
@@ -91,26 +100,49 @@ class PathMarginPenalty(nn.Module):
             self._finder = SiteFinder()
         return self._finder
 
-    def plan(self, wave: Tensor, text: str) -> MarginPlan:
-        """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
-        text's Nepali phones, without gradient). A text the frontend rejects raises its
-        :class:`leakloss.text.normalize.TextError`."""
-        words = [w for w in self.finder(text) if w.skipped is None]
+    def _words(self, text: object) -> list | MarginPlan:
+        """The text's words with sites, or the plan that says why there is nothing to score."""
+        from leakloss.text.normalize import TextError
+
+        try:
+            words = [w for w in self.finder(text) if w.skipped is None]
+        except TextError as err:
+            return MarginPlan((), "bad_text", str(err))
         if not any(w.testable_sites for w in words):
             return MarginPlan((), "no_testable_site", "the text has no testable contrast site")
-        if int(self.recognizer.frame_lengths(torch.tensor([wave.shape[-1]]))[0]) < 1:
-            return MarginPlan((), "too_short", "shorter than one recognizer frame")
-        with torch.no_grad():
-            evidence = EvidenceExtractor(self.recognizer).extract(peak_limited(wave.detach().float()),
-                                                                  [w.nepali for w in words], words)
+        return words
+
+    def _too_short(self, samples: int) -> bool:
+        return int(self.recognizer.frame_lengths(torch.tensor([samples]))[0]) < 1
+
+    def _plan_on(self, wave: Tensor, words: list, recognized: tuple[Tensor, Tensor]) -> MarginPlan:
+        """The plan from the recognizer's (detached) output on ``wave``: the scorer's own alignment and crops."""
+        evidence = EvidenceExtractor(self.recognizer).extract(wave.detach(), [w.nepali for w in words], words,
+                                                              recognized=recognized)
         if not evidence.ok:
             return MarginPlan((), evidence.status, evidence.reason)
-        return MarginPlan(tuple(evidence.specs), "ok")
+        return MarginPlan(tuple(evidence.specs), "ok", None, int(recognized[1][0]), str(self.recognizer.name))
+
+    def plan(self, wave: Tensor, text: str) -> MarginPlan:
+        """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
+        text's Nepali phones, without gradient), or the status that says why there are none."""
+        words = self._words(text)
+        if isinstance(words, MarginPlan):
+            return words
+        if not bool(torch.isfinite(wave).all()):
+            return MarginPlan((), "not_finite", "NaN or Inf samples")
+        if self._too_short(wave.shape[-1]):
+            return MarginPlan((), "too_short", "shorter than one recognizer frame")
+        audio = peak_limited(wave.detach()).float()
+        with torch.no_grad():
+            recognized = self.recognizer(audio[None])
+        return self._plan_on(audio, words, recognized)
 
     def forward(self, waves: Tensor, texts: Sequence[str] | None = None, wave_lengths: Tensor | None = None,
                 plans: Sequence[MarginPlan] | None = None) -> tuple[Tensor, MarginParts]:
-        """``waves [b, t]`` 16 kHz (gradient flows to them), ``texts`` one per item (or ``plans``, one per item,
-        from :meth:`plan`), ``wave_lengths [b]`` valid samples (default: all)."""
+        """``waves [b, t]`` 16 kHz (gradient flows to them), ``texts`` one per item (planned on the item itself, one
+        recognizer pass) or ``plans`` one per item (from :meth:`plan`, e.g. made once on the ground truth or the
+        unedited audio), ``wave_lengths [b]`` valid samples (default: all)."""
         if not isinstance(waves, Tensor) or waves.dim() != 2 or not waves.is_floating_point():
             raise PenaltyInputError(f"waves must be a float tensor [batch, samples], got "
                                     f"{getattr(waves, 'dtype', type(waves).__name__)} "
@@ -124,37 +156,49 @@ class PathMarginPenalty(nn.Module):
         lengths = check_lengths(wave_lengths, b, t, "wave_lengths", waves.device) if wave_lengths is not None \
             else torch.full((b,), t, dtype=torch.long, device=waves.device)
         finite = torch.isfinite(waves) | (torch.arange(t, device=waves.device) >= lengths[:, None])
-        finite_items = finite.all(-1).tolist()
+        finite_items = finite.all(-1)
         zero = torch.zeros((), dtype=waves.dtype, device=waves.device)
         clean = torch.where(finite, waves, zero)  # selected before any arithmetic: a NaN item's gradient is 0
+        clean = torch.where(torch.arange(t, device=waves.device) < lengths[:, None], clean, zero)
+        scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
+        heard = scale_gradient(clean, scale)
         margins, kinds, status = [], [], []
         for i in range(b):
             n = int(lengths[i])
-            if not finite_items[i]:
+            words = self._words(texts[i]) if plans is None else None
+            if isinstance(words, MarginPlan):
+                status.append(words.status)
+                continue
+            if not bool(finite_items[i]):
                 status.append("not_finite")
                 continue
-            plan = plans[i] if plans is not None else self.plan(clean[i, :n], texts[i])
-            if plan.status != "ok" or not plan.specs or n == 0:
-                status.append(plan.status if plan.status != "ok" else "no_testable_site")
+            if self._too_short(n):
+                status.append("too_short")
                 continue
-            log_probs, frames = self.recognizer(peak_limited(clean[i, :n].float())[None])
+            audio = peak_limited(heard[i, :n])
+            log_probs, frames = self.recognizer(audio.float()[None])
+            plan = plans[i] if plans is not None else self._plan_on(audio, words, (log_probs.detach(), frames))
+            if plan.status != "ok":
+                status.append(plan.status)
+                continue
+            if plan.frames != int(frames[0]) or plan.recognizer != str(self.recognizer.name):
+                status.append("plan_mismatch")  # crops of other audio would score the wrong frames
+                continue
             lp = log_probs[0, : int(frames[0])]
-            if any(max(last for _, last in spec.crops) > lp.shape[0] for spec in plan.specs):
-                status.append("plan_mismatch")  # a plan made on other audio (longer than this item)
-                continue
             evidence, _ = evidence_from_log_probs(lp, plan.specs, self.recognizer.blank, self.recognizer.frame_rate)
             for spec in plan.specs:
                 margins.append(evidence[spec.key].margin)
                 kinds.append(spec.kind)
             status.append("ok")
-        if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient
+        quiet = int((scale < 1).sum())
+        if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
-            return clean.sum() * 0.0, MarginParts(zero.detach(), {}, empty, (), torch.tensor(0), tuple(status))
+            return (clean * 0.0).sum(), MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), quiet)
         stacked = torch.stack(margins)  # [n, c]
         active = torch.ones(stacked.shape[0], dtype=torch.bool, device=stacked.device)
         loss, per_site = site_margin_loss(stacked, active, self.tau)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
-        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), torch.tensor(len(kinds)),
-                            tuple(status))
+        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), len(kinds),
+                            tuple(status), quiet)
         return loss, parts

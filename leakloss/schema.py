@@ -63,7 +63,13 @@ PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short
 #: ``bad_text`` (a text the frontend rejects).
 RewardStatus = Literal["scored", "no_testable_site", "unintelligible", "not_finite", "too_short",
                        "alignment_failed", "no_word", "bad_text"]
+#: One item of the path-margin term (``leakloss.margin_penalty.MarginParts.item_status``): ``ok`` (scored);
+#: ``no_testable_site``, ``bad_text`` (a text the frontend rejects), ``not_finite``, ``too_short``, ``silent``,
+#: ``alignment_failed``, ``plan_mismatch`` (a plan made on audio of another length or by another recognizer).
+MarginStatus = Literal["ok", "no_testable_site", "bad_text", "not_finite", "too_short", "silent", "alignment_failed",
+                       "plan_mismatch"]
 EVIDENCE_STATUSES: tuple[EvidenceStatus, ...] = get_args(EvidenceStatus)
+MARGIN_STATUSES: tuple[MarginStatus, ...] = get_args(MarginStatus)
 PLACEMENT_STATUSES: tuple[PlacementStatus, ...] = get_args(PlacementStatus)
 REWARD_STATUSES: tuple[RewardStatus, ...] = get_args(RewardStatus)
 #: Reward statuses whose reward judges the reading (the others are the worst reward by rule).

@@ -69,8 +69,10 @@ def test_a_plan_made_once_is_reused_while_the_audio_changes(term, readings):
     loss_text, _, _ = run(term, readings["hindi"][None], [TEXT])
     loss_plan, _, _ = run(term, readings["hindi"][None], None, plans=[plan])
     assert math.isclose(float(loss_text), float(loss_plan), rel_tol=1e-6)
-    louder, _, _ = run(term, 0.5 * readings["hindi"][None], None, plans=[plan])
-    assert torch.isfinite(louder)
+    quieter, _, _ = run(term, 0.5 * readings["hindi"][None], None, plans=[plan])
+    louder, parts, grad = run(term, 3.0 * readings["hindi"][None], None, plans=[plan])  # above full scale
+    assert torch.isfinite(quieter) and torch.isfinite(louder) and torch.isfinite(grad).all()
+    assert parts.item_status == ("ok",)
 
 
 def test_bad_items_are_reasons_not_nans(term, readings):
@@ -109,10 +111,35 @@ def test_caller_errors_are_typed(term, readings):
         PathMarginPenalty(term.recognizer, tau=0.0)
 
 
-def test_a_plan_for_longer_audio_is_refused_per_item(term, readings):
+def test_a_plan_for_other_audio_is_refused_per_item(term, readings):
     plan = term.plan(readings["hindi"], TEXT)
-    loss, parts, _ = run(term, readings["hindi"][None, :1600], None, plans=[plan])
+    loss, parts, _ = run(term, readings["hindi"][None, :-1600], None, plans=[plan])  # shorter: other frames
     assert parts.item_status == ("plan_mismatch",) and float(loss) == 0.0
+    other = plan._replace(recognizer="w@00000000")
+    assert run(term, readings["hindi"][None], None, plans=[other])[1].item_status == ("plan_mismatch",)
+    loss, parts, _ = run(term, readings["hindi"][None, :100], None, plans=[plan])  # under one frame: no crash
+    assert parts.item_status == ("too_short",) and float(loss) == 0.0
+
+
+def test_a_text_the_frontend_rejects_is_a_status(term, readings):
+    loss, parts, _ = run(term, readings["hindi"][None], [123])
+    assert parts.item_status == ("bad_text",) and float(loss) == 0.0
+
+
+def test_every_status_is_in_the_schema(term, readings):
+    from leakloss.schema import MARGIN_STATUSES
+
+    h = readings["hindi"]
+    waves = torch.stack([h, h.clone(), torch.zeros_like(h), h.clone(), h.clone()])
+    waves[1, 100] = float("nan")
+    _, parts, _ = run(term, waves, [TEXT, TEXT, TEXT, "काकाको घर", 5])
+    assert set(parts.item_status) <= set(MARGIN_STATUSES) and len(set(parts.item_status)) == 5
+
+
+def test_nothing_scored_never_overflows_to_nan(term):
+    for waves in (torch.full((1, 80000), 0.9, dtype=torch.float16), torch.full((1, 8000), 3e38)):
+        loss, _, grad = run(term, waves, ["काकाको घर"])
+        assert float(loss) == 0.0 and torch.isfinite(grad).all()
 
 
 @given(length=st.integers(0, 24000), amplitude=st.floats(0.0, 3.0), seed=st.integers(0, 2**16))
@@ -126,4 +153,4 @@ def test_any_length_and_amplitude_gives_a_finite_loss_and_gradient(term, length,
 
 
 def test_plan_type_is_a_named_tuple():
-    assert MarginPlan((), "silent", "why")._fields == ("specs", "status", "reason")
+    assert MarginPlan((), "silent", "why")._fields == ("specs", "status", "reason", "frames", "recognizer")

@@ -32,9 +32,11 @@ def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -
     site contributes exactly 0 with a gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN
     there cannot leak in); with no active site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero
     gradient of the right shape."""
-    if margins.dim() != 2 or active.shape != margins.shape[:1] or active.dtype != torch.bool:
-        raise ValueError(f"margins must be [sites, crops] and active bool [sites], got {tuple(margins.shape)} and "
-                         f"{active.dtype} {tuple(active.shape)}")
+    if margins.dim() != 2:
+        raise ValueError(f"margins must be [sites, crops], got shape {tuple(margins.shape)}")
+    if active.dtype != torch.bool or active.shape != margins.shape[:1]:
+        raise ValueError(f"active must be bool [{margins.shape[0]}] (one flag per site), got {active.dtype} "
+                         f"{tuple(active.shape)}")
     zero = torch.zeros((), dtype=margins.dtype, device=margins.device)
     active = active & torch.isfinite(margins).all(-1) & (margins.shape[1] > 0)
     safe = torch.where(active[:, None], margins, zero)

@@ -65,7 +65,9 @@ def test_nothing_active_is_zero_with_a_zero_gradient():
 
 
 def test_shapes_are_checked():
-    with pytest.raises(ValueError, match="margins"):
+    with pytest.raises(ValueError, match=r"margins must be \[sites, crops\]"):
         site_margin_loss(torch.zeros(3), torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="active"):
+    with pytest.raises(ValueError, match=r"active must be bool \[3\]"):
         site_margin_loss(torch.zeros(3, 2), torch.ones(3))
+    with pytest.raises(ValueError, match=r"active must be bool \[3\]"):
+        site_margin_loss(torch.zeros(3, 2), torch.ones(2, dtype=torch.bool))
