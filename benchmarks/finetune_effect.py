@@ -4,9 +4,11 @@ Fine-tunes the small Hindi-base F5 (``checkpoints/f5_hindi_base``) on Nepali tea
 the same seed, batches and updates: plain, plus the reference-free leak penalty, plus the reference-paired posterior
 term (the ground truth at hand, as in F5's training batch), plus best-of-N reward distillation on unpaired text; then each model (and the base) says the held-out test words (real contrasts, never in any training text),
 judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penalty, the paired term and the reward use
-recognizer wb).
+recognizer wb). ``--arms ... margin`` adds a fifth arm, the text-paired path-margin term (not in the default run: it
+costs the most); its keys print ``nan`` when it is not run.
 
     python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5]
+                                         [--margin-weight 0.5]
                                          [--item-fraction 1] [--base-dir DIR] [--test-words 16]
                                          [--words test|validation] [--arms plain penalty ...]
 
@@ -64,6 +66,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=defaults.steps)
     ap.add_argument("--leak-weight", type=float, default=defaults.leak_weight)
     ap.add_argument("--paired-weight", type=float, default=defaults.paired_weight)
+    ap.add_argument("--margin-weight", type=float, default=defaults.margin_weight,
+                    help="the path-margin term's weight (the margin arm, asked for with --arms ... margin)")
     ap.add_argument("--item-fraction", type=float, default=defaults.leak_item_fraction,
                     help="share of each batch's items with sites the penalty terms score (largest t first)")
     ap.add_argument("--test-words", type=int, default=defaults.test_words, help="held-out words said and judged")
@@ -79,7 +83,8 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     settings = EffectSettings(base_dir=args.base_dir, steps=args.steps, leak_weight=args.leak_weight,
-                              paired_weight=args.paired_weight, leak_item_fraction=args.item_fraction,
+                              paired_weight=args.paired_weight, margin_weight=args.margin_weight,
+                              leak_item_fraction=args.item_fraction,
                               test_words=args.test_words,
                               words=args.words, arms=tuple(dict.fromkeys(args.arms)))
     start = time.time()

@@ -77,14 +77,20 @@ Figures, measured in one run:
 ``recognizer``
     The penalty's recognizer the shares and the ratio were measured on.
 
+``margin_flops_share``
+    The same F5 v1 Base step with the text-paired path-margin term (``finetune-f5 leak.margin_weight > 0``,
+    :func:`margin_parts_flops`) on every item, whole: vocoder, resampler, the Whisper encoder through all its
+    layers and the phone head (BiLSTM counted analytically); ``nan`` on recognizer A (the term runs on Whisper
+    recognizers here). Its share at ``--fraction-sensitivity`` is printed before the last line.
+
 Also printed before the last line: ``site_window_flops_share=...``, the earlier rough estimate with fixed
 crops (``--site-density`` sites/s, ``--window-margin`` each side).
 
 Run: ``OMP_NUM_THREADS=2 python benchmarks/penalty_overhead.py [--recognizer wb]`` (about 2 min for a, 4-5 min
 for wb on 2 busy cores; ``OMP_NUM_THREADS=1`` for one). The last line is ``penalty_flops_share=X.XXXX
-penalty_flops_share_cropped=Z.ZZZZ penalty_flops_share_default=D.DDDD wall_ratio=Y.YY scorer_speed_before=B.BB
-scorer_speed_after=A.AA recognizer=NAME`` (every item whole, every item cropped, then what ``finetune-f5`` runs by
-default).
+penalty_flops_share_cropped=Z.ZZZZ penalty_flops_share_default=D.DDDD penalty_flops_share_bridge=G.GGGG
+margin_flops_share=M.MMMM wall_ratio=Y.YY scorer_speed_before=B.BB scorer_speed_after=A.AA recognizer=NAME`` (every
+item whole, every item cropped, then what ``finetune-f5`` runs by default, the mel bridge, the path-margin term).
 """
 
 from __future__ import annotations
@@ -276,6 +282,61 @@ def whisper_states(recognizer: nn.Module, wave: torch.Tensor, layer: int) -> tor
     states = frames.encode_mel(mel, layer)  # [b * n, f, d]
     states = states.reshape(b, -1, states.shape[-1])[:, : -(-t // SAMPLES_PER_FRAME)]
     return states.float().transpose(1, 2)
+
+
+def whisper_all_states(recognizer: nn.Module, wave: torch.Tensor) -> torch.Tensor:
+    """``WhisperRecognizer.hidden_states(wave)`` (every state ``[b, l, f, d]``, as the phone head mixes them) on
+    ``[b, t]`` items all ``t`` long (at most 30 s), op for op, frame counts from the shape (as
+    :func:`whisper_states`)."""
+    from leakloss.acoustic.whisper_encoder import N_SAMPLES, SAMPLES_PER_FRAME
+
+    frames = recognizer.frames
+    t = wave.shape[-1]
+    if t > N_SAMPLES:
+        raise ValueError("whisper_all_states counts items of at most 30 s")
+    windows = nn.functional.pad(wave.float(), (0, N_SAMPLES - t))
+    own = -(-t // SAMPLES_PER_FRAME) if frames.own_length else None
+    raw, last = frames._encode(frames.mel(windows, own))  # the recognizer hears the wave as given
+    return torch.stack(raw[:-1] + [last], 1)[:, :, : -(-t // SAMPLES_PER_FRAME)]
+
+
+def lstm_flops(lstm: nn.LSTM, batch: int, steps: int) -> int:
+    """Multiply-add FLOPs of ``lstm``'s forward plus its backward to the input (frozen weights: the same matmuls
+    again), counted analytically: the flop counter does not see the fused LSTM op. Per step, layer and direction
+    the gates cost ``2 * 4h * (in + h)``; elementwise gate ops are left out, as elsewhere."""
+    h, directions = lstm.hidden_size, 2 if lstm.bidirectional else 1
+    total = 0
+    for layer in range(lstm.num_layers):
+        width = lstm.input_size if layer == 0 else h * directions
+        total += directions * 2 * 4 * h * (width + h)
+    return 2 * batch * steps * total
+
+
+def margin_parts_flops(recognizer: nn.Module, vocoder: MelToWave, batch: int, frames: int) -> dict[str, int]:
+    """Forward + backward (to the mel) FLOPs of each stage of the text-paired path-margin term
+    (:class:`leakloss.margin_penalty.PathMarginPenalty`, ``LeakAwareCFM(margin_penalty=...)``) on ``[batch, frames,
+    100]`` mels, whole items: the vocoder and resampler as the penalty's, the Whisper encoder through **all** its
+    layers (the phone head mixes every state), the phone head (its BiLSTM counted by :func:`lstm_flops`) and
+    the log-softmax. The CTC lattices over the sites' crops (two paths, three crops a site, ~2L+1 states over a
+    word's frames) are elementwise: not counted, as the other elementwise ops (a few MFLOP a batch)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    out: dict[str, int] = {}
+    vocoded = frames + VOCODER_TAIL_FRAMES
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mel = torch.randn(batch, vocoded, MEL_BINS)
+        out["vocoder backbone"], hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
+        out["vocoder ISTFT head"], wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
+        out["vocoder ISTFT head"] += irfft_flops(batch * vocoded)
+        out["resampler"], wave16 = counted(Resample(), wave24)
+        wave16 = wave16[:, : int(mel_lengths_to_samples(frames))]
+        out["whisper encoder, all layers"], states = counted(lambda w: whisper_all_states(recognizer, w), wave16)
+        head = recognizer.head
+        out["phone head"], _ = counted(lambda x: torch.log_softmax(head(x).float(), -1), states)
+    out["phone head"] += lstm_flops(head.lstm, batch, states.shape[2])
+    return out
 
 
 def recognizer_part(recognizer: nn.Module) -> str:
@@ -869,6 +930,21 @@ def main(argv: list[str] | None = None) -> None:
             alt = sum(bridge_parts_flops(bridged, scored, args.utt_frames).values()) / f5
             print(f"mel bridge on {scored} of {batch} items (leak.item_fraction {option:g}): share {alt:.4f}")
 
+    # the text-paired path-margin term (leak.margin_weight): whole items, every state of the encoder
+    margin_share = math.nan
+    if recognizer.frame_source == WHISPER_FRAME_SOURCE:
+        margin_parts = margin_parts_flops(recognizer, penalty.mel_to_wave, batch, args.utt_frames)
+        margin_share = sum(margin_parts.values()) / f5
+        print(f"path-margin term (leak.margin_weight > 0), every item, whole: {sum(margin_parts.values()) / 1e12:.3f} "
+              f"TFLOP, share {margin_share:.4f}, {'within' if margin_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
+              f"{TARGET_SHARE_CROPPED:.0%} target")
+        for name, flops in margin_parts.items():
+            print(f"  {name:<28} {flops / 1e9:9.1f} GFLOP  {flops / f5:7.2%} of F5 step")
+        for option in args.fraction_sensitivity:
+            scored = max(1, math.ceil(option * batch))
+            alt = sum(margin_parts_flops(recognizer, penalty.mel_to_wave, scored, args.utt_frames).values()) / f5
+            print(f"path-margin term on {scored} of {batch} items (leak.item_fraction {option:g}): share {alt:.4f}")
+
     # site windows: vocode + score only crops around the sites
     crop_frames = math.ceil((args.site_duration + 2 * args.window_margin) * FRAME_RATE)
     n_crops = math.ceil(frames / FRAME_RATE * args.site_density)
@@ -945,6 +1021,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
           f" penalty_flops_share_default={default_share:.4f} penalty_flops_share_bridge={bridge_share:.4f}"
+          f" margin_flops_share={margin_share:.4f}"
           f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
           f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")
 

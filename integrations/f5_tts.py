@@ -8,7 +8,9 @@ How the leak penalty enters training (see :class:`LeakAwareCFM`): F5 trains by f
 estimate of the clean mel ``x1_hat = x_t + (1 - t) pred``. Inside the infilled span we score ``x1_hat``
 with the leak penalty (outside it the ground truth is what the model is conditioned on). A second, separately
 weighted term compares ``x1_hat`` with that ground truth (``inp``, the audio of the same utterance) through a
-recognizer's posteriors at the sites (:class:`leakloss.paired_penalty.PairedPosteriorPenalty`).
+recognizer's posteriors at the sites (:class:`leakloss.paired_penalty.PairedPosteriorPenalty`). A third reads the
+text: the scorer's CTC path margin (Hindi-ward path minus Nepali path) at each site of ``x1_hat``, planned once on
+that ground truth (:class:`leakloss.margin_penalty.PathMarginPenalty`).
 """
 
 from __future__ import annotations
@@ -71,13 +73,17 @@ class _Shared:
     """
 
     def __init__(self, leak_penalty: nn.Module | None, mel_to_wave: MelToWave | None,
-                 paired_penalty: nn.Module | None = None) -> None:
+                 paired_penalty: nn.Module | None = None, margin_penalty: nn.Module | None = None) -> None:
         self.leak_penalty = leak_penalty
         self.mel_to_wave = mel_to_wave
         self.paired_penalty = paired_penalty
+        self.margin_penalty = margin_penalty
+        # the margin term's plans, made once per utterance on its vocoded ground truth: (text, mel frames) -> plan
+        self.margin_plans: dict[tuple[str, int], Any] = {}
 
     def modules(self) -> list[nn.Module]:
-        return [m for m in (self.leak_penalty, self.mel_to_wave, self.paired_penalty) if m is not None]
+        return [m for m in (self.leak_penalty, self.mel_to_wave, self.paired_penalty, self.margin_penalty)
+                if m is not None]
 
     def __deepcopy__(self, memo: dict) -> "_Shared":
         return self
@@ -106,6 +112,10 @@ def _site_count(parts: NamedTuple, sites: Sequence[Sequence[TimedSite]] | None) 
     return sum(len(s) for s in sites or [])
 
 
+#: LeakAwareCFM's auxiliary terms, in the order they are added to the loss (each logged under its name + "/")
+AUXILIARY_TERMS = ("leak", "paired", "margin")
+
+
 def sites_in_span(sites: Sequence[TimedSite], span: torch.Tensor, frame_rate: float) -> list[TimedSite]:
     """Sites whose midpoint frame lies inside ``span`` (``[n]`` bool over mel frames)."""
     kept = []
@@ -114,6 +124,23 @@ def sites_in_span(sites: Sequence[TimedSite], span: torch.Tensor, frame_rate: fl
         if 0 <= frame < span.numel() and bool(span[frame]):
             kept.append(site)
     return kept
+
+
+def plan_in_span(plan: Any, span: torch.Tensor, frame_rate: float, recognizer_rate: float) -> Any:
+    """A :class:`~leakloss.margin_penalty.MarginPlan` cut to the sites whose word midpoint (its tight crop, in
+    recognizer frames at ``recognizer_rate``) lies inside ``span`` (``[n]`` bool over mel frames at ``frame_rate``);
+    none left: status ``no_testable_site``. As :func:`sites_in_span`: elsewhere ``x1_hat`` is the ground truth."""
+    if plan.status != "ok":
+        return plan
+    kept = []
+    for spec in plan.specs:
+        first, last = spec.crops[0]
+        frame = round(0.5 * (first + last) / recognizer_rate * frame_rate)
+        if 0 <= frame < span.numel() and bool(span[frame]):
+            kept.append(spec)
+    if not kept:
+        return plan._replace(specs=(), status="no_testable_site", reason="no site in the infilled span")
+    return plan._replace(specs=tuple(kept))
 
 
 @contextlib.contextmanager
@@ -147,8 +174,9 @@ def clean_mel_estimate(x_t: torch.Tensor, time: torch.Tensor, pred: torch.Tensor
 
 
 class LeakAwareCFM(CFM):
-    """F5's ``CFM`` whose training loss adds ``leak_weight * w(t) * leak_penalty(x1_hat)`` and
-    ``paired_weight * w(t) * paired_penalty(x1_hat, ground truth)``, two separately weighted terms.
+    """F5's ``CFM`` whose training loss adds ``leak_weight * w(t) * leak_penalty(x1_hat)``,
+    ``paired_weight * w(t) * paired_penalty(x1_hat, ground truth)`` and ``margin_weight * w(t) *
+    margin_penalty(x1_hat, plans from the ground truth and the text)``, three separately weighted terms.
 
     ``forward(inp [b, n, d] | [b, nw], text, lens=[b]) -> (loss, cond [b, n, d], pred [b, n, d])`` exactly as
     F5's ``CFM.forward``. The parent does all the sampling (noise, time, random infill span, CFG drops); a
@@ -196,12 +224,20 @@ class LeakAwareCFM(CFM):
       dropped-text rule, site rules, schedule and DDP normalisation as the reference-free term; a weight of 0
       monitors it without gradient. ``leak_crop`` crops only the reference-free term: the paired term always
       vocodes whole items (a Whisper recognizer attends over the whole clip, so a crop would change what it hears).
+    - **The text-paired path-margin term** (``margin_penalty``, :class:`leakloss.margin_penalty.PathMarginPenalty`;
+      ``margin_weight``): for each site of the scored items, the recognizer's CTC fit of the word's Hindi-ward phone
+      path minus its Nepali path on vocoded ``x1_hat``, under a smooth hinge. Its contract takes the **text** and a
+      plan of where each site's word lies, made without gradient on the **vocoded ground truth** (``inp``) the
+      first time an utterance (text, mel length) is scored and kept for the run (shared with F5's EMA copy); only
+      sites whose word is centred in the infilled span are scored (:func:`plan_in_span`). Needs ``mel_to_wave``.
+      Same ``t**2`` weight, dropped-text rule, item choice, schedule and DDP normalisation as the other terms;
+      whole items, never cropped; weight 0 monitors it.
 
-    ``leak_penalty``, ``paired_penalty`` and ``mel_to_wave`` are frozen helpers: not in
+    ``leak_penalty``, ``paired_penalty``, ``margin_penalty`` and ``mel_to_wave`` are frozen helpers: not in
     ``state_dict``/``parameters()``, moved with the model by ``.to()``, shared by copies (F5's EMA), and untouched
     by ``.train()``/``.eval()``. After each training forward: ``last_leak_parts`` (parts or None when skipped),
     ``last_leak_weight`` (``leak_weight * w(t)``, 0.0 when skipped), ``last_leak_penalty`` and ``last_flow_loss``
-    (detached); ``last_paired_parts``, ``last_paired_weight``, ``last_paired_penalty`` the same for the paired term.
+    (detached); ``last_paired_*`` and ``last_margin_*`` the same for the paired and the margin term.
     """
 
     def __init__(
@@ -221,10 +257,13 @@ class LeakAwareCFM(CFM):
         paired_penalty: nn.Module | None = None,
         paired_weight: float = 0.0,
         leak_item_fraction: float = 1.0,
+        margin_penalty: nn.Module | None = None,
+        margin_weight: float = 0.0,
         **kwargs: Any,
     ) -> None:
         for name, weight, penalty in (("leak_weight", leak_weight, leak_penalty),
-                                      ("paired_weight", paired_weight, paired_penalty)):
+                                      ("paired_weight", paired_weight, paired_penalty),
+                                      ("margin_weight", margin_weight, margin_penalty)):
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
                     or weight < 0:  # NaN/inf made the training loss NaN/inf; a negative one rewarded leaking
                 raise ValueError(f"{name} must be a finite number >= 0, got {weight!r}")
@@ -240,10 +279,14 @@ class LeakAwareCFM(CFM):
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
+        if margin_penalty is not None and mel_to_wave is None:
+            raise ValueError("a margin_penalty hears vocoded x1_hat and plans on the vocoded ground truth: give "
+                             "mel_to_wave (leakloss.vocoder.MelToWave)")
         super().__init__(transformer, *args, **kwargs)
-        self._shared = _Shared(leak_penalty, mel_to_wave, paired_penalty)
+        self._shared = _Shared(leak_penalty, mel_to_wave, paired_penalty, margin_penalty)
         self.leak_weight = float(leak_weight)
         self.paired_weight = float(paired_weight)
+        self.margin_weight = float(margin_weight)
         self.site_lookup: SiteLookup = site_lookup if site_lookup is not None else _no_sites
         self.sites_in_span_only = sites_in_span_only
         if leak_every < 1 or leak_start_step < 0 or grad_accumulation_steps < 1:
@@ -269,6 +312,10 @@ class LeakAwareCFM(CFM):
         self.last_paired_parts: NamedTuple | None = None
         self.last_paired_weight: float = 0.0
         self.last_paired_penalty: torch.Tensor | None = None
+        self.last_margin_sites: list[list[TimedSite]] | None = None
+        self.last_margin_parts: NamedTuple | None = None
+        self.last_margin_weight: float = 0.0
+        self.last_margin_penalty: torch.Tensor | None = None
 
     @property
     def leak_penalty(self) -> nn.Module | None:
@@ -277,6 +324,10 @@ class LeakAwareCFM(CFM):
     @property
     def paired_penalty(self) -> nn.Module | None:
         return self._shared.paired_penalty
+
+    @property
+    def margin_penalty(self) -> nn.Module | None:
+        return self._shared.margin_penalty
 
     @property
     def mel_to_wave(self) -> MelToWave | None:
@@ -302,13 +353,11 @@ class LeakAwareCFM(CFM):
             flow_loss, cond, pred = super().forward(inp, text, lens=lens, noise_scheduler=noise_scheduler)
 
         self.last_flow_loss = flow_loss.detach()
-        self.last_leak_parts, self.last_leak_weight, self.last_leak_penalty = None, 0.0, None
-        self.last_leak_sites = None
-        self.last_paired_parts, self.last_paired_weight, self.last_paired_penalty = None, 0.0, None
-        self.last_paired_sites = None
+        for name in AUXILIARY_TERMS:
+            self._record(name, None, None, 0.0)
+            setattr(self, f"last_{name}_sites", None)
         due = self._leak_due()
-        terms = [name for name, penalty in (("leak", self.leak_penalty), ("paired", self.paired_penalty))
-                 if penalty is not None]
+        terms = [name for name in AUXILIARY_TERMS if getattr(self, f"{name}_penalty") is not None]
         if not terms or not due:
             return flow_loss, cond, pred
         distributed = self.training and _world_size() > 1
@@ -324,7 +373,8 @@ class LeakAwareCFM(CFM):
             lens = torch.full((batch,), seq_len, device=x_t.device, dtype=torch.long)
         x1_hat, span = clean_mel_estimate(x_t, time, pred, cond, lens)
         truth = None
-        if self.paired_penalty is not None:  # the ground truth F5 infilled: inp (its mel, for a wave inp)
+        if self.paired_penalty is not None or self.margin_penalty is not None:  # the ground truth F5 infilled: inp
+            # (its mel, for a wave inp)
             with torch.no_grad():
                 truth = (self.mel_spec(inp).permute(0, 2, 1) if inp.ndim == 2 else inp).detach()
 
@@ -338,18 +388,20 @@ class LeakAwareCFM(CFM):
     def _auxiliary_term(self, name: str, x1_hat: torch.Tensor, truth: torch.Tensor | None, lens: torch.Tensor,
                         span: torch.Tensor, text: torch.Tensor | list, time: torch.Tensor, pred: torch.Tensor,
                         distributed: bool) -> torch.Tensor | None:
-        """One auxiliary term (``"leak"`` or ``"paired"``): ``weight * w(t) * penalty`` to add to the loss (None:
+        """One auxiliary term (one of :data:`AUXILIARY_TERMS`): ``weight * w(t) * penalty`` to add to the loss (None:
         nothing to add), its ``last_*`` recorded. Weight 0: computed without gradient, only monitored."""
-        weight = self.leak_weight if name == "leak" else self.paired_weight
+        weight = getattr(self, f"{name}_weight")
         monitor_only = weight == 0.0  # baseline runs still log the curve, without gradient
         with torch.set_grad_enabled(torch.is_grad_enabled() and not monitor_only):
             estimate = x1_hat.detach() if monitor_only else x1_hat
             if name == "leak":
                 penalty, parts = self._leak_penalty(estimate, lens, span, text, time)
-            else:
+            elif name == "paired":
                 penalty, parts = self._paired_penalty(estimate, truth, lens, span, text, time)
+            else:
+                penalty, parts = self._margin_penalty(estimate, truth, lens, span, text, time)
         t2_sum, n_items = float((time.detach().float() ** 2).sum()), x1_hat.shape[0]
-        sites = self.last_leak_sites if name == "leak" else self.last_paired_sites
+        sites = getattr(self, f"last_{name}_sites")
         n_sites = 0 if parts is None else _site_count(parts, sites)
         if distributed:
             n_global, t2_global, items_global, penalty_global = self._global_stats(
@@ -369,7 +421,7 @@ class LeakAwareCFM(CFM):
         self._record(name, parts, penalty.detach(), term_weight)
         return term_weight * penalty
 
-    def _record(self, name: str, parts: NamedTuple, penalty: torch.Tensor, weight: float) -> None:
+    def _record(self, name: str, parts: NamedTuple | None, penalty: torch.Tensor | None, weight: float) -> None:
         setattr(self, f"last_{name}_parts", parts)
         setattr(self, f"last_{name}_penalty", penalty)
         setattr(self, f"last_{name}_weight", weight)
@@ -486,6 +538,53 @@ class LeakAwareCFM(CFM):
                                     waves)
             return self.paired_penalty(waves=waves, wave_lengths=wave_lengths, ref_waves=ref_waves.to(waves.dtype),
                                        sites=sites)
+
+    def _margin_penalty(self, x1_hat: torch.Tensor, truth: torch.Tensor, lens: torch.Tensor, span: torch.Tensor,
+                        text: torch.Tensor | list, time: torch.Tensor) -> tuple[torch.Tensor, NamedTuple | None]:
+        """The text-paired path-margin term over the scored items (:meth:`_scored_items`): vocoded ``x1_hat`` heard
+        against plans made on the vocoded ground truth ``truth`` (``[b, n, d]``, frame-aligned), cut to the span."""
+        keep, sites = self._scored_items(text, span, time)
+        if not keep:
+            return x1_hat.new_zeros(()), None
+        self.last_margin_sites = sites
+        index = torch.tensor(keep, device=x1_hat.device)
+        mels, ref, mel_lengths = (x.index_select(0, index) for x in (x1_hat, truth, lens))
+        plans = self._margin_plans([_text_key(text[i]) for i in keep], ref, mel_lengths)
+        frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
+        recognizer_rate = float(self.margin_penalty.recognizer.frame_rate)
+        kept_span = span.detach().cpu().index_select(0, index.cpu())
+        plans = [plan_in_span(p, kept_span[j], frame_rate, recognizer_rate) if self.sites_in_span_only else p
+                 for j, p in enumerate(plans)]
+        autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
+        with autocast:
+            waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
+            if bool(bad.any()):  # the term masks these items itself (status not_finite, zero gradient)
+                waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
+                                    waves)
+            return self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=plans)
+
+    def _margin_plans(self, keys: list[str], truth: torch.Tensor, mel_lengths: torch.Tensor) -> list[Any]:
+        """Each item's margin plan on its vocoded ground truth (``truth [b, n, d]``), from the run's cache or made now
+        (one vocoder and recognizer pass per new utterance, without gradient, in fp32)."""
+        from leakloss.margin_penalty import MarginPlan
+
+        cache = self._shared.margin_plans
+        wanted = [(key, int(n)) for key, n in zip(keys, mel_lengths.tolist())]
+        plans: list[Any] = [cache.get(k) for k in wanted]
+        new = [j for j, plan in enumerate(plans) if plan is None]
+        if not new:
+            return plans
+        index = torch.tensor(new, device=truth.device)
+        with torch.no_grad(), torch.autocast(truth.device.type, enabled=False):
+            ref_waves, ref_lengths, bad = vocode_items(self.mel_to_wave, truth.index_select(0, index).float(),
+                                                       mel_lengths.index_select(0, index))
+            for row, j in enumerate(new):
+                if bool(bad[row]):  # not cached: another batch may hold a finite copy of the utterance
+                    plans[j] = MarginPlan((), "not_finite", "the ground truth's mel is not finite")
+                else:
+                    wave = ref_waves[row, : int(ref_lengths[row])]
+                    plans[j] = cache[wanted[j]] = self.margin_penalty.plan(wave, wanted[j][0])
+        return plans
 
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
                          frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:
@@ -874,15 +973,15 @@ def _scalar(value: torch.Tensor | float) -> float:
     return float(value)
 
 
-#: what a penalty step measures about the sites (after the term's prefix, ``leak/`` or ``paired/``): NaN (not
-#: measured) when every item was masked as non-finite
-_SITE_MEASURES = ("penalty", "loss", "per_kind/", "per_contrast/", "site_probs", "site_divergences")
+#: what a penalty step measures about the sites (after the term's prefix, ``leak/``, ``paired/`` or ``margin/``): NaN
+#: (not measured) when every item was masked as non-finite
+_SITE_MEASURES = ("penalty", "loss", "per_kind/", "per_contrast/", "site_probs", "site_divergences", "site_margins")
 
 
 def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, float]:
     """Numbers to log after one forward: total/flow loss, and for each auxiliary term (``leak/``: the
-    reference-free penalty; ``paired/``: the reference-paired term, when the model has one) its weight, penalty
-    and every part of its last parts.
+    reference-free penalty; ``paired/``: the reference-paired term; ``margin/``: the path-margin term; each when the
+    model has it) its weight, penalty and every numeric part of its last parts.
 
     A non-finite total loss adds ``loss/nonfinite`` 1.0; a penalty step whose items were all masked as
     non-finite (``*/nonfinite_items`` > 0, no active site) logs its penalty and site means as NaN, not
@@ -893,8 +992,10 @@ def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, flo
     if model.last_flow_loss is not None:
         row["loss/flow"] = _scalar(model.last_flow_loss)
     row |= _term_row("leak", model.last_leak_weight, model.last_leak_penalty, model.last_leak_parts)
-    if getattr(model, "paired_penalty", None) is not None:
-        row |= _term_row("paired", model.last_paired_weight, model.last_paired_penalty, model.last_paired_parts)
+    for name in AUXILIARY_TERMS[1:]:
+        if getattr(model, f"{name}_penalty", None) is not None:
+            row |= _term_row(name, getattr(model, f"last_{name}_weight"), getattr(model, f"last_{name}_penalty"),
+                             getattr(model, f"last_{name}_parts"))
     return row
 
 
@@ -906,6 +1007,8 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
         for k, v in parts._asdict().items():
             if isinstance(v, dict):  # per contrast kind / per contrast: one curve each
                 row.update({f"{prefix}/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
+            elif isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels, not curves
+                continue
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
                 row[f"{prefix}/{k}"] = _scalar(v)
         if row.get(f"{prefix}/nonfinite_items", 0.0) > 0 and row.get(f"{prefix}/active_sites", 1.0) == 0:
@@ -952,8 +1055,9 @@ def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, floa
             out["leak/site_probs"] = sum(r[2] for r in records) / len(records)
         if "leak/active_sites" in out:
             out["leak/active_sites"] = float(sum(r.get("leak/active_sites", 0.0) for r in rows))
-    if "paired/active_sites" in out:  # the paired term's other site means are averaged over the ranks
-        out["paired/active_sites"] = float(sum(r.get("paired/active_sites", 0.0) for r in rows))
+    for name in AUXILIARY_TERMS[1:]:  # the other terms' site means are averaged over the ranks, their counts summed
+        if f"{name}/active_sites" in out:
+            out[f"{name}/active_sites"] = float(sum(r.get(f"{name}/active_sites", 0.0) for r in rows))
     return out
 
 
@@ -1090,8 +1194,9 @@ class TrainingDivergedError(RuntimeError):
 
 def _divergence_summary(row: Mapping[str, float]) -> str:
     """What a logged row of a non-finite step says, in a few words (total, flow loss, penalty)."""
-    said = [f"{k} {row[k]:g}" for k in ("loss/total", "loss/flow", "leak/penalty", "paired/penalty") if k in row]
-    for prefix, term in (("leak", "leak penalty"), ("paired", "paired term")):
+    said = [f"{k} {row[k]:g}" for k in ("loss/total", "loss/flow", "leak/penalty", "paired/penalty", "margin/penalty")
+            if k in row]
+    for prefix, term in (("leak", "leak penalty"), ("paired", "paired term"), ("margin", "margin term")):
         masked = row.get(f"{prefix}/nonfinite_items", 0.0)
         if masked > 0:
             said.append(f"{masked:g} item(s) of the {term} non-finite")

@@ -106,7 +106,10 @@ RUN_KEYS = ("f5", "data.dir", "leak", "steps", "batch_size_per_gpu", "batch_size
             "num_warmup_updates", "grad_accumulation_steps", "max_grad_norm", "ema_decay", "mixed_precision", "seed")
 _NOT_RUN_KEYS = ("leak.placement_batch_size", "leak.placement_workers")
 #: settings added after runs were recorded, and the value such a run had (absent from its run.json)
-ADDED_RUN_SETTINGS = {"leak.paired_weight": 0.0, "leak.item_fraction": 1.0}
+ADDED_RUN_SETTINGS = {"leak.paired_weight": 0.0, "leak.item_fraction": 1.0, "leak.margin_weight": 0.0}
+#: the terms loaded by name besides the reference-free penalty: ``leak.<term>_weight`` on ``leak.<term>_recognizer``
+TEXT_TERMS = {"paired": ("leakloss.paired_penalty", "PairedPosteriorPenalty"),
+              "margin": ("leakloss.margin_penalty", "PathMarginPenalty")}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -127,8 +130,9 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
     out["data.dir"] = str(Path(str(cfg.data.dir)).expanduser().resolve())
     for key in _NOT_RUN_KEYS:
         out.pop(key, None)
-    if not out.get("leak.paired_weight"):  # no paired term: its recognizer changes nothing
-        out.pop("leak.paired_recognizer", None)
+    for term in TEXT_TERMS:  # a term that is off: its recognizer changes nothing
+        if not out.get(f"leak.{term}_weight"):
+            out.pop(f"leak.{term}_recognizer", None)
     return out
 
 
@@ -242,7 +246,8 @@ WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "le
                          "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
                          "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0, "save_every": 1}
 #: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
-NUMBER_SETTINGS = {"leak.weight": math.inf, "leak.paired_weight": math.inf, "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
+NUMBER_SETTINGS = {"leak.weight": math.inf, "leak.paired_weight": math.inf, "leak.margin_weight": math.inf,
+                   "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}
 #: settings F5's Trainer / accelerate take from a fixed set (anything else failed after the site placement)
 CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("no", "bf16", "fp16")}
 #: true/false settings (``leak.crop`` may also be null); a missing one reads as its default (a run resumed from a card
@@ -291,10 +296,13 @@ def check_settings(cfg: DictConfig) -> None:
         check_item_fraction(cfg.leak.item_fraction, "leak.item_fraction")
     except ValueError as err:
         raise FinetuneError(str(err)) from None
-    recognizer = cfg.leak.paired_recognizer
-    if not isinstance(recognizer, str) or not recognizer.strip():
-        raise FinetuneError(f"leak.paired_recognizer must be a recognizer name (w, wb, a) or folder, got {recognizer!r}")
-    if max(cfg.leak.weight, cfg.leak.paired_weight) > 0 and cfg.leak.start_step >= cfg.steps:
+    for term in TEXT_TERMS:
+        recognizer = OmegaConf.select(cfg, f"leak.{term}_recognizer")
+        if not isinstance(recognizer, str) or not recognizer.strip():
+            raise FinetuneError(f"leak.{term}_recognizer must be a recognizer name (w, wb, a) or folder, got "
+                                f"{recognizer!r}")
+    weights = [cfg.leak.weight] + [OmegaConf.select(cfg, f"leak.{term}_weight") for term in TEXT_TERMS]
+    if max(weights) > 0 and cfg.leak.start_step >= cfg.steps:
         # it trained without a word, the card said 0.5
         raise FinetuneError(f"leak.start_step={cfg.leak.start_step} is not before the run's last update "
                             f"(steps={cfg.steps}): the penalty would never act")
@@ -362,7 +370,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         penalty = LeakPenalty.load(head_path=cfg.leak.head, mel_bridge=cfg.leak.get("mel_bridge", False) or None)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
-    paired = load_paired_penalty(cfg)
+    paired, margin = (load_text_term(cfg, term) for term in TEXT_TERMS)
     vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
@@ -383,22 +391,26 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             "matches them")
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
                 summary=summary, cache_path=cache_path, placement=placement, start_update=start_update,
-                paired_penalty=paired)
+                paired_penalty=paired, margin_penalty=margin)
 
 
-def load_paired_penalty(cfg: DictConfig):
-    """The reference-paired term on ``leak.paired_recognizer`` when ``leak.paired_weight`` > 0, else None (not
-    loaded: a Whisper recognizer costs a 30 s encoder pass per item and step). :class:`FinetuneError` when the
-    recognizer cannot be loaded."""
+def load_text_term(cfg: DictConfig, term: str):
+    """The ``term`` of :data:`TEXT_TERMS` (``paired``: the reference-paired term; ``margin``: the text-paired
+    path-margin term) on ``leak.<term>_recognizer`` when ``leak.<term>_weight`` > 0, else None (not loaded: a
+    Whisper recognizer costs an encoder pass per item and step). :class:`FinetuneError` when the recognizer cannot
+    be loaded."""
+    import importlib
+
     from leakloss.checks import first_line
-    from leakloss.paired_penalty import PairedPosteriorPenalty
 
-    if not cfg.leak.paired_weight > 0:
+    if not OmegaConf.select(cfg, f"leak.{term}_weight") > 0:
         return None
+    module, name = TEXT_TERMS[term]
+    recognizer = OmegaConf.select(cfg, f"leak.{term}_recognizer")
     try:
-        return PairedPosteriorPenalty.load(str(cfg.leak.paired_recognizer))
+        return getattr(importlib.import_module(module), name).load(str(recognizer))
     except (FileNotFoundError, OSError, ValueError) as err:
-        raise FinetuneError(f"leak.paired_recognizer={cfg.leak.paired_recognizer!r}: cannot load the paired term's "
+        raise FinetuneError(f"leak.{term}_recognizer={recognizer!r}: cannot load the {term} term's "
                             f"recognizer: {first_line(err)}") from None
 
 
@@ -419,8 +431,10 @@ def resolve_leak_crop(setting: bool | None, penalty: Any) -> bool:
 
 def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
     """``LeakAwareCFM``'s leak keyword arguments from the ``leak.*`` settings and :func:`prepare`'s plan: the
-    reference-free penalty (``leak.weight``) and the reference-paired term (``leak.paired_weight`` on
-    ``leak.paired_recognizer``; it compares the model's estimate with the ground-truth audio of the same item)."""
+    reference-free penalty (``leak.weight``), the reference-paired term (``leak.paired_weight`` on
+    ``leak.paired_recognizer``; it compares the model's estimate with the ground-truth audio of the same item) and
+    the path-margin term (``leak.margin_weight`` on ``leak.margin_recognizer``; it reads the item's text and plans
+    on its ground truth)."""
     from integrations.f5_dataset import SiteCache, cache_lookup
 
     return dict(leak_penalty=plan["penalty"], leak_weight=float(cfg.leak.weight),
@@ -428,7 +442,9 @@ def leak_model_kwargs(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
                 sites_in_span_only=bool(cfg.leak.sites_in_span_only), leak_start_step=int(cfg.leak.start_step),
                 leak_every=int(cfg.leak.every), leak_crop=resolve_leak_crop(cfg.leak.crop, plan["penalty"]),
                 leak_bf16=bool(cfg.leak.bf16), leak_item_fraction=float(cfg.leak.item_fraction),
-                paired_penalty=plan.get("paired_penalty"), paired_weight=float(cfg.leak.paired_weight))
+                paired_penalty=plan.get("paired_penalty"), paired_weight=float(cfg.leak.paired_weight),
+                margin_penalty=plan.get("margin_penalty"),
+                margin_weight=float(cfg.leak.margin_weight))
 
 
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
@@ -548,8 +564,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
-                    paired_recognizer=(plan["paired_penalty"].recognizer.name if plan["paired_penalty"] is not None
-                                       else None),
+                    **{f"{term}_recognizer": (plan[f"{term}_penalty"].recognizer.name
+                                              if plan.get(f"{term}_penalty") is not None else None)
+                       for term in TEXT_TERMS},
                     mel=MEL_DESCRIPTION, planned_updates=f5_run.updates, resumed_from_update=f5_run.start_update,
                     budget_reached=f5_run.budget_reached, mixed_precision=f5_run.mixed_precision)
         try:

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.acoustic.features import EvidenceExtractor, SiteSpec, evidence_from_log_probs
-from leakloss.functional.leak import peak_limited, quiet_gradient_scale, scale_gradient
+from leakloss.functional.leak import mask_nonfinite_items, peak_limited, quiet_gradient_scale, scale_gradient
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
 from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths
 from leakloss.schema import KINDS, MarginStatus
@@ -62,8 +62,9 @@ class MarginParts(NamedTuple):
     per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites (kinds scored only)
     site_margins: Tensor  # [n] each scored site's margin, mean over its crops (flattened over items)
     site_kinds: tuple[str, ...]  # [n]
-    scored_sites: int
+    active_sites: int  # sites scored (the loss is their mean)
     item_status: tuple[MarginStatus, ...]  # [b]
+    nonfinite_items: int  # items left out for NaN/Inf among their valid samples
     quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
 
 
@@ -112,27 +113,34 @@ class PathMarginPenalty(nn.Module):
             return MarginPlan((), "no_testable_site", "the text has no testable contrast site")
         return words
 
-    def _too_short(self, samples: int) -> bool:
-        return int(self.recognizer.frame_lengths(torch.tensor([samples]))[0]) < 1
+    def _unscorable(self, words: list | MarginPlan | None, finite: bool, samples: int) -> MarginPlan | None:
+        """Why an item cannot be scored before the recognizer hears it (the same checks in the same order for
+        :meth:`plan` and :meth:`forward`; ``words`` None: a plan was given), or None."""
+        if isinstance(words, MarginPlan):
+            return words
+        if not finite:
+            return MarginPlan((), "not_finite", "NaN or Inf samples")
+        if int(self.recognizer.frame_lengths(torch.tensor([samples]))[0]) < 1:
+            return MarginPlan((), "too_short", "shorter than one recognizer frame")
+        return None
 
     def _plan_on(self, wave: Tensor, words: list, recognized: tuple[Tensor, Tensor]) -> MarginPlan:
-        """The plan from the recognizer's (detached) output on ``wave``: the scorer's own alignment and crops."""
-        evidence = EvidenceExtractor(self.recognizer).extract(wave.detach(), [w.nepali for w in words], words,
-                                                              recognized=recognized)
-        if not evidence.ok:
-            return MarginPlan((), evidence.status, evidence.reason)
-        return MarginPlan(tuple(evidence.specs), "ok", None, int(recognized[1][0]), str(self.recognizer.name))
+        """The plan from the recognizer's (detached) output on ``wave``: the scorer's own alignment and crops (its
+        site specs only: no per-site evidence is computed)."""
+        located = EvidenceExtractor(self.recognizer).locate(wave.detach(), [w.nepali for w in words], words,
+                                                            recognized=(recognized[0].detach(), recognized[1]))
+        if not located.ok:  # "bad_input" is only a non-finite wave here, checked before
+            status = "not_finite" if located.status == "bad_input" else located.status
+            return MarginPlan((), status, located.reason)
+        return MarginPlan(tuple(located.specs), "ok", None, int(recognized[1][0]), str(self.recognizer.name))
 
     def plan(self, wave: Tensor, text: str) -> MarginPlan:
         """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
         text's Nepali phones, without gradient), or the status that says why there are none."""
         words = self._words(text)
-        if isinstance(words, MarginPlan):
-            return words
-        if not bool(torch.isfinite(wave).all()):
-            return MarginPlan((), "not_finite", "NaN or Inf samples")
-        if self._too_short(wave.shape[-1]):
-            return MarginPlan((), "too_short", "shorter than one recognizer frame")
+        problem = self._unscorable(words, bool(torch.isfinite(wave).all()), wave.shape[-1])
+        if problem is not None:
+            return problem
         audio = peak_limited(wave.detach()).float()
         with torch.no_grad():
             recognized = self.recognizer(audio[None])
@@ -155,25 +163,19 @@ class PathMarginPenalty(nn.Module):
             raise PenaltyInputError(f"plans must be {b} MarginPlan (PathMarginPenalty.plan), got {plans!r:.200}")
         lengths = check_lengths(wave_lengths, b, t, "wave_lengths", waves.device) if wave_lengths is not None \
             else torch.full((b,), t, dtype=torch.long, device=waves.device)
-        finite = torch.isfinite(waves) | (torch.arange(t, device=waves.device) >= lengths[:, None])
-        finite_items = finite.all(-1)
         zero = torch.zeros((), dtype=waves.dtype, device=waves.device)
-        clean = torch.where(finite, waves, zero)  # selected before any arithmetic: a NaN item's gradient is 0
+        clean, bad = mask_nonfinite_items(waves, lengths)  # selected before any arithmetic: a NaN item's gradient is 0
         clean = torch.where(torch.arange(t, device=waves.device) < lengths[:, None], clean, zero)
+        bad = bad.tolist()
         scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
         heard = scale_gradient(clean, scale)
         margins, kinds, status = [], [], []
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
-            if isinstance(words, MarginPlan):
-                status.append(words.status)
-                continue
-            if not bool(finite_items[i]):
-                status.append("not_finite")
-                continue
-            if self._too_short(n):
-                status.append("too_short")
+            problem = self._unscorable(words, not bad[i], n)
+            if problem is not None:
+                status.append(problem.status)
                 continue
             audio = peak_limited(heard[i, :n])
             log_probs, frames = self.recognizer(audio.float()[None])
@@ -190,15 +192,15 @@ class PathMarginPenalty(nn.Module):
                 margins.append(evidence[spec.key].margin)
                 kinds.append(spec.kind)
             status.append("ok")
-        quiet = int((scale < 1).sum())
+        quiet, nonfinite = int((scale < 1).sum()), sum(bad)
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
-            return (clean * 0.0).sum(), MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), quiet)
+            return (clean * 0.0).sum(), MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet)
         stacked = torch.stack(margins)  # [n, c]
         active = torch.ones(stacked.shape[0], dtype=torch.bool, device=stacked.device)
         loss, per_site = site_margin_loss(stacked, active, self.tau)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
         parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), len(kinds),
-                            tuple(status), quiet)
+                            tuple(status), nonfinite, quiet)
         return loss, parts

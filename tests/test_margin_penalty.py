@@ -90,7 +90,7 @@ def test_bad_items_are_reasons_not_nans(term, readings):
 
 def test_nothing_scored_is_zero_with_a_zero_gradient(term):
     loss, parts, grad = run(term, torch.zeros(2, 8000), ["काकाको घर", "काकाको घर"])
-    assert float(loss) == 0.0 and torch.equal(grad, torch.zeros(2, 8000)) and parts.scored_sites == 0
+    assert float(loss) == 0.0 and torch.equal(grad, torch.zeros(2, 8000)) and parts.active_sites == 0
     loss, parts, grad = run(term, torch.zeros(0, 0), [])
     assert float(loss) == 0.0 and parts.item_status == ()
 

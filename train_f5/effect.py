@@ -11,6 +11,9 @@ share the seed, the batches and the number of updates:
 - ``paired``: instead, plus ``paired_weight * t**2 * paired term(x1_hat, ground truth)``
   (:class:`leakloss.paired_penalty.PairedPosteriorPenalty` on ``paired_recognizer``: KL of the recognizer's frame
   posteriors on the vocoded ground truth and on the vocoded ``x1_hat`` inside each site's window), same schedule;
+- ``margin`` (opt-in: not among the default arms, it costs the most): instead, plus ``margin_weight * t**2 * margin
+  term(x1_hat, text)`` (:class:`leakloss.margin_penalty.PathMarginPenalty` on ``margin_recognizer``: the CTC fit of
+  each site's Hindi-ward phone path minus its Nepali path, planned on the vocoded ground truth), same schedule;
 - ``reward``: best-of-N distillation on *unpaired* text (rejection-sampling fine-tuning): every ``reward_every``
   updates the model says each reward text (phrases with a testable site, no test word, never recorded)
   ``reward_samples`` times; :func:`leakloss.reward.leak_reward_details` scores them (the worst reward for an
@@ -46,7 +49,9 @@ from leakloss.constants import MEL_FLOOR, MEL_SAMPLE_RATE
 from leakloss.timing import TimedSite
 from train_f5.evaluate import CFG_STRENGTH, NFE
 
-ARMS = ("plain", "penalty", "paired", "reward")
+ARMS = ("plain", "penalty", "paired", "reward", "margin")
+#: the arms a run trains unless told (the margin arm is asked for by name: it costs the most CPU)
+DEFAULT_ARMS = ARMS[:4]
 WORD_SPLITS = ("test", "validation")
 #: Held-out words at the end of the hash order kept for choosing settings (never among the judged test words).
 VALIDATION_WORDS = 48
@@ -63,7 +68,7 @@ class EffectSettings:
     test_words: int = 16
     #: "test" (the judged words) or "validation" (held-out words kept apart to choose settings on)
     words: str = "test"
-    arms: tuple[str, ...] = ARMS
+    arms: tuple[str, ...] = DEFAULT_ARMS
     reward_texts: int = 8
     steps: int = 120
     lr: float = 2e-4
@@ -75,7 +80,9 @@ class EffectSettings:
     leak_weight: float = 0.1
     paired_weight: float = 0.5
     paired_recognizer: str = "wb"
-    leak_start_step: int = 20  # both terms
+    margin_weight: float = 0.5
+    margin_recognizer: str = "wb"
+    leak_start_step: int = 20  # every term
     #: share of each batch's items with sites that the terms score (the largest t), as finetune-f5's
     #: leak.item_fraction (1: every item; 0.25, its cost option, did not lower the validation site score)
     leak_item_fraction: float = 1.0
@@ -236,17 +243,19 @@ def place_corpus_sites(corpus, penalty, vocoder, cache: Path | None = None) -> l
 # models and training
 
 
-def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, paired_penalty=None, vocoder=None,
-              leak_weight: float = 0.0, paired_weight: float = 0.0, leak_start_step: int = 0, site_lookup=None,
-              leak_item_fraction: float = 1.0):
+def arm_model(arch: dict, state: dict[str, Tensor], *, penalty=None, paired_penalty=None, margin_penalty=None,
+              vocoder=None, leak_weight: float = 0.0, paired_weight: float = 0.0, margin_weight: float = 0.0,
+              leak_start_step: int = 0, site_lookup=None, leak_item_fraction: float = 1.0):
     """A fresh model of the base's architecture ``arch`` (its card's) holding ``state``, with the reference-free
-    penalty and/or the reference-paired term when given (a ``LeakAwareCFM`` that vocodes ``x1_hat`` with
-    ``vocoder``)."""
+    penalty, the reference-paired term and/or the path-margin term when given (a ``LeakAwareCFM`` that vocodes
+    ``x1_hat`` with ``vocoder``)."""
     leak = {}
     if penalty is not None:
         leak |= {"leak_penalty": penalty, "leak_weight": leak_weight}
     if paired_penalty is not None:
         leak |= {"paired_penalty": paired_penalty, "paired_weight": paired_weight}
+    if margin_penalty is not None:
+        leak |= {"margin_penalty": margin_penalty, "margin_weight": margin_weight}
     if leak:
         leak |= {"mel_to_wave": vocoder, "leak_start_step": leak_start_step, "site_lookup": site_lookup,
                  "leak_item_fraction": leak_item_fraction}
@@ -293,15 +302,17 @@ def finetune(model, batches, settings: EffectSettings, *, seed: int, site_table:
     step 0 and every ``reward_every`` updates, its kept samples appended to each later batch (two a batch,
     cycling). ``seed`` seeds torch and Python's ``random`` (F5's ``CFM`` draws its CFG drops from the latter), so
     arms with the same seed see the same noise, times, spans and drops. Returns the losses, the targets kept and,
-    per auxiliary term the model has (``leak``, ``paired``), what it measured at each update (None when it did not
-    act)."""
+    per auxiliary term the model has (``leak``, ``paired``, ``margin``), what it measured at each update (None when it
+    did not act)."""
+    from integrations.f5_tts import AUXILIARY_TERMS
+
     random.seed(seed)
     torch.manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01, betas=(0.9, 0.98))
     targets: list[tuple[Tensor, str]] = []
     losses, kept_total, cursor = [], 0, 0
-    terms: dict[str, list[float | None]] = {name: [] for name in ("leak", "paired")
+    terms: dict[str, list[float | None]] = {name: [] for name in AUXILIARY_TERMS
                                             if getattr(model, f"{name}_penalty", None) is not None}
     model.train()
     for step in range(settings.steps):
@@ -546,6 +557,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     import torchaudio.functional as AF
 
     from leakloss.constants import SAMPLE_RATE
+    from leakloss.margin_penalty import PathMarginPenalty
     from leakloss.paired_penalty import PairedPosteriorPenalty
     from leakloss.penalty import LeakPenalty
     from leakloss.speech.synth import TRAIN_TEACHER_VOICES
@@ -555,7 +567,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     unknown = [a for a in settings.arms if a not in ARMS]
     if unknown or not settings.arms:
         raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {settings.arms!r}")
-    from integrations.f5_tts import check_item_fraction
+    from integrations.f5_tts import AUXILIARY_TERMS, check_item_fraction
 
     check_item_fraction(settings.leak_item_fraction)  # before the base and the corpus are loaded
     start = time.time()
@@ -565,6 +577,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
     vocoder = MelToWave.embedded()
     penalty = LeakPenalty.load()
     paired = PairedPosteriorPenalty.load(settings.paired_recognizer)
+    margin = PathMarginPenalty.load(settings.margin_recognizer) if "margin" in settings.arms else None
     words = held_out_words(settings.test_words, split=settings.words)
     texts = [t for t in phrases(default_sentences(), max_words=3, seed=settings.seed) if len(t.split()) <= 3]
     texts = texts[: settings.finetune_texts]
@@ -614,7 +627,8 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
             t0 = time.time()
             table: dict[str, list[TimedSite]] = {}
             terms = {"penalty": {"penalty": penalty, "leak_weight": settings.leak_weight},
-                     "paired": {"paired_penalty": paired, "paired_weight": settings.paired_weight}}.get(arm, {})
+                     "paired": {"paired_penalty": paired, "paired_weight": settings.paired_weight},
+                     "margin": {"margin_penalty": margin, "margin_weight": settings.margin_weight}}.get(arm, {})
             if terms:
                 terms |= {"leak_start_step": settings.leak_start_step, "leak_item_fraction": settings.leak_item_fraction,
                           "site_lookup": lambda t, table=table: table.get(t, [])}
@@ -636,7 +650,7 @@ def run_effect(settings: EffectSettings, seeds: Sequence[int] = (0,), log=print)
                 f"{_fmt(result.signal_score)} on {result.signal_sites} sites), flow {result.flow:.4f}, site vowels {_fmt(result.vowel_ratio)} of the "
                 f"ground truth's ({result.vowel_sites} sites), final loss {trained['losses'][-1]:.3f}"
                 + (f", {result.accepted} reward targets kept" if arm == "reward" else "")
-                + "".join(f", {name} term {_term_trend(trained[name])}" for name in ("leak", "paired") if name in trained)
+                + "".join(f", {name} term {_term_trend(trained[name])}" for name in AUXILIARY_TERMS if name in trained)
                 + f" ({result.minutes:.1f} min)")
     return {"ceiling": ceiling, "hindi_truth": hindi_truth, "base": base_result, "arms": arms,
             "settings": asdict(settings),
@@ -673,6 +687,7 @@ def mean_interval(values: Sequence[float | None]) -> tuple[float, float, float] 
 
 __all__ = [
     "ARMS",
+    "DEFAULT_ARMS",
     "VALIDATION_WORDS",
     "WORD_SPLITS",
     "ArmResult",

@@ -326,18 +326,19 @@ def frame_energies(wave: Tensor, samples_per_frame: int, n_frames: int) -> Tenso
 
 
 class EvidenceExtractor:
-    """One recognizer pass per utterance, forced alignment if not given, then every site's evidence."""
+    """One recognizer pass per utterance, forced alignment if not given, then every site's evidence
+    (:meth:`extract`), or only where the sites are (:meth:`locate`: no CTC lattice per site and path)."""
 
     def __init__(self, recognizer, *, min_fit: float = DEFAULT_MIN_FIT, silence_peak: float = 1e-4) -> None:
         self.recognizer = recognizer
         self.min_fit = min_fit
         self.silence_peak = silence_peak
 
-    def extract(self, wave: Tensor, word_phones: Sequence[Sequence[str]], words: Sequence[WordSites],
-                alignment: AlignmentResult | None = None,
-                recognized: tuple[Tensor, Tensor] | None = None) -> UtteranceEvidence:
-        """``wave [t]`` at 16 kHz; ``word_phones[i]`` are the Nepali phones of ``words[i]``. ``recognized``: this
-        recognizer's ``(log_probs [1, f, v], frames [1])`` for ``wave`` when the caller already has them."""
+    def locate(self, wave: Tensor, word_phones: Sequence[Sequence[str]], words: Sequence[WordSites],
+               alignment: AlignmentResult | None = None,
+               recognized: tuple[Tensor, Tensor] | None = None) -> UtteranceEvidence:
+        """:meth:`extract` up to the site specs: status, alignment, ``log_probs``, ``specs`` and ``skipped``, no
+        ``sites`` (the per-site evidence is not computed). Same arguments and statuses."""
         if not isinstance(wave, Tensor) or wave.dim() != 1 or wave.numel() == 0 or not wave.is_floating_point():
             return UtteranceEvidence("bad_input", "wave must be a non-empty 1-D float tensor")
         if len(word_phones) != len(words):
@@ -350,21 +351,34 @@ class EvidenceExtractor:
             return UtteranceEvidence("silent", f"audio is silent (peak below {self.silence_peak:g})", duration=duration)
         with torch.set_grad_enabled(wave.requires_grad):  # scoring needs no graph unless the caller asks
             log_probs, frame_lengths = recognized if recognized is not None else rec(wave[None])
-            n = int(frame_lengths[0])
-            lp = log_probs[0, :n]
-            if alignment is None:
-                alignment = align_words(lp, n, word_phones, rec.phoneset, rec.frame_rate,
-                                        words=[w.word for w in words], min_fit=self.min_fit)
-            if not alignment.ok:
-                return UtteranceEvidence("alignment_failed", f"alignment failed: {alignment.reason}",
-                                         alignment=alignment, log_probs=lp, duration=duration)
-            specs, skipped = site_specs(words, word_phones, alignment, rec.phoneset, rec.frame_rate, n, duration)
-            if not specs:
-                why = "no testable site"
-                if skipped:
-                    why += f" ({len(skipped)} skipped: {next(iter(skipped.values()))})"
-                return UtteranceEvidence("no_testable_site", why, alignment=alignment, log_probs=lp,
-                                         duration=duration, skipped=skipped)
-            energy = frame_energies(wave.to(lp.device), rec.samples_per_frame, n)
-            sites, margins = evidence_from_log_probs(lp, specs, rec.blank, rec.frame_rate, energy)
-        return UtteranceEvidence("ok", None, sites, alignment, lp, duration, margins, skipped, specs)
+        n = int(frame_lengths[0])
+        lp = log_probs[0, :n]
+        if alignment is None:
+            alignment = align_words(lp, n, word_phones, rec.phoneset, rec.frame_rate,
+                                    words=[w.word for w in words], min_fit=self.min_fit)
+        if not alignment.ok:
+            return UtteranceEvidence("alignment_failed", f"alignment failed: {alignment.reason}",
+                                     alignment=alignment, log_probs=lp, duration=duration)
+        specs, skipped = site_specs(words, word_phones, alignment, rec.phoneset, rec.frame_rate, n, duration)
+        if not specs:
+            why = "no testable site"
+            if skipped:
+                why += f" ({len(skipped)} skipped: {next(iter(skipped.values()))})"
+            return UtteranceEvidence("no_testable_site", why, alignment=alignment, log_probs=lp,
+                                     duration=duration, skipped=skipped)
+        return UtteranceEvidence("ok", None, {}, alignment, lp, duration, {}, skipped, specs)
+
+    def extract(self, wave: Tensor, word_phones: Sequence[Sequence[str]], words: Sequence[WordSites],
+                alignment: AlignmentResult | None = None,
+                recognized: tuple[Tensor, Tensor] | None = None) -> UtteranceEvidence:
+        """``wave [t]`` at 16 kHz; ``word_phones[i]`` are the Nepali phones of ``words[i]``. ``recognized``: this
+        recognizer's ``(log_probs [1, f, v], frames [1])`` for ``wave`` when the caller already has them."""
+        located = self.locate(wave, word_phones, words, alignment, recognized)
+        if not located.ok:
+            return located
+        rec, lp = self.recognizer, located.log_probs
+        with torch.set_grad_enabled(wave.requires_grad):
+            energy = frame_energies(wave.to(lp.device), rec.samples_per_frame, lp.shape[0])
+            located.sites, located.margins_per_frame = evidence_from_log_probs(lp, located.specs, rec.blank,
+                                                                               rec.frame_rate, energy)
+        return located

@@ -207,6 +207,26 @@ def test_extractor_scripted_ok_and_statuses(phoneset, peaky, scripted):
     assert skipped.status == "no_testable_site" and "not at position 2" in skipped.skipped[(0, 2)]
 
 
+def test_locate_is_extract_without_the_evidence(phoneset, peaky, scripted):
+    """locate() stops at the site specs: same status, alignment, specs and skipped as extract(), no evidence."""
+    phones = [NEKPA, BAITHAK]
+    script, _ = scripted(phones)
+    rec = ScriptedRecognizer(phoneset, peaky(script, phoneset, 6.0))
+    sites = [Site("deletion", 3, "ʌ", None, True), Site("quality", 1, "ʌi̯", "ɛː", True)]
+    wave = 0.1 * torch.randn(len(script) * 320)
+    ex = EvidenceExtractor(rec)
+    cases = [(wave, phones, _words(phoneset, phones, sites)),
+             (wave, [["s", "u", "m", "o"], ["ɡ", "i", "l", "o"]], _words(phoneset, phones, [None, None])),
+             (wave, phones, _words(phoneset, phones, [Site("deletion", 2, "ʌ", None, True), None])),
+             (torch.zeros(16000), phones, _words(phoneset, phones, sites))]
+    for args in cases:
+        full, located = ex.extract(*args), ex.locate(*args)
+        assert (located.status, located.reason, located.specs, located.skipped) == \
+            (full.status, full.reason, full.specs, full.skipped)
+        assert located.sites == {} and located.margins_per_frame == {}
+    assert ex.locate(*cases[0]).ok and len(ex.locate(*cases[0]).specs) == 2
+
+
 def test_extractor_short_clip_for_long_sentence(tiny_recognizer):
     from leakloss.text.sites import SiteFinder
 

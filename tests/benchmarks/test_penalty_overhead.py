@@ -60,6 +60,41 @@ def test_stage_flops_add_up_to_the_whole_whisper_penalty(bench, whisper_penalty)
     assert parts["whisper encoder"] > 0
 
 
+def test_margin_stage_flops_are_the_recognizers_own_count_plus_its_lstm(bench, tmp_path):
+    """The margin term's recognizer stages (every encoder state, the phone head, log-softmax) count what the real
+    WhisperRecognizer's forward + backward counts on real tensors, plus the BiLSTM the counter cannot see, which
+    is priced by the gate formula (checked here against a naive sum over layers and directions)."""
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    rec = tiny_whisper(tmp_path / "enc")
+    frames = 188
+    wave = torch.randn(1, int(mel_lengths_to_samples(frames)), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # the fake-tensor copy of the states is the recognizer's own
+        want, _ = rec.hidden_states(wave)
+        got = bench.whisper_all_states(rec, wave)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+
+    def real() -> None:
+        x = wave.clone().requires_grad_(True)
+        log_probs, _ = rec(x)
+        log_probs.sum().backward()
+
+    whole, _ = bench.count_flops(real)
+    parts = bench.margin_parts_flops(rec, MelToWave.tiny(0), 1, frames)
+    assert set(parts) == {"vocoder backbone", "vocoder ISTFT head", "resampler", "whisper encoder, all layers",
+                          "phone head"}
+    lstm, steps = rec.head.lstm, want.shape[2]
+    naive = 0
+    for layer in range(lstm.num_layers):
+        width = lstm.input_size if layer == 0 else 2 * lstm.hidden_size
+        for _direction in range(2):
+            for _step in range(steps):  # forward gates, then the same matmuls for the input gradient
+                naive += 2 * (2 * 4 * lstm.hidden_size * (width + lstm.hidden_size))
+    assert bench.lstm_flops(lstm, 1, steps) == naive
+    assert parts["whisper encoder, all layers"] + parts["phone head"] == whole + naive
+    assert bench.margin_parts_flops(rec, MelToWave.tiny(0), 3, frames)["phone head"] == 3 * parts["phone head"]
+
+
 def test_cropped_whisper_penalty_costs_less_than_the_whole(bench, whisper_penalty):
     from leakloss.functional.crop import length_groups
     from leakloss.vocoder import mel_lengths_to_samples
@@ -126,12 +161,14 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     out = capsys.readouterr()
     figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
     assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "penalty_flops_share_default",
-                             "penalty_flops_share_bridge",
+                             "penalty_flops_share_bridge", "margin_flops_share",
                              "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
     assert figures["recognizer"] == "wb"
     assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
     # the mel bridge path (the shipped bridge on the tiny encoder here), counted stage by stage as the penalty runs
     assert 0 < float(figures["penalty_flops_share_bridge"])
+    # the path-margin term hears every encoder state of every item: more than the penalty's encoder to its layer
+    assert float(figures["margin_flops_share"]) > 0
     check = [line for line in out.out.splitlines() if line.startswith("check, one 2 s item") and "bridged" in line]
     whole, stages = (float(x) for x in re.findall(r"([\d.]+) GFLOP", check[0]))
     assert whole == pytest.approx(stages, rel=0.01)

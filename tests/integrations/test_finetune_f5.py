@@ -694,7 +694,8 @@ def test_clips_outside_f5s_span_are_named_in_a_warning(base_ckpt, tmp_path, caps
 def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     """leak.weight / leak.paired_weight / leak.paired_recognizer and the schedule flags reach LeakAwareCFM; the
     paired term loads its recognizer by name (a folder here: a tiny recognizer)."""
-    from integrations.finetune_f5 import leak_model_kwargs, load_paired_penalty
+    from integrations.finetune_f5 import leak_model_kwargs, load_text_term
+    from leakloss.margin_penalty import PathMarginPenalty
     from leakloss.paired_penalty import PairedPosteriorPenalty
     from leakloss.vocoder import MelToWave
     from tests.tiny_models import save_tiny_models
@@ -702,15 +703,18 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     folders = save_tiny_models(tmp_path / "models")
     cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded", "leak.weight=0.2",
                "leak.paired_weight=0.3", f"leak.paired_recognizer={folders['a']}", "leak.crop=false",
-               "leak.every=2", "leak.start_step=1", "leak.bf16=true", "leak.item_fraction=0.5")
-    paired = load_paired_penalty(cfg)
+               "leak.every=2", "leak.start_step=1", "leak.bf16=true", "leak.item_fraction=0.5",
+               "leak.margin_weight=0.4", f"leak.margin_recognizer={folders['b']}")
+    paired, margin = load_text_term(cfg, "paired"), load_text_term(cfg, "margin")
     assert isinstance(paired, PairedPosteriorPenalty) and paired.recognizer.name.startswith(str(folders["a"]))
+    assert isinstance(margin, PathMarginPenalty) and margin.recognizer.name.startswith(str(folders["b"]))
     stand_in = torch.nn.Identity()  # the reference-free penalty: loaded by prepare, any module here
     plan = dict(penalty=stand_in, vocoder=MelToWave.tiny(0), cache_path=tmp_path / "sites.jsonl",
-                paired_penalty=paired)
+                paired_penalty=paired, margin_penalty=margin)
     model = build_model(cfg, {c: i for i, c in enumerate(" abc")}, **leak_model_kwargs(cfg, plan))
     assert model.leak_penalty is stand_in and model.leak_weight == 0.2
     assert model.paired_penalty is paired and model.paired_weight == 0.3
+    assert model.margin_penalty is margin and model.margin_weight == 0.4
     assert (model.leak_crop, model.leak_bf16, model.leak_every, model.leak_start_step) == (False, True, 2, 1)
     assert model.leak_item_fraction == 0.5
     # leak.crop null (the default): crop on a finite receptive field, not on Whisper states
@@ -735,9 +739,12 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     # off by default: no recognizer loaded, no paired term
     off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
     assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "wb"
-    assert load_paired_penalty(off) is None
-    model = build_model(off, {c: i for i, c in enumerate(" abc")}, **leak_model_kwargs(off, dict(plan, paired_penalty=None)))
+    assert off.leak.margin_weight == 0.0 and off.leak.margin_recognizer == "wb"
+    assert load_text_term(off, "paired") is None and load_text_term(off, "margin") is None
+    model = build_model(off, {c: i for i, c in enumerate(" abc")},
+                        **leak_model_kwargs(off, dict(plan, paired_penalty=None, margin_penalty=None)))
     assert model.paired_penalty is None and model.paired_weight == 0.0
+    assert model.margin_penalty is None and model.margin_weight == 0.0
 
 
 @pytest.mark.parametrize("override, message", [
@@ -745,6 +752,9 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     ("leak.paired_weight=-1", r"leak.paired_weight must be a finite number >= 0"),
     ("leak.paired_recognizer=''", r"leak.paired_recognizer must be a recognizer name"),
     ("leak.paired_recognizer=null", r"leak.paired_recognizer must be a recognizer name"),
+    ("leak.margin_weight=nan", r"leak.margin_weight must be a finite number >= 0, got nan"),
+    ("leak.margin_weight=-0.5", r"leak.margin_weight must be a finite number >= 0"),
+    ("leak.margin_recognizer=''", r"leak.margin_recognizer must be a recognizer name"),
     ("leak.item_fraction=0", r"leak.item_fraction must be a number in \(0, 1\], got 0"),
     ("leak.item_fraction=1.5", r"leak.item_fraction must be a number in \(0, 1\]"),
     ("leak.item_fraction=nan", r"leak.item_fraction must be a number in \(0, 1\]"),
@@ -755,13 +765,14 @@ def test_bad_paired_settings_are_refused_before_any_data_is_read(tmp_path, overr
         prepare(_cfg(tmp_path / "data", tmp_path / "none.safetensors", override))
 
 
-def test_a_paired_recognizer_that_cannot_load_is_one_error(tmp_path):
-    from integrations.finetune_f5 import load_paired_penalty
+@pytest.mark.parametrize("term", ["paired", "margin"])
+def test_a_term_recognizer_that_cannot_load_is_one_error(tmp_path, term):
+    from integrations.finetune_f5 import load_text_term
 
-    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "leak.paired_weight=0.1",
-               f"leak.paired_recognizer={tmp_path / 'missing'}")
-    with pytest.raises(FinetuneError, match=r"leak.paired_recognizer=.*missing.*cannot load the paired term's recognizer"):
-        load_paired_penalty(cfg)
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"leak.{term}_weight=0.1",
+               f"leak.{term}_recognizer={tmp_path / 'missing'}")
+    with pytest.raises(FinetuneError, match=rf"leak.{term}_recognizer=.*missing.*cannot load the {term} term's recognizer"):
+        load_text_term(cfg, term)
 
 
 def test_a_run_recorded_before_the_paired_term_resumes_and_its_recognizer_matters_only_when_on(tmp_path):
@@ -771,14 +782,16 @@ def test_a_run_recorded_before_the_paired_term_resumes_and_its_recognizer_matter
     cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}")
     _write_checkpoint(out, 3, cfg)
     recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
-    recorded["settings"] = {k: v for k, v in recorded["settings"].items() if not k.startswith("leak.paired")}
-    (out / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")  # as written before the paired term
+    recorded["settings"] = {k: v for k, v in recorded["settings"].items()
+                            if not k.startswith(("leak.paired", "leak.margin"))}
+    (out / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")  # as written before the two terms
     assert check_resume(cfg) == 3
-    assert check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
-                             "leak.paired_recognizer=w")) == 3  # off: the recognizer changes nothing
-    with pytest.raises(FinetuneError, match=r"leak.paired_weight \(0.0 -> 0.5\)"):
-        check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
-                          "leak.paired_weight=0.5"))
+    for term in ("paired", "margin"):
+        assert check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
+                                 f"leak.{term}_recognizer=w")) == 3  # off: the recognizer changes nothing
+        with pytest.raises(FinetuneError, match=rf"leak.{term}_weight \(0.0 -> 0.5\)"):
+            check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}",
+                              f"leak.{term}_weight=0.5"))
 
 
 def test_a_run_recorded_before_the_item_fraction_scored_every_item(tmp_path):
@@ -797,21 +810,26 @@ def test_a_run_recorded_before_the_item_fraction_scored_every_item(tmp_path):
 
 @pytest.mark.slow
 @needs_embedded
-def test_cli_a_finetune_with_both_terms_logs_them_apart_and_names_the_paired_recognizer(tiny_prepared_dir, base_ckpt,
-                                                                                       tmp_path):
+def test_cli_a_finetune_with_all_three_terms_logs_them_apart_and_names_their_recognizers(tiny_prepared_dir, base_ckpt,
+                                                                                        tmp_path):
     from leakloss.acoustic.recognizer import EMBEDDED_DIR
 
     if not (EMBEDDED_DIR / "wb" / "head.safetensors").exists():
         pytest.skip("recognizer wb not built")
     out = tmp_path / "run"
     result = _cli(*_B, f"data.dir={tiny_prepared_dir}", f"f5.checkpoint={base_ckpt}", f"out_dir={out}", "steps=2",
-                  "leak.weight=0.1", "leak.paired_weight=0.5")  # leak.paired_recognizer: wb, the default
+                  "leak.weight=0.1", "leak.paired_weight=0.5",
+                  "leak.margin_weight=0.5")  # leak.paired_recognizer, leak.margin_recognizer: wb, the default
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _curve(out / "leak_curves.csv")
     assert set(rows) == {1, 2}
     for row in rows.values():
-        assert {"leak/penalty", "leak/weight", "paired/penalty", "paired/weight", "paired/active_sites"} <= set(row)
-        assert math.isfinite(row["paired/penalty"]) and row["paired/penalty"] >= 0
+        for term in ("paired", "margin"):
+            assert {"leak/penalty", "leak/weight", f"{term}/penalty", f"{term}/weight", f"{term}/active_sites"} <= set(row)
+            assert math.isfinite(row[f"{term}/penalty"]) and row[f"{term}/penalty"] >= 0
     assert any(r["paired/weight"] > 0 and r["paired/active_sites"] > 0 for r in rows.values())
+    # the vocoded espeak clips align on wb: the margin term plans and scores sites
+    assert any(r["margin/weight"] > 0 and r["margin/active_sites"] > 0 for r in rows.values())
     card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
     assert card["paired_recognizer"].startswith("wb@") and card["leak"]["paired_weight"] == 0.5
+    assert card["margin_recognizer"].startswith("wb@") and card["leak"]["margin_weight"] == 0.5

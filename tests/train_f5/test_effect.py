@@ -99,6 +99,25 @@ def test_the_paired_arm_carries_its_weight_and_measures_its_term():
     assert all(v is None or (math.isfinite(v) and v >= 0) for v in out["paired"])
 
 
+def test_the_margin_arm_carries_its_weight_and_measures_its_term():
+    """The margin arm's model holds the path-margin term at the arm's weight and ``finetune`` reports what it measured
+    (a stand-in term that always plans: random mels cannot be aligned; the real term: tests/integrations)."""
+    from leakloss.vocoder import MelToWave
+    from tests.integrations.test_f5_margin import RecordingMargin
+
+    base, state = _tiny_base()
+    table: dict = {}
+    term = RecordingMargin()
+    model = arm_model(base, state, margin_penalty=term, margin_weight=2.5, vocoder=MelToWave.tiny(0),
+                      site_lookup=lambda t: table.get(t, []))
+    assert model.margin_weight == 2.5 and model.leak_penalty is None and model.paired_penalty is None
+    out = finetune(model, joined_batches(VOICES, _items().__getitem__, 200, 0.5, seed=0),
+                   EffectSettings(steps=3, warmup_steps=1, max_frames=200), seed=0, site_table=table)
+    assert set(out) & {"leak", "paired", "margin"} == {"margin"} and len(out["margin"]) == 3
+    assert any(v is not None for v in out["margin"]) and term.calls
+    assert all(v is None or (math.isfinite(v) and v >= 0) for v in out["margin"])
+
+
 def test_base_factory_builds_independent_copies_of_the_saved_base(tmp_path):
     # the demo's fine-tune stage builds its two runs with it (integrations.f5_tts.penalty_comparison's make_model)
     from safetensors.torch import save_file
@@ -191,7 +210,7 @@ def test_mean_interval_matches_scipy():
 @pytest.mark.slow
 def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path):
     from tests.conftest import embedded_ready
-    from train_f5.effect import ARMS, run_effect
+    from train_f5.effect import DEFAULT_ARMS, run_effect
 
     if not embedded_ready():
         pytest.skip("embedded models not built")
@@ -205,7 +224,7 @@ def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path)
                               test_words=2, reward_texts=1, steps=2, warmup_steps=1, reward_every=1, reward_samples=2,
                               nfe=2, flow_repeats=1, max_frames=600, leak_start_step=0)
     out = run_effect(settings, seeds=(0,), log=lambda *_: None)
-    assert set(out["arms"]) == set(ARMS) and all(len(v) == 1 for v in out["arms"].values())
+    assert set(out["arms"]) == set(DEFAULT_ARMS) and all(len(v) == 1 for v in out["arms"].values())
     for result in [out["ceiling"], out["base"], *(r for v in out["arms"].values() for r in v)]:
         assert 0 <= result.per and (result.flagged is None or 0 <= result.flagged <= 1)
         assert result.judged + result.quarantined <= 2

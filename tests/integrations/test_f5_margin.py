@@ -1,0 +1,191 @@
+"""LeakAwareCFM's text-paired path-margin term: x1_hat heard against plans made once on the vocoded ground truth."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from typing import Any
+
+import pytest
+
+pytest.importorskip("f5_tts")
+
+import torch  # noqa: E402
+
+from integrations.f5_tts import leak_log_row, plan_in_span, tiny_f5  # noqa: E402
+from leakloss.acoustic.features import SiteSpec  # noqa: E402
+from leakloss.margin_penalty import MarginParts, MarginPlan, PathMarginPenalty  # noqa: E402
+from leakloss.timing import TimedSite  # noqa: E402
+from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
+
+SITE = TimedSite(0.1, 0.3, "deletion", "ʌ->∅", "घर")
+HOP = 320  # the stand-in recognizer's samples per frame (50 frames/s at 16 kHz)
+
+
+@pytest.fixture(scope="module")
+def m2w() -> MelToWave:
+    return MelToWave.tiny(seed=0)
+
+
+def _spec(index: int, first: int, last: int) -> SiteSpec:
+    return SiteSpec((0, index), "deletion", 1, (), (), frozenset(), ((first, last),))
+
+
+class _StandInRecognizer:
+    frame_rate, name = 50.0, "stand-in"
+
+
+class RecordingMargin(torch.nn.Module):
+    """Stand-in obeying the margin contract: plans one spec per crop given, the loss is the mean square of the
+    samples inside each planned crop."""
+
+    def __init__(self, crops=((2, 8), (18, 24))) -> None:
+        super().__init__()
+        self.recognizer, self.crops = _StandInRecognizer(), crops
+        self.planned: list[tuple[torch.Tensor, str]] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def plan(self, wave: torch.Tensor, text: str) -> MarginPlan:
+        self.planned.append((wave.clone(), text))
+        specs = tuple(_spec(i, a, b) for i, (a, b) in enumerate(self.crops))
+        return MarginPlan(specs, "ok", None, wave.shape[-1] // HOP, self.recognizer.name)
+
+    def forward(self, waves=None, texts=None, wave_lengths=None, plans=None):
+        self.calls.append(dict(waves=waves, wave_lengths=wave_lengths, plans=plans))
+        values = [waves[i, a * HOP: b * HOP].pow(2).mean() for i, plan in enumerate(plans)
+                  for a, b in (spec.crops[0] for spec in plan.specs)]
+        loss = torch.stack(values).mean() if values else waves.sum() * 0.0
+        margins = torch.stack(values).detach() if values else torch.zeros(0)
+        return loss, MarginParts(loss.detach(), {"deletion": loss.detach()}, margins, ("deletion",) * len(values),
+                                 len(values), tuple(p.status for p in plans), 0, 0)
+
+
+def _model(m2w: MelToWave, **kwargs: Any):
+    kwargs.setdefault("audio_drop_prob", 0.0)
+    kwargs.setdefault("cond_drop_prob", 0.0)
+    kwargs.setdefault("sites_in_span_only", False)
+    kwargs.setdefault("mel_to_wave", m2w)
+    model = tiny_f5(256, seed=0, site_lookup=lambda text: [SITE], **kwargs)
+    with torch.no_grad():  # F5 zero-initialises the output layer: pred == 0 would hide mistakes in x1_hat
+        g = torch.Generator().manual_seed(0)
+        model.transformer.proj_out.weight.copy_(0.1 * torch.randn(model.transformer.proj_out.weight.shape, generator=g))
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, list[str], torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    mel = torch.randn(2, 48, 100, generator=g) - 4.0
+    mel[1, 40:] = 0.0
+    return mel, ["abc", "de"], torch.tensor([48, 40])
+
+
+def _run(model, seed: int = 0, mel: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    base, text, lens = _batch()
+    seen: dict = {}
+    handle = model.transformer.register_forward_hook(lambda m, a, kw, o: seen.update(kw), with_kwargs=True)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    loss, _, _ = model(base if mel is None else mel, text=text, lens=lens)
+    handle.remove()
+    return loss, seen
+
+
+def test_plans_come_from_the_vocoded_ground_truth_once_and_the_term_hears_x1_hat(m2w):
+    margin = RecordingMargin()
+    flow, seen = _run(_model(m2w))
+    model = _model(m2w, margin_penalty=margin, margin_weight=5.0)
+    loss, seen = _run(model)
+    mel, text, lens = _batch()
+    truth = m2w(silence_past_lengths(mel, lens))
+    lengths = mel_lengths_to_samples(lens).tolist()
+    assert [t for _, t in margin.planned] == text
+    for (wave, _), n, row in zip(margin.planned, lengths, truth):
+        assert wave.shape[-1] == n and not wave.requires_grad
+        torch.testing.assert_close(wave, row[:n])
+    call = margin.calls[-1]
+    assert call["waves"].requires_grad and call["wave_lengths"].tolist() == lengths
+    assert [p.frames for p in call["plans"]] == [n // HOP for n in lengths]
+    t2 = float((seen["time"] ** 2).mean())
+    assert model.last_margin_weight == pytest.approx(5.0 * t2)
+    torch.testing.assert_close(loss.detach(), flow.detach() + 5.0 * t2 * model.last_margin_penalty)
+    assert model.last_leak_parts is None and model.last_paired_parts is None
+    row = leak_log_row(model, loss)
+    assert row["margin/weight"] == pytest.approx(5.0 * t2) and row["margin/active_sites"] == 4.0
+    assert row["margin/penalty"] == pytest.approx(float(model.last_margin_penalty))
+    assert "margin/site_kinds" not in row and "margin/item_status" not in row  # labels, not curves
+    assert all(math.isfinite(v) for v in row.values())
+
+    grads = torch.autograd.grad(loss, model.transformer.proj_out.weight)[0]
+    plain = _model(m2w)
+    flow_grads = torch.autograd.grad(_run(plain)[0], plain.transformer.proj_out.weight)[0]
+    assert not torch.allclose(grads, flow_grads)  # the term's gradient reaches F5's own weights
+
+    _run(model, seed=1)  # the same utterances again: planned from the cache, not again
+    assert len(margin.planned) == 2 and len(margin.calls) == 2
+    ema_copy = copy.deepcopy(model)  # F5's EMA copy shares the plans (and the frozen term)
+    assert ema_copy.margin_penalty is margin and ema_copy._shared.margin_plans is model._shared.margin_plans
+
+
+def test_weight_zero_monitors_the_term_without_changing_the_loss(m2w):
+    flow, _ = _run(_model(m2w))
+    model = _model(m2w, margin_penalty=RecordingMargin(), margin_weight=0.0)
+    loss, _ = _run(model)
+    assert torch.equal(loss, flow) and model.last_margin_weight == 0.0
+    assert model.last_margin_parts is not None and not model.margin_penalty.calls[-1]["waves"].requires_grad
+
+
+def test_only_sites_whose_word_is_centred_in_the_span_are_scored():
+    plan = MarginPlan((_spec(0, 2, 8), _spec(1, 18, 24)), "ok", None, 25, "r")
+    span = torch.zeros(48, dtype=torch.bool)
+    span[30:45] = True  # mel frames at 93.75/s: word 1's midpoint (0.42 s) is frame 39, word 0's (0.1 s) frame 9
+    cut = plan_in_span(plan, span, 24_000 / 256, 50.0)
+    assert [s.key for s in cut.specs] == [(0, 1)] and cut.status == "ok" and cut.frames == 25
+    none = plan_in_span(plan, torch.zeros(48, dtype=torch.bool), 24_000 / 256, 50.0)
+    assert none.status == "no_testable_site" and none.specs == () and none.frames == 25
+    failed = MarginPlan((), "alignment_failed", "x")
+    assert plan_in_span(failed, span, 24_000 / 256, 50.0) is failed
+
+
+def test_a_nonfinite_ground_truth_is_not_planned_nor_cached_and_the_term_stays_finite(m2w):
+    margin = RecordingMargin()
+    model = _model(m2w, margin_penalty=margin, margin_weight=5.0)
+    mel, _, _ = _batch()
+    mel[0, 5, 7] = float("inf")
+    _run(model, mel=mel)  # F5's own flow loss sees the Inf too; the term must not add a NaN of its own
+    assert torch.isfinite(model.last_margin_penalty)
+    assert [t for _, t in margin.planned] == ["de"]
+    assert margin.calls[-1]["plans"][0].status == "not_finite"
+    assert ("abc", 48) not in model._shared.margin_plans and ("de", 40) in model._shared.margin_plans
+    assert model.last_margin_parts.active_sites == 2
+
+
+def test_the_real_term_on_a_tiny_recognizer_plans_reports_and_adds_nothing_it_cannot_score(m2w, tiny_rec):
+    """Random weights cannot align the words: both items are planned (and cached) as alignment_failed, none is
+    scored, and the loss is exactly the flow loss."""
+    mel, _, lens = _batch()
+    texts = ["नेकपा घर", "बैठक"]
+    losses = []
+    for model in (_model(m2w), _model(m2w, margin_penalty=PathMarginPenalty(tiny_rec), margin_weight=5.0)):
+        random.seed(0)
+        torch.manual_seed(0)
+        losses.append(model(mel, text=texts, lens=lens)[0])
+    assert torch.equal(losses[0], losses[1])
+    parts = model.last_margin_parts
+    assert parts.item_status == ("alignment_failed",) * 2 and parts.active_sites == 0
+    assert float(model.last_margin_penalty) == 0.0 and model.last_margin_weight > 0
+    assert {p.status for p in model._shared.margin_plans.values()} == {"alignment_failed"}
+    assert set(model._shared.margin_plans) == {(texts[0], 48), (texts[1], 40)}
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(margin_weight=float("nan")), "margin_weight must be a finite number >= 0"),
+    (dict(margin_weight=-1.0), "margin_weight must be a finite number >= 0"),
+    (dict(mel_to_wave=None), "give mel_to_wave"),
+])
+def test_bad_margin_settings_are_refused(m2w, kwargs, message):
+    kwargs = dict(dict(margin_penalty=RecordingMargin(), margin_weight=1.0), **kwargs)
+    with pytest.raises(ValueError, match=message):
+        _model(m2w, **kwargs)
+    with pytest.raises(ValueError, match="margin_weight > 0 with a margin_penalty needs a site_lookup"):
+        tiny_f5(256, margin_penalty=RecordingMargin(), margin_weight=1.0, mel_to_wave=m2w)
