@@ -30,7 +30,8 @@ seconds over the ground truth's, the issue's bound 0.8-1.2; ``duration_base``: t
 truth's, the same for every arm, since F5 infills the prompt's frames per character; ``signal_*``: not the judge but
 the signal's own view, the reference-free penalty's mean site leak probability over the test words' sites in the
 phrases said, placed by its recognizer wb: where it moves and the judge's ``score_*`` does not, the two recognizers
-disagree; where neither moves, the model's syntheses did not change).
+disagree; where neither moves, the model's syntheses did not change). Each ``*_{arm}`` key also comes as
+``*_margin`` for the margin arm, after the reward arm's (``nan`` unless ``--arms`` names it).
 """
 
 from __future__ import annotations

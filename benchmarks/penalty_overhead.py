@@ -81,7 +81,10 @@ Figures, measured in one run:
     The same F5 v1 Base step with the text-paired path-margin term (``finetune-f5 leak.margin_weight > 0``,
     :func:`margin_parts_flops`) on every item, whole: vocoder, resampler, the Whisper encoder through all its
     layers and the phone head (BiLSTM counted analytically); ``nan`` on recognizer A (the term runs on Whisper
-    recognizers here). Its share at ``--fraction-sensitivity`` is printed before the last line.
+    recognizers here). Counted on ``--recognizer`` (``finetune-f5``'s ``leak.margin_recognizer`` defaults to the same
+    wb); a per-step figure that leaves out the one planning pass per utterance (vocoder + recognizer forward on its
+    ground truth, without gradient, once per run). Its share at ``--fraction-sensitivity`` is printed before the
+    last line.
 
 Also printed before the last line: ``site_window_flops_share=...``, the earlier rough estimate with fixed
 crops (``--site-density`` sites/s, ``--window-margin`` each side).

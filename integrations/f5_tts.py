@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+from collections import OrderedDict
 import json
 import logging
 import math
@@ -78,8 +79,9 @@ class _Shared:
         self.mel_to_wave = mel_to_wave
         self.paired_penalty = paired_penalty
         self.margin_penalty = margin_penalty
-        # the margin term's plans, made once per utterance on its vocoded ground truth: (text, mel frames) -> plan
-        self.margin_plans: dict[tuple[str, int], Any] = {}
+        # the margin term's plans, made once per utterance on its vocoded ground truth: (site key or text, mel frames)
+        # -> plan, the least recently used dropped past MARGIN_PLAN_CACHE (a dropped one is planned again)
+        self.margin_plans: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
     def modules(self) -> list[nn.Module]:
         return [m for m in (self.leak_penalty, self.mel_to_wave, self.paired_penalty, self.margin_penalty)
@@ -114,6 +116,8 @@ def _site_count(parts: NamedTuple, sites: Sequence[Sequence[TimedSite]] | None) 
 
 #: LeakAwareCFM's auxiliary terms, in the order they are added to the loss (each logged under its name + "/")
 AUXILIARY_TERMS = ("leak", "paired", "margin")
+#: utterances whose margin plans a LeakAwareCFM keeps (a few KB each: ~80 MB per process at this size)
+MARGIN_PLAN_CACHE = 20_000
 
 
 def sites_in_span(sites: Sequence[TimedSite], span: torch.Tensor, frame_rate: float) -> list[TimedSite]:
@@ -208,7 +212,7 @@ class LeakAwareCFM(CFM):
       is the global mean, so DDP's gradient average equals the gradient of the global-batch penalty. Every rank
       joins one all-reduce per penalty step, also with no sites or a dropped text (no deadlock).
     - ``leak_item_fraction`` (``0 < f <= 1``, default 1: every item): each step scores only the ``ceil(f * m)`` of
-      its ``m`` items with sites that have the largest ``t`` (ties: batch order), for both terms. The cost of a
+      its ``m`` items with sites that have the largest ``t`` (ties: batch order), for every term. The cost of a
       term is per scored item (a Whisper recognizer cannot be cropped faithfully), and the largest-``t`` items are
       those whose one-step estimate is closest to speech. ``w(t)`` stays the whole batch's mean, so the term keeps
       its scale: the mean over the scored items' sites times the same weight.
@@ -228,8 +232,10 @@ class LeakAwareCFM(CFM):
       ``margin_weight``): for each site of the scored items, the recognizer's CTC fit of the word's Hindi-ward phone
       path minus its Nepali path on vocoded ``x1_hat``, under a smooth hinge. Its contract takes the **text** and a
       plan of where each site's word lies, made without gradient on the **vocoded ground truth** (``inp``) the
-      first time an utterance (text, mel length) is scored and kept for the run (shared with F5's EMA copy); only
-      sites whose word is centred in the infilled span are scored (:func:`plan_in_span`). Needs ``mel_to_wave``.
+      first time an utterance (its site key, else its text, and its mel length) is scored and kept (the
+      :data:`MARGIN_PLAN_CACHE` most recently used; shared with F5's EMA copy); with ``sites_in_span_only`` only
+      sites whose word is centred in the infilled span are scored (:func:`plan_in_span`). Items whose plan cannot
+      be scored are not vocoded. Needs ``mel_to_wave``.
       Same ``t**2`` weight, dropped-text rule, item choice, schedule and DDP normalisation as the other terms;
       whole items, never cropped; weight 0 monitors it.
 
@@ -549,28 +555,48 @@ class LeakAwareCFM(CFM):
         self.last_margin_sites = sites
         index = torch.tensor(keep, device=x1_hat.device)
         mels, ref, mel_lengths = (x.index_select(0, index) for x in (x1_hat, truth, lens))
-        plans = self._margin_plans([_text_key(text[i]) for i in keep], ref, mel_lengths)
+        plans = self._margin_plans([text[i] for i in keep], ref, mel_lengths)
         frame_rate = self.mel_spec.target_sample_rate / self.mel_spec.hop_length
         recognizer_rate = float(self.margin_penalty.recognizer.frame_rate)
         kept_span = span.detach().cpu().index_select(0, index.cpu())
         plans = [plan_in_span(p, kept_span[j], frame_rate, recognizer_rate) if self.sites_in_span_only else p
                  for j, p in enumerate(plans)]
+        # only items with something to score are vocoded and heard; the others keep their plan's status
+        scored = [j for j, p in enumerate(plans) if p.status == "ok"]
+        unscored = sum(p.status == "not_finite" for p in plans)
+        if not scored:
+            from leakloss.margin_penalty import MarginParts
+
+            zero = x1_hat.new_zeros(())
+            return zero, MarginParts(zero, {}, x1_hat.new_zeros(0), (), 0, tuple(p.status for p in plans), unscored, 0)
+        if len(scored) < len(plans):
+            pick = torch.tensor(scored, dtype=torch.long, device=x1_hat.device)
+            mels, mel_lengths = mels.index_select(0, pick), mel_lengths.index_select(0, pick)
         autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
         with autocast:
             waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
             if bool(bad.any()):  # the term masks these items itself (status not_finite, zero gradient)
                 waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
                                     waves)
-            return self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=plans)
+            loss, parts = self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=[plans[j] for j in scored])
+        heard = iter(parts.item_status)
+        status = tuple(next(heard) if p.status == "ok" else p.status for p in plans)
+        return loss, parts._replace(item_status=status, nonfinite_items=parts.nonfinite_items + unscored)
 
-    def _margin_plans(self, keys: list[str], truth: torch.Tensor, mel_lengths: torch.Tensor) -> list[Any]:
+    def _margin_plans(self, texts: list, truth: torch.Tensor, mel_lengths: torch.Tensor) -> list[Any]:
         """Each item's margin plan on its vocoded ground truth (``truth [b, n, d]``), from the run's cache or made now
-        (one vocoder and recognizer pass per new utterance, without gradient, in fp32)."""
+        (one vocoder and recognizer pass per new utterance, without gradient, in fp32). Keyed by the text's site key
+        when it has one (``integrations.f5_dataset.SiteText``: audio hash + text, so two recordings of one text never
+        share a plan), else the text, and the mel length."""
         from leakloss.margin_penalty import MarginPlan
 
         cache = self._shared.margin_plans
-        wanted = [(key, int(n)) for key, n in zip(keys, mel_lengths.tolist())]
+        keys = [_text_key(t) for t in texts]
+        wanted = [(getattr(t, "site_key", None) or key, int(n)) for t, key, n in zip(texts, keys, mel_lengths.tolist())]
         plans: list[Any] = [cache.get(k) for k in wanted]
+        for k, plan in zip(wanted, plans):
+            if plan is not None:
+                cache.move_to_end(k)
         new = [j for j, plan in enumerate(plans) if plan is None]
         if not new:
             return plans
@@ -583,7 +609,9 @@ class LeakAwareCFM(CFM):
                     plans[j] = MarginPlan((), "not_finite", "the ground truth's mel is not finite")
                 else:
                     wave = ref_waves[row, : int(ref_lengths[row])]
-                    plans[j] = cache[wanted[j]] = self.margin_penalty.plan(wave, wanted[j][0])
+                    plans[j] = cache[wanted[j]] = self.margin_penalty.plan(wave, str(keys[j]))
+                    while len(cache) > MARGIN_PLAN_CACHE:
+                        cache.popitem(last=False)
         return plans
 
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],

@@ -370,7 +370,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         penalty = LeakPenalty.load(head_path=cfg.leak.head, mel_bridge=cfg.leak.get("mel_bridge", False) or None)
     except (FileNotFoundError, OSError, ValueError) as err:
         raise FinetuneError(f"cannot load the leak penalty: {err}") from err
-    paired, margin = (load_text_term(cfg, term) for term in TEXT_TERMS)
+    text_terms = {term: load_text_term(cfg, term) for term in TEXT_TERMS}
     vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
@@ -391,7 +391,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             "matches them")
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
                 summary=summary, cache_path=cache_path, placement=placement, start_update=start_update,
-                paired_penalty=paired, margin_penalty=margin)
+                **{f"{term}_penalty": penalty for term, penalty in text_terms.items()})
 
 
 def load_text_term(cfg: DictConfig, term: str):

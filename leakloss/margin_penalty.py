@@ -64,7 +64,7 @@ class MarginParts(NamedTuple):
     site_kinds: tuple[str, ...]  # [n]
     active_sites: int  # sites scored (the loss is their mean)
     item_status: tuple[MarginStatus, ...]  # [b]
-    nonfinite_items: int  # items left out for NaN/Inf among their valid samples
+    nonfinite_items: int  # items left out for NaN/Inf among their valid samples (or in the audio their plan was made on)
     quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
 
 
@@ -174,6 +174,8 @@ class PathMarginPenalty(nn.Module):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
             problem = self._unscorable(words, not bad[i], n)
+            if problem is None and plans is not None and plans[i].status != "ok":
+                problem = plans[i]  # the recognizer is not run for an item its plan cannot score
             if problem is not None:
                 status.append(problem.status)
                 continue
@@ -192,7 +194,8 @@ class PathMarginPenalty(nn.Module):
                 margins.append(evidence[spec.key].margin)
                 kinds.append(spec.kind)
             status.append("ok")
-        quiet, nonfinite = int((scale < 1).sum()), sum(bad)
+        # a plan made on non-finite audio (e.g. a ground truth that could not be vocoded) counts as non-finite too
+        quiet, nonfinite = int((scale < 1).sum()), sum(bad[i] or status[i] == "not_finite" for i in range(b))
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
             return (clean * 0.0).sum(), MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet)

@@ -224,7 +224,10 @@ def test_locate_is_extract_without_the_evidence(phoneset, peaky, scripted):
         assert (located.status, located.reason, located.specs, located.skipped) == \
             (full.status, full.reason, full.specs, full.skipped)
         assert located.sites == {} and located.margins_per_frame == {}
-    assert ex.locate(*cases[0]).ok and len(ex.locate(*cases[0]).specs) == 2
+    located = ex.locate(*cases[0])
+    assert located.ok and [(sp.key, sp.kind, len(sp.crops)) for sp in located.specs] == \
+        [((0, 3), "deletion", 3), ((1, 1), "quality", 3)]
+    assert [ex.locate(*c).status for c in cases[1:]] == ["alignment_failed", "no_testable_site", "silent"]
 
 
 def test_extractor_short_clip_for_long_sentence(tiny_recognizer):

@@ -40,19 +40,22 @@ class RecordingMargin(torch.nn.Module):
     """Stand-in obeying the margin contract: plans one spec per crop given, the loss is the mean square of the
     samples inside each planned crop."""
 
-    def __init__(self, crops=((2, 8), (18, 24))) -> None:
+    def __init__(self, crops=((2, 8), (18, 24)), status: str = "ok") -> None:
         super().__init__()
-        self.recognizer, self.crops = _StandInRecognizer(), crops
+        self.recognizer, self.crops, self.status = _StandInRecognizer(), crops, status
         self.planned: list[tuple[torch.Tensor, str]] = []
         self.calls: list[dict[str, Any]] = []
 
     def plan(self, wave: torch.Tensor, text: str) -> MarginPlan:
         self.planned.append((wave.clone(), text))
+        if self.status != "ok":
+            return MarginPlan((), self.status, "stand-in")
         specs = tuple(_spec(i, a, b) for i, (a, b) in enumerate(self.crops))
         return MarginPlan(specs, "ok", None, wave.shape[-1] // HOP, self.recognizer.name)
 
     def forward(self, waves=None, texts=None, wave_lengths=None, plans=None):
-        self.calls.append(dict(waves=waves, wave_lengths=wave_lengths, plans=plans))
+        self.calls.append(dict(waves=waves, wave_lengths=wave_lengths, plans=plans,
+                               autocast=torch.is_autocast_enabled(waves.device.type)))
         values = [waves[i, a * HOP: b * HOP].pow(2).mean() for i, plan in enumerate(plans)
                   for a, b in (spec.crops[0] for spec in plan.specs)]
         loss = torch.stack(values).mean() if values else waves.sum() * 0.0
@@ -155,9 +158,59 @@ def test_a_nonfinite_ground_truth_is_not_planned_nor_cached_and_the_term_stays_f
     _run(model, mel=mel)  # F5's own flow loss sees the Inf too; the term must not add a NaN of its own
     assert torch.isfinite(model.last_margin_penalty)
     assert [t for _, t in margin.planned] == ["de"]
-    assert margin.calls[-1]["plans"][0].status == "not_finite"
+    # the unplannable item is not vocoded nor heard, and is reported as non-finite
+    call = margin.calls[-1]
+    assert call["waves"].shape[0] == 1 and [p.status for p in call["plans"]] == ["ok"]
+    assert torch.isfinite(call["waves"]).all()
+    parts = model.last_margin_parts
+    assert parts.item_status == ("not_finite", "ok") and parts.nonfinite_items == 1 and parts.active_sites == 2
     assert ("abc", 48) not in model._shared.margin_plans and ("de", 40) in model._shared.margin_plans
-    assert model.last_margin_parts.active_sites == 2
+
+
+def test_items_whose_plan_cannot_be_scored_are_never_vocoded_nor_heard(m2w):
+    margin = RecordingMargin(status="alignment_failed")
+    flow, _ = _run(_model(m2w))
+    model = _model(m2w, margin_penalty=margin, margin_weight=5.0)
+    loss, _ = _run(model)
+    assert margin.calls == [] and len(margin.planned) == 2 and torch.equal(loss, flow)
+    parts = model.last_margin_parts
+    assert parts.item_status == ("alignment_failed",) * 2 and parts.active_sites == 0
+    assert float(model.last_margin_penalty) == 0.0
+    assert leak_log_row(model, loss)["margin/active_sites"] == 0.0
+
+
+def test_in_span_only_the_sites_whose_word_is_centred_in_the_infilled_span_are_heard(m2w):
+    """The default (sites_in_span_only): each item's plan reaches the term cut to its infilled span."""
+    from integrations.f5_tts import clean_mel_estimate
+
+    margin = RecordingMargin()
+    model = _model(m2w, margin_penalty=margin, margin_weight=5.0, sites_in_span_only=True)
+    heard = 0
+    for seed in range(6):  # F5 draws the span: over a few seeds both cut and whole plans occur
+        _, seen = _run(model, seed=seed)
+        _, _, lens = _batch()
+        _, span = clean_mel_estimate(seen["x"], seen["time"], torch.zeros_like(seen["x"]), seen["cond"], lens)
+        full = MarginPlan(tuple(_spec(i, a, b) for i, (a, b) in enumerate(margin.crops)), "ok", None, 0, "")
+        want = [plan_in_span(full, span[i], 24_000 / 256, 50.0) for i in range(2)]
+        parts = model.last_margin_parts
+        if parts is None:  # no item had its site (0.1-0.3 s) in the span this time
+            continue
+        call = margin.calls[-1] if margin.calls and parts.active_sites else None
+        got = iter(call["plans"]) if call else iter(())
+        for i, status in enumerate(parts.item_status):
+            if status == "ok":
+                assert [sp.key for sp in next(got).specs] == [sp.key for sp in want[i].specs]
+                heard += 1
+            else:
+                assert status == "no_testable_site" and want[i].status == "no_testable_site"
+    assert heard > 0
+
+
+@pytest.mark.parametrize("leak_bf16", [True, False])
+def test_the_margin_term_runs_under_leak_bf16_as_the_other_terms(m2w, leak_bf16):
+    margin = RecordingMargin()
+    _run(_model(m2w, margin_penalty=margin, margin_weight=5.0, leak_bf16=leak_bf16))
+    assert margin.calls[-1]["autocast"] is leak_bf16
 
 
 def test_the_real_term_on_a_tiny_recognizer_plans_reports_and_adds_nothing_it_cannot_score(m2w, tiny_rec):

@@ -208,7 +208,7 @@ def test_mean_interval_matches_scipy():
 
 
 @pytest.mark.slow
-def test_tiny_experiment_runs_every_arm_and_reports_the_judges_figures(tmp_path):
+def test_tiny_experiment_runs_the_default_arms_and_reports_the_judges_figures(tmp_path):
     from tests.conftest import embedded_ready
     from train_f5.effect import DEFAULT_ARMS, run_effect
 

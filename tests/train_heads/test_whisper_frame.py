@@ -41,7 +41,8 @@ def test_a_time_budget_that_trains_nothing_is_refused(budget, tmp_path):
 
 @pytest.mark.slow
 def test_whisper_frame_on_w_end_to_end(tmp_path):
-    """A tiny run on recognizer w (espeak pairs of 12 sentences, 3 real training-speaker clips, 2 epochs): a
+    """A tiny run on recognizer w (espeak pairs of 12 sentences, 3 real training-speaker clips with one augmented
+    copy each, short vowels of one sentence per teacher voice, 2 epochs): a
     loadable head whose card names w and its frames, and a LeakPenalty that loads on it by itself."""
     from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
 
@@ -53,6 +54,8 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
         [sys.executable, "-m", "train_heads", "experiment=whisper_frame", "recognizer.a=w", "recognizer.b=w",
          "data.max_sentences=12", "data.short_vowel_sentences=1", "data.short_vowel_train_sentences=1",
          "data.recorded_voices=[]", "data.heldout_recorded_voices=[]", "data.real_speech_clips=3",
+         # every path once, at its smallest (the suite's slowest test otherwise: 170 s on 2 cores)
+         "data.short_vowel_nasalised=false", "heads.rawconv.recipe.real_augment_copies=1",
          "heads.rawconv.max_epochs=2", "heads.rawconv.max_minutes=3", "logger=none", "progress=false",
          f"cache_dir={tmp_path / 'cache'}", f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=3000)
@@ -65,7 +68,8 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
     from leakloss.speech.real import real_clips
 
     if real_clips(split="train"):  # the shared recordings are optional; when present, they are used
-        assert "real training-speaker clips added" in out.stdout and "cut-schwa sites" in out.stdout
+        assert "real training-speaker clips added (1 augmented copies each" in out.stdout
+        assert "cut-schwa sites" in out.stdout
     else:
         assert "no real recordings of training speakers found" in out.stderr
     rows = json.loads((tmp_path / "export" / "heldout.json").read_text())
