@@ -315,6 +315,21 @@ def lstm_flops(lstm: nn.LSTM, batch: int, steps: int) -> int:
     return 2 * batch * steps * total
 
 
+def vocoder_stage_flops(vocoder: MelToWave, batch: int, frames: int, out: dict[str, int]) -> torch.Tensor:
+    """Under ``FakeTensorMode``: the vocoder on ``[batch, frames, 100]`` mels plus their silent tail
+    (:data:`~leakloss.vocoder.VOCODER_TAIL_FRAMES`) and the resampler to 16 kHz, forward + backward FLOPs added to
+    ``out`` by stage (the ISTFT's inverse FFT analytically); returns the 16 kHz waves cut to the items' samples."""
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    vocoded = frames + VOCODER_TAIL_FRAMES
+    mel = torch.randn(batch, vocoded, MEL_BINS)
+    out["vocoder backbone"], hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
+    out["vocoder ISTFT head"], wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
+    out["vocoder ISTFT head"] += irfft_flops(batch * vocoded)
+    out["resampler"], wave16 = counted(Resample(), wave24)
+    return wave16[:, : int(mel_lengths_to_samples(frames))]
+
+
 def margin_parts_flops(recognizer: nn.Module, vocoder: MelToWave, batch: int, frames: int) -> dict[str, int]:
     """Forward + backward (to the mel) FLOPs of each stage of the text-paired path-margin term
     (:class:`leakloss.margin_penalty.PathMarginPenalty`, ``LeakAwareCFM(margin_penalty=...)``) on ``[batch, frames,
@@ -324,17 +339,9 @@ def margin_parts_flops(recognizer: nn.Module, vocoder: MelToWave, batch: int, fr
     word's frames) are elementwise: not counted, as the other elementwise ops (a few MFLOP a batch)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from leakloss.vocoder import mel_lengths_to_samples
-
     out: dict[str, int] = {}
-    vocoded = frames + VOCODER_TAIL_FRAMES
     with FakeTensorMode(allow_non_fake_inputs=True):
-        mel = torch.randn(batch, vocoded, MEL_BINS)
-        out["vocoder backbone"], hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
-        out["vocoder ISTFT head"], wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
-        out["vocoder ISTFT head"] += irfft_flops(batch * vocoded)
-        out["resampler"], wave16 = counted(Resample(), wave24)
-        wave16 = wave16[:, : int(mel_lengths_to_samples(frames))]
+        wave16 = vocoder_stage_flops(vocoder, batch, frames, out)
         out["whisper encoder, all layers"], states = counted(lambda w: whisper_all_states(recognizer, w), wave16)
         head = recognizer.head
         out["phone head"], _ = counted(lambda x: torch.log_softmax(head(x).float(), -1), states)
@@ -494,18 +501,9 @@ def penalty_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[s
     ``tail_samples``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from leakloss.vocoder import mel_lengths_to_samples
-
-    vocoder = penalty.mel_to_wave
     out: dict[str, int] = {}
-    vocoded = frames + VOCODER_TAIL_FRAMES
     with FakeTensorMode(allow_non_fake_inputs=True):  # real (frozen) weights, fake activations
-        mel = torch.randn(batch, vocoded, MEL_BINS)
-        out["vocoder backbone"], hidden = counted(lambda m: vocoder.backbone(m.transpose(1, 2)), mel)
-        out["vocoder ISTFT head"], wave24 = counted(CountableISTFTHead(vocoder.head), hidden)
-        out["vocoder ISTFT head"] += irfft_flops(batch * vocoded)
-        out["resampler"], wave16 = counted(Resample(), wave24)
-        wave16 = wave16[:, : int(mel_lengths_to_samples(frames))]
+        wave16 = vocoder_stage_flops(penalty.mel_to_wave, batch, frames, out)
         wave16 = nn.functional.pad(wave16, (0, penalty.min_samples + penalty.tail_samples - min(
             wave16.shape[-1], penalty.min_samples)))  # frame_logits' padding and silent tail
         rec = FrameFeatures(penalty.recognizer, penalty.conv_layer)

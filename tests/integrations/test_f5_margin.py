@@ -14,12 +14,11 @@ pytest.importorskip("f5_tts")
 import torch  # noqa: E402
 
 from integrations.f5_tts import leak_log_row, plan_in_span, tiny_f5  # noqa: E402
+from tests.integrations.test_f5_paired import _batch, _model  # noqa: E402  (the same tiny F5 and batch)
 from leakloss.acoustic.features import SiteSpec  # noqa: E402
 from leakloss.margin_penalty import MarginParts, MarginPlan, PathMarginPenalty  # noqa: E402
-from leakloss.timing import TimedSite  # noqa: E402
 from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
 
-SITE = TimedSite(0.1, 0.3, "deletion", "ʌ->∅", "घर")
 HOP = 320  # the stand-in recognizer's samples per frame (50 frames/s at 16 kHz)
 
 
@@ -62,25 +61,6 @@ class RecordingMargin(torch.nn.Module):
         margins = torch.stack(values).detach() if values else torch.zeros(0)
         return loss, MarginParts(loss.detach(), {"deletion": loss.detach()}, margins, ("deletion",) * len(values),
                                  len(values), tuple(p.status for p in plans), 0, 0)
-
-
-def _model(m2w: MelToWave, **kwargs: Any):
-    kwargs.setdefault("audio_drop_prob", 0.0)
-    kwargs.setdefault("cond_drop_prob", 0.0)
-    kwargs.setdefault("sites_in_span_only", False)
-    kwargs.setdefault("mel_to_wave", m2w)
-    model = tiny_f5(256, seed=0, site_lookup=lambda text: [SITE], **kwargs)
-    with torch.no_grad():  # F5 zero-initialises the output layer: pred == 0 would hide mistakes in x1_hat
-        g = torch.Generator().manual_seed(0)
-        model.transformer.proj_out.weight.copy_(0.1 * torch.randn(model.transformer.proj_out.weight.shape, generator=g))
-    return model
-
-
-def _batch() -> tuple[torch.Tensor, list[str], torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    mel = torch.randn(2, 48, 100, generator=g) - 4.0
-    mel[1, 40:] = 0.0
-    return mel, ["abc", "de"], torch.tensor([48, 40])
 
 
 def _run(model, seed: int = 0, mel: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
