@@ -82,8 +82,8 @@ Figures, measured in one run:
     :func:`margin_parts_flops`) on every item, whole: vocoder, resampler, the Whisper encoder through all its
     layers and the phone head (BiLSTM counted analytically); ``nan`` on recognizer A (the term runs on Whisper
     recognizers here). Counted on ``--recognizer`` (``finetune-f5``'s ``leak.margin_recognizer`` defaults to the same
-    wb); a per-step figure that leaves out the one planning pass per utterance (vocoder + recognizer forward on its
-    ground truth, without gradient, once per run). Its share at ``--fraction-sensitivity`` is printed before the
+    wb); a per-step figure that leaves out the planning pass per utterance (vocoder + recognizer forward on its
+    ground truth, without gradient, again whenever the utterance has left the 20,000 most recently planned). Its share at ``--fraction-sensitivity`` is printed before the
     last line.
 
 Also printed before the last line: ``site_window_flops_share=...``, the earlier rough estimate with fixed

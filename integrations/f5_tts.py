@@ -579,6 +579,8 @@ class LeakAwareCFM(CFM):
                 waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
                                     waves)
             loss, parts = self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=[plans[j] for j in scored])
+        if len(parts.item_status) != len(scored):
+            raise RuntimeError(f"the margin term reported {len(parts.item_status)} item statuses for {len(scored)} items")
         heard = iter(parts.item_status)
         status = tuple(next(heard) if p.status == "ok" else p.status for p in plans)
         return loss, parts._replace(item_status=status, nonfinite_items=parts.nonfinite_items + unscored)

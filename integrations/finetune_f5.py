@@ -391,7 +391,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             "matches them")
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
                 summary=summary, cache_path=cache_path, placement=placement, start_update=start_update,
-                **{f"{term}_penalty": penalty for term, penalty in text_terms.items()})
+                **{f"{term}_penalty": term_penalty for term, term_penalty in text_terms.items()})
 
 
 def load_text_term(cfg: DictConfig, term: str):

@@ -154,3 +154,20 @@ def test_any_length_and_amplitude_gives_a_finite_loss_and_gradient(term, length,
 
 def test_plan_type_is_a_named_tuple():
     assert MarginPlan((), "silent", "why")._fields == ("specs", "status", "reason", "frames", "recognizer")
+
+
+def test_plans_that_cannot_score_never_reach_the_recognizer_and_nonfinite_is_counted_once(term, readings,
+                                                                                           monkeypatch):
+    """An item whose plan says why it cannot be scored is not heard (no recognizer pass); an item NaN in its own
+    samples whose plan was also made on non-finite audio counts once in nonfinite_items."""
+    good = term.plan(readings["hindi"], TEXT)
+    waves = torch.stack([readings["hindi"], readings["hindi"], readings["hindi"]])
+    waves[1, 100] = float("nan")
+    plans = [good, MarginPlan((), "not_finite", "x"), MarginPlan((), "alignment_failed", "y")]
+    calls = []
+    original = term.recognizer.forward
+    monkeypatch.setattr(term.recognizer, "forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+    loss, parts, grad = run(term, waves, None, plans=plans)
+    assert len(calls) == 1 and parts.item_status == ("ok", "not_finite", "alignment_failed")
+    assert parts.nonfinite_items == 1 and parts.active_sites == 1 and math.isfinite(float(loss))
+    assert torch.isfinite(grad).all() and bool((grad[1:] == 0).all())

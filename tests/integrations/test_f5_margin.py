@@ -165,7 +165,7 @@ def test_in_span_only_the_sites_whose_word_is_centred_in_the_infilled_span_are_h
 
     margin = RecordingMargin()
     model = _model(m2w, margin_penalty=margin, margin_weight=5.0, sites_in_span_only=True)
-    heard = 0
+    heard = cut = 0
     for seed in range(6):  # F5 draws the span: over a few seeds both cut and whole plans occur
         _, seen = _run(model, seed=seed)
         _, _, lens = _batch()
@@ -181,9 +181,45 @@ def test_in_span_only_the_sites_whose_word_is_centred_in_the_infilled_span_are_h
             if status == "ok":
                 assert [sp.key for sp in next(got).specs] == [sp.key for sp in want[i].specs]
                 heard += 1
+                cut += len(want[i].specs) < len(full.specs)
             else:
                 assert status == "no_testable_site" and want[i].status == "no_testable_site"
-    assert heard > 0
+    assert heard > 0 and cut > 0  # plans reached the term cut to the span (the all-cut case: the test below)
+
+
+def test_a_batch_with_one_item_cut_to_nothing_hears_only_the_other():
+    """Both items have their timed site (0.2 s, mel frame 19) in the span; item 0's words (midpoints 0.1 s and 0.42 s:
+    frames 9 and 39) lie outside it, item 1's second word inside: item 0 is no_testable_site and not vocoded."""
+    margin = RecordingMargin()
+    model = _model(MelToWave.tiny(seed=0), margin_penalty=margin, margin_weight=5.0, sites_in_span_only=True)
+    mel, text, lens = _batch()
+    span = torch.zeros(2, 48, dtype=torch.bool)
+    span[0, 15:25] = True
+    span[1, 15:45] = True
+    loss, parts = model._margin_penalty(mel, mel, lens, span, text, torch.tensor([0.5, 0.5]))
+    assert parts.item_status == ("no_testable_site", "ok") and parts.active_sites == 1
+    call = margin.calls[-1]
+    assert call["waves"].shape[0] == 1 and [[sp.key for sp in p.specs] for p in call["plans"]] == [[(0, 1)]]
+    assert torch.isfinite(loss)
+
+
+def test_plans_are_keyed_by_site_key_and_the_least_recently_used_are_dropped(monkeypatch):
+    from integrations import f5_tts
+    from integrations.f5_dataset import SiteText
+
+    margin = RecordingMargin()
+    model = _model(MelToWave.tiny(seed=0), margin_penalty=margin, margin_weight=5.0)
+    mel, _, lens = _batch()
+    lens = torch.tensor([40, 40])  # the same text, the same length, two recordings
+    texts = [SiteText("घर", "clip-a"), SiteText("घर", "clip-b")]
+    model._margin_plans(texts, mel, lens)
+    assert set(model._shared.margin_plans) == {("clip-a", 40), ("clip-b", 40)} and len(margin.planned) == 2
+    monkeypatch.setattr(f5_tts, "MARGIN_PLAN_CACHE", 2)
+    model._margin_plans([texts[0]], mel[:1], lens[:1])  # clip-a used again: clip-b is now the oldest
+    model._margin_plans([SiteText("घर", "clip-c")], mel[:1], lens[:1])
+    assert list(model._shared.margin_plans) == [("clip-a", 40), ("clip-c", 40)] and len(margin.planned) == 3
+    model._margin_plans([texts[1]], mel[1:], lens[1:])  # dropped: planned again
+    assert len(margin.planned) == 4 and ("clip-b", 40) in model._shared.margin_plans
 
 
 @pytest.mark.parametrize("leak_bf16", [True, False])

@@ -55,7 +55,7 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
          "data.max_sentences=12", "data.short_vowel_sentences=1", "data.short_vowel_train_sentences=1",
          "data.recorded_voices=[]", "data.heldout_recorded_voices=[]", "data.real_speech_clips=3",
          # every path once, at its smallest (the suite's slowest test otherwise: 170 s on 2 cores)
-         "data.short_vowel_nasalised=false", "heads.rawconv.recipe.real_augment_copies=1",
+         "heads.rawconv.recipe.real_augment_copies=1",
          "heads.rawconv.max_epochs=2", "heads.rawconv.max_minutes=3", "logger=none", "progress=false",
          f"cache_dir={tmp_path / 'cache'}", f"export_dir={tmp_path / 'export'}", f"out_dir={tmp_path / 'out'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=3000)
