@@ -1035,6 +1035,8 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
         row[f"{prefix}/penalty"] = _scalar(penalty)
     if parts is not None:
         for k, v in parts._asdict().items():
+            if k == "penalty" and penalty is not None:  # under DDP ``penalty`` is the global batch's, parts' this rank's
+                continue
             if isinstance(v, dict):  # per contrast kind / per contrast: one curve each
                 row.update({f"{prefix}/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
             elif isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels, not curves

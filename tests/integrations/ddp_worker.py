@@ -1,7 +1,8 @@
 """Worker for test_f5_distributed: one rank of a 2-process gloo run of LeakAwareCFM under DDP (as accelerate
 wraps it), then (rank 0) the single-process reference on the same global batch. Writes OUT/result.json.
 
-Run: python -m torch.distributed.run --nproc_per_node 2 tests/integrations/ddp_worker.py OUT
+Run: python -m torch.distributed.run --nproc_per_node 2 tests/integrations/ddp_worker.py OUT [leak|margin]
+(the term under test: the reference-free penalty, or the path-margin term through a stand-in that always plans)
 """
 
 from __future__ import annotations
@@ -31,13 +32,17 @@ SITES = {
 }
 
 
-def build(penalty: torch.nn.Module):
+def build(penalty: torch.nn.Module, term: str = "leak"):
     torch.manual_seed(0)
-    return tiny_f5(seed=0, leak_penalty=penalty, leak_weight=2.0, mel_to_wave=MelToWave.tiny(0),
+    return tiny_f5(seed=0, **{f"{term}_penalty": penalty, f"{term}_weight": 2.0}, mel_to_wave=MelToWave.tiny(0),
                    site_lookup=lambda t: SITES[t], sites_in_span_only=False, audio_drop_prob=0.0, cond_drop_prob=0.0)
 
 
-def penalty_modules():
+def penalty_modules(term: str = "leak"):
+    if term == "margin":
+        from tests.integrations.test_f5_margin import RecordingMargin
+
+        return RecordingMargin()
     torch.manual_seed(0)
     head = RawConvHead(in_channels=16, width=8, kernel=5, layers=2)
     for p in head.parameters():
@@ -54,12 +59,12 @@ def shard_batch(rank: int):
     return x, [f"t{i}" for i in items], torch.tensor([FRAMES[i] for i in items])
 
 
-def main(out: Path) -> None:
+def main(out: Path, term: str = "leak") -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 2
-    penalty = penalty_modules()
-    model = build(penalty)
+    penalty = penalty_modules(term)
+    model = build(penalty, term)
     model.train()
     ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     wrapped = {id(p) for p in ddp.parameters()}
@@ -84,15 +89,21 @@ def main(out: Path) -> None:
 
     # ---- single-process reference on the same global batch (same draws per shard: CFM samples noise, time and
     # span per process, so those are taken from the ranks' seeds; the penalty is ONE call on all four items)
-    ref_pen = penalty_modules()
+    ref_pen = penalty_modules(term)
     captured: list = []
+    given = "plans" if term == "margin" else "sites"  # what the term is told besides the audio
 
     class Capture(torch.nn.Module):
-        def forward(self, waves=None, wave_lengths=None, sites=()):
-            captured.append((waves, wave_lengths, list(sites)))
-            return ref_pen(waves=waves, wave_lengths=wave_lengths, sites=sites)
+        recognizer = getattr(ref_pen, "recognizer", None)
 
-    ref = build(Capture())
+        def plan(self, wave, text):
+            return ref_pen.plan(wave, text)
+
+        def forward(self, waves=None, wave_lengths=None, **kwargs):
+            captured.append((waves, wave_lengths, list(kwargs[given])))
+            return ref_pen(waves=waves, wave_lengths=wave_lengths, **kwargs)
+
+    ref = build(Capture(), term)
     ref.train()
     flows, weights = [], []
     for r in range(world):
@@ -100,13 +111,14 @@ def main(out: Path) -> None:
         torch.manual_seed(100 + r)
         random.seed(100 + r)
         total_r, _, _ = ref(xr, tr, lens=lr)
-        part_r, _ = ref_pen(waves=captured[-1][0], wave_lengths=captured[-1][1], sites=captured[-1][2])
-        flows.append(total_r - ref.last_leak_weight * part_r)  # the flow loss, with its graph
-        weights.append(ref.last_leak_weight / 2.0)  # leak_weight * mean t^2 of the shard, / leak_weight
+        part_r, _ = ref_pen(waves=captured[-1][0], wave_lengths=captured[-1][1], **{given: captured[-1][2]})
+        term_weight = getattr(ref, f"last_{term}_weight")
+        flows.append(total_r - term_weight * part_r)  # the flow loss, with its graph
+        weights.append(term_weight / 2.0)  # weight * mean t^2 of the shard, / weight
     waves = torch.nn.utils.rnn.pad_sequence([w for wv, _, _ in captured for w in wv], batch_first=True)
     lengths = torch.cat([wl for _, wl, _ in captured])
-    sites = [s for _, _, ss in captured for s in ss]
-    global_pen, parts = ref_pen(waves=waves, wave_lengths=lengths, sites=sites)
+    told = [s for _, _, ss in captured for s in ss]
+    global_pen, parts = ref_pen(waves=waves, wave_lengths=lengths, **{given: told})
     weight = 2.0 * sum(weights) / len(weights)  # equal shard sizes: the mean of t^2 over the global batch
     ref_total = sum(flows) / world + weight * global_pen
     ref.zero_grad()
@@ -114,12 +126,13 @@ def main(out: Path) -> None:
     ref_grads = {k: p.grad for k, p in ref.named_parameters() if p.grad is not None}
     grad_diff = max(float((grads[k] - ref_grads[k]).abs().max()) for k in ref_grads)  # DDP grads: rank mean
     grad_scale = max(float(g.abs().max()) for g in ref_grads.values())
-    curve = {name: read_leak_curve(csv, name)[-1][1]
-             for name in ("leak/penalty", *(f"leak/per_contrast/{c}" for c in parts.per_contrast),
-                          *(f"leak/per_kind/{k}" for k in parts.per_kind))}
-    reference_curve = {"leak/penalty": float(parts.penalty)}
-    reference_curve |= {f"leak/per_contrast/{c}": float(v) for c, v in parts.per_contrast.items()}
-    reference_curve |= {f"leak/per_kind/{k}": float(v) for k, v in parts.per_kind.items()}
+    if term == "margin":  # its per-kind means are averaged over the ranks (global_log_row): penalty and count only
+        reference_curve = {"margin/penalty": float(parts.penalty), "margin/active_sites": float(parts.active_sites)}
+    else:
+        reference_curve = {"leak/penalty": float(parts.penalty)}
+        reference_curve |= {f"leak/per_contrast/{c}": float(v) for c, v in parts.per_contrast.items()}
+        reference_curve |= {f"leak/per_kind/{k}": float(v) for k, v in parts.per_kind.items()}
+    curve = {name: read_leak_curve(csv, name)[-1][1] for name in reference_curve}
     result = dict(loss_ddp=float(reduced) / world, loss_ref=float(ref_total), grad_max_abs_diff=grad_diff,
                   grad_max_abs=grad_scale, frozen=frozen, replicated=replicated, curve=curve,
                   reference_curve=reference_curve, same_keys=sorted(grads) == sorted(ref_grads))
@@ -127,4 +140,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3])
