@@ -539,9 +539,7 @@ class LeakAwareCFM(CFM):
             with torch.no_grad():
                 ref_waves, _, bad_ref = vocode_items(vocoder, ref, mel_lengths)
             bad = bad | bad_ref
-            if bool(bad.any()):  # the penalty masks these pairs itself (counted, zero gradient, sites inactive)
-                waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
-                                    waves)
+            waves = nan_items(waves, bad)  # the penalty masks these pairs itself (counted, zero gradient)
             return self.paired_penalty(waves=waves, wave_lengths=wave_lengths, ref_waves=ref_waves.to(waves.dtype),
                                        sites=sites)
 
@@ -575,9 +573,7 @@ class LeakAwareCFM(CFM):
         autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
         with autocast:
             waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
-            if bool(bad.any()):  # the term masks these items itself (status not_finite, zero gradient)
-                waves = torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device),
-                                    waves)
+            waves = nan_items(waves, bad)  # the term masks these items itself (status not_finite, zero gradient)
             loss, parts = self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=[plans[j] for j in scored])
         if len(parts.item_status) != len(scored):
             raise RuntimeError(f"the margin term reported {len(parts.item_status)} item statuses for {len(scored)} items")
@@ -665,6 +661,14 @@ def vocode_items(vocoder: nn.Module, mels: torch.Tensor,
         waves, bad = vocoder(mels), bad | blown
     wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
     return waves[:, : int(wave_lengths.max()) if waves.shape[0] else 0], wave_lengths, bad
+
+
+def nan_items(waves: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``waves [b, t]`` with the items flagged ``bad [b]`` (vocoded as silence by :func:`vocode_items`) set to NaN, so
+    the term that hears them masks them as non-finite instead of scoring silence."""
+    if not bool(bad.any()):
+        return waves
+    return torch.where(bad[:, None], torch.full((), math.nan, dtype=waves.dtype, device=waves.device), waves)
 
 
 def _conv1d_context(module: nn.Module) -> int:
