@@ -566,7 +566,8 @@ class LeakAwareCFM(CFM):
             from leakloss.margin_penalty import MarginParts
 
             zero = x1_hat.new_zeros(())
-            return zero, MarginParts(zero, {}, x1_hat.new_zeros(0), (), 0, tuple(p.status for p in plans), unscored, 0)
+            empty = x1_hat.new_zeros(0)
+            return zero, MarginParts(zero, {}, empty, empty, (), 0, tuple(p.status for p in plans), unscored, 0)
         if len(scored) < len(plans):
             pick = torch.tensor(scored, dtype=torch.long, device=x1_hat.device)
             mels, mel_lengths = mels.index_select(0, pick), mel_lengths.index_select(0, pick)
@@ -1009,7 +1010,8 @@ def _scalar(value: torch.Tensor | float) -> float:
 
 #: what a penalty step measures about the sites (after the term's prefix, ``leak/``, ``paired/`` or ``margin/``): NaN
 #: (not measured) when every item was masked as non-finite
-_SITE_MEASURES = ("penalty", "loss", "per_kind/", "per_contrast/", "site_probs", "site_divergences", "site_margins")
+_SITE_MEASURES = ("penalty", "loss", "per_kind/", "per_contrast/", "site_probs", "site_divergences", "site_margins",
+                  "site_hinges")
 
 
 def leak_log_row(model: LeakAwareCFM, total_loss: torch.Tensor) -> dict[str, float]:
@@ -1053,48 +1055,93 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
     return row
 
 
-def _site_records(model: LeakAwareCFM) -> list[tuple[str, str, float]]:
-    """``(kind, contrast, probability)`` of each site of the last penalty call (parts with ``site_probs`` only)."""
-    parts, sites = model.last_leak_parts, model.last_leak_sites
-    probs = getattr(parts, "site_probs", None) if parts is not None else None
-    if probs is None or not sites:
+#: each term's per-site parts (``[n]``, one value per site of its last call, in the order of its flattened sites):
+#: the first is the value its ``per_kind`` / ``per_contrast`` means average over the active sites
+PER_SITE_PARTS = {"leak": ("site_probs",), "paired": ("site_divergences",), "margin": ("site_hinges", "site_margins")}
+
+
+class SiteRecord(NamedTuple):
+    """One site of a term's last call, as :func:`global_log_row` gathers it from every rank."""
+
+    kind: str
+    contrast: str | None  # None where the parts name only kinds (the margin term's ``site_kinds``)
+    active: bool  # counted in the term's means (the penalty's ``site_active``; a margin site is scored or absent)
+    values: tuple[float, ...]  # the term's :data:`PER_SITE_PARTS`, in that order
+
+
+def site_records(model: LeakAwareCFM, name: str) -> list[SiteRecord]:
+    """The :class:`SiteRecord` of each site of term ``name``'s last call; [] when it has none, or its parts lack a
+    per-site field or hold one value per site not given (a custom penalty: its means are averaged over the ranks)."""
+    parts = getattr(model, f"last_{name}_parts", None)
+    fields = PER_SITE_PARTS[name]
+    if parts is None or not all(hasattr(parts, f) for f in fields):
         return []
-    flat = [s for item in sites for s in item]
-    return [(s.kind, s.contrast, float(p)) for s, p in zip(flat, probs.detach().float().cpu().tolist())]
+    columns = [getattr(parts, f).detach().float().cpu().tolist() for f in fields]
+    if hasattr(parts, "site_kinds"):
+        labels = [(kind, None) for kind in parts.site_kinds]
+    else:
+        labels = [(s.kind, s.contrast) for item in getattr(model, f"last_{name}_sites") or [] for s in item]
+    active = getattr(parts, "site_active", None)
+    active = [True] * len(labels) if active is None else [bool(a) for a in active.detach().cpu().tolist()]
+    if not len(labels) == len(active) == len(columns[0]):  # parts not in the order of the sites: no site statistics
+        return []  # (never raise here: the other ranks would wait in the gather for good)
+    return [SiteRecord(kind, contrast, a, tuple(c[j] for c in columns))
+            for j, ((kind, contrast), a) in enumerate(zip(labels, active))]
 
 
-def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, float]:
-    """:func:`leak_log_row` over all ranks (a collective: every rank calls it at the same step).
+def _global_site_stats(name: str, records: list[SiteRecord], keys: set[str]) -> dict[str, float]:
+    """Term ``name``'s site statistics over the records of all ranks, as one process would log them for the whole
+    batch: per-kind / per-contrast means over the active sites (0.0 for one logged with no active site anywhere, the
+    penalty's own convention), each per-site part's mean over all sites, the share of them active."""
+    active = [r for r in records if r.active]
+    if not active:  # nothing measured anywhere: the ranks' own rows (0.0, or NaN where every item was non-finite)
+        return {}
+    out = {k: 0.0 for k in keys if k.startswith((f"{name}/per_kind/", f"{name}/per_contrast/"))}
+    for field, label in (("per_kind", "kind"), ("per_contrast", "contrast")):
+        groups: dict[str, list[float]] = {}
+        for r in active:
+            if getattr(r, label) is not None:
+                groups.setdefault(getattr(r, label), []).append(r.values[0])
+        out |= {f"{name}/{field}/{k}": sum(v) / len(v) for k, v in groups.items()}
+    for j, field in enumerate(PER_SITE_PARTS[name]):
+        if f"{name}/{field}" in keys:
+            out[f"{name}/{field}"] = sum(r.values[j] for r in records) / len(records)
+    if f"{name}/site_active" in keys:
+        out[f"{name}/site_active"] = len(active) / len(records)
+    return out
 
-    Site statistics (``leak/per_kind/*``, ``leak/per_contrast/*``, ``leak/site_probs``) are recomputed over the
-    sites of all ranks; every other number is averaged over the ranks that have it.
-    """
-    import torch.distributed as dist
 
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (row, _site_records(model)))
-    rows = [r for r, _ in gathered]
-    records = [rec for _, recs in gathered for rec in recs]
+#: parts that count sites or items: summed over the ranks, not averaged
+_COUNT_PARTS = ("active_sites", "nonfinite_items", "quiet_items")
+
+
+def merge_rank_rows(gathered: Sequence[tuple[dict[str, float], dict[str, list[SiteRecord]]]]) -> dict[str, float]:
+    """One row from each rank's ``(leak_log_row, {term: site_records})``: the global batch's site statistics
+    (:func:`_global_site_stats`) and counts (summed); every other number averaged over the ranks that have it finite
+    (the losses: what DDP optimises; each term's penalty is already the global batch's; per-item bookkeeping such as
+    ``*/frame_counts``, a mean per rank)."""
+    rows = [row for row, _ in gathered]
     out: dict[str, float] = {}
     for key in sorted({k for r in rows for k in r}):
         values = [r[key] for r in rows if key in r and math.isfinite(r[key])]
         out[key] = sum(values) / len(values) if values else float("nan")
-    if records:
-        # a kind with no site anywhere keeps the penalty's own convention (0.0)
-        out |= {k: 0.0 for k in out if k.startswith(("leak/per_kind/", "leak/per_contrast/"))}
-        for field, pick in (("per_kind", 0), ("per_contrast", 1)):
-            groups: dict[str, list[float]] = {}
-            for rec in records:
-                groups.setdefault(rec[pick], []).append(rec[2])
-            out |= {f"leak/{field}/{k}": sum(v) / len(v) for k, v in groups.items()}
-        if "leak/site_probs" in out:
-            out["leak/site_probs"] = sum(r[2] for r in records) / len(records)
-        if "leak/active_sites" in out:
-            out["leak/active_sites"] = float(sum(r.get("leak/active_sites", 0.0) for r in rows))
-    for name in AUXILIARY_TERMS[1:]:  # the other terms' site means are averaged over the ranks, their counts summed
-        if f"{name}/active_sites" in out:
-            out[f"{name}/active_sites"] = float(sum(r.get(f"{name}/active_sites", 0.0) for r in rows))
+    for name in AUXILIARY_TERMS:
+        out |= _global_site_stats(name, [rec for _, recs in gathered for rec in recs.get(name, [])], set(out))
+        for count in _COUNT_PARTS:
+            if f"{name}/{count}" in out:
+                out[f"{name}/{count}"] = float(sum(r.get(f"{name}/{count}", 0.0) for r in rows))
     return out
+
+
+def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, float]:
+    """:func:`leak_log_row` over all ranks (a collective: every rank calls it at the same step), merged by
+    :func:`merge_rank_rows`."""
+    import torch.distributed as dist
+
+    records = {name: site_records(model, name) for name in AUXILIARY_TERMS}
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (row, records))
+    return merge_rank_rows(gathered)
 
 
 class LeakCurveLogger:
@@ -1106,8 +1153,9 @@ class LeakCurveLogger:
     ``log_fn(row, step)`` (e.g. ``accelerator.log`` -> W&B) when given. Only training-mode calls count.
 
     Many processes: register it on every rank (the log steps are the same on all, by call count); each row is
-    then the global batch's: per-kind / per-contrast / per-site means over the sites of all ranks, losses
-    averaged over ranks (what DDP optimises); only ``is_main`` writes and probes.
+    then the global batch's (:func:`merge_rank_rows`): each term's per-kind / per-contrast / per-site means over the
+    sites of all ranks, its counts summed, losses averaged over ranks (what DDP optimises); only ``is_main`` writes and
+    probes.
 
     ``stop_on_nonfinite``: a forward whose loss is NaN/Inf (on any rank) is logged whatever ``every`` says, then
     :class:`TrainingDivergedError` is raised, before its backward pass reaches the weights.
@@ -1550,6 +1598,9 @@ __all__ = [
     "penalty_comparison",
     "read_leak_curve",
     "leak_log_row",
+    "merge_rank_rows",
+    "site_records",
+    "SiteRecord",
     "load_indicf5_checkpoint",
     "load_state",
     "sites_in_span",

@@ -61,6 +61,7 @@ class MarginParts(NamedTuple):
     penalty: Tensor  # scalar: mean hinge over the scored sites
     per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites (kinds scored only)
     site_margins: Tensor  # [n] each scored site's margin, mean over its crops (flattened over items)
+    site_hinges: Tensor  # [n] each scored site's hinge, mean over its crops: what ``penalty`` and ``per_kind`` average
     site_kinds: tuple[str, ...]  # [n]
     active_sites: int  # sites scored (the loss is their mean)
     item_status: tuple[MarginStatus, ...]  # [b]
@@ -198,12 +199,13 @@ class PathMarginPenalty(nn.Module):
         quiet, nonfinite = int((scale < 1).sum()), sum(bad[i] or status[i] == "not_finite" for i in range(b))
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
-            return (clean * 0.0).sum(), MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet)
+            parts = MarginParts(zero.detach(), {}, empty, empty, (), 0, tuple(status), nonfinite, quiet)
+            return (clean * 0.0).sum(), parts
         stacked = torch.stack(margins)  # [n, c]
         active = torch.ones(stacked.shape[0], dtype=torch.bool, device=stacked.device)
         loss, per_site = site_margin_loss(stacked, active, self.tau)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
-        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), len(kinds),
-                            tuple(status), nonfinite, quiet)
+        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), per_site.detach(), tuple(kinds),
+                            len(kinds), tuple(status), nonfinite, quiet)
         return loss, parts

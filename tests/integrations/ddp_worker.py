@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from integrations.f5_tts import LeakCurveLogger, read_leak_curve, tiny_f5
+from integrations.f5_tts import LeakCurveLogger, _term_row, read_leak_curve, tiny_f5
 from leakloss.heads import RawConvHead
 from leakloss.penalty import LeakPenalty
 from leakloss.timing import TimedSite
@@ -126,12 +126,9 @@ def main(out: Path, term: str = "leak") -> None:
     ref_grads = {k: p.grad for k, p in ref.named_parameters() if p.grad is not None}
     grad_diff = max(float((grads[k] - ref_grads[k]).abs().max()) for k in ref_grads)  # DDP grads: rank mean
     grad_scale = max(float(g.abs().max()) for g in ref_grads.values())
-    if term == "margin":  # its per-kind means are averaged over the ranks (global_log_row): penalty and count only
-        reference_curve = {"margin/penalty": float(parts.penalty), "margin/active_sites": float(parts.active_sites)}
-    else:
-        reference_curve = {"leak/penalty": float(parts.penalty)}
-        reference_curve |= {f"leak/per_contrast/{c}": float(v) for c, v in parts.per_contrast.items()}
-        reference_curve |= {f"leak/per_kind/{k}": float(v) for k, v in parts.per_kind.items()}
+    # what one process logs for the whole batch: every site statistic and count (per-item bookkeeping aside)
+    reference_curve = {k: v for k, v in _term_row(term, 0.0, None, parts).items()
+                       if not k.endswith(("/weight", "/frame_counts"))}
     curve = {name: read_leak_curve(csv, name)[-1][1] for name in reference_curve}
     result = dict(loss_ddp=float(reduced) / world, loss_ref=float(ref_total), grad_max_abs_diff=grad_diff,
                   grad_max_abs=grad_scale, frozen=frozen, replicated=replicated, curve=curve,

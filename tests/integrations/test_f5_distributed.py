@@ -39,7 +39,6 @@ def test_two_gloo_processes_match_the_single_process_global_batch(tmp_path, term
     assert abs(result["loss_ddp"] - result["loss_ref"]) < 1e-5
     assert result["grad_max_abs_diff"] < 1e-5 * max(1.0, result["grad_max_abs"])
     assert result["curve"].keys() == result["reference_curve"].keys()
-    for name, value in result["reference_curve"].items():
-        assert abs(result["curve"][name] - value) < 1e-5 * max(1.0, abs(value)), name
-        if name.endswith("/penalty"):  # the global batch's penalty, not the mean of the ranks' own (4 and 2 sites)
-            assert result["curve"][name] == pytest.approx(value, rel=1e-5), name
+    for name, value in result["reference_curve"].items():  # relative: the margin stand-in's values are ~4e-4
+        # the global batch's penalty and site means, not the mean of the ranks' own (4 and 2 sites)
+        assert result["curve"][name] == pytest.approx(value, rel=1e-5, abs=1e-9), name

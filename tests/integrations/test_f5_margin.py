@@ -17,6 +17,7 @@ from integrations.f5_tts import leak_log_row, plan_in_span, tiny_f5  # noqa: E40
 from tests.integrations.test_f5_paired import _batch, _model  # noqa: E402  (the same tiny F5 and batch)
 from leakloss.acoustic.features import SiteSpec  # noqa: E402
 from leakloss.margin_penalty import MarginParts, MarginPlan, PathMarginPenalty  # noqa: E402
+from leakloss.schema import KINDS  # noqa: E402
 from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
 
 HOP = 320  # the stand-in recognizer's samples per frame (50 frames/s at 16 kHz)
@@ -28,7 +29,7 @@ def m2w() -> MelToWave:
 
 
 def _spec(index: int, first: int, last: int) -> SiteSpec:
-    return SiteSpec((0, index), "deletion", 1, (), (), frozenset(), ((first, last),))
+    return SiteSpec((0, index), KINDS[index % 2], 1, (), (), frozenset(), ((first, last),))
 
 
 class _StandInRecognizer:
@@ -36,8 +37,8 @@ class _StandInRecognizer:
 
 
 class RecordingMargin(torch.nn.Module):
-    """Stand-in obeying the margin contract: plans one spec per crop given, the loss is the mean square of the
-    samples inside each planned crop."""
+    """Stand-in obeying the margin contract: plans one spec per crop given (kinds alternating), each site's value
+    (margin and hinge alike) is the mean square of the samples inside its crop, the loss their mean."""
 
     def __init__(self, crops=((2, 8), (18, 24)), status: str = "ok") -> None:
         super().__init__()
@@ -55,12 +56,14 @@ class RecordingMargin(torch.nn.Module):
     def forward(self, waves=None, texts=None, wave_lengths=None, plans=None):
         self.calls.append(dict(waves=waves, wave_lengths=wave_lengths, plans=plans,
                                autocast=torch.is_autocast_enabled(waves.device.type)))
-        values = [waves[i, a * HOP: b * HOP].pow(2).mean() for i, plan in enumerate(plans)
-                  for a, b in (spec.crops[0] for spec in plan.specs)]
+        specs = [(i, spec) for i, plan in enumerate(plans) for spec in plan.specs]
+        values = [waves[i, spec.crops[0][0] * HOP: spec.crops[0][1] * HOP].pow(2).mean() for i, spec in specs]
         loss = torch.stack(values).mean() if values else waves.sum() * 0.0
         margins = torch.stack(values).detach() if values else torch.zeros(0)
-        return loss, MarginParts(loss.detach(), {"deletion": loss.detach()}, margins, ("deletion",) * len(values),
-                                 len(values), tuple(p.status for p in plans), 0, 0)
+        kinds = tuple(spec.kind for _, spec in specs)
+        per_kind = {k: margins[[j for j, kind in enumerate(kinds) if kind == k]].mean() for k in KINDS if k in kinds}
+        return loss, MarginParts(loss.detach(), per_kind, margins, margins, kinds, len(values),
+                                 tuple(p.status for p in plans), 0, 0)
 
 
 def _run(model, seed: int = 0, mel: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
