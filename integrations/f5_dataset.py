@@ -19,7 +19,7 @@ import os
 import sys
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
-from leakloss.site_placement import SITE_CACHE_VERSION, placement_id, site_key
+from leakloss.site_placement import (PLACED_OR_NOTHING_TO_PLACE, SITE_CACHE_VERSION, SitePlacement,
+                                     placement_id, site_key)
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
@@ -333,14 +334,15 @@ def cache_lookup(cache: SiteCache):
 # placement: a Lightning predict loop
 
 
-def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> list[TimedSite]:
-    """:func:`leakloss.site_placement.place_sites` after the recognizer: ``log_probs [f, v]`` of one utterance -> sites."""
+def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> SitePlacement:
+    """:func:`leakloss.site_placement.locate_sites` after the recognizer: ``log_probs [f, v]`` of one utterance ->
+    its sites, or the status that says why there are none."""
     from leakloss.site_placement import place_on_log_probs
 
     words = [w for w in finder(text) if w.skipped is None]
     if not any(w.testable_sites for w in words):
-        return []
-    return place_on_log_probs(log_probs, n_frames, words, recognizer).sites
+        return SitePlacement([], "no_testable_site")
+    return place_on_log_probs(log_probs, n_frames, words, recognizer)
 
 
 class _PlacementItems(Dataset):
@@ -396,9 +398,10 @@ class SitePlacer(L.LightningModule):
             if item["key"] not in by_key:
                 continue
             lp, n = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
-            sites = sites_from_log_probs(lp, n, item["text"], self.recognizer, self.finder)
-            rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in sites],
-                         "audio_path": item["audio_path"], "text": item["text"], "recognizer": self.recognizer.name})
+            placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder)
+            rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in placed.sites],
+                         "status": placed.status, "audio_path": item["audio_path"], "text": item["text"],
+                         "recognizer": self.recognizer.name})
         return rows
 
 
@@ -476,6 +479,7 @@ class PlacementSummary:
     with_sites: int  # items of the folder with at least one site
     sites: int  # sites over the folder
     per_kind: dict[str, int]
+    not_placed: dict[str, int] = field(default_factory=dict)  # items whose placement failed, by status (no sites)
 
 
 def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size: int = 8,
@@ -515,6 +519,7 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
     cache = SiteCache(cache_path)
     with_sites = sites = found = 0
     per_kind: dict[str, int] = {}
+    not_placed: dict[str, int] = {}
     outside: list[str] = []  # cached sites that lie outside their clip: not counted, never trained on
     for i in range(len(prepared)):
         wave, rate = load_audio(prepared.audio_path(i))
@@ -523,7 +528,10 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
         if key not in cache:
             continue
         found += 1
-        cached = cache.sites(key)
+        row = cache.row(key)
+        cached = [TimedSite(**d) for d in row["sites"]]
+        if row.get("status") not in (None, *PLACED_OR_NOTHING_TO_PLACE):  # None: a row written before 2026-12-07
+            not_placed[row["status"]] = not_placed.get(row["status"], 0) + 1
         duration = wave16.numel() / SAMPLE_RATE
         item_sites = sites_within(cached, duration)
         outside += [f"{Path(prepared.audio_path(i)).name} ({s.start:g}-{s.end:g} s of {duration:.2f} s)"
@@ -536,7 +544,12 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
         print(f"warning: {cache_path}: {len(outside)} cached site(s) lie outside their clip and are ignored: "
               f"{', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''} (delete the file to place the sites "
               "again)", file=sys.stderr)
-    return PlacementSummary(cache_path, len(prepared), placed, found - placed, with_sites, sites, per_kind)
+    if not_placed:  # never silently: these items train without the penalty
+        counts = ", ".join(f"{status}: {n}" for status, n in sorted(not_placed.items()))
+        print(f"warning: {sum(not_placed.values())} of {len(prepared)} items could not be placed and get no sites "
+              f"({counts}); they train without the leak penalty", file=sys.stderr)
+    return PlacementSummary(cache_path, len(prepared), placed, found - placed, with_sites, sites, per_kind,
+                            not_placed)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -593,5 +606,5 @@ __all__ = [
     "SITE_END_SLACK_S",
     "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
     "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
-    "sites_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
+    "placement_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
 ]

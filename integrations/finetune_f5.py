@@ -555,7 +555,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                   resumed_from_update=f5_run.start_update, budget_reached=f5_run.budget_reached,
                                   items=summary.items,
                                   items_trainable=trainable_count(prepared, max_frames=_frame_budget(cfg)),
-                                  items_with_sites=summary.with_sites, sites=summary.sites,
+                                  items_with_sites=summary.with_sites, items_not_placed=summary.not_placed,
+                                  sites=summary.sites,
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
                                   mixed_precision=f5_run.mixed_precision,
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)

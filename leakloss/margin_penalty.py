@@ -34,10 +34,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from leakloss.acoustic.features import EvidenceExtractor, SiteSpec, evidence_from_log_probs
+from leakloss.acoustic.features import SILENCE_PEAK, EvidenceExtractor, SiteSpec, evidence_from_log_probs
 from leakloss.functional.leak import mask_nonfinite_items, peak_limited, quiet_gradient_scale, scale_gradient
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
-from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths
+from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import KINDS, MarginStatus
 
 #: The recognizer the term hears with unless told otherwise: wb, the signal's (multilingual Whisper base + CTC head).
@@ -75,10 +75,12 @@ class PathMarginPenalty(nn.Module):
 
     def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None, quiet_rms: float = QUIET_RMS
                  ) -> None:
+        from leakloss.checks import check_number
+
         super().__init__()
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau!r}")
-        self.recognizer, self.tau, self.quiet_rms = recognizer, float(tau), float(quiet_rms)
+        tau = check_number(tau, "tau must be a finite number > 0 (nats per frame)", low=0.0, low_inclusive=False)
+        quiet_rms = check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
+        self.recognizer, self.tau, self.quiet_rms = recognizer, tau, quiet_rms
         self._finder = finder
         self.recognizer.requires_grad_(False)
         self.recognizer.eval()
@@ -114,15 +116,18 @@ class PathMarginPenalty(nn.Module):
             return MarginPlan((), "no_testable_site", "the text has no testable contrast site")
         return words
 
-    def _unscorable(self, words: list | MarginPlan | None, finite: bool, samples: int) -> MarginPlan | None:
-        """Why an item cannot be scored before the recognizer hears it (the same checks in the same order for
-        :meth:`plan` and :meth:`forward`; ``words`` None: a plan was given), or None."""
+    def _unscorable(self, words: list | MarginPlan | None, wave: Tensor) -> MarginPlan | None:
+        """Why an item (its valid samples ``wave [t]``) cannot be scored before the recognizer hears it (the same
+        checks in the same order for :meth:`plan` and :meth:`forward`, with or without a plan: ``words`` None),
+        or None."""
         if isinstance(words, MarginPlan):
             return words
-        if not finite:
+        if not bool(torch.isfinite(wave).all()):
             return MarginPlan((), "not_finite", "NaN or Inf samples")
-        if int(self.recognizer.frame_lengths(torch.tensor([samples]))[0]) < 1:
+        if int(self.recognizer.frame_lengths(torch.tensor([wave.shape[-1]]))[0]) < 1:
             return MarginPlan((), "too_short", "shorter than one recognizer frame")
+        if float(wave.detach().abs().max()) < SILENCE_PEAK:  # a plan made on other audio must not score silence
+            return MarginPlan((), "silent", f"audio is silent (peak below {SILENCE_PEAK:g})")
         return None
 
     def _plan_on(self, wave: Tensor, words: list, recognized: tuple[Tensor, Tensor]) -> MarginPlan:
@@ -138,8 +143,9 @@ class PathMarginPenalty(nn.Module):
     def plan(self, wave: Tensor, text: str) -> MarginPlan:
         """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
         text's Nepali phones, without gradient), or the status that says why there are none."""
+        check_wave(wave, "wave")
         words = self._words(text)
-        problem = self._unscorable(words, bool(torch.isfinite(wave).all()), wave.shape[-1])
+        problem = self._unscorable(words, wave)
         if problem is not None:
             return problem
         audio = peak_limited(wave.detach()).float()
@@ -174,7 +180,7 @@ class PathMarginPenalty(nn.Module):
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
-            problem = self._unscorable(words, not bad[i], n)
+            problem = self._unscorable(words, waves[i, :n] if bad[i] else clean[i, :n])
             if problem is None and plans is not None and plans[i].status != "ok":
                 problem = plans[i]  # the recognizer is not run for an item its plan cannot score
             if problem is not None:
@@ -196,7 +202,8 @@ class PathMarginPenalty(nn.Module):
                 kinds.append(spec.kind)
             status.append("ok")
         # a plan made on non-finite audio (e.g. a ground truth that could not be vocoded) counts as non-finite too
-        quiet, nonfinite = int((scale < 1).sum()), sum(bad[i] or status[i] == "not_finite" for i in range(b))
+        nonfinite = sum(bad[i] or status[i] == "not_finite" for i in range(b))
+        quiet = sum(float(scale[i]) < 1 and not bad[i] for i in range(b))  # a masked item reads as silence: not quiet
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
             parts = MarginParts(zero.detach(), {}, empty, empty, (), 0, tuple(status), nonfinite, quiet)

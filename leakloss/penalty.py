@@ -514,6 +514,17 @@ def check_site_lists(sites: object, b: int) -> None:
                 raise PenaltyInputError(f"sites[{i}] holds a {type(site).__name__}, not a TimedSite{hint}")
 
 
+def check_wave(wave: object, name: str) -> None:
+    """``wave`` must be one reading: a 1-D float tensor ``[samples]``, else PenaltyInputError (checked before its
+    text, so a wrong shape is an error whatever the text says)."""
+    if not isinstance(wave, Tensor):
+        raise PenaltyInputError(f"{name} must be a tensor [samples], got {type(wave).__name__} (torch.as_tensor(array))")
+    if wave.dim() != 1:
+        raise PenaltyInputError(f"{name} must be one wave [samples], got shape {tuple(wave.shape)}")
+    if not wave.is_floating_point():
+        raise PenaltyInputError(f"{name} must be real float samples, got dtype {wave.dtype} (int16 PCM: divide by 32768)")
+
+
 def check_lengths(lengths: Tensor, b: int, t: int, name: str, device: torch.device) -> Tensor:
     """``lengths [b]`` whole numbers in ``[0, t]`` -> long on ``device`` (that of the data), else PenaltyInputError."""
     try:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from leakloss.functional.leak import peak_limited
-from leakloss.penalty import LeakPenalty, PenaltyInputError, check_lengths
+from leakloss.penalty import LeakPenalty, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import JUDGED_REWARD_STATUSES, REWARD_STATUSES, RewardStatus
 from leakloss.site_placement import locate_sites
 
@@ -67,12 +67,7 @@ def _readings(waveforms: Sequence[Tensor] | Tensor, wave_lengths) -> Sequence[Te
                                 f"got {type(waveforms).__name__}")
     else:
         for i, wave in enumerate(waveforms):
-            if not isinstance(wave, Tensor):
-                raise PenaltyInputError(f"waveforms[{i}] must be a tensor [samples], got {type(wave).__name__} "
-                                        "(torch.as_tensor(array))")
-            if not wave.is_floating_point():
-                raise PenaltyInputError(f"waveforms[{i}] must be real float samples, got dtype {wave.dtype} "
-                                        "(int16 PCM: divide by 32768)")
+            check_wave(wave, f"waveforms[{i}]")
     return waveforms
 
 
@@ -138,9 +133,7 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     expected = [p for w in words for p in w.nepali]
     if not expected:
         return RewardResult(WORST_REWARD, "no_word", reason=no_word_reason(all_words))
-    if wave.dim() != 1:
-        raise PenaltyInputError(f"leak_reward takes waves [samples], got shape {tuple(wave.shape)}")
-    if not bool(torch.isfinite(wave).all()):
+    if not bool(torch.isfinite(wave).all()):  # its type and shape: checked for every reading by _readings
         return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")

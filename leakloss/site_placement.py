@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from leakloss.functional.leak import peak_limited
-from leakloss.penalty import PenaltyInputError
+from leakloss.penalty import check_wave
 from leakloss.schema import PlacementStatus
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
@@ -34,16 +34,17 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     """:func:`place_sites` with the reason when there are none. ``wave [t]`` 16 kHz.
 
     Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
-    an exception; a text the finder rejects raises its :class:`leakloss.text.normalize.TextError`.
+    an exception; a wave that is not one float ``[samples]`` tensor raises
+    :class:`leakloss.penalty.PenaltyInputError`, whatever the text; a text the finder rejects raises its
+    :class:`leakloss.text.normalize.TextError`.
     """
     from leakloss.text.sites import SiteFinder
 
+    check_wave(wave, "wave")
     if words is None:
         words = [w for w in (finder or SiteFinder())(text) if w.skipped is None]
     if not any(w.testable_sites for w in words):
         return SitePlacement([], "no_testable_site")
-    if wave.dim() != 1:
-        raise PenaltyInputError(f"place_sites takes one wave [samples], got shape {tuple(wave.shape)}")
     if not bool(torch.isfinite(wave).all()):
         return SitePlacement([], "not_finite")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
@@ -88,6 +89,8 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
 
 
 SITE_CACHE_VERSION = 3  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes
+#: placement statuses that are not failures (a cache row's ``status``: rows written before 2026-12-07 have none)
+PLACED_OR_NOTHING_TO_PLACE = ("placed", "no_testable_site")
 
 
 def placement_id(recognizer, finder) -> str:
@@ -114,8 +117,9 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
     aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
     contribute zero to the penalty), and a warning counts them by status (``alignment_failed``, ``too_short``,
-    ``not_finite``; texts without a testable site are not failures). The file is rewritten atomically when
-    anything new was placed.
+    ``not_finite``; texts without a testable site are not failures), placed now or read from the cache (each row
+    keeps its status; rows written before 2026-12-07 have none and are not counted: delete the file to recount).
+    The file is rewritten atomically when anything new was placed.
     """
     import json
 
@@ -123,14 +127,14 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
 
     finder = finder or SiteFinder()
     cache = Path(cache) if cache is not None else None
-    known: dict[str, list[TimedSite]] = {}
+    known: dict[str, tuple[list[TimedSite], str | None]] = {}  # key -> (sites, placement status if recorded)
     if cache is not None and cache.exists():
         unreadable = 0
         for line in text_lines(cache.read_bytes().decode("utf-8", errors="replace")):
             try:
                 row = json.loads(line)
                 if row.get("version") == SITE_CACHE_VERSION:
-                    known[str(row["key"])] = [TimedSite(**d) for d in row["sites"]]
+                    known[str(row["key"])] = ([TimedSite(**d) for d in row["sites"]], row.get("status"))
             except (ValueError, TypeError, KeyError, AttributeError):
                 unreadable += 1
         if unreadable:  # a cache can be rebuilt: say so and place those items again
@@ -144,11 +148,12 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
         key = site_key(wave, text, placement)
         if key not in known:
             placed = locate_sites(wave, text, recognizer, finder)
-            if placed.status not in ("placed", "no_testable_site"):
-                failed[placed.status] = failed.get(placed.status, 0) + 1
-            known[key] = list(placed.sites)
+            known[key] = (list(placed.sites), placed.status)
             added += 1
-        out.append(list(known[key]))
+        sites, status = known[key]
+        if status is not None and status not in PLACED_OR_NOTHING_TO_PLACE:  # counted when reused too
+            failed[status] = failed.get(status, 0) + 1
+        out.append(list(sites))
     if failed:  # never silently: these items train without the penalty
         import warnings
 
@@ -159,7 +164,7 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
         from leakloss.atomic import write_text_atomic
 
         cache.parent.mkdir(parents=True, exist_ok=True)
-        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v]}
-                for k, v in known.items())
+        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v],
+                 **({"status": status} if status is not None else {})} for k, (v, status) in known.items())
         write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return out

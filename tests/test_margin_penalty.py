@@ -171,3 +171,42 @@ def test_plans_that_cannot_score_never_reach_the_recognizer_and_nonfinite_is_cou
     assert len(calls) == 1 and parts.item_status == ("ok", "not_finite", "alignment_failed")
     assert parts.nonfinite_items == 1 and parts.active_sites == 1 and math.isfinite(float(loss))
     assert torch.isfinite(grad).all() and bool((grad[1:] == 0).all())
+
+
+def test_a_plan_made_on_speech_does_not_score_silence_or_near_silence(term, readings):
+    # the plans path skipped the silence check: a silent x1_hat under its ground truth's plan was "ok", with a
+    # margin 15x a real item's that diluted the real items' gradient
+    h = readings["hindi"]
+    plan = term.plan(h, TEXT)
+    alone, _, grad_alone = run(term, h[None], None, plans=[plan])
+    for quiet in (torch.zeros_like(h), torch.randn(h.shape, generator=torch.Generator().manual_seed(0)) * 1e-5):
+        loss, parts, grad = run(term, torch.stack([h, quiet]), None, plans=[plan, plan])
+        assert parts.item_status == ("ok", "silent") and parts.active_sites == len(plan.specs)
+        assert math.isclose(float(loss), float(alone), rel_tol=1e-5)
+        assert float(grad[1].abs().max()) == 0.0
+        torch.testing.assert_close(grad[0], grad_alone[0], rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("kwargs", [{"tau": float("inf")}, {"tau": float("nan")}, {"tau": -1.0},
+                                    {"quiet_rms": 0.0}, {"quiet_rms": float("nan")}, {"quiet_rms": -0.01}])
+def test_settings_that_would_give_a_nan_or_reversed_gradient_are_refused(term, kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        PathMarginPenalty(term.recognizer, **kwargs)
+
+
+def test_a_masked_item_counts_as_non_finite_not_as_quiet(term, readings):
+    h = readings["hindi"]
+    waves = torch.stack([h, h.clone()])
+    waves[1, 5] = float("nan")
+    _, parts, _ = run(term, waves, [TEXT, TEXT])
+    assert parts.nonfinite_items == 1 and parts.quiet_items == 0
+
+
+@pytest.mark.parametrize("wave,match", [
+    (lambda h: h[None], r"one wave \[samples\], got shape \(1, "),
+    (lambda h: h.numpy(), "must be a tensor"),
+    (lambda h: (h * 32767).short(), "real float samples"),
+])
+def test_plan_refuses_what_is_not_one_float_wave(term, readings, wave, match):
+    with pytest.raises(PenaltyInputError, match=match):
+        term.plan(wave(readings["hindi"]), TEXT)

@@ -240,6 +240,10 @@ def test_items_that_cannot_be_placed_are_counted_in_a_warning(tmp_path, monkeypa
     items = [(torch.full((1600,), float(i)), text) for i, text in enumerate(statuses)]
     with pytest.warns(UserWarning, match=r"3 of 4 items could not be placed .*alignment_failed: 2, too_short: 1"):
         assert place_dataset_sites(items, rec, tmp_path / "sites.jsonl") == [[], [], [], []]
+    # reused from the cache, the failures are said again (they were dropped silently from the second run on)
+    monkeypatch.setattr(placement_module, "locate_sites", None)  # nothing is placed again
+    with pytest.warns(UserWarning, match=r"3 of 4 items could not be placed .*alignment_failed: 2, too_short: 1"):
+        assert place_dataset_sites(items, rec, tmp_path / "sites.jsonl") == [[], [], [], []]
 
 
 # --- bad input never poisons the batch (issue 14.2-14.5) ----------------------------------------------------------
@@ -558,6 +562,22 @@ def test_place_sites_on_unreadable_audio_is_an_empty_placement_not_an_indexerror
     # 6 ms: under one frame of a wav2vec2 recognizer; one 20 ms frame of a Whisper one, too few for the phones
     assert locate_sites(torch.zeros(100), TEXT, rec).status in ("too_short", "alignment_failed")
     assert locate_sites(torch.zeros(16000), "घर", rec).status == "no_testable_site"
+
+
+@pytest.mark.parametrize("wave,match", [
+    (torch.zeros(2, 16000), r"one wave \[samples\], got shape \(2, 16000\)"),
+    (torch.zeros(16000).numpy(), "must be a tensor"),
+    (torch.zeros(16000, dtype=torch.int16), "real float samples"),
+])
+@pytest.mark.parametrize("text", [TEXT, "घर", "hello"])
+def test_a_wave_that_is_not_one_float_reading_is_refused_whatever_the_text(embedded_penalty, wave, match, text):
+    # a stereo wave was an error for a text with sites, a "no_testable_site" placement for one without
+    from leakloss.penalty import PenaltyInputError, leak_reward_details, locate_sites
+
+    with pytest.raises(PenaltyInputError, match=match):
+        locate_sites(wave, text, embedded_penalty.recognizer)
+    with pytest.raises(PenaltyInputError, match=match):
+        leak_reward_details([wave], [text], embedded_penalty)
 
 
 def test_reward_is_worst_for_what_cannot_be_judged(embedded_penalty, readings):

@@ -325,11 +325,15 @@ def frame_energies(wave: Tensor, samples_per_frame: int, n_frames: int) -> Tenso
     return reduce(x.pow(2), "(g k) -> g", "mean", k=samples_per_frame)
 
 
+#: audio whose peak is below this is silent: nothing to hear, not scored (status ``silent``)
+SILENCE_PEAK = 1e-4
+
+
 class EvidenceExtractor:
     """One recognizer pass per utterance, forced alignment if not given, then every site's evidence
     (:meth:`extract`), or only where the sites are (:meth:`locate`: no CTC lattice per site and path)."""
 
-    def __init__(self, recognizer, *, min_fit: float = DEFAULT_MIN_FIT, silence_peak: float = 1e-4) -> None:
+    def __init__(self, recognizer, *, min_fit: float = DEFAULT_MIN_FIT, silence_peak: float = SILENCE_PEAK) -> None:
         self.recognizer = recognizer
         self.min_fit = min_fit
         self.silence_peak = silence_peak

@@ -73,7 +73,8 @@ def test_batched_predict_loop_matches_place_dataset_sites_and_shares_its_format(
     assert summary.sites > 0 and summary.with_sites > 0
     rows = [json.loads(line) for line in (data / SITES_FILE).read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 20 and all(r["version"] == SITE_CACHE_VERSION for r in rows)
-    assert {"audio_path", "text", "recognizer", "key", "sites"} <= set(rows[0])
+    assert {"audio_path", "text", "recognizer", "key", "sites", "status"} <= set(rows[0])
+    assert all((r["status"] == "placed") == bool(r["sites"]) for r in rows)
 
     p, items = _items(data)
     reference = place_dataset_sites(items, rec_a)  # one utterance at a time, no cache
@@ -197,3 +198,23 @@ def test_cached_sites_outside_their_clip_are_ignored_and_named(data, capsys):
         in capsys.readouterr().err
     item = PreparedF5Dataset(prepared, placement, MEL_SPEC_KWARGS)[0]  # the training lookup leaves it out too
     assert [s.start for s in cache_lookup(SiteCache(data / SITES_FILE))(item["text"])] == [0.1]
+
+
+def test_items_that_could_not_be_placed_are_counted_and_said(data, capsys):
+    # the predict loop stored a failed alignment as [] sites: the summary counted it as an item without sites
+    from integrations.f5_dataset import summarize
+
+    prepared = open_prepared(data)
+    placement = "test-placement"
+    rows = []
+    for i, status in enumerate(["alignment_failed", "placed", "no_testable_site", "too_short", None]):
+        wave, rate = load_audio(prepared.audio_path(i))
+        site = {"start": 0.1, "end": 0.2, "kind": "deletion", "contrast": "ʌ->∅", "word": "w"}
+        row = {"version": SITE_CACHE_VERSION, "key": site_key(to_16k(wave, rate), prepared.text(i), placement),
+               "sites": [site] if status == "placed" else []}
+        rows.append(json.dumps(row | ({"status": status} if status else {})))  # None: a row written before the field
+    (data / SITES_FILE).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    summary = summarize(prepared, data / SITES_FILE, placement)
+    assert summary.not_placed == {"alignment_failed": 1, "too_short": 1} and summary.with_sites == 1
+    assert (f"warning: 2 of {len(prepared)} items could not be placed and get no sites (alignment_failed: 1, "
+            "too_short: 1)") in capsys.readouterr().err
