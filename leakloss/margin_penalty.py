@@ -166,6 +166,8 @@ class PathMarginPenalty(nn.Module):
         if plans is None:
             if texts is None or isinstance(texts, str) or len(texts) != b:
                 raise PenaltyInputError(f"give one text per item ({b}), or plans")
+        elif texts is not None:  # the plans would win silently, even for another sentence
+            raise PenaltyInputError("give texts or plans, not both (a plan holds its text's sites)")
         elif len(plans) != b or not all(isinstance(p, MarginPlan) for p in plans):
             raise PenaltyInputError(f"plans must be {b} MarginPlan (PathMarginPenalty.plan), got {plans!r:.200}")
         lengths = check_lengths(wave_lengths, b, t, "wave_lengths", waves.device) if wave_lengths is not None \

@@ -103,6 +103,8 @@ def test_caller_errors_are_typed(term, readings):
         term(h, TEXT)  # a bare string, not a list
     with pytest.raises(PenaltyInputError, match="plans"):
         term(h, None, plans=["not a plan"])
+    with pytest.raises(PenaltyInputError, match="texts or plans, not both"):
+        term(h, [TEXT], plans=[term.plan(h[0], TEXT)])
     with pytest.raises(PenaltyInputError, match="waves"):
         term(h[0], [TEXT])
     with pytest.raises(PenaltyInputError, match="wave_lengths"):
