@@ -166,13 +166,19 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 def foreign_entries(path: str | Path, owned: Sequence[str]) -> list[str]:
-    """The names in folder ``path`` that match none of the ``owned`` patterns (``fnmatch``, e.g. ``*.json``):
-    what replacing the folder with a new output would delete although the output never wrote it."""
+    """The names in folder ``path`` that match none of the ``owned`` patterns (``fnmatch``, e.g. ``*.json``; a
+    pattern ending in ``/`` matches a folder, the others files only): what replacing the folder with a new output
+    would delete although the output never wrote it."""
     p = Path(path)
     if not p.is_dir():
         return []
-    return sorted(e.name for e in p.iterdir()
-                  if e.is_dir() or not any(fnmatch.fnmatchcase(e.name, pattern) for pattern in owned))
+
+    def ours(entry: Path) -> bool:
+        folder = entry.is_dir() and not entry.is_symlink()
+        return any(pattern.endswith("/") == folder and fnmatch.fnmatchcase(entry.name, pattern.rstrip("/"))
+                   for pattern in owned)
+
+    return sorted(e.name for e in p.iterdir() if not ours(e))
 
 
 def replace_problem(path: str | Path, owned: Sequence[str]) -> str | None:

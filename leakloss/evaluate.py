@@ -13,13 +13,17 @@ Layout of ``OUT``: ``manifests/NAME.jsonl`` and ``results/NAME/*.json`` (kept: a
 by :func:`leakloss.atomic.atomic_directory` once every reading is scored: an interrupted run leaves the
 previous report as it was. A reading that cannot be scored for its input (audio missing or unreadable, a text
 with no Devanagari word, an id the test set does not know) is never dropped silently: it is listed by name in
-the returned summary (the terminal) and in the report.
+the returned summary (the terminal) and in the report. A reading is known by its file name without extension, or
+where two readings of one system share that name, by its path in the metadata's folder with ``__`` for each
+separator (``spk1__utt1.wav``); the comparison counts this run's readings only, not every result ``results/NAME/``
+keeps.
 """
 
 from __future__ import annotations
 
 import json
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from leakloss.atomic import write_text_atomic
 METADATA = "metadata.csv"
 AUDIO_SUFFIXES = (".wav", ".flac", ".aiff", ".aif")
 #: What the report folder holds (atomic_directory replaces it only if it holds nothing else).
-REPORT_FILES = ("index.html", "evaluation.json", "comparison", "reports")
+REPORT_FILES = ("index.html", "evaluation.json", "comparison/", "reports/")
 
 
 class EvaluateError(ValueError):
@@ -109,6 +113,15 @@ def _reading_problem(audio: Path, text: str) -> str | None:
     return None if problem is None else problem.replace("field 'text'", "the text")
 
 
+def _path_id(audio: Path, base: Path) -> str:
+    """A reading's id from its path in ``base`` (or its absolute path), the folders joined by ``__``."""
+    try:
+        parts = audio.relative_to(base).parts
+    except ValueError:  # an absolute path in the metadata
+        parts = audio.parts[1:]
+    return "__".join(parts)
+
+
 def _metadata_path(path: Path) -> Path | None:
     if path.is_file():
         return path
@@ -123,6 +136,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     Raises:
         EvaluateError: the path is neither a metadata.csv, a folder with one, nor (with a test set) a folder.
     """
+    from leakloss.batch import _id_problem
     from leakloss.textfile import text_lines
 
     system = SystemReadings(name, path)
@@ -147,10 +161,16 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             text = text.strip()
             sid = by_text.get(unicodedata.normalize("NFC", text), "")
             rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
+        # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
+        # each by its path in the metadata's folder, separators as "__"
+        stems = Counter(audio.stem for _, audio, _, sid in rows if not sid)
+        ids = [sid or (audio.stem if stems[audio.stem] == 1 else _path_id(audio, metadata.parent))
+               for _, audio, _, sid in rows]
     elif path.is_dir() and testset is not None:
         for sid, entry in testset.items():
             audio = next((path / f"{sid}{s}" for s in AUDIO_SUFFIXES if (path / f"{sid}{s}").exists()), path / f"{sid}.wav")
             rows.append((str(audio), audio, entry["text"], sid))
+        ids = [sid for *_, sid in rows]
         known = set(testset)
         for f in sorted(path.iterdir()):
             if f.suffix.lower() in AUDIO_SUFFIXES and f.stem not in known:
@@ -161,12 +181,11 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     else:
         raise EvaluateError(f"system {name!r}: {path} does not exist")
     seen: dict[str, str] = {}
-    for reading, audio, text, sid in rows:
-        problem = _reading_problem(audio, text)
+    for (reading, audio, text, sid), rid in zip(rows, ids, strict=True):
+        problem = _id_problem(rid) or _reading_problem(audio, text)  # an id becomes the result's file name
         if problem is not None:
             system.problems.append({"reading": reading, "reason": problem})
             continue
-        rid = sid or audio.with_suffix("").name
         if rid in seen:
             system.problems.append({"reading": reading, "reason": f"a second reading of id {rid!r} (first: {seen[rid]})"})
             continue
@@ -242,7 +261,7 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         EvaluateInterrupted: Ctrl-C (rerun to resume).
         leakloss.batch.BatchError, model load errors, OSError: as :func:`leakloss.batch.score_batch`.
     """
-    from leakloss.atomic import atomic_directory, output_folder_problem
+    from leakloss.atomic import atomic_directory, output_folder_problem, replace_problem
     from leakloss.audio import load_audio
     from leakloss.batch import BatchInterrupted, score_batch
     from leakloss.eval.compare import compare_results, write_comparison
@@ -254,6 +273,8 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
     out = Path(out)
     if (problem := output_folder_problem(out)) is not None:
         raise EvaluateError(f"--out {problem}")
+    if (problem := replace_problem(out / "report", REPORT_FILES)) is not None:  # before hours of scoring, not after
+        raise EvaluateError(f"--out: {problem}")
     sets = read_testset(testset) if testset is not None else None
     readings = [read_system(name, Path(path), sets) for name, path in systems.items()]
     problems = [{"system": s.name, **p} for s in readings for p in s.problems]
@@ -280,7 +301,9 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
                 result = load_result(path)
                 if mark_key_words(result, entry["key_words"]):
                     write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
-    comparison = compare_results(dirs)
+    # this run's readings only: results/NAME/ also keeps earlier runs' (a reading since removed or not scored)
+    comparison = compare_results(dirs, files={s.name: [dirs[s.name] / f"{i['id']}.json" for i in s.items]
+                                              for s in readings})
     origin = ("the shipped reference-free head decided every site (no reference compared)" if reference_free
               else "each reading was compared with the embedded teacher's readings of its text, synthesised in two "
                    "voices (no references were given)")

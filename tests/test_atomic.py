@@ -131,6 +131,20 @@ def test_an_output_folder_holding_other_files_is_refused_not_emptied(tmp_path):
     assert replace_problem(tmp_path / "absent", owned) is None
 
 
+def test_an_owned_folder_pattern_matches_folders_only(tmp_path):
+    # evaluate's report/ holds its own comparison/ and reports/ folders: every rerun was refused after scoring
+    from leakloss.atomic import foreign_entries
+
+    out = tmp_path / "report"
+    for folder in ("reports", "other"):
+        (out / folder).mkdir(parents=True)
+    (out / "comparison").write_text("a file where the output writes a folder")
+    (out / "index.html").mkdir()  # a folder where the output writes a file
+    (out / "linked").symlink_to(out / "other", target_is_directory=True)
+    owned = ("index.html", "comparison/", "reports/", "linked/")
+    assert foreign_entries(out, owned) == ["comparison", "index.html", "linked", "other"]
+
+
 def test_atomic_directory_writes_through_a_symlink_and_keeps_it(tmp_path):
     """An export_dir linked to a data disk: the link was replaced by a real folder, the disk never written."""
     from leakloss.atomic import atomic_directory

@@ -49,6 +49,20 @@ def test_bad_metadata_lines_are_reported_by_name_never_dropped(tmp_path):
     assert "missing" in gone and "unreadable" in broken and "Devanagari" in latin and "audio|text" in bare
 
 
+def test_readings_sharing_a_file_name_are_told_apart_and_a_bad_id_is_one_reading_not_scored(tmp_path):
+    # spk1/utt1.wav beside spk2/utt1.wav: the second was "a second reading of id 'utt1'" and never scored; an id that
+    # cannot be a file name stopped the whole evaluation with a manifest error
+    folder = tmp_path / "sys"
+    names = ["spk1/utt1.wav", "spk2/utt1.wav", "good.wav", ".hidden.wav", "क" * 70 + ".wav"]
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write_clip(folder / name)
+    system = read_system("mine", _metadata(folder, [f"{name}|{TEXT}" for name in names]))
+    assert [i["id"] for i in system.items] == ["spk1__utt1.wav", "spk2__utt1.wav", "good"]
+    reasons = [p["reason"] for p in system.problems]
+    assert len(reasons) == 2 and "plain file name" in reasons[0] and "too long" in reasons[1], reasons
+
+
 def test_a_folder_named_by_test_set_ids(tmp_path):
     (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT}\tबैठकमा\n", encoding="utf-8")
     testset = read_testset(tmp_path / "set.tsv")
@@ -118,6 +132,26 @@ def test_an_interrupted_evaluate_resumes_and_the_report_appears_whole(tmp_path, 
     assert [r.rsplit("/", 1)[-1].split("-")[0] for r in result["references"] + [c["reference"] for c in
                                                                                 result["reference_checks"]]][-2:] \
         == ["teacher0", "teacher2"]
+
+
+def test_a_rerun_replaces_the_report_and_counts_only_this_runs_readings(tmp_path, models):
+    # a rerun on the same --out was refused after scoring ("report holds 'comparison', 'reports'"); and the
+    # comparison counted every result in results/NAME/, a reading since removed from the metadata among them
+    (tmp_path / "sys").mkdir()
+    for i in range(2):
+        write_clip(tmp_path / "sys" / f"s{i}.wav", seed=i)
+    folder = _metadata(tmp_path / "sys", [f"s0.wav|{TEXT}", f"s1.wav|{TEXT}"])
+    out = tmp_path / "out"
+    first = evaluate({"mine": folder}, out, **_kwargs(models))
+    assert first["comparison"]["systems"]["mine"]["readings"] == 2
+    _metadata(folder, [f"s1.wav|{TEXT}"])
+    again = evaluate({"mine": folder}, out, **_kwargs(models))
+    assert again["scoring"]["mine"]["skipped_existing"] == 1
+    assert again["comparison"]["systems"]["mine"]["readings"] == 1
+    assert {p.name for p in (out / "report" / "reports" / "mine").iterdir()} == {"s1.html"}
+    (out / "report" / "notes.txt").write_text("mine")  # a folder holding what evaluate never wrote: refused first
+    with pytest.raises(EvaluateError, match="notes.txt"):
+        evaluate({"mine": tmp_path / "nowhere"}, out, **_kwargs(models))
 
 
 # --- end to end on the embedded default ---------------------------------------------------------------

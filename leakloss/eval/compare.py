@@ -117,17 +117,17 @@ def format_rate(rate: Mapping, interval: str = "wilson") -> str:
     return f"{rate['text']} [{100 * iv['low']:.1f}–{100 * iv['high']:.1f}]"
 
 
-def _load_dir(name: str, folder: Path) -> list[tuple[Path, dict]]:
+def _load_dir(name: str, folder: Path, files: Sequence[Path] | None = None) -> list[tuple[Path, dict]]:
     if not folder.is_dir():
         raise ValueError(f"system '{name}': results folder '{folder}' does not exist or is not a folder")
-    files = sorted(folder.glob("*.json"))
+    files = sorted(folder.glob("*.json")) if files is None else [Path(f) for f in files]
     if not files:
         raise ValueError(f"system '{name}': no *.json results in '{folder}'")
     return [(f, load_result(f)) for f in files]
 
 
-def _system_summary(name: str, folder: Path) -> dict:
-    loaded = _load_dir(name, folder)
+def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None) -> dict:
+    loaded = _load_dir(name, folder, files)
     by_status = {s: [(f, r) for f, r in loaded if r["status"] == s] for s in STATUSES}
     scored, quarantined = by_status["scored"], by_status["quarantined"]
 
@@ -189,11 +189,13 @@ def _system_summary(name: str, folder: Path) -> dict:
     }
 
 
-def compare_results(dirs: dict[str, Path]) -> dict:
+def compare_results(dirs: dict[str, Path], files: Mapping[str, Sequence[Path]] | None = None) -> dict:
     """Per-system key-word flag rates with intervals, by contrast kind and by word.
 
     Args:
         dirs: system name -> folder of result ``*.json`` files (one per reading).
+        files: system name -> the result files to count (default: every ``*.json`` in its folder), e.g. one
+            evaluation's readings where the folder also keeps an earlier run's.
 
     Returns:
         JSON-ready ``{"systems": {name: summary}, "n_resamples", "seed", "units"}``; each summary
@@ -216,7 +218,7 @@ def compare_results(dirs: dict[str, Path]) -> dict:
     for name, folder in dirs.items():
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"system names must be non-empty strings, got {name!r}")
-        systems[name] = _system_summary(name, Path(folder))
+        systems[name] = _system_summary(name, Path(folder), (files or {}).get(name))
     return {
         "units": "key words of scored readings (every tested word where a reading marks no key word)",
         "interval": "95%: Wilson; cluster bootstrap over sentences",
