@@ -81,10 +81,20 @@ def output_folder_problem(path: str | Path) -> str | None:
         return f"{path} cannot be created: {parent} is not a folder"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{path} cannot be created: folder {parent} is not writable"
-    try:  # os.access says yes to root everywhere (/proc/x): create and remove a folder there to be sure
-        os.rmdir(tempfile.mkdtemp(prefix=".leakloss-probe.", dir=parent))
+    if (why := write_probe_problem(parent)) is not None:
+        return f"{path} cannot be created in {parent}: {why}"
+    return None
+
+
+def write_probe_problem(folder: str | Path) -> str | None:
+    """Why nothing can be created in ``folder`` (None: a probe file was created and removed there). ``os.access``
+    says yes to root everywhere (``/proc``): only a real write tells, before minutes of work, not after."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".leakloss-probe.", dir=folder)
     except OSError as err:
-        return f"{path} cannot be created in {parent}: {err.strerror or type(err).__name__}"
+        return err.strerror or type(err).__name__
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 

@@ -391,7 +391,7 @@ def _check_paths(named, utf8: bool = True) -> None:
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file ``path`` can be written: its folder exists and is writable, it is not a folder, device or pipe
     (nor a link to one; a symlink to a file or to nothing is replaced by the output, never written through)."""
-    from leakloss.atomic import in_the_way
+    from leakloss.atomic import in_the_way, write_probe_problem
 
     blocker = in_the_way(path)
     if blocker == "folder":
@@ -414,6 +414,8 @@ def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) 
     if not os.access(folder, os.W_OK | os.X_OK) or (path.is_file() and not path.is_symlink()
                                                      and not os.access(path, os.W_OK)):
         fail(f"cannot write {option} {path}: {'the file' if path.exists() else f'folder {folder}'} is not writable")
+    if (why := write_probe_problem(folder)) is not None:  # /proc/x: os.access says yes to root
+        fail(f"cannot write {option} {path}: nothing can be created in folder {folder} ({why})")
     return given
 
 

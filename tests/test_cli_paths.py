@@ -167,3 +167,14 @@ def test_path_problem_never_raises_and_names_every_loop(kind, name, raw):
             assert LOOP_MESSAGE in problem
         if problem is None:
             Path(path).resolve()  # what raised RuntimeError: Symlink loop past the checks
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("option", ["--json", "--html"])
+def test_an_output_in_a_folder_nothing_can_be_created_in_is_refused_before_any_model_loads(tmp_path, monkeypatch,
+                                                                                          option):
+    # os.access says yes to root in /proc: the models loaded and the reading was scored before the write failed
+    _no_models(monkeypatch)
+    write_clip(tmp_path / "q.wav")
+    r = runner.invoke(app, ["score", str(tmp_path / "q.wav"), "--text", TEXT, option, "/proc/x.html"])
+    assert "nothing can be created in folder /proc" in _one_error_line(r)
