@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.acoustic.features import SILENCE_PEAK, EvidenceExtractor, SiteSpec, evidence_from_log_probs
+from leakloss.frozen import FrozenScorer
 from leakloss.functional.leak import mask_nonfinite_items, peak_limited, quiet_gradient_scale, scale_gradient
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
 from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths, check_wave
@@ -69,7 +70,7 @@ class MarginParts(NamedTuple):
     quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
 
 
-class PathMarginPenalty(nn.Module):
+class PathMarginPenalty(FrozenScorer):
     """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval
     mode."""
 
@@ -82,11 +83,7 @@ class PathMarginPenalty(nn.Module):
         quiet_rms = check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
         self.recognizer, self.tau, self.quiet_rms = recognizer, tau, quiet_rms
         self._finder = finder
-        self.recognizer.requires_grad_(False)
-        self.recognizer.eval()
-
-    def train(self, mode: bool = True) -> PathMarginPenalty:  # frozen: always eval
-        return super().train(False)
+        self.freeze()
 
     @classmethod
     def load(cls, recognizer: str = DEFAULT_MARGIN_RECOGNIZER, *, device: str | torch.device = "cpu",

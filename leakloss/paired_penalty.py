@@ -25,6 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from leakloss.frozen import FrozenScorer
 from leakloss.functional.leak import (
     at_least_fp32,
     mask_nonfinite_items,
@@ -65,7 +66,7 @@ def peak_limited_items(waves: Tensor) -> Tensor:
     return waves / peak
 
 
-class PairedPosteriorPenalty(nn.Module):
+class PairedPosteriorPenalty(FrozenScorer):
     """``forward(waves, wave_lengths, ref_waves, sites) -> (loss, PairedParts)``.
 
     ``waves [b, t]``: generated audio (16 kHz, with gradient); ``ref_waves [b, t]``: the ground truth of the
@@ -94,10 +95,7 @@ class PairedPosteriorPenalty(nn.Module):
         super().__init__()
         self.recognizer = recognizer
         self.pad_s, self.quiet_rms = float(pad_s), float(quiet_rms)
-        recognizer.requires_grad_(False)
-
-    def train(self, mode: bool = True) -> PairedPosteriorPenalty:  # frozen: always eval
-        return super().train(False)
+        self.freeze()
 
     @classmethod
     def load(cls, recognizer: str = DEFAULT_PAIRED_RECOGNIZER, device: str | torch.device = "cpu",
@@ -131,6 +129,7 @@ class PairedPosteriorPenalty(nn.Module):
 
     def forward(self, waves: Tensor, wave_lengths: Tensor | None = None, ref_waves: Tensor | None = None,
                 sites: Sequence[Sequence[TimedSite]] = ()) -> tuple[Tensor, PairedParts]:
+        self.freeze()
         waves, ref_waves, lengths = self._checked(waves, wave_lengths, ref_waves, sites)
         b = waves.shape[0]
         waves, bad_gen = mask_nonfinite_items(waves, lengths)

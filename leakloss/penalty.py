@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
+from leakloss.frozen import FrozenScorer
 from leakloss.functional.crop import length_groups
 from leakloss.functional.leak import (
     active_sites,
@@ -81,7 +82,7 @@ class LeakParts(NamedTuple):
     frame_counts: Tensor  # [b] valid frames of each item (0 for a masked item): frame_probs[i, :frame_counts[i]]
 
 
-class LeakPenalty(nn.Module):
+class LeakPenalty(FrozenScorer):
     """``forward(waves=..., wave_lengths=..., sites=...)`` or ``forward(mels=..., mel_lengths=..., sites=...)``.
 
     Each item is centred and divided by its RMS (a DC offset does not change the score; ``wave_mean [b]`` and
@@ -149,12 +150,7 @@ class LeakPenalty(nn.Module):
         layer = recognizer.default_frame_layer if conv_layer is None else conv_layer
         self.conv_layer, self.pad_s, self.quiet_rms = layer, pad_s, quiet_rms
         self.flag_threshold = flag_threshold  # a site probability at or above it counts as flagged (head card)
-        for module in (recognizer, head, mel_to_wave, mel_bridge):
-            if module is not None:
-                module.requires_grad_(False)
-
-    def train(self, mode: bool = True) -> "LeakPenalty":  # frozen: always eval
-        return super().train(False)
+        self.freeze()
 
     @property
     def frame_layer(self) -> int:
@@ -263,6 +259,7 @@ class LeakPenalty(nn.Module):
     def forward(self, waves: Tensor | None = None, wave_lengths: Tensor | None = None, mels: Tensor | None = None,
                 mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
                 wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, LeakParts]:
+        self.freeze()
         bad = None
         for name, value in (("waves", waves), ("mels", mels), ("wave_rms", wave_rms), ("wave_mean", wave_mean)):
             if value is not None and not isinstance(value, Tensor):
@@ -394,6 +391,8 @@ class LeakPenalty(nn.Module):
 
         if mels.dim() != 3:
             raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
+        if not mels.is_floating_point():  # bool, int or complex "mels" were cast and vocoded
+            raise PenaltyInputError(f"mels must be real float log-mels, got dtype {mels.dtype}")
         embed = getattr(getattr(self.mel_to_wave, "backbone", None), "embed", None)
         bins = getattr(embed, "in_channels", None)
         if bins is not None and mels.shape[-1] != bins:

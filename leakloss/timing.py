@@ -33,3 +33,6 @@ class TimedSite:
             raise ValueError(f"site must have end > start, got {self.start}..{self.end}")
         if self.kind not in KINDS:
             raise ValueError(f"site kind must be one of {KINDS}, got {self.kind!r}")
+        for name in ("contrast", "word"):  # a cache row's null contrast failed deep in the penalty's logging
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"site {name} must be a string, got {getattr(self, name)!r}")

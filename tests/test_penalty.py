@@ -67,6 +67,24 @@ def test_mels_of_any_float_dtype_are_vocoded(penalty, dtype):
     assert parts.site_probs.tolist() == pytest.approx(base.site_probs.tolist(), abs=0.02)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.long, torch.complex64])
+def test_mels_that_are_not_real_floats_are_refused(penalty, dtype):
+    # they were cast to the vocoder's dtype and scored (complex with only a ComplexWarning)
+    from leakloss.penalty import PenaltyInputError
+
+    with pytest.raises(PenaltyInputError, match="real float log-mels"):
+        penalty(mels=torch.zeros(1, 50, 100, dtype=dtype), sites=[SITES])
+
+
+@pytest.mark.parametrize("contrast", [None, 3, ["ʌ->∅"]])
+def test_a_site_whose_contrast_is_not_text_is_refused_where_it_is_made(contrast):
+    # a cache row's null contrast passed TimedSite and failed deep in the penalty's logging, after the recognizer
+    with pytest.raises(ValueError, match="site contrast must be a string"):
+        TimedSite(0.5, 0.6, "deletion", contrast)
+    with pytest.raises(ValueError, match="site word must be a string"):
+        TimedSite(0.5, 0.6, "deletion", "ʌ->∅", None)
+
+
 def test_mel_batch_edge_cases(penalty):
     from leakloss.penalty import PenaltyInputError
 

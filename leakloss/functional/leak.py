@@ -110,7 +110,7 @@ def _pooled(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor, temperatur
     x = x.masked_fill(~masks, -(LOGIT_BOUND * temperature + 1e4))  # below every real frame at any temperature
     count = masks.sum(-1).clamp(min=1).to(x.dtype)
     pooled = (torch.logsumexp(x, -1) - torch.log(count)) / temperature
-    return torch.where(masks.any(-1), pooled, torch.full_like(pooled, -1e4 / temperature))
+    return torch.where(masks.any(-1), pooled, torch.full_like(pooled, -1e4))  # p ~ 0 at any temperature
 
 
 def active_sites(frame_logits: Tensor, masks: Tensor, item_of_row: Tensor) -> Tensor:
@@ -132,6 +132,10 @@ def leak_penalty_from_logits(frame_logits: Tensor, masks: Tensor, item_of_row: T
     _check_rows(frame_logits, masks, item_of_row)
     if active is None:  # a caller that needs it too passes its own (one computation, not two)
         active = active_sites(frame_logits, masks, item_of_row)
+    elif not isinstance(active, Tensor) or active.dtype != torch.bool or active.shape != (masks.shape[0],):
+        # an integer 0/1 tensor would index sites, not select them: a wrong penalty, silently
+        raise TypeError(f"active must be a bool tensor [{masks.shape[0]}] (active_sites), got "
+                        f"{getattr(active, 'dtype', type(active).__name__)} {tuple(getattr(active, 'shape', ()))}")
     if not bool(active.any()):
         x = at_least_fp32(frame_logits)
         finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))

@@ -219,3 +219,28 @@ def test_masked_frames_stay_out_of_the_pool_at_any_temperature():
     for temperature in (1.0, 4.0, 1000.0):  # at 1000 the masked frames once outranked the real ones (-10)
         pooled = pooled_site_logits(logits, mask, torch.tensor([0]), temperature=temperature)
         torch.testing.assert_close(pooled, torch.tensor([-30.0]))
+
+
+@pytest.mark.parametrize("active", [torch.tensor([1, 1, 0]), torch.tensor([True, True]), [True, True, False]])
+def test_active_must_be_one_bool_per_site(active):
+    # an integer 0/1 tensor indexed sites 1, 1, 0 instead of selecting 0 and 1: a wrong penalty, silently
+    from leakloss.functional.leak import leak_penalty_from_logits
+
+    logits = torch.tensor([[5.0, 5.0, 5.0, -5.0, -5.0, -5.0]])
+    masks = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    item = torch.zeros(3, dtype=torch.long)
+    right, _ = leak_penalty_from_logits(logits, masks, item, torch.tensor([True, True, False]))
+    assert float(right) == pytest.approx(float(torch.nn.functional.softplus(torch.tensor([5.0, -5.0])).mean()),
+                                         rel=1e-3)
+    with pytest.raises(TypeError, match="active must be a bool tensor"):
+        leak_penalty_from_logits(logits, masks, item, active)
+
+
+def test_an_empty_site_is_improbable_at_any_temperature():
+    from leakloss.functional.leak import pooled_site_logits
+
+    logits = torch.full((1, 4), -8.0)
+    masks = torch.tensor([[True, True, False, False], [False, False, False, False]])
+    for temperature in (1.0, 4.0, 1e4):
+        pooled = pooled_site_logits(logits, masks, torch.zeros(2, dtype=torch.long), temperature)
+        assert float(torch.sigmoid(pooled[1])) < 1e-6 < float(torch.sigmoid(pooled[0]))
