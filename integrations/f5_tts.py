@@ -838,7 +838,6 @@ def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     Raises :class:`CheckpointReadError` naming the file when it is not a readable weight file."""
     import pickle
 
-    from safetensors import SafetensorError
 
     path = Path(path)
     try:
@@ -848,7 +847,7 @@ def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             ckpt: Any = load_file(str(path), device="cpu")
         else:  # weights_only: a pickle that is not plain tensors is refused, never run
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (SafetensorError, pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - torch's restricted unpickler raises IndexError, KeyError... on text
         if isinstance(err, pickle.UnpicklingError):  # torch's message is a page on weights_only
             first = "torch.load(weights_only=True) cannot read it as plain tensors"
         else:
@@ -1289,10 +1288,24 @@ def _divergence_summary(row: Mapping[str, float]) -> str:
 
 def _guard_saves(trainer: Any) -> None:
     """Make F5's ``trainer.save_checkpoint`` refuse weights (model or EMA) holding NaN/Inf: a diverged step
-    after a finite loss must not become ``model_last.pt``."""
+    after a finite loss must not become ``model_last.pt``; and write each checkpoint to a temporary file renamed
+    over the old one: a Ctrl-C during a save had left a truncated ``model_last.pt``, the only resume point."""
     from leakloss.checks import nonfinite_tensors
 
     save = trainer.save_checkpoint
+    accelerator_save = trainer.accelerator.save  # what F5's save_checkpoint writes each file with
+
+    def save_atomic(obj: Any, f: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        path = Path(f)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            accelerator_save(obj, str(tmp), *args, **kwargs)  # writes on the main process only
+            if tmp.exists():
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    trainer.accelerator.save = save_atomic
 
     def save_finite(update: int, last: bool = False) -> None:
         bad = nonfinite_tensors(trainer.accelerator.unwrap_model(trainer.model).state_dict())

@@ -536,18 +536,45 @@ def test_a_step_whose_items_were_all_masked_logs_its_penalty_as_not_measured(m2w
     assert row["leak/penalty"] == 0.0 and "loss/nonfinite" not in row
 
 
-class _FakeF5Trainer:
-    """What ``_guard_saves`` uses of F5's Trainer: ``accelerator.unwrap_model``, ``model``, ``ema_model`` and a
-    ``save_checkpoint`` that writes the weights."""
+class _FakeAccelerator:
+    """What ``_guard_saves`` uses of F5's accelerator: ``unwrap_model`` and ``save`` (a torch.save)."""
 
-    class accelerator:  # noqa: N801 - mirrors F5's attribute
-        unwrap_model = staticmethod(lambda model: model)
+    unwrap_model = staticmethod(lambda model: model)
+
+    def save(self, obj: Any, f: str) -> None:
+        torch.save(obj, f)
+
+
+class _FakeF5Trainer:
+    """What ``_guard_saves`` uses of F5's Trainer: ``accelerator``, ``model``, ``ema_model`` and a
+    ``save_checkpoint`` that writes the weights through ``accelerator.save``, as F5's does."""
 
     def __init__(self, model: torch.nn.Module, path: Path) -> None:
         self.model, self.ema_model, self.path = model, None, path
+        self.accelerator = _FakeAccelerator()
 
     def save_checkpoint(self, update: int, last: bool = False) -> None:
-        torch.save({"model_state_dict": self.model.state_dict(), "update": update}, self.path)
+        self.accelerator.save({"model_state_dict": self.model.state_dict(), "update": update}, str(self.path))
+
+
+def test_a_save_cut_short_keeps_the_last_checkpoint(tmp_path, m2w: MelToWave) -> None:
+    # Ctrl-C during F5's save left a truncated model_last.pt, the only resume point, and the rerun was refused
+    from integrations.f5_tts import _guard_saves, checkpoint_update
+
+    trainer = _FakeF5Trainer(_model(m2w), tmp_path / "model_last.pt")
+    _guard_saves(trainer)
+    trainer.save_checkpoint(3, last=True)
+
+    def interrupted(obj: Any, f: str) -> None:
+        Path(f).write_bytes(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    again = _FakeF5Trainer(_model(m2w), tmp_path / "model_last.pt")
+    again.accelerator.save = interrupted  # the write the guard wraps is cut short
+    _guard_saves(again)
+    with pytest.raises(KeyboardInterrupt):
+        again.save_checkpoint(4, last=True)
+    assert checkpoint_update(tmp_path) == 3 and sorted(p.name for p in tmp_path.iterdir()) == ["model_last.pt"]
 
 
 _BAD = st.sampled_from([float("nan"), float("inf"), float("-inf")])
@@ -618,3 +645,13 @@ def test_the_clean_mel_estimate_keeps_t_in_fp32_under_bf16():
     assert span.tolist() == [[True] * 4, [True] * 4, [True, True, True, False]]
     torch.testing.assert_close(pred.grad[:, 0, 0].float(), 1 - t, rtol=1e-2, atol=0)
     torch.testing.assert_close(x1_hat[:, :3], x_t[:, :3] + (1 - t[:, None, None]) * pred.detach().float()[:, :3])
+
+
+@pytest.mark.parametrize("content", [b"the weights are on the shared drive\n", b"hello\n", b"(junk", b"Q", b""])
+def test_a_text_file_given_as_a_checkpoint_is_a_read_error_not_a_traceback(tmp_path, content):
+    # torch's restricted unpickler raised IndexError ("pop from empty list") and KeyError on such files
+    from integrations.f5_tts import CheckpointReadError, load_state
+
+    (tmp_path / "notes_model.pt").write_bytes(content)
+    with pytest.raises(CheckpointReadError, match="notes_model.pt: not a readable F5 checkpoint"):
+        load_state(tmp_path / "notes_model.pt")
