@@ -1260,6 +1260,7 @@ class F5Run(NamedTuple):
     done_updates: int = 0  # updates the saved checkpoint holds (less than ``updates`` when the time budget ran out)
     budget_reached: bool = False  # stopped by ``max_minutes``, saved, resumable
     mixed_precision: str = "no"  # what accelerate's autocast ran (fp16 asked on a CPU ran nothing: "no")
+    warmup_updates: int = 0  # the learning rate's warm-up that ran (the default: a tenth of the updates)
 
 
 class NothingToTrainError(ValueError):
@@ -1540,7 +1541,7 @@ def train_f5(
             model.update_synced = None  # the trainer's flag means nothing outside its loop
     ran = trainer.accelerator.mixed_precision if trainer.accelerator.native_amp else "no"
     return F5Run(out_dir, run_dir, curve_log.csv_path, out_dir / "ckpts", updates, start_update, done_updates,
-                 budget_reached, ran)
+                 budget_reached, ran, int(trainer.num_warmup_updates))
 
 
 def read_leak_curve(path: str | os.PathLike, name: str = "leak/penalty") -> list[tuple[int, float]]:

@@ -259,6 +259,8 @@ OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads", "save_every"
 
 def check_settings(cfg: DictConfig) -> None:
     """:class:`FinetuneError` for a setting that could not work, before any data or model is read."""
+    import importlib
+
     from leakloss.atomic import output_folder_problem
     from leakloss.checks import check_number
 
@@ -301,6 +303,14 @@ def check_settings(cfg: DictConfig) -> None:
         if not isinstance(recognizer, str) or not recognizer.strip():
             raise FinetuneError(f"leak.{term}_recognizer must be a recognizer name (w, wb, a) or folder, got "
                                 f"{recognizer!r}")
+        default = getattr(importlib.import_module(TEXT_TERMS[term][0]), f"DEFAULT_{term.upper()}_RECOGNIZER")
+        if not OmegaConf.select(cfg, f"leak.{term}_weight") and recognizer != default:
+            # the term is off: the override changed nothing, and the card's settings said it had
+            raise FinetuneError(f"leak.{term}_recognizer={recognizer} has no effect while leak.{term}_weight is 0: "
+                                f"set leak.{term}_weight too, or leave the recognizer ({default})")
+    if cfg.num_warmup_updates is not None and cfg.num_warmup_updates >= cfg.steps:  # was cut to steps - 1, silently
+        raise FinetuneError(f"num_warmup_updates={cfg.num_warmup_updates} is not below steps={cfg.steps}: the "
+                            "learning rate would never reach its peak (null: a tenth of the updates)")
     weights = [cfg.leak.weight] + [OmegaConf.select(cfg, f"leak.{term}_weight") for term in TEXT_TERMS]
     if max(weights) > 0 and cfg.leak.start_step >= cfg.steps:
         # it trained without a word, the card said 0.5
@@ -569,7 +579,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                               if plan.get(f"{term}_penalty") is not None else None)
                        for term in TEXT_TERMS},
                     mel=MEL_DESCRIPTION, planned_updates=f5_run.updates, resumed_from_update=f5_run.start_update,
-                    budget_reached=f5_run.budget_reached, mixed_precision=f5_run.mixed_precision)
+                    budget_reached=f5_run.budget_reached, mixed_precision=f5_run.mixed_precision,
+                    warmup_updates=f5_run.warmup_updates)
         try:
             card["final_leak_penalty"] = final_leak(f5_run.leak_csv)
         except ValueError:  # no penalty step logged (e.g. leak.start_step beyond the run)

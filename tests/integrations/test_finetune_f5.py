@@ -101,6 +101,7 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("max_samples=0", r"max_samples must be a whole number >= 1, got 0"),
     ("probe.nfe=0", r"probe.nfe must be a whole number >= 1"),
     ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
+    ("num_warmup_updates=1000", r"num_warmup_updates=1000 is not below steps=1000"),  # was cut to 999, silently
     ("num_threads=-2", r"num_threads must be a whole number >= 1, got -2"),  # torch raised mid-run
     ("seed=abc", r"seed must be a whole number >= 0"),
     ("seed=4294967296", r"seed must be a whole number in \[0, 4294967295\], got 4294967296"),  # numpy's bound
@@ -755,6 +756,9 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     ("leak.margin_weight=nan", r"leak.margin_weight must be a finite number >= 0, got nan"),
     ("leak.margin_weight=-0.5", r"leak.margin_weight must be a finite number >= 0"),
     ("leak.margin_recognizer=''", r"leak.margin_recognizer must be a recognizer name"),
+    # an off term's recognizer changed nothing, and the card's settings said it had
+    ("leak.paired_recognizer=nosuch", r"leak.paired_recognizer=nosuch has no effect while leak.paired_weight is 0"),
+    ("leak.margin_recognizer=w", r"leak.margin_recognizer=w has no effect while leak.margin_weight is 0"),
     ("leak.item_fraction=0", r"leak.item_fraction must be a number in \(0, 1\], got 0"),
     ("leak.item_fraction=1.5", r"leak.item_fraction must be a number in \(0, 1\]"),
     ("leak.item_fraction=nan", r"leak.item_fraction must be a number in \(0, 1\]"),
