@@ -154,6 +154,11 @@ def check_resume(cfg: DictConfig) -> int:
     except CheckpointReadError as err:
         raise FinetuneError(f"out_dir: {err}") from None
     if not (out / "ckpts" / "model_last.pt").is_file():
+        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if held and not (out / RUN_FILE).is_file():  # its leak_curves.csv, vocab.txt... were replaced silently
+            raise FinetuneError(f"out_dir={out}: holds {', '.join(map(repr, held[:4]))}{' ...' if len(held) > 4 else ''}"
+                                f" but no {RUN_FILE}: not a finetune-f5 run's folder, and the run's files would "
+                                "replace files of the same name there; give an empty or new out_dir")
         return 0
     try:
         recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))["settings"]

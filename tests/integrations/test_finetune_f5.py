@@ -148,6 +148,23 @@ def test_an_out_dir_entry_of_the_wrong_kind_is_refused_before_any_data_is_read(t
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={out}"))
 
 
+def test_an_out_dir_holding_other_files_and_no_run_is_refused(tmp_path):
+    # a folder of the user's own leak_curves.csv and vocab.txt had them replaced without a word
+    from integrations.finetune_f5 import check_resume
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "leak_curves.csv").write_text("user curves")
+    cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}")
+    with pytest.raises(FinetuneError, match=r"holds 'leak_curves.csv' but no run.json: not a finetune-f5 run's"):
+        check_resume(cfg)
+    (out / "leak_curves.csv").unlink()
+    assert check_resume(cfg) == 0  # empty: a fresh run
+    (out / "leak_curves.csv").write_text("a run killed before its first save")
+    (out / "run.json").write_text("{}")
+    assert check_resume(cfg) == 0
+
+
 def test_an_out_dir_that_is_the_data_folder_is_refused(tmp_path):
     # the export replaced the data's own vocab.txt (F5's vocab of the set) and mixed ckpts/ into it
     for out, data in ((tmp_path / "d", tmp_path / "d"), (tmp_path / "d" / "run", tmp_path / "d"),
