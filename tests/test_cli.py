@@ -210,3 +210,47 @@ def test_recognize_listens_with_the_real_speech_recognizer_unless_told(tmp_path)
     assert json_module.loads(r.stdout)["recognizer"] == "wb"
     r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json", "--recognizer", "a"])
     assert r.exit_code == 0 and json_module.loads(r.stdout)["recognizer"] == "a"
+
+
+_SLEEPER = """
+import os, signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+got = []
+def note(signum, frame):
+    got.append(signum)
+    out.write_text(" ".join(map(str, got)))
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, note)
+(out.parent / "ready").write_text(str(os.getpid()))
+deadline = time.time() + 20
+while not got and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)  # a second delivery of the same signal would land here
+sys.exit(7)
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_training_command_passes_a_signal_on_once_and_waits_for_the_training(tmp_path, signame):
+    # subprocess.call killed the trainer 0.25 s after a SIGINT (mid-save) and left it training on after a SIGTERM
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "sleeper.py").write_text(_SLEEPER)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from leakloss.cli import run_module; "
+                               f"sys.exit(run_module('sleeper', [{str(tmp_path / 'got')!r}]))"], env=env)
+    for _ in range(400):
+        if (tmp_path / "ready").exists():
+            break
+        time.sleep(0.05)
+    child = int((tmp_path / "ready").read_text())
+    os.kill(parent.pid, getattr(signal, signame))
+    assert parent.wait(timeout=30) == 7  # the training's own exit, after it handled the signal
+    assert (tmp_path / "got").read_text() == str(int(getattr(signal, signame)))  # once, not twice
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # no orphan left training
