@@ -313,6 +313,13 @@ def check_settings(cfg: DictConfig) -> None:
             # the term is off: the override changed nothing, and the card's settings said it had
             raise FinetuneError(f"leak.{term}_recognizer={recognizer} has no effect while leak.{term}_weight is 0: "
                                 f"set leak.{term}_weight too, or leave the recognizer ({default})")
+    devices = OmegaConf.select(cfg, "trainer.devices")
+    several = (devices == -1 or (isinstance(devices, int) and not isinstance(devices, bool) and devices > 1)
+               or (isinstance(devices, str) and devices.strip().isdigit() and int(devices) > 1)
+               or (OmegaConf.is_list(devices) and len(devices) > 1))
+    if several:  # Lightning relaunched this whole script as its rank 1: a traceback, no site placed
+        raise FinetuneError(f"trainer.devices={devices}: finetune-f5 places the sites on one device (rank 0); "
+                            "several GPUs train through `accelerate launch -m integrations.finetune_f5 ...`")
     if cfg.num_warmup_updates is not None and cfg.num_warmup_updates >= cfg.steps:  # was cut to steps - 1, silently
         raise FinetuneError(f"num_warmup_updates={cfg.num_warmup_updates} is not below steps={cfg.steps}: the "
                             "learning rate would never reach its peak (null: a tenth of the updates)")
@@ -389,7 +396,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
-    if _is_main_process():  # one rank places (its own Lightning trainer may use several devices)
+    if _is_main_process():  # one rank places, on one device (check_settings)
         with _single_process_env():
             summary = place_prepared_sites(prepared.dir, penalty.recognizer,
                                            batch_size=cfg.leak.placement_batch_size, trainer=_placement_trainer(cfg),

@@ -101,6 +101,8 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("max_samples=0", r"max_samples must be a whole number >= 1, got 0"),
     ("probe.nfe=0", r"probe.nfe must be a whole number >= 1"),
     ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
+    ("trainer.devices=2", r"trainer.devices=2: finetune-f5 places the sites on one device"),  # a traceback in rank 1
+    ("trainer.devices=-1", r"trainer.devices=-1: finetune-f5 places the sites on one device"),
     ("num_warmup_updates=1000", r"num_warmup_updates=1000 is not below steps=1000"),  # was cut to 999, silently
     ("num_threads=-2", r"num_threads must be a whole number >= 1, got -2"),  # torch raised mid-run
     ("seed=abc", r"seed must be a whole number >= 0"),
