@@ -121,6 +121,28 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+#: the corpus a run trains on, by content (a resume at the same data.dir with other clips or texts is another run)
+DATA_FINGERPRINT = "data.fingerprint"
+DATA_FILES = ("raw.arrow", "duration.json")
+
+
+def data_fingerprint(data_dir: Path) -> str | None:
+    """sha256 of F5's ``raw.arrow`` (audio paths, texts) and ``duration.json`` of ``data_dir``; None where one is
+    missing (the run is refused for that later, by name)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in DATA_FILES:
+        path = data_dir / name
+        if not path.is_file():
+            return None
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
 def run_identity(cfg: DictConfig) -> dict[str, Any]:
     """The settings of :data:`RUN_KEYS`, flat (``leak.weight``: 0.1, ...), paths absolute."""
     out: dict[str, Any] = {}
@@ -128,6 +150,7 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
         value = OmegaConf.select(cfg, key)
         out |= _flat(OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value, f"{key}.")
     out["data.dir"] = str(Path(str(cfg.data.dir)).expanduser().resolve())
+    out[DATA_FINGERPRINT] = data_fingerprint(Path(out["data.dir"]))
     for key in _NOT_RUN_KEYS:
         out.pop(key, None)
     for term in TEXT_TERMS:  # a term that is off: its recognizer changes nothing
@@ -167,6 +190,8 @@ def check_resume(cfg: DictConfig) -> int:
                             f"says which run wrote it: give another out_dir, or delete {out / 'ckpts'} to start afresh"
                             ) from None
     now = run_identity(cfg)
+    if DATA_FINGERPRINT not in recorded:  # recorded before 2026-12-07: its corpus is known by its folder only
+        now.pop(DATA_FINGERPRINT)
     recorded = ADDED_RUN_SETTINGS | recorded  # a run recorded before a setting existed ran as its default
     changed = sorted(k for k in set(now) | set(recorded) if now.get(k, "<unset>") != recorded.get(k, "<unset>"))
     if changed:

@@ -150,6 +150,26 @@ def test_an_out_dir_entry_of_the_wrong_kind_is_refused_before_any_data_is_read(t
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={out}"))
 
 
+def test_a_resume_on_another_corpus_at_the_same_folder_is_refused(tmp_path):
+    # the clips of data.dir were replaced between two runs: the resume trained on, the card named the same folder
+    from integrations.finetune_f5 import DATA_FINGERPRINT, check_resume
+
+    data, out = tmp_path / "data", tmp_path / "run"
+    data.mkdir()
+    (data / "raw.arrow").write_bytes(b"five clips")
+    (data / "duration.json").write_text('{"duration": [1, 2, 3, 4, 5]}')
+    cfg = _cfg(data, tmp_path / "base.safetensors", f"out_dir={out}")
+    _write_checkpoint(out, 2, cfg)
+    assert check_resume(cfg) == 2
+    (data / "raw.arrow").write_bytes(b"eight other clips")
+    with pytest.raises(FinetuneError, match=rf"of a run with other settings: {DATA_FINGERPRINT}"):
+        check_resume(cfg)
+    recorded = json.loads((out / "run.json").read_text())
+    del recorded["settings"][DATA_FINGERPRINT]  # a run recorded before the fingerprint: known by its folder
+    (out / "run.json").write_text(json.dumps(recorded))
+    assert check_resume(cfg) == 2
+
+
 def test_an_out_dir_holding_other_files_and_no_run_is_refused(tmp_path):
     # a folder of the user's own leak_curves.csv and vocab.txt had them replaced without a word
     from integrations.finetune_f5 import check_resume
