@@ -112,3 +112,13 @@ def test_folders_that_cannot_be_created_are_refused_before_any_model_loads(key, 
                                          f"{key}=/proc/x"])
     with pytest.raises(SettingsError, match=rf"{key}: /proc/x cannot be created in /proc"):
         run(cfg)
+
+
+def test_a_held_out_word_in_no_sentence_is_said_before_the_build(capsys):
+    # a word in no sentence held nothing out, without a word, after the whole pair build
+    from train_heads.pipeline import check_heldout_words
+
+    check_heldout_words(compose_config("train_heads", ["experiment=smoke", "data.heldout_words=['नेकप', 'नेकपा', zzz]"]))
+    assert "warning: data.heldout_words: 'नेकप', 'zzz' are in none of the built-in sentences" in capsys.readouterr().err
+    check_heldout_words(compose_config("train_heads", ["experiment=smoke", "data.heldout_words=['नेकपा', 'हैन']"]))
+    assert capsys.readouterr().err == ""
