@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
 from leakloss.site_placement import (PLACED_OR_NOTHING_TO_PLACE, SITE_CACHE_VERSION, SitePlacement,
-                                     placement_id, site_key)
+                                     placement_id, row_status, site_key)
 from leakloss.textfile import text_lines
 from leakloss.timing import TimedSite
 
@@ -287,6 +287,12 @@ class SiteCache:
         row = self.row(key) if key is not None else None
         return [TimedSite(**d) for d in row["sites"]] if row else []
 
+    def status(self, key: str) -> str | None:
+        """The placement status of ``key`` (:func:`leakloss.site_placement.row_status`; None: unknown key, or none
+        recorded)."""
+        row = self.row(key)
+        return row_status(row) if row else None
+
     def rows(self) -> Iterator[dict]:
         for key in self.offsets:
             yield self.row(key)
@@ -332,6 +338,11 @@ def cache_lookup(cache: SiteCache):
 
 # ---------------------------------------------------------------------------------------------------------------
 # placement: a Lightning predict loop
+
+
+def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> list[TimedSite]:
+    """The sites of :func:`placement_from_log_probs` (kept for callers of the name before 2026-12-07)."""
+    return placement_from_log_probs(log_probs, n_frames, text, recognizer, finder).sites
 
 
 def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> SitePlacement:
@@ -528,10 +539,9 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
         if key not in cache:
             continue
         found += 1
-        row = cache.row(key)
-        cached = [TimedSite(**d) for d in row["sites"]]
-        if row.get("status") not in (None, *PLACED_OR_NOTHING_TO_PLACE):  # None: a row written before 2026-12-07
-            not_placed[row["status"]] = not_placed.get(row["status"], 0) + 1
+        cached, status = cache.sites(key), cache.status(key)
+        if status is not None and status not in PLACED_OR_NOTHING_TO_PLACE:
+            not_placed[status] = not_placed.get(status, 0) + 1
         duration = wave16.numel() / SAMPLE_RATE
         item_sites = sites_within(cached, duration)
         outside += [f"{Path(prepared.audio_path(i)).name} ({s.start:g}-{s.end:g} s of {duration:.2f} s)"
@@ -606,5 +616,5 @@ __all__ = [
     "SITE_END_SLACK_S",
     "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
     "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
-    "placement_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
+    "placement_from_log_probs", "sites_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
 ]

@@ -567,7 +567,7 @@ class LeakAwareCFM(CFM):
 
             zero = x1_hat.new_zeros(())
             empty = x1_hat.new_zeros(0)
-            return zero, MarginParts(zero, {}, empty, empty, (), 0, tuple(p.status for p in plans), unscored, 0)
+            return zero, MarginParts(zero, {}, empty, (), 0, tuple(p.status for p in plans), unscored, 0, empty)
         if len(scored) < len(plans):
             pick = torch.tensor(scored, dtype=torch.long, device=x1_hat.device)
             mels, mel_lengths = mels.index_select(0, pick), mel_lengths.index_select(0, pick)
@@ -1044,7 +1044,7 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
                 continue
             if isinstance(v, dict):  # per contrast kind / per contrast: one curve each
                 row.update({f"{prefix}/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
-            elif isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels, not curves
+            elif v is None or isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels
                 continue
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
                 row[f"{prefix}/{k}"] = _scalar(v)
@@ -1073,7 +1073,7 @@ def site_records(model: LeakAwareCFM, name: str) -> list[SiteRecord]:
     per-site field or hold one value per site not given (a custom penalty: its means are averaged over the ranks)."""
     parts = getattr(model, f"last_{name}_parts", None)
     fields = PER_SITE_PARTS[name]
-    if parts is None or not all(hasattr(parts, f) for f in fields):
+    if parts is None or any(getattr(parts, f, None) is None for f in fields):
         return []
     columns = [getattr(parts, f).detach().float().cpu().tolist() for f in fields]
     if hasattr(parts, "site_kinds"):

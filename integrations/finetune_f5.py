@@ -102,6 +102,9 @@ def load_vocoder(spec: str):
 #: What a resume must share with the run that wrote ``out_dir``'s checkpoint (``out_dir/run.json``): everything
 #: that changes the weights or the schedule. Logging, probes, workers, threads and the save/time budget may differ.
 RUN_FILE = "run.json"
+#: what a run writes into out_dir (True: a folder); a folder holding only these is a run's, with or without run.json
+RUN_OUTPUTS = {"ckpts": True, "leak_curves.csv": False, RUN_FILE: False, "model_last.json": False,
+               "model_last.safetensors": False, "vocab.txt": False, "wandb": True}
 RUN_KEYS = ("f5", "data.dir", "leak", "steps", "batch_size_per_gpu", "batch_size_type", "max_samples", "learning_rate",
             "num_warmup_updates", "grad_accumulation_steps", "max_grad_norm", "ema_decay", "mixed_precision", "seed")
 _NOT_RUN_KEYS = ("leak.placement_batch_size", "leak.placement_workers")
@@ -166,8 +169,7 @@ def check_resume(cfg: DictConfig) -> int:
     from integrations.f5_tts import CheckpointReadError, checkpoint_update
 
     out = Path(str(cfg.out_dir))
-    for name, folder in (("ckpts", True), ("leak_curves.csv", False), (RUN_FILE, False), ("model_last.json", False),
-                         ("model_last.safetensors", False), ("vocab.txt", False)):
+    for name, folder in RUN_OUTPUTS.items():
         path = out / name  # one of the wrong kind was a NotADirectoryError / IsADirectoryError after the placement
         if path.exists() and path.is_dir() != folder:
             raise FinetuneError(f"out_dir: {path} is {'a file' if folder else 'a folder'}, where the run writes "
@@ -177,21 +179,23 @@ def check_resume(cfg: DictConfig) -> int:
     except CheckpointReadError as err:
         raise FinetuneError(f"out_dir: {err}") from None
     if not (out / "ckpts" / "model_last.pt").is_file():
-        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        held = sorted(p.name for p in out.iterdir() if p.name not in RUN_OUTPUTS) if out.is_dir() else []
         if held and not (out / RUN_FILE).is_file():  # its leak_curves.csv, vocab.txt... were replaced silently
             raise FinetuneError(f"out_dir={out}: holds {', '.join(map(repr, held[:4]))}{' ...' if len(held) > 4 else ''}"
-                                f" but no {RUN_FILE}: not a finetune-f5 run's folder, and the run's files would "
-                                "replace files of the same name there; give an empty or new out_dir")
+                                f", which a finetune-f5 run does not write, and no {RUN_FILE}: not a run's folder; "
+                                "give an empty or new out_dir")
         return 0
     try:
         recorded = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
         raise FinetuneError(f"out_dir={out}: holds an F5 checkpoint (ckpts/model_last.pt) without the {RUN_FILE} that "
-                            f"says which run wrote it: give another out_dir, or delete {out / 'ckpts'} to start afresh"
+                            f"says which run wrote it: give another out_dir, or empty {out} to start afresh"
                             ) from None
     now = run_identity(cfg)
-    if DATA_FINGERPRINT not in recorded:  # recorded before 2026-12-07: its corpus is known by its folder only
+    if DATA_FINGERPRINT not in recorded or now[DATA_FINGERPRINT] is None:
+        # recorded before 2026-12-07 (its corpus is known by its folder), or a file is missing (said by name later)
         now.pop(DATA_FINGERPRINT)
+        recorded.pop(DATA_FINGERPRINT, None)
     recorded = ADDED_RUN_SETTINGS | recorded  # a run recorded before a setting existed ran as its default
     changed = sorted(k for k in set(now) | set(recorded) if now.get(k, "<unset>") != recorded.get(k, "<unset>"))
     if changed:
@@ -339,9 +343,8 @@ def check_settings(cfg: DictConfig) -> None:
             raise FinetuneError(f"leak.{term}_recognizer={recognizer} has no effect while leak.{term}_weight is 0: "
                                 f"set leak.{term}_weight too, or leave the recognizer ({default})")
     devices = OmegaConf.select(cfg, "trainer.devices")
-    several = (devices == -1 or (isinstance(devices, int) and not isinstance(devices, bool) and devices > 1)
-               or (isinstance(devices, str) and devices.strip().isdigit() and int(devices) > 1)
-               or (OmegaConf.is_list(devices) and len(devices) > 1))
+    # one device: 1 (0 is Lightning's own error); "auto" takes every GPU, "0,1", [0, 1] or -1 several
+    several = not (devices in (0, 1, "0", "1") or (OmegaConf.is_list(devices) and len(devices) == 1))
     if several:  # Lightning relaunched this whole script as its rank 1: a traceback, no site placed
         raise FinetuneError(f"trainer.devices={devices}: finetune-f5 places the sites on one device (rank 0); "
                             "several GPUs train through `accelerate launch -m integrations.finetune_f5 ...`")

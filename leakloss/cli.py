@@ -856,15 +856,16 @@ def finetune_f5_cmd(ctx: typer.Context) -> None:
 def run_module(module: str, args: list[str]) -> int:
     """``python -m module *args`` to its end, its exit status returned (128 + N when signal N ended it).
 
-    It runs in its own process group and every SIGINT, SIGTERM or SIGHUP this process gets is passed on to it
+    It runs in a session of its own and every SIGINT, SIGTERM or SIGHUP this process gets is passed on to it
     once, then this process waits for it: a Ctrl-C at the terminal (which signals only the foreground group,
     ours) and a ``kill`` of this pid alike reach the training exactly once, so it stops the way it was written to
     (saved, resumable). ``subprocess.call`` had killed it 0.25 s after a SIGINT, mid-save, and left it training
-    on after a SIGTERM."""
+    on after a SIGTERM. Its standard input is empty (a prompt gets end-of-file instead of waiting on a terminal it
+    does not control; run ``python -m MODULE`` itself to debug it); Ctrl-Z stops this process only."""
     import signal
     import subprocess
 
-    child = subprocess.Popen([sys.executable, "-m", module, *args], process_group=0)
+    child = subprocess.Popen([sys.executable, "-m", module, *args], start_new_session=True, stdin=subprocess.DEVNULL)
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:

@@ -119,7 +119,7 @@ def _path_id(audio: Path, base: Path) -> str:
         parts = audio.relative_to(base).parts
     except ValueError:  # an absolute path in the metadata
         parts = audio.parts[1:]
-    return "__".join(parts)
+    return "__".join(p for p in parts if p not in ("..", "."))  # ../a/utt1.wav: a__utt1.wav, not a hidden name
 
 
 def _metadata_path(path: Path) -> Path | None:

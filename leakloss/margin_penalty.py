@@ -62,12 +62,14 @@ class MarginParts(NamedTuple):
     penalty: Tensor  # scalar: mean hinge over the scored sites
     per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites (kinds scored only)
     site_margins: Tensor  # [n] each scored site's margin, mean over its crops (flattened over items)
-    site_hinges: Tensor  # [n] each scored site's hinge, mean over its crops: what ``penalty`` and ``per_kind`` average
     site_kinds: tuple[str, ...]  # [n]
     active_sites: int  # sites scored (the loss is their mean)
     item_status: tuple[MarginStatus, ...]  # [b]
     nonfinite_items: int  # items left out for NaN/Inf among their valid samples (or in the audio their plan was made on)
     quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
+    # [n] each scored site's hinge, mean over its crops: what ``penalty`` and ``per_kind`` average (last, so that
+    # parts built by position before 2026-12-07 still build)
+    site_hinges: Tensor | None = None
 
 
 class PathMarginPenalty(FrozenScorer):
@@ -140,6 +142,7 @@ class PathMarginPenalty(FrozenScorer):
     def plan(self, wave: Tensor, text: str) -> MarginPlan:
         """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
         text's Nepali phones, without gradient), or the status that says why there are none."""
+        self.freeze()
         check_wave(wave, "wave")
         words = self._words(text)
         problem = self._unscorable(words, wave)
@@ -155,6 +158,7 @@ class PathMarginPenalty(FrozenScorer):
         """``waves [b, t]`` 16 kHz (gradient flows to them), ``texts`` one per item (planned on the item itself, one
         recognizer pass) or ``plans`` one per item (from :meth:`plan`, e.g. made once on the ground truth or the
         unedited audio), ``wave_lengths [b]`` valid samples (default: all)."""
+        self.freeze()
         if not isinstance(waves, Tensor) or waves.dim() != 2 or not waves.is_floating_point():
             raise PenaltyInputError(f"waves must be a float tensor [batch, samples], got "
                                     f"{getattr(waves, 'dtype', type(waves).__name__)} "
@@ -205,13 +209,13 @@ class PathMarginPenalty(FrozenScorer):
         quiet = sum(float(scale[i]) < 1 and not bad[i] for i in range(b))  # a masked item reads as silence: not quiet
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
-            parts = MarginParts(zero.detach(), {}, empty, empty, (), 0, tuple(status), nonfinite, quiet)
+            parts = MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet, empty)
             return (clean * 0.0).sum(), parts
         stacked = torch.stack(margins)  # [n, c]
         active = torch.ones(stacked.shape[0], dtype=torch.bool, device=stacked.device)
         loss, per_site = site_margin_loss(stacked, active, self.tau)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
-        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), per_site.detach(), tuple(kinds),
-                            len(kinds), tuple(status), nonfinite, quiet)
+        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), len(kinds),
+                            tuple(status), nonfinite, quiet, per_site.detach())
         return loss, parts

@@ -93,6 +93,15 @@ SITE_CACHE_VERSION = 3  # 2: keys include the finder's fingerprint; 3: sites spa
 PLACED_OR_NOTHING_TO_PLACE = ("placed", "no_testable_site")
 
 
+def row_status(row: dict) -> str | None:
+    """A site-cache row's placement status, or None: none recorded (a row written before 2026-12-07), or not one
+    of :data:`leakloss.schema.PLACEMENT_STATUSES` (a damaged row: its sites stand, its status is unknown)."""
+    from leakloss.schema import PLACEMENT_STATUSES
+
+    status = row.get("status")
+    return status if isinstance(status, str) and status in PLACEMENT_STATUSES else None
+
+
 def placement_id(recognizer, finder) -> str:
     """What decides where an item's sites are: the recognizer's id and the site finder's fingerprint
     (:attr:`leakloss.text.sites.SiteFinder.fingerprint`; a finder without one is known by its class)."""
@@ -134,7 +143,7 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
             try:
                 row = json.loads(line)
                 if row.get("version") == SITE_CACHE_VERSION:
-                    known[str(row["key"])] = ([TimedSite(**d) for d in row["sites"]], row.get("status"))
+                    known[str(row["key"])] = ([TimedSite(**d) for d in row["sites"]], row_status(row))
             except (ValueError, TypeError, KeyError, AttributeError):
                 unreadable += 1
         if unreadable:  # a cache can be rebuilt: say so and place those items again

@@ -61,6 +61,12 @@ def test_readings_sharing_a_file_name_are_told_apart_and_a_bad_id_is_one_reading
     assert [i["id"] for i in system.items] == ["spk1__utt1.wav", "spk2__utt1.wav", "good"]
     reasons = [p["reason"] for p in system.problems]
     assert len(reasons) == 2 and "plain file name" in reasons[0] and "too long" in reasons[1], reasons
+    # paths up from the metadata's folder: ../a/utt1.wav is a__utt1.wav, not a hidden '..__a__utt1.wav'
+    for name in ("a/utt1.wav", "b/utt1.wav"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        write_clip(tmp_path / name)
+    system = read_system("up", _metadata(tmp_path / "up", [f"../a/utt1.wav|{TEXT}", f"../b/utt1.wav|{TEXT}"]))
+    assert [i["id"] for i in system.items] == ["a__utt1.wav", "b__utt1.wav"] and not system.problems
 
 
 def test_a_folder_named_by_test_set_ids(tmp_path):

@@ -262,6 +262,18 @@ def test_items_that_cannot_be_placed_are_counted_in_a_warning(tmp_path, monkeypa
     monkeypatch.setattr(placement_module, "locate_sites", None)  # nothing is placed again
     with pytest.warns(UserWarning, match=r"3 of 4 items could not be placed .*alignment_failed: 2, too_short: 1"):
         assert place_dataset_sites(items, rec, tmp_path / "sites.jsonl") == [[], [], [], []]
+    # a damaged status is unknown, never a TypeError mid-run (its row's sites stand)
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "sites.jsonl").read_text(encoding="utf-8").splitlines()]
+    for row, status in zip(rows, (["x"], {"a": 1}, "no_testable_site", "made_up")):
+        row["status"] = status
+    (tmp_path / "sites.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing counted: no warning
+        assert place_dataset_sites(items, rec, tmp_path / "sites.jsonl") == [[], [], [], []]
 
 
 # --- bad input never poisons the batch (issue 14.2-14.5) ----------------------------------------------------------

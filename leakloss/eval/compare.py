@@ -120,7 +120,7 @@ def format_rate(rate: Mapping, interval: str = "wilson") -> str:
 def _load_dir(name: str, folder: Path, files: Sequence[Path] | None = None) -> list[tuple[Path, dict]]:
     if not folder.is_dir():
         raise ValueError(f"system '{name}': results folder '{folder}' does not exist or is not a folder")
-    files = sorted(folder.glob("*.json")) if files is None else [Path(f) for f in files]
+    files = sorted(folder.glob("*.json") if files is None else map(Path, files))  # the bootstrap's cluster order
     if not files:
         raise ValueError(f"system '{name}': no *.json results in '{folder}'")
     return [(f, load_result(f)) for f in files]

@@ -33,6 +33,7 @@ from leakloss.pairs.schema import PairRecord, write_manifest
 from leakloss.pairs.splice import delete_span, replace_span, sham_span
 from leakloss.schema import PAIR_KINDS, PairKind
 from leakloss.speech.synth import Reading, Voice, speak_phones, speak_text
+from leakloss.text.normalize import normalize_devanagari
 from leakloss.text.phones import equivalents
 from leakloss.text.sites import OPEN_CENTRAL, Site, WordSites, align_phones
 
@@ -99,7 +100,7 @@ class PairBuilder:
         self.out_dir = Path(out_dir)
         (self.out_dir / "audio").mkdir(parents=True, exist_ok=True)
         self.confirm = confirm
-        self.heldout_words = set(heldout_words)
+        self.heldout_words = {normalize_devanagari(w) for w in heldout_words}  # as the finder's words are
         self.rng = random.Random(seed)
         self.stats = BuildStats()
         self.records: list[PairRecord] = []

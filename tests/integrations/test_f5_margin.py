@@ -62,8 +62,8 @@ class RecordingMargin(torch.nn.Module):
         margins = torch.stack(values).detach() if values else torch.zeros(0)
         kinds = tuple(spec.kind for _, spec in specs)
         per_kind = {k: margins[[j for j, kind in enumerate(kinds) if kind == k]].mean() for k in KINDS if k in kinds}
-        return loss, MarginParts(loss.detach(), per_kind, margins, margins, kinds, len(values),
-                                 tuple(p.status for p in plans), 0, 0)
+        return loss, MarginParts(loss.detach(), per_kind, margins, kinds, len(values),
+                                 tuple(p.status for p in plans), 0, 0, margins)
 
 
 def _run(model, seed: int = 0, mel: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:

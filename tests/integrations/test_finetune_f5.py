@@ -103,6 +103,8 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
     ("trainer.devices=2", r"trainer.devices=2: finetune-f5 places the sites on one device"),  # a traceback in rank 1
     ("trainer.devices=-1", r"trainer.devices=-1: finetune-f5 places the sites on one device"),
+    ("trainer.devices=auto", r"trainer.devices=auto: finetune-f5 places the sites on one device"),  # every GPU
+    ("trainer.devices='0,1'", r"trainer.devices=0,1: finetune-f5 places the sites on one device"),
     ("num_warmup_updates=1000", r"num_warmup_updates=1000 is not below steps=1000"),  # was cut to 999, silently
     ("num_threads=-2", r"num_threads must be a whole number >= 1, got -2"),  # torch raised mid-run
     ("seed=abc", r"seed must be a whole number >= 0"),
@@ -176,14 +178,14 @@ def test_an_out_dir_holding_other_files_and_no_run_is_refused(tmp_path):
 
     out = tmp_path / "mine"
     out.mkdir()
-    (out / "leak_curves.csv").write_text("user curves")
+    (out / "notes.txt").write_text("the user's")
+    (out / "vocab.txt").write_text("a run's")
     cfg = _cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}")
-    with pytest.raises(FinetuneError, match=r"holds 'leak_curves.csv' but no run.json: not a finetune-f5 run's"):
+    with pytest.raises(FinetuneError, match=r"holds 'notes.txt', which a finetune-f5 run does not write, and no "
+                                            r"run.json"):
         check_resume(cfg)
-    (out / "leak_curves.csv").unlink()
-    assert check_resume(cfg) == 0  # empty: a fresh run
-    (out / "leak_curves.csv").write_text("a run killed before its first save")
-    (out / "run.json").write_text("{}")
+    (out / "notes.txt").unlink()
+    # a run's own files without run.json or checkpoint (the advice for a checkpoint without run.json: empty it)
     assert check_resume(cfg) == 0
 
 
