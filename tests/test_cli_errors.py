@@ -475,10 +475,10 @@ def test_score_refuses_a_folder_as_a_reference(models, clips, tmp_path):
 @pytest.mark.parametrize("command", ["train-heads", "finetune-f5"])
 @pytest.mark.parametrize("override", ["bogus=1", "experiment=nope", "trainer.max_epochs=abc"])
 def test_training_commands_refuse_bad_overrides_before_starting(command, override, monkeypatch):
-    import subprocess
+    import leakloss.cli as cli
 
     started = []
-    monkeypatch.setattr(subprocess, "call", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(cli, "run_module", lambda *a, **k: started.append(a) or 0)
     r = runner.invoke(app, [command, override])
     assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output, r.output
     assert not started
