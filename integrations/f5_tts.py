@@ -782,6 +782,10 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
                           wave_mean=mean[item])
     if hasattr(parts, "nonfinite_items"):  # items, not crops, as the whole-item path counts them
         parts = parts._replace(nonfinite_items=bad.sum().detach())
+    quiet_rms = getattr(penalty, "quiet_rms", None)
+    if hasattr(parts, "quiet_items") and quiet_rms is not None:  # the penalty's rule on the pooled RMS, per item
+        cropped = torch.zeros_like(bad).index_fill(0, item, True)
+        parts = parts._replace(quiet_items=((rms.detach() < quiet_rms) & cropped & ~bad).sum())
     return loss, parts
 
 

@@ -146,6 +146,20 @@ def data_fingerprint(data_dir: Path) -> str | None:
     return h.hexdigest()[:16]
 
 
+#: settings that may name a file or folder (else a built-in name: ``embedded``, ``wb``, ``devanagari``, null)
+PATH_SETTINGS = ("f5.checkpoint", "f5.vocab", "f5.vocoder", "leak.head", "leak.paired_recognizer",
+                 "leak.margin_recognizer")
+
+
+def _absolute_if_path(value: Any) -> Any:
+    """``value`` as an absolute path when it names an existing file or folder, else as given (a resume that gives
+    ``f5.checkpoint`` relative where the run gave it absolute, or from another folder, is the same run)."""
+    if not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
 def run_identity(cfg: DictConfig) -> dict[str, Any]:
     """The settings of :data:`RUN_KEYS`, flat (``leak.weight``: 0.1, ...), paths absolute."""
     out: dict[str, Any] = {}
@@ -153,6 +167,9 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
         value = OmegaConf.select(cfg, key)
         out |= _flat(OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value, f"{key}.")
     out["data.dir"] = str(Path(str(cfg.data.dir)).expanduser().resolve())
+    for key in PATH_SETTINGS:
+        if key in out:
+            out[key] = _absolute_if_path(out[key])
     out[DATA_FINGERPRINT] = data_fingerprint(Path(out["data.dir"]))
     for key in _NOT_RUN_KEYS:
         out.pop(key, None)
@@ -197,6 +214,9 @@ def check_resume(cfg: DictConfig) -> int:
         now.pop(DATA_FINGERPRINT)
         recorded.pop(DATA_FINGERPRINT, None)
     recorded = ADDED_RUN_SETTINGS | recorded  # a run recorded before a setting existed ran as its default
+    for key in PATH_SETTINGS:  # recorded before paths were made absolute: relative to this folder, as given then
+        if key in recorded:
+            recorded[key] = _absolute_if_path(recorded[key])
     changed = sorted(k for k in set(now) | set(recorded) if now.get(k, "<unset>") != recorded.get(k, "<unset>"))
     if changed:
         shown = ", ".join(f"{k} ({recorded.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r})" for k in changed[:4])
@@ -315,10 +335,17 @@ def check_settings(cfg: DictConfig) -> None:
             check_number(value, f"{key} must be a finite number >= 0{bound}", low=0.0, high=high)
         except ValueError as err:
             raise FinetuneError(str(err)) from err
+    if cfg.learning_rate == 0:  # trained nothing and exported the base's weights with a fine-tune's card
+        raise FinetuneError("learning_rate must be > 0, got 0: the run would change no weight")
     for key, choices in CHOICE_SETTINGS.items():
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+    if cfg.batch_size_type == "sample" and cfg.max_samples < cfg.batch_size_per_gpu:
+        # F5 caps only frame batches by max_samples: a sample batch holds batch_size_per_gpu items whatever it says
+        raise FinetuneError(f"max_samples={cfg.max_samples} caps frame batches only; with batch_size_type=sample a "
+                            f"batch holds batch_size_per_gpu={cfg.batch_size_per_gpu} items: set batch_size_per_gpu="
+                            f"{cfg.max_samples} instead")
     for key, default in FLAG_SETTINGS.items():
         value = OmegaConf.select(cfg, key, default=default)
         if not isinstance(value, bool) and not (value is None and default is None):

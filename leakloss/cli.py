@@ -50,6 +50,13 @@ class _OneLineUsageErrors(TyperGroup):
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer turns it into a bare exit 130: the user saw nothing at all
+            err_console.print("interrupted before it finished: rerun the command to finish", soft_wrap=True)
+            raise typer.Exit(130) from None
+
 
 app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, no_args_is_help=True,
                   help="Find where Nepali TTS still sounds Hindi.")

@@ -72,6 +72,17 @@ class MarginParts(NamedTuple):
     site_hinges: Tensor | None = None
 
 
+def _listed(value: object, name: str) -> object:
+    """An iterable of texts or plans as a list (a string, a tensor or None as given: the caller's checks name
+    them); anything else that is not iterable is a :class:`PenaltyInputError`."""
+    if value is None or isinstance(value, (str, bytes, Tensor)):
+        return value
+    try:
+        return list(value)
+    except TypeError:
+        raise PenaltyInputError(f"{name} must be one per item (a list), got {type(value).__name__}") from None
+
+
 class PathMarginPenalty(FrozenScorer):
     """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval
     mode."""
@@ -164,6 +175,7 @@ class PathMarginPenalty(FrozenScorer):
                                     f"{getattr(waves, 'dtype', type(waves).__name__)} "
                                     f"{tuple(getattr(waves, 'shape', ()))}")
         b, t = waves.shape
+        texts, plans = _listed(texts, "texts"), _listed(plans, "plans")  # a generator had no len(): a TypeError
         if plans is None:
             if texts is None or isinstance(texts, str) or len(texts) != b:
                 raise PenaltyInputError(f"give one text per item ({b}), or plans")

@@ -295,7 +295,10 @@ class LeakPenalty(FrozenScorer):
             raise PenaltyInputError(f"wave_mean must be [batch] and finite, got shape {tuple(wave_mean.shape)}")
         waves, bad_wave = mask_nonfinite_items(waves, wave_lengths)
         bad = bad_wave if bad is None else bad | bad_wave
-        quiet = quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
+        # given an item's RMS (the cropped penalty's, pooled over its crops), the rule is the item's: a quiet
+        # stretch of a loud item is no quiet item, as in the whole-item computation
+        quiet = (wave_rms.detach().float() / self.quiet_rms).clamp(max=1.0) if wave_rms is not None \
+            else quiet_gradient_scale(waves, wave_lengths, self.quiet_rms)
         # fp32 before the gradient scale: a quiet fp16 item's unscaled gradient (~1 / rms) overflows fp16
         waves = at_least_fp32(waves)
         if waves.requires_grad:

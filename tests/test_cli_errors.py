@@ -169,6 +169,20 @@ def test_score_batch_names_every_missing_reference(tmp_path, models):
     assert not any(c["used"] for c in checks)
 
 
+def test_a_command_interrupted_anywhere_says_so_and_exits_130(tmp_path, monkeypatch):
+    # typer turned a Ctrl-C outside the commands' own handlers (evaluate loading its models) into a silent exit 130
+    import leakloss.evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(leakloss.evaluate, "evaluate", interrupted)
+    (tmp_path / "sys").mkdir()
+    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 130 and "Traceback" not in r.output, r.output
+    assert "interrupted before it finished: rerun the command to finish" in r.stderr
+
+
 def test_score_batch_interrupted_says_what_it_finished_and_exits_130(tmp_path, models, monkeypatch):
     """Ctrl-C ended it with Lightning's bare exit status 1: no summary, no word that a rerun continues, and
     SIGINT left ignored in the calling process."""

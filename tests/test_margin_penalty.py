@@ -111,6 +111,18 @@ def test_caller_errors_are_typed(term, readings):
         term(h, [TEXT], wave_lengths=torch.tensor([h.shape[1] + 1]))
     with pytest.raises(ValueError, match="tau"):
         PathMarginPenalty(term.recognizer, tau=0.0)
+    with pytest.raises(PenaltyInputError, match="texts must be one per item"):
+        term(h, 5)  # len() of a number was a raw TypeError
+
+
+def test_texts_and_plans_may_be_any_iterable(term, readings):
+    # a generator had no len(): a raw TypeError
+    h = readings["hindi"][None]
+    listed, _ = term(h, [TEXT])
+    generated, _ = term(h, (text for text in [TEXT]))
+    assert torch.equal(listed, generated)
+    plan = term.plan(readings["hindi"], TEXT)
+    assert torch.equal(term(h, plans=[plan])[0], term(h, plans=iter([plan]))[0])
 
 
 def test_a_plan_for_other_audio_is_refused_per_item(term, readings):

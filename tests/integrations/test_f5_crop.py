@@ -241,3 +241,38 @@ def test_random_nonfinite_mels_are_masked_never_an_error(few, poison):
     assert int(parts.nonfinite_items) >= len(masked)  # a 1e30 frame may blow up in the vocoder: masked too
     for item in masked:
         assert not inp.grad[item].any()
+
+
+def test_the_quiet_rule_is_the_items_not_each_crops(embedded_penalty):
+    # a quiet item of two crops was counted twice, and a quiet crop of a loud item had its gradient scaled down
+    # (by the crop's own RMS), which the whole-item computation never does
+    from leakloss.penalty import QUIET_RMS
+    from leakloss.timing import TimedSite
+
+    penalty, vocoder = embedded_penalty, MelToWave.embedded()
+    ctx = penalty_crop_context(penalty, vocoder)
+    g = torch.Generator().manual_seed(0)
+    n = int(7.0 * FR)
+    site = lambda a: TimedSite(a, a + 0.08, "deletion", "ʌ->∅", "w")  # noqa: E731
+    sites = [[site(0.5), site(6.0)], [site(0.5), site(6.0)]]
+    x = torch.randn(2, n, 100, generator=g)  # vocoded at RMS ~0.09
+    x[0] -= 4.0  # item 0 quiet throughout (RMS ~6e-7)
+    assert len(plan_crops(sites, [n, n], FR, ctx, padded_frames=n)[0]) == 4  # two crops an item
+    with torch.no_grad():
+        _, parts = cropped_penalty(penalty, vocoder, x, torch.tensor([n, n]), sites, FR, ctx)
+    assert int(parts.quiet_items) == 1
+    # item 1: loud but for a near-silent stretch around its second site; the whole item is not quiet
+    y = x[1:].clone()
+    y[0, int(4.5 * FR):] -= 4.0
+    inp = y.clone().requires_grad_(True)
+    loss, parts = cropped_penalty(penalty, vocoder, inp, torch.tensor([n]), sites[1:], FR, ctx)
+    assert int(parts.quiet_items) == 0
+    loss.backward()
+    free = y.clone().requires_grad_(True)  # the same without any quiet rule
+    penalty.quiet_rms = 1e-30
+    try:
+        cropped_penalty(penalty, vocoder, free, torch.tensor([n]), sites[1:], FR, ctx)[0].backward()
+    finally:
+        penalty.quiet_rms = QUIET_RMS
+    assert torch.isfinite(inp.grad).all() and inp.grad[0, int(5.0 * FR):].abs().sum() > 0
+    assert torch.allclose(inp.grad, free.grad, rtol=1e-4, atol=1e-12)

@@ -94,6 +94,9 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("leak.weight=inf", r"leak.weight must be a finite number"),
     ("leak.weight=abc", r"leak.weight must be a finite number"),
     ("learning_rate=-1", r"learning_rate must be a finite number >= 0"),
+    ("learning_rate=0", r"learning_rate must be > 0, got 0: the run would change no weight"),  # exported a card
+    # F5 caps frame batches only: the cap was ignored silently
+    ("batch_size_type=sample batch_size_per_gpu=8 max_samples=4", r"max_samples=4 caps frame batches only"),
     ("max_grad_norm=nan", r"max_grad_norm must be"),
     ("steps=abc", r"steps must be a whole number >= 1, got 'abc'"),
     ("steps=nan", r"steps must be a whole number"),
@@ -117,7 +120,7 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
-        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", *override.split(" ")))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -170,6 +173,28 @@ def test_a_resume_on_another_corpus_at_the_same_folder_is_refused(tmp_path):
     del recorded["settings"][DATA_FINGERPRINT]  # a run recorded before the fingerprint: known by its folder
     (out / "run.json").write_text(json.dumps(recorded))
     assert check_resume(cfg) == 2
+
+
+def test_a_resume_naming_the_same_checkpoint_by_another_path_is_the_same_run(tmp_path, monkeypatch):
+    # the run gave f5.checkpoint absolute, the resume relative (or from another folder): it was refused as another run
+    from integrations.finetune_f5 import check_resume
+
+    data, out = tmp_path / "data", tmp_path / "run"
+    data.mkdir()
+    (data / "raw.arrow").write_bytes(b"clips")
+    (data / "duration.json").write_text('{"duration": [1]}')
+    (tmp_path / "base.safetensors").write_bytes(b"weights")
+    cfg = _cfg(data, tmp_path / "base.safetensors", f"out_dir={out}")
+    _write_checkpoint(out, 2, cfg)
+    monkeypatch.chdir(tmp_path)
+    assert check_resume(_cfg(data, "base.safetensors", f"out_dir={out}")) == 2
+    recorded = json.loads((out / "run.json").read_text())
+    recorded["settings"]["f5.checkpoint"] = "base.safetensors"  # recorded relative, before paths were made absolute
+    (out / "run.json").write_text(json.dumps(recorded))
+    assert check_resume(cfg) == 2
+    (tmp_path / "other.safetensors").write_bytes(b"weights")
+    with pytest.raises(FinetuneError, match=r"of a run with other settings: f5.checkpoint"):
+        check_resume(_cfg(data, "other.safetensors", f"out_dir={out}"))
 
 
 def test_an_out_dir_holding_other_files_and_no_run_is_refused(tmp_path):
