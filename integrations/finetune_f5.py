@@ -350,6 +350,10 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=default)
         if not isinstance(value, bool) and not (value is None and default is None):
             raise FinetuneError(f"{key} must be true or false{' or null' if default is None else ''}, got {value!r}")
+    if OmegaConf.select(cfg, "leak.mel_bridge", default=False) and OmegaConf.select(cfg, "leak.crop", default=None):
+        # refused here, before the penalty loads and the sites are placed (resolve_leak_crop's check comes after)
+        raise FinetuneError("leak.crop=true vocodes crops around the sites; leak.mel_bridge=true scores whole mels "
+                            "without a vocoder: give one of the two")
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")

@@ -53,6 +53,8 @@ class MelBridge(nn.Module):
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if not is_whole(context, 0) or kernel % 2 == 0:
             raise ValueError(f"context must be a whole number >= 0 and kernel odd, got {context!r}, {kernel!r}")
+        if in_bins > MEL_BINS:  # the first forward was a conv's shape error
+            raise ValueError(f"in_bins must be at most a Vocos mel's {MEL_BINS} bins, got {in_bins}")
         self.in_bins, self.context, self.hidden, self.kernel = in_bins, context, hidden, kernel
         self.linear = nn.Conv1d(in_bins, WHISPER_MELS, 2 * context + 1)  # replicate-padded: see forward
         self.net = nn.Sequential(nn.Conv1d(in_bins, hidden, kernel, padding=kernel // 2), nn.GELU(),
@@ -109,11 +111,21 @@ class MelBridge(nn.Module):
                                   f"{BRIDGE_SCHEMA_VERSION!r}")
         if is_whole(card.get("in_bins"), 1) and card["in_bins"] > MEL_BINS:
             raise BridgeLoadError(f"{card_path}: in_bins {card['in_bins']} is more than a Vocos mel's {MEL_BINS}")
+        sizes = [card.get(k) for k in ("in_bins", "context", "hidden", "kernel")]
+        sizes[0] = vocos_bins_below() if sizes[0] is None else sizes[0]  # (not computable on the meta device)
         try:
-            model = cls(card.get("in_bins"), card.get("context"), card.get("hidden"), card.get("kernel"))
-        except (TypeError, ValueError) as err:
+            with torch.device("meta"):  # the sizes checked and shaped without memory: a damaged card's hidden 1e9
+                shapes = {k: tuple(v.shape) for k, v in cls(*sizes).state_dict().items()}  # allocated terabytes
+        except (TypeError, ValueError, RuntimeError) as err:
             raise BridgeLoadError(f"{card_path}: sizes do not build a bridge ({first_line(err)})") from None
         state = load_finite_safetensors(weights, BridgeLoadError)
+        not_float = sorted(k for k, v in state.items() if not v.is_floating_point())
+        if not_float:  # load_state_dict would cast int or bool tensors silently
+            raise BridgeLoadError(f"{weights}: weights that are not floating point ({', '.join(not_float[:3])})")
+        wrong = sorted(k for k in set(shapes) | set(state) if shapes.get(k) != getattr(state.get(k), "shape", None))
+        if wrong:  # before building: the card's sizes are only allocated when the file holds them
+            raise BridgeLoadError(f"{weights}: the weights do not fit the card's sizes ({', '.join(wrong[:3])})")
+        model = cls(*sizes)
         try:
             model.load_state_dict(state)
         except RuntimeError as err:
@@ -140,16 +152,26 @@ def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tenso
     """``[b, t]`` 16 kHz waves -> (``[b, n, 100]`` Vocos log mels of each item resampled to 24 kHz, the mels an F5
     model is trained to produce, silent past each item; ``mel_lengths [b]``: the frames centred inside it).
     Differentiable; on the waves' device. An item too short for one Vocos STFT is zero-padded to it (its frames
-    still count from its own length); ``wave_lengths`` outside ``[0, t]`` is a ``ValueError``."""
+    still count from its own length). An item with NaN/Inf among its valid samples gets NaN mels (so a penalty
+    masks it) and a zero gradient. Waves that are not a ``[b, t]`` float tensor, or ``wave_lengths`` outside
+    ``[0, t]``, are a :class:`~leakloss.penalty.PenaltyInputError` (a ``ValueError``)."""
     import torchaudio.functional as AF
 
+    from leakloss.functional.leak import mask_nonfinite_items
+    from leakloss.penalty import PenaltyInputError
     from leakloss.vocoder import log_mel, silence_past_lengths
 
+    if not isinstance(waves, Tensor) or waves.dim() != 2 or not waves.is_floating_point():
+        raise PenaltyInputError(f"waves must be a float tensor [batch, samples], got "
+                                f"{getattr(waves, 'dtype', type(waves).__name__)} {tuple(getattr(waves, 'shape', ()))}"
+                                " (int16 PCM: divide by 32768)")
     b, t = waves.shape
     lengths = wave_lengths if wave_lengths is not None else torch.full((b,), t, dtype=torch.long)
     lengths = torch.as_tensor(lengths, device=waves.device)
     if lengths.shape != (b,) or lengths.is_floating_point() or bool(((lengths < 0) | (lengths > t)).any()):
-        raise ValueError(f"wave_lengths must be [batch] whole numbers in [0, {t}], got {lengths.tolist()}")
+        raise PenaltyInputError(f"wave_lengths must be [batch] whole numbers in [0, {t}], got {lengths.tolist()}")
+    # selected before any arithmetic: the resampler's and the STFT's backward would turn a NaN into NaN gradients
+    waves, bad = mask_nonfinite_items(waves, lengths)
     mels, mel_lengths = [], []
     for i in range(b):
         samples = int(lengths[i])
@@ -162,7 +184,11 @@ def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tenso
     padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True) if b \
         else waves.new_zeros(0, 0, MEL_BINS, dtype=torch.float32)
     mel_lengths = torch.tensor(mel_lengths, dtype=torch.long, device=waves.device)
-    return silence_past_lengths(padded, mel_lengths, tail_frames=0), mel_lengths
+    padded = silence_past_lengths(padded, mel_lengths, tail_frames=0)
+    if bool(bad.any()):
+        padded = torch.where(bad.to(padded.device)[:, None, None], torch.full((), math.nan, device=padded.device),
+                             padded)
+    return padded, mel_lengths
 
 
 class MelPathPenalty(nn.Module):

@@ -22,6 +22,7 @@ Shapes: b batch, t samples (16 kHz), n mel frames, d mel bins (100), c feature c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -129,6 +130,11 @@ class LeakPenalty(FrozenScorer):
         check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
         check_frame_recognizer(recognizer, head, conv_layer)
         if mel_bridge is not None:
+            from leakloss.mel_bridge import MelBridge
+
+            if not isinstance(mel_bridge, MelBridge):  # a path or another module failed in the first forward
+                raise ValueError(f"mel_bridge must be a leakloss.mel_bridge.MelBridge (MelBridge.embedded(path)), got "
+                                 f"{type(mel_bridge).__name__}")
             if mel_to_wave is not None:
                 raise ValueError("give mel_to_wave (vocode mels) or mel_bridge (bridge them to Whisper's log-mel), "
                                  "not both")
@@ -165,11 +171,11 @@ class LeakPenalty(FrozenScorer):
     @classmethod
     def load(cls, recognizer: str | None = None, head_path: str | Path | None = None,
              mel_to_wave: nn.Module | None = None, device: str | torch.device = "cpu",
-             head: str | None = None, mel_bridge: nn.Module | bool | None = None) -> "LeakPenalty":
+             head: str | None = None, mel_bridge: nn.Module | bool | str | os.PathLike | None = None) -> "LeakPenalty":
         """The frame head at ``head_path``, or named ``head`` (:data:`NAMED_HEADS`; default: the shipped one), on
         ``recognizer`` (default: the one its card names; another is loaded as given, with a warning when its
-        weights differ from the card's). ``mel_bridge``: a :class:`~leakloss.mel_bridge.MelBridge`, or True for the
-        shipped one (:meth:`MelBridge.embedded`), in place of ``mel_to_wave``.
+        weights differ from the card's). ``mel_bridge``: a :class:`~leakloss.mel_bridge.MelBridge`, True for the
+        shipped one or a path to one (:meth:`MelBridge.embedded`), in place of ``mel_to_wave``.
 
         Raises:
             HeadLoadError: not a frame (raw-conv) head, an unknown ``head`` name, or ``head`` with ``head_path``.
@@ -190,10 +196,10 @@ class LeakPenalty(FrozenScorer):
         features = card_frame_features(card)
         check_frame_recognizer(rec, module, features.get("layer"), features["source"], card.recognizer)
         check_recognizer(card, rec.name)
-        if mel_bridge is True:
+        if mel_bridge is True or isinstance(mel_bridge, (str, os.PathLike)):
             from leakloss.mel_bridge import MelBridge
 
-            mel_bridge = MelBridge.embedded()
+            mel_bridge = MelBridge.embedded(None if mel_bridge is True else mel_bridge)
         return cls(rec, module, mel_to_wave, conv_layer=features.get("layer"),
                    flag_threshold=card.thresholds["flag"], mel_bridge=mel_bridge or None).to(device)
 

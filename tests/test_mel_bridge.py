@@ -93,7 +93,20 @@ def test_save_and_load_round_trip_and_damaged_files_are_refused(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({**card, "in_bins": 120}))  # failed at the first forward
     with pytest.raises(BridgeLoadError, match="more than a Vocos mel's 100"):
         MelBridge.embedded(tmp_path / "b")
+    for huge in ({"hidden": 10**9}, {"kernel": 10**9 + 1}, {"context": 10**9}):  # allocated terabytes, then failed
+        (tmp_path / "b.json").write_text(json.dumps({**card, **huge}))
+        with pytest.raises(BridgeLoadError, match="do not (fit|build)"):
+            MelBridge.embedded(tmp_path / "b")
     (tmp_path / "b.json").write_text(json.dumps(card))
+    from safetensors.torch import save_file
+
+    weights = (tmp_path / "b.safetensors").read_bytes()
+    for cast in (lambda v: (v * 1000).int(), lambda v: v > 0):  # loaded silently, cast to garbage
+        save_file({k: cast(v) for k, v in bridge.state_dict().items()}, str(tmp_path / "b.safetensors"))
+        with pytest.raises(BridgeLoadError, match="not floating point"):
+            MelBridge.embedded(tmp_path / "b")
+    (tmp_path / "b.safetensors").write_bytes(weights)
+    MelBridge.embedded(tmp_path / "b")
     (tmp_path / "b.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(BridgeLoadError, match="not readable"):
         MelBridge.embedded(tmp_path / "b")
@@ -334,6 +347,11 @@ def test_bad_input_and_bad_pairings_are_refused(fake_w, tiny_rec, penalty):
     padded.frames.own_length = False  # recognizer w's kind: 30 s windows
     with pytest.raises(ValueError, match="pads to 30 s"):
         LeakPenalty(padded, head, mel_bridge=MelBridge(hidden=4))
+    for wrong in ("bridge.safetensors", torch.nn.Identity()):  # both failed in the first forward
+        with pytest.raises(ValueError, match="mel_bridge must be a leakloss.mel_bridge.MelBridge"):
+            LeakPenalty(fake_w, head, mel_bridge=wrong)
+    with pytest.raises(ValueError, match="in_bins must be at most a Vocos mel's 100 bins"):
+        MelBridge(in_bins=101)
     with pytest.raises(PenaltyInputError, match="wave_rms"):
         penalty(mels=torch.zeros(1, 10, 100), sites=[[]], wave_rms=torch.ones(1))
     with pytest.raises(PenaltyInputError, match="bins"):
@@ -354,3 +372,24 @@ def test_mel_path_penalty_scores_waves_as_their_mels(penalty):
     torch.testing.assert_close(loss, want)
     torch.testing.assert_close(parts.site_probs, want_parts.site_probs)
     assert MelPathPenalty(penalty).recognizer is penalty.recognizer
+
+
+def test_mel_path_penalty_masks_a_nonfinite_wave_with_zero_gradient(penalty):
+    # the mels were masked but the resampler's and the STFT's backward made the wave's gradient NaN
+    g = torch.Generator().manual_seed(4)
+    for value in (math.nan, math.inf):
+        wave = (torch.randn(2, SR, generator=g) * 0.1)
+        wave[0, 700] = value
+        wave.requires_grad_(True)
+        loss, parts = MelPathPenalty(penalty)(wave, sites=[SITES, SITES])
+        loss.backward()
+        assert torch.isfinite(loss) and int(parts.nonfinite_items) == 1
+        assert torch.isfinite(wave.grad).all() and not wave.grad[0].any() and wave.grad[1].any()
+
+
+@pytest.mark.parametrize("waves", [torch.zeros(SR), torch.zeros(1, 1, SR), torch.zeros(1, SR, dtype=torch.int16),
+                                   [[0.0] * 100]])
+def test_mel_path_penalty_refuses_what_is_not_a_batch_of_float_waves(penalty, waves):
+    # int16 PCM was scored as it came; 1-D / 3-D waves were unpacking errors, a list an AttributeError
+    with pytest.raises(PenaltyInputError, match=r"waves must be a float tensor \[batch, samples\]"):
+        MelPathPenalty(penalty)(waves, sites=[SITES])

@@ -23,12 +23,16 @@ from pathlib import Path
 import hydra
 import soundfile as sf
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from leakloss.atomic import output_folder_problem
 from leakloss.checks import SettingsError, UntrainedError, check_config, check_trained
 from leakloss.config import config_dir, instantiate_setting, run_unsaved_fit
 from leakloss.mel_bridge import EMBEDDED_BRIDGE, MelBridge, vocos_mels
+from leakloss.speech.corpus import ROLES as CORPUS_ROLES
+
+#: the largest ridge lambda tried: its penalty term (lambda x readings' frames / 1000) stays far from float64's range
+RIDGE_LAMBDA_MAX = 1e12
 
 
 def kept_out() -> set[str]:
@@ -50,12 +54,22 @@ def check_settings(cfg: DictConfig) -> None:
                  seeds=("seed",))
     if cfg.heldback_fraction >= 1:  # nothing would be left to fit on
         raise SettingsError(f"heldback_fraction must be a finite number in (0, 1), got {cfg.heldback_fraction!r}")
-    if not cfg.ridge_lambdas or any(not isinstance(v, (int, float)) or not v > 0 for v in cfg.ridge_lambdas):
-        raise SettingsError(f"ridge_lambdas must be numbers > 0, got {list(cfg.ridge_lambdas)}")
+    lambdas = cfg.ridge_lambdas
+    # a number or null was a TypeError; inf (or 1e308, whose ridge overflows) poisoned the choice of lambda
+    if not OmegaConf.is_list(lambdas) or not lambdas or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= RIDGE_LAMBDA_MAX for v in lambdas):
+        shown = list(lambdas) if OmegaConf.is_list(lambdas) else lambdas
+        raise SettingsError(f"ridge_lambdas must be a list of numbers in (0, {RIDGE_LAMBDA_MAX:g}], got {shown!r}")
+    roles = cfg.roles
+    if not OmegaConf.is_list(roles) or not roles or any(r not in CORPUS_ROLES for r in roles):
+        raise SettingsError(f"roles must be a list of {', '.join(CORPUS_ROLES)}, got {roles!r}")
     stem = output_stem(cfg)
     if stem.name in ("", ".", "..") or stem.is_dir() or stem.suffix:
         raise SettingsError(f"out={cfg.out}: give a file stem without '.' (out=models/bridge writes "
                             "models/bridge.safetensors), not a folder")
+    for path in (stem.with_suffix(".json"), stem.with_suffix(".safetensors")):
+        if path.is_dir():  # refused after the whole fit, by the write
+            raise SettingsError(f"out={cfg.out}: {path} is a folder; give another stem")
     problem = output_folder_problem(stem.parent)
     if problem is not None:
         raise SettingsError(f"out: {problem}")
@@ -151,8 +165,12 @@ def ridge_fit(bridge: MelBridge, train, held, lambdas) -> tuple[float, float]:
             bridge.linear.weight.copy_(w[:-1].reshape(2 * c + 1, k, -1).permute(2, 1, 0).float())
             bridge.linear.bias.copy_(w[-1].float())
             err = float(mse_log10(bridge, held).sqrt())
+            if not math.isfinite(err):  # a lambda whose solve overflowed: never chosen, never poisons the choice
+                continue
             if best is None or err < best[1]:
                 best = (lam, err, w)
+        if best is None:
+            raise UntrainedError(f"no ridge lambda of {list(lambdas)} gave a finite held-back error: nothing saved")
         lam, err, w = best
         bridge.linear.weight.copy_(w[:-1].reshape(2 * c + 1, k, -1).permute(2, 1, 0).float())
         bridge.linear.bias.copy_(w[-1].float())
@@ -177,6 +195,9 @@ def run(cfg: DictConfig) -> dict:
     n_held = max(1, round(cfg.heldback_fraction * len(items)))
     held = [items[i] for i in order[:n_held]]
     train = [items[i] for i in order[n_held:]]
+    if not train:  # a raw torch.cat error in the ridge fit
+        raise SettingsError(f"heldback_fraction={cfg.heldback_fraction} holds back all {len(items)} readings: "
+                            "nothing is left to fit on (lower it, or raise per_voice)")
     print(f"{len(items)} readings of {len({v for v, _ in readings})} voices ({len(train)} fit, {len(held)} held "
           f"back), {time.time() - start:.0f}s", flush=True)
     lam, linear_err = ridge_fit(bridge, train, held, list(cfg.ridge_lambdas))

@@ -117,6 +117,7 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("leak.mel_bridge=no", r"leak.mel_bridge must be true or false, got 'no'"),  # a truthy string: the bridge ran
     ("leak.bf16=1", r"leak.bf16 must be true or false, got 1"),
     ("leak.crop=maybe", r"leak.crop must be true or false or null, got 'maybe'"),
+    ("leak.mel_bridge=true leak.crop=true", r"leak.crop=true vocodes crops .* give one of the two"),  # after placement
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):

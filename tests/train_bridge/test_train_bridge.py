@@ -68,7 +68,14 @@ def test_readings_are_drawn_per_voice_and_the_unseen_family_is_refused(tmp_path)
     ("minutes=0", r"minutes must be a finite number in \(0, inf\), got 0"),
     ("per_voice=1", r"per_voice must be a whole number >= 2"),
     ("heldback_fraction=1", r"heldback_fraction must be a finite number in \(0, 1\)"),
-    ("ridge_lambdas=[0]", r"ridge_lambdas must be numbers > 0"),
+    ("ridge_lambdas=[0]", r"ridge_lambdas must be a list of numbers in \(0, 1e\+12\]"),
+    ("ridge_lambdas=5", r"ridge_lambdas must be a list of numbers"),  # a TypeError traceback
+    ("ridge_lambdas=null", r"ridge_lambdas must be a list of numbers"),
+    ("ridge_lambdas=[inf,1.0]", r"ridge_lambdas must be a list of numbers"),  # poisoned the choice after the audio
+    ("ridge_lambdas=[1e308]", r"ridge_lambdas must be a list of numbers"),
+    ("ridge_lambdas=[true]", r"ridge_lambdas must be a list of numbers"),  # the card said ridge_lambda: true
+    ("roles=[bogus]", r"roles must be a list of teacher, hindi"),  # a ValueError traceback after the settings
+    ("+bridge.in_bins=101", r"in_bins must be at most a Vocos mel's 100 bins"),  # a reshape error after the audio
     ("bridge.frozen=true", r"bridge: it has nothing to train"),
     ("bridge.kernel=4", r"bridge: ValueError: context must be a whole number >= 0 and kernel odd"),
     ("out=models/b.x", r"give a file stem without '.'"),
@@ -81,3 +88,28 @@ def test_settings_that_cannot_work_are_refused_before_any_work(tmp_path, monkeyp
     monkeypatch.setattr(tb, "fitting_readings", lambda cfg: pytest.fail("read audio before refusing"))
     with pytest.raises(SettingsError, match=message):
         tb.run(compose_config("train_bridge", [override]))
+
+
+def test_an_output_stem_whose_file_is_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    # refused by the write after the whole fit
+    import train_bridge.__main__ as tb
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(tb, "fitting_readings", lambda cfg: pytest.fail("read audio before refusing"))
+    for suffix in (".json", ".safetensors"):
+        (tmp_path / f"b{suffix}").mkdir()
+        with pytest.raises(SettingsError, match=rf"b{suffix} is a folder"):
+            tb.run(compose_config("train_bridge", [f"out={tmp_path / 'b'}"]))
+        (tmp_path / f"b{suffix}").rmdir()
+
+
+def test_a_held_back_share_that_leaves_nothing_to_fit_is_a_settings_error(tmp_path, monkeypatch):
+    # a raw torch.cat error in the ridge fit
+    import train_bridge.__main__ as tb
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+
+    monkeypatch.setattr(tb, "fitting_readings", lambda cfg: _readings(tmp_path))
+    with pytest.raises(SettingsError, match=r"heldback_fraction=0.95 holds back all 6 readings"):
+        tb.run(compose_config("train_bridge", ["heldback_fraction=0.95", f"out={tmp_path / 'b'}"]))
