@@ -35,7 +35,8 @@ from leakloss.checks import (
 from leakloss.acoustic.whisper_training import check_resumable, check_run_folders, load_checkpoint, save_checkpoint
 from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech.corpus import (
-    ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+    ROLES, SentenceFileError, build_corpus, builtin_sentences, check_builtin_heldout, read_sentences,
+    split_for_training,
 )
 
 
@@ -48,6 +49,10 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("recognizer_arch.seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"])  # recorded voices: train_recognizers.whisper
+    try:
+        check_builtin_heldout(cfg.sentences, cfg.heldout_fraction)
+    except ValueError as err:
+        raise SettingsError(str(err)) from None
     check_run_folders(cfg.out_dir, RECOGNIZER_FILES, cfg.checkpoint_dir)
     if cfg.get("init_from"):
         folder = Path(cfg.init_from)

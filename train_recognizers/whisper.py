@@ -49,7 +49,8 @@ from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech import festival
 from leakloss.speech.augment import augment_chain
 from leakloss.speech.corpus import (
-    ROLES, SentenceFileError, build_corpus, builtin_sentences, read_sentences, split_for_training,
+    ROLES, SentenceFileError, build_corpus, builtin_sentences, check_builtin_heldout, read_sentences,
+    split_for_training,
 )
 
 
@@ -197,6 +198,10 @@ def check_settings(cfg: DictConfig) -> None:
                  numbers={"lr": positive, "max_minutes": positive, "heldout_fraction": (0.0, 1.0, True)},
                  folders=("cache_dir", "out_dir", "checkpoint_dir"), seeds=("seed",))
     check_choices(cfg, "roles", [r for r in ROLES if r != "recorded"], least=0)  # recorded: recorded_voices
+    try:
+        check_builtin_heldout(cfg.sentences, cfg.heldout_fraction)
+    except ValueError as err:
+        raise SettingsError(str(err)) from None
     if cfg.encoder not in WHISPER_MODELS:
         raise SettingsError(f"encoder={cfg.encoder}: not a Whisper encoder; one of {', '.join(WHISPER_MODELS)}")
     if not isinstance(cfg.own_length, bool):

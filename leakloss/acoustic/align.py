@@ -141,17 +141,23 @@ def align_columns(emission: Tensor, n_frames: int, word_targets: Sequence[Sequen
         return _fail(f"audio too short for {len(flat)} phones ({n_frames} frames, "
                      f"{n_frames / frame_rate:.2f} s; need at least {need} frames)")
     em = emission[:n_frames].detach().float().cpu()[None]  # forced_align: [1, f, c]
+    if bool(torch.isnan(em).any() | torch.isposinf(em).any()):  # (-inf is a phone a frame cannot be)
+        return _fail("the recognizer's log-probabilities hold NaN/Inf")  # a NaN fit passed every check
+    if not bool(torch.isfinite(em[0][:, sorted(set(flat))]).any(0).all()):  # a phone no frame can be: no path
+        return _fail("a phone of the text is impossible in every frame (log-probability -inf)")
     targets = torch.tensor(flat, dtype=torch.int32)[None]
     with warnings.catch_warnings():  # torchaudio 2.9 flags forced_align as deprecated; it is still the tool
         warnings.simplefilter("ignore", UserWarning)
         labels, scores = AF.forced_align(em, targets, torch.tensor([n_frames], dtype=torch.int32),
                                          torch.tensor([len(flat)], dtype=torch.int32), blank=0)
     probs = scores[0].exp()
+    if bool((labels < 0).any() | (labels >= em.shape[-1]).any()) or not bool(torch.isfinite(probs).all()):
+        return _fail("forced alignment found no path through the text")  # labels out of range: an IndexError
     spans = AF.merge_tokens(labels[0], probs, blank=0)
     if len(spans) != len(flat):  # cannot happen for a valid CTC alignment; guard the indexing below
         return _fail(f"forced alignment returned {len(spans)} spans for {len(flat)} phones")
     fit = float(sum(s.score for s in spans) / len(spans))
-    if fit < min_fit:
+    if not fit >= min_fit:  # a NaN fit fails too
         return _fail(f"text does not match the audio (fit {fit:.2f} < {min_fit:.2f})", fit)
     out, k = [], 0
     for i, w in enumerate(word_targets):

@@ -27,9 +27,10 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.constants import SAMPLE_RATE
+from leakloss.functional.crop import conv_receptive_field
 from leakloss.acoustic.recognizer_io import (  # noqa: F401 - the errors, greedy_phones, ... stay importable from here
-    RecognizerLoadError, RecognizerNotFoundError, _check_vocab_fits, _read_vocab, greedy_phones,
-    read_word_check_limits,
+    RecognizerInputError, RecognizerLoadError, RecognizerNotFoundError, _check_vocab_fits, _read_vocab,
+    check_finite_waves, greedy_phones, read_word_check_limits,
 )
 from leakloss.text.phoneset import PhoneSet
 
@@ -164,10 +165,24 @@ class Recognizer(nn.Module):
         return conv_output_frames(lengths, self.conv_kernels[:stop], self.conv_strides[:stop])
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``waves [b, t]`` -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frame_lengths [b]``)."""
+        """``waves [b, t]`` -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frame_lengths [b]``).
+
+        An item shorter than the conv stack's receptive field (400 samples) has 0 frames (the batch is zero-padded
+        to one frame); NaN/Inf among an item's valid samples is a :class:`RecognizerInputError`."""
+        if waves.dim() == 1:
+            waves = waves.unsqueeze(0)
+        b, t = waves.shape
+        check_finite_waves(waves, lengths)
+        need = conv_receptive_field(self.conv_kernels, self.conv_strides)
+        if t < need:  # the stack's convs failed on fewer samples than one output frame reads
+            lengths = lengths if lengths is not None else torch.full((b,), t, dtype=torch.long, device=waves.device)
+            waves = nn.functional.pad(waves, (0, need - t))
         x, mask, lengths = self._prepare(waves, lengths)
         x = x.to(self.device)
-        logits = self.model(x, attention_mask=mask.long().to(self.device)).logits
+        # the model's own frame count of a shorter item is negative (an IndexError): it hears at least one frame's
+        # samples (zeros past its end), and its valid frames stay those of its own length (none)
+        heard = torch.arange(x.shape[-1], device=x.device)[None, :] < lengths.clamp(min=need)[:, None].to(x.device)
+        logits = self.model(x, attention_mask=heard.long().to(self.device)).logits
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         return log_probs, self.frame_lengths(lengths).to(log_probs.device)
 

@@ -13,7 +13,8 @@ from torch import Tensor
 
 from leakloss.text.phoneset import PhoneSet
 
-__all__ = ["RecognizerLoadError", "RecognizerNotFoundError", "greedy_phones", "read_word_check_limits"]
+__all__ = ["RecognizerInputError", "RecognizerLoadError", "RecognizerNotFoundError", "check_finite_waves",
+           "greedy_phones", "read_word_check_limits"]
 
 
 class RecognizerLoadError(ValueError):
@@ -22,6 +23,21 @@ class RecognizerLoadError(ValueError):
 
 class RecognizerNotFoundError(RecognizerLoadError, FileNotFoundError):
     """A recognizer name that is neither embedded, a local directory, nor in the local hub cache."""
+
+
+class RecognizerInputError(ValueError):
+    """Audio a recognizer cannot hear: NaN/Inf among an item's valid samples (it decoded to nothing, silently)."""
+
+
+def check_finite_waves(waves: Tensor, lengths: Tensor | None = None) -> None:
+    """:class:`RecognizerInputError` when an item of ``waves [b, t]`` holds NaN/Inf among its ``lengths [b]`` valid
+    samples (the padding past them is not heard)."""
+    finite = torch.isfinite(waves)
+    if lengths is not None:
+        finite |= torch.arange(waves.shape[-1], device=waves.device)[None, :] >= lengths.to(waves.device)[:, None]
+    if not bool(finite.all()):
+        bad = (~finite.all(-1)).nonzero().flatten().tolist()
+        raise RecognizerInputError(f"audio item(s) {bad[:5]} hold NaN/Inf samples: nothing to recognize")
 
 
 def greedy_phones(log_probs: Tensor, frames: Tensor, phoneset: PhoneSet) -> list[list[str]]:

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from leakloss.acoustic.whisper_encoder import SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
 from leakloss.acoustic.whisper_models import WHISPER_SOURCES, model_dir
+from leakloss.checks import nonfinite_tensors
 from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
@@ -52,6 +53,9 @@ class WhisperPhoneHead(nn.Module):
 
     def __init__(self, n_states: int, dim: int, vocab_size: int, hidden: int = 256, lstm_layers: int = 2,
                  dropout: float = 0.1) -> None:
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 2 or hidden % 2:
+            # the BiLSTM gives 2 * (hidden // 2) outputs: an odd size built, then failed at the first step
+            raise ValueError(f"hidden must be an even whole number >= 2 (the BiLSTM's two directions), got {hidden!r}")
         super().__init__()
         self.config = {"n_states": n_states, "dim": dim, "vocab_size": vocab_size, "hidden": hidden,
                        "lstm_layers": lstm_layers, "dropout": dropout}
@@ -70,6 +74,8 @@ class WhisperPhoneHead(nn.Module):
 
     def forward(self, states: Tensor, frames: Tensor | None = None) -> Tensor:
         x = self.dropout(torch.nn.functional.gelu(self.proj(self.norm(self.mix(states)))))
+        if x.shape[1] == 0:  # no frame (0 samples): the LSTM refuses an empty sequence
+            return self.out(x.new_zeros(x.shape[0], 0, self.out.in_features))
         if frames is not None and states.shape[0] > 1:  # padded frames must not reach the backward LSTM
             packed = nn.utils.rnn.pack_padded_sequence(x, frames.cpu().clamp(min=1), batch_first=True,
                                                        enforce_sorted=False)
@@ -127,8 +133,11 @@ class WhisperRecognizer(nn.Module):
 
     def forward(self, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``waves [b, t]`` (16 kHz; past 30 s in 30 s windows) -> (``log_probs [b, f, v]`` fp32 log-softmax, ``frames [b]``)."""
+        from leakloss.acoustic.recognizer_io import check_finite_waves
+
         if waves.dim() == 1:
             waves = waves[None]
+        check_finite_waves(waves, lengths)  # NaN audio decoded to nothing, silently
         states, frames = self.hidden_states(waves.to(self.device), None if lengths is None else lengths.to(self.device))
         logits = self.head(states, frames)
         return torch.log_softmax(logits.float(), dim=-1), frames
@@ -234,10 +243,20 @@ class WhisperRecognizer(nn.Module):
             state = load_file(str(folder / HEAD_FILE))
         except (SafetensorError, OSError) as err:
             raise RecognizerLoadError(f"{folder / HEAD_FILE}: not a readable safetensors file ({err})") from err
+        bad = nonfinite_tensors(state)
+        if bad:  # loaded, then NaN phones and a raw IndexError in the alignment
+            raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights hold NaN/Inf ({', '.join(bad[:3])}; a diverged "
+                                      "training)")
+        own_length = config.get("own_length", False)
+        card_own_length = _card_field(folder, "own_length")
+        if not isinstance(own_length, bool) or (isinstance(card_own_length, bool) and card_own_length != own_length):
+            # "false" read as True; a head run in the other mode than it was trained in hears other states
+            raise RecognizerLoadError(f"{folder / 'config.json'}: own_length must be true or false as the card says "
+                                      f"(config {own_length!r}, card.json {card_own_length!r})")
         encoder_name = config.get("encoder_name", "tiny.en")  # folders written before base: tiny.en
         try:
             encoder_dir = model_dir(encoder_name) if encoder_dir is None else encoder_dir
-            frames = WhisperFrames.load(encoder_dir, own_length=bool(config.get("own_length", False)))
+            frames = WhisperFrames.load(encoder_dir, own_length=own_length)
             digest = encoder_digest(encoder_dir)
         except (WhisperModelNotFoundError, CTranslate2FormatError, WhisperJoinError, ValueError) as err:
             raise RecognizerLoadError(f"{folder}: its encoder {encoder_name!r} cannot be loaded ({err})") from err
@@ -249,6 +268,11 @@ class WhisperRecognizer(nn.Module):
         except (TypeError, ValueError) as err:
             raise RecognizerLoadError(f"{folder / 'config.json'}: head {head_cfg!r} is not a WhisperPhoneHead "
                                       f"config ({err})") from err
+        wants = {"n_states": len(frames.encoder.layers) + 1, "dim": frames.dim}
+        if any(head_cfg.get(k) != v for k, v in wants.items()):  # without encoder_sha256: an einsum error later
+            raise RecognizerLoadError(f"{folder / 'config.json'}: the head reads {head_cfg.get('n_states')} states of "
+                                      f"{head_cfg.get('dim')} channels; encoder {encoder_name!r} gives "
+                                      f"{wants['n_states']} of {wants['dim']}")
         try:
             head.load_state_dict(state)
         except RuntimeError as err:
@@ -262,6 +286,16 @@ class WhisperRecognizer(nn.Module):
         model._encoder_sha = digest
         model.word_check_limits = read_word_check_limits(folder)
         return model.to(device)
+
+
+def _card_field(folder: Path, key: str) -> object:
+    """``card.json``'s ``key`` in ``folder`` (None when the card or the field is missing or unreadable: a card is
+    optional to loading)."""
+    try:
+        card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return card.get(key) if isinstance(card, dict) else None
 
 
 def encoder_states(frames: WhisperFrames, waves: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -66,6 +66,27 @@ def test_mismatched_text_is_refused_with_fit(phoneset, peaky, scripted):
     assert res.fit < DEFAULT_MIN_FIT
 
 
+@pytest.mark.parametrize("damage", ["nan_rows", "all_nan", "posinf", "phone_impossible", "blank_only"])
+def test_log_probs_that_admit_no_alignment_are_explicit_failures(phoneset, peaky, scripted, damage):
+    # NaN frames gave ok=True with fit nan (nan < min_fit is False); all-NaN or only-blank a raw IndexError
+    script, _ = scripted(WORDS)
+    lp = peaky(script, phoneset).clone()
+    if damage == "nan_rows":
+        lp[5:10] = float("nan")
+    elif damage == "all_nan":
+        lp[:] = float("nan")
+    elif damage == "posinf":
+        lp[3, 2] = float("inf")
+    elif damage == "phone_impossible":
+        lp[:, sorted(phoneset.tokens("k"))] = float("-inf")
+    else:
+        lp[:, 1:] = float("-inf")
+    res = align_words(lp, lp.shape[0], WORDS, phoneset, 50.0, min_fit=0.0)
+    assert not res.ok and res.words == [] and res.reason, res
+    want = "impossible in every frame" if damage in ("phone_impossible", "blank_only") else "hold NaN/Inf"
+    assert want in res.reason
+
+
 def test_too_short_and_empty_are_explicit(phoneset, peaky):
     lp = peaky([None] * 5, phoneset)
     res = align_words(lp, 5, WORDS, phoneset, 50.0)

@@ -232,3 +232,21 @@ def test_unusable_word_check_limits_are_refused_not_replaced(saved_dir, tmp_path
     folder = _with_card(saved_dir, tmp_path, card)
     with pytest.raises(RecognizerLoadError, match=message):
         Recognizer.load(str(folder))
+
+
+def test_audio_shorter_than_one_frame_has_no_frames_and_nan_audio_is_a_typed_error(saved_dir):
+    # under the conv stack's 400-sample receptive field: a raw RuntimeError alone, an IndexError through the
+    # model's own frame count; NaN audio decoded to nothing, silently
+    from leakloss.acoustic.recognizer_io import RecognizerInputError
+
+    rec = Recognizer.load(str(saved_dir))
+    for n in (0, 1, 399):
+        log_probs, frames = rec(torch.randn(1, n) * 0.1)
+        assert frames.tolist() == [0] and torch.isfinite(log_probs).all(), n
+    waves = torch.randn(2, 16_000) * 0.1
+    both, frames = rec(waves, torch.tensor([16_000, 50]))
+    alone, _ = rec(waves[:1])
+    assert frames.tolist()[1] == 0 and torch.allclose(both[0, : frames[0]], alone[0, : frames[0]], atol=1e-4)
+    waves[0, 5] = float("nan")
+    with pytest.raises(RecognizerInputError, match="NaN/Inf"):
+        rec(waves)

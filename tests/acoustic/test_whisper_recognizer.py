@@ -324,3 +324,66 @@ def test_head_padding_never_reaches_a_shorter_item():
         both = head(batch, torch.tensor([5, 9]))
         assert torch.allclose(both[0, :5], head(a)[0], atol=1e-6)
         assert torch.allclose(both[1], head(b)[0], atol=1e-6)
+
+
+# --- damage an outside check found (2026-12-07) ------------------------------------------------------
+
+def test_head_weights_holding_nan_are_refused(folder, tmp_path):
+    # loaded, then NaN phones and a raw IndexError in the alignment
+    from safetensors.torch import load_file, save_file
+
+    bad = _copy(folder, tmp_path)
+    state = load_file(str(bad / HEAD_FILE))
+    state["out.weight"][0, 0] = float("nan")
+    save_file(state, str(bad / HEAD_FILE))
+    with pytest.raises(RecognizerLoadError, match=r"head.safetensors: weights hold NaN/Inf \(out.weight"):
+        WhisperRecognizer.load(bad)
+
+
+def test_a_head_sized_for_another_encoder_is_refused_without_the_encoder_hash(folder, tmp_path, vocab):
+    # only the optional hash guarded it: an einsum error at the first forward
+    bad = _copy(folder, tmp_path)
+    other = _tiny_head(7, len(vocab))  # base's 6 layers + 1, on tiny.en's 384 channels
+    save_whisper_recognizer(other, vocab, tmp_path / "other", {})
+    shutil.copy(tmp_path / "other" / HEAD_FILE, bad / HEAD_FILE)
+    config = json.loads((bad / "config.json").read_text(encoding="utf-8"))
+    config["head"]["n_states"] = 7
+    config.pop("encoder_sha256")
+    (bad / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match=r"the head reads 7 states of 384 channels; encoder 'tiny.en' "
+                                                  r"gives 5 of 384"):
+        WhisperRecognizer.load(bad)
+
+
+@pytest.mark.parametrize("config_value, card_value", [("false", None), (False, True), (1, None)])
+def test_own_length_must_be_a_boolean_that_agrees_with_the_card(folder, tmp_path, config_value, card_value):
+    # "false" loaded as True; a config that disagreed with the card ran the head in another mode than trained
+    bad = _copy(folder, tmp_path)
+    config = json.loads((bad / "config.json").read_text(encoding="utf-8"))
+    (bad / "config.json").write_text(json.dumps({**config, "own_length": config_value}), encoding="utf-8")
+    if card_value is not None:
+        card = json.loads((bad / "card.json").read_text(encoding="utf-8"))
+        (bad / "card.json").write_text(json.dumps({**card, "own_length": card_value}), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match="own_length must be true or false as the card says"):
+        WhisperRecognizer.load(bad)
+
+
+@pytest.mark.parametrize("hidden", [3, 0, 1, True, 2.0])
+def test_a_head_size_the_bilstm_cannot_give_is_refused(hidden):
+    # an odd size built, then failed at the first training step (after the corpus and the encoder states)
+    with pytest.raises(ValueError, match="hidden must be an even whole number >= 2"):
+        WhisperPhoneHead(n_states=5, dim=384, vocab_size=10, hidden=hidden)
+
+
+def test_no_samples_give_no_frames_and_nan_audio_is_a_typed_error(rec):
+    from leakloss.acoustic.recognizer_io import RecognizerInputError
+
+    log_probs, frames = rec(torch.zeros(1, 0))  # the LSTM refused an empty sequence
+    assert log_probs.shape[:2] == (1, 0) and frames.tolist() == [0]
+    wave = _wave(SR, 0)
+    wave[100] = float("nan")
+    with pytest.raises(RecognizerInputError, match=r"audio item\(s\) \[0\] hold NaN/Inf"):
+        rec(wave[None])  # decoded to nothing, silently
+    padded = torch.stack([_wave(SR, 1), _wave(SR, 2)])
+    padded[1, SR // 2:] = float("nan")  # past the item's length: not heard
+    rec(padded, torch.tensor([SR, SR // 2]))

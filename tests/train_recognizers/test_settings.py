@@ -28,6 +28,8 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
     ("roles=[teacher,bogus]", r"roles must be a list of teacher, hindi, variant, piper"),  # ValueError after loading
     ("roles=[recorded]", r"roles must be a list of"),  # needs voices: only the whisper trainer has them
     ("init_from=/nonexistent/rec", r"init_from=/nonexistent/rec: not a saved recognizer folder"),
+    # trained on 29 of the 57 sentences calibration and the benchmarks hold out
+    ("heldout_fraction=0.05", r"heldout_fraction=0.05 on the built-in sentences trains on some of the 0.1"),
 ])
 def test_wav2vec2_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.__main__ import check_settings
@@ -78,6 +80,8 @@ def test_continuing_from_another_architecture_is_a_resume_error(tmp_path):
     ("recorded_voices=fest-kal", r"recorded_voices must be a list of voice names"),  # was "unknown voice 'f'"
     ("encoder=large", r"encoder=large: not a Whisper encoder; one of tiny.en, base"),
     ("own_length=yes", r"own_length='yes': true or false"),
+    ("heldout_fraction=0.0", r"heldout_fraction=0.0 on the built-in sentences trains on some of the 0.1"),
+    ("head.hidden=3", r"head: ValueError: hidden must be an even whole number >= 2"),  # failed at step 1
 ])
 def test_whisper_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.whisper import check_settings
