@@ -35,7 +35,7 @@ from torch.utils.data import Dataset
 
 from leakloss.atomic import in_the_way, path_problem, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result, reference_origin
-from leakloss.textfile import text_lines
+from leakloss.textfile import parse_json, text_lines
 
 #: Longest id in UTF-8 bytes: ``.<id>.json.<random>.tmp`` (the atomic write) must stay under the
 #: usual 255-byte file-name limit.
@@ -172,7 +172,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
+            d = parse_json(line)
         except json.JSONDecodeError as err:
             problems.append((n, f"not valid JSON ({err.msg} at column {err.colno})"))
             continue
@@ -183,7 +183,8 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             problems += [(n, p) for p in bad]
             continue
         first_line[d["id"]] = n
-        base = path.absolute().parent  # absolute: results (and resuming) do not depend on the run's cwd
+        # resolved: results (and resuming) depend neither on the run's cwd nor on how the manifest's path is spelt
+        base = path.resolve().parent
         item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d.get("refs", [])]}
         # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write; a
         # symlink loop, with a traceback
@@ -339,6 +340,8 @@ def result_is_done(path: str | Path, item: dict, scorer: str | None = None) -> b
         return False
     if scorer is not None and result.get("scorer") != scorer:
         return False
+    if any(result.get(k) != item.get(k) for k in ("system", "sentence_id")):
+        return False  # relabelled in the manifest: the old labels stayed and fed compare's clusters
     recorded = result.get("input_sha1")
     if not isinstance(recorded, dict):
         return False
@@ -527,13 +530,14 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     import threading
 
     previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    before = {d["id"]: _stamp(out_dir / f"{d['id']}.json") for d in todo}  # what this run has not written
     try:
         trainer.predict(module, loader, return_predictions=False)
     except SystemExit:
         if not trainer.interrupted:
             raise
         # Lightning turns Ctrl-C into sys.exit(1): a bare exit status, no word of what was done
-        summary = _count_results(todo, out_dir, summary, interrupted=True)
+        summary = _count_results(todo, out_dir, summary, interrupted=True, before=before)
         raise BatchInterrupted(summary) from None
     finally:
         if previous is not None:  # Lightning leaves SIGINT ignored after an interrupt
@@ -541,15 +545,27 @@ def score_batch(manifest: str | Path, out_dir: str | Path, *, accelerator: str =
     return _count_results(todo, out_dir, summary, interrupted=False)
 
 
-def _count_results(todo: list[dict], out_dir: Path, summary: dict, *, interrupted: bool) -> dict:
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """``(mtime_ns, inode)`` of ``path``, None when absent: a result written since has another (an atomic write
+    replaces the file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ino
+
+
+def _count_results(todo: list[dict], out_dir: Path, summary: dict, *, interrupted: bool,
+                   before: dict[str, tuple[int, int] | None] | None = None) -> dict:
     """``summary`` with the status counts of ``todo``'s results, read from the files (so items scored by other
-    processes -- devices, nodes -- count too). ``interrupted``: an item without a result file is not scored yet
+    processes -- devices, nodes -- count too). ``interrupted``: an item without a result file written in this run
+    (its file absent, or as ``before`` found it: an earlier run's failure or stale result) is not scored yet
     (counted in ``not_scored``), not failed."""
     counts: Counter[str] = Counter()
     not_scored = 0
     for d in todo:
         path = out_dir / f"{d['id']}.json"
-        if interrupted and not path.exists():
+        if interrupted and (not path.exists() or (before is not None and _stamp(path) == before.get(d["id"]))):
             not_scored += 1
             continue
         try:

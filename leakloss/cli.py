@@ -16,7 +16,7 @@ from rich.table import Table
 
 from leakloss.constants import DEFAULT_RECOGNIZER
 from leakloss.text.normalize import visible
-from leakloss.textfile import text_lines
+from leakloss.textfile import parse_json, text_lines
 
 
 def escape(text: str) -> str:
@@ -48,6 +48,16 @@ class _OneLineUsageErrors(TyperGroup):
         except typer.Abort:
             err_console.print("Aborted!")
             sys.exit(1)
+        except OSError as err:  # stdout on a full disk (/dev/full) and the like: a traceback box before
+            import errno
+
+            if err.errno == errno.EPIPE:  # the reader went away (| head): nothing to say, as typer does
+                sys.exit(1)
+            try:
+                err_console.print(f"[bold red]error:[/] {escape(os_error_text(err))}", soft_wrap=True)
+            except OSError:
+                pass
+            sys.exit(2)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
@@ -737,7 +747,7 @@ def rerank(
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line)
         except json.JSONDecodeError as err:
             fail(f"{manifest}:{n}: not JSON ({err.msg})")
         if not (isinstance(row, dict) and isinstance(row.get("text"), str) and row["text"].strip()
@@ -810,7 +820,14 @@ def heads_cmd(
             f"arch={c['architecture']}"))
     from train_heads.evaluate import heldout_markdown
 
-    console.print(heldout_markdown(cards[0]["heldout"]), markup=False)
+    rows, seen = [], set()  # each card's rows, once (the scorer's two cards share theirs); the first card's alone
+    for c in cards:        # had dropped the reference-free head's table
+        for row in c["heldout"]:
+            key = json.dumps(row, sort_keys=True, ensure_ascii=False)
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
+    console.print(heldout_markdown(rows), markup=False)
 
 
 def _check_overrides(config_name: str, overrides: list[str]) -> None:

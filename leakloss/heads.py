@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from leakloss.checks import check_whole, nonfinite_tensors
 from leakloss.functional.leak import pooled_site_logits
+from leakloss.textfile import parse_json
 
 FLAG_THRESHOLD = 0.5
 NO_CHANGE_THRESHOLD = 0.2
@@ -243,9 +244,9 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
     if not st.exists() or not js.exists():
         raise HeadLoadError(f"head files not found: expected {st} and {js}")
     try:
-        card_dict = json.loads(js.read_text(encoding="utf-8"))
+        card_dict = parse_json(js.read_text(encoding="utf-8"))
         card = HeadCard(**card_dict)
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, OSError) as err:  # OSError: a folder named .json
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
     for name in ("head", "recognizer", "feature_schema_version", "training_data_sha256", "notes"):
         if not isinstance(getattr(card, name), str):  # "recognizer": 12 was an AttributeError in the scorer

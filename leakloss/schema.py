@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal, NotRequired, TypedDict, get_args
 
 from leakloss.checks import is_finite_number
+from leakloss.textfile import parse_json
 
 Kind = Literal["deletion", "quality"]
 Decision = Literal["flagged", "uncertain", "no_change", "unscored", "not_tested"]
@@ -375,7 +376,7 @@ def load_result(path: str | Path) -> ReadingResult:
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultError(f"result file '{p}' cannot be read: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as exc:
         raise ResultError(f"result file '{p}' is not valid JSON: {exc}") from exc
     return validate_result(data, f"result file '{p}'")

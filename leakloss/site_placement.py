@@ -17,7 +17,7 @@ from torch import Tensor
 from leakloss.functional.leak import peak_limited
 from leakloss.penalty import check_wave
 from leakloss.schema import PlacementStatus
-from leakloss.textfile import text_lines
+from leakloss.textfile import parse_json, text_lines
 from leakloss.timing import TimedSite
 
 
@@ -141,7 +141,7 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
         unreadable = 0
         for line in text_lines(cache.read_bytes().decode("utf-8", errors="replace")):
             try:
-                row = json.loads(line)
+                row = parse_json(line)
                 if row.get("version") == SITE_CACHE_VERSION:
                     known[str(row["key"])] = ([TimedSite(**d) for d in row["sites"]], row_status(row))
             except (ValueError, TypeError, KeyError, AttributeError):

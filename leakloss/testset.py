@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from leakloss.schema import KINDS
-from leakloss.textfile import text_lines
+from leakloss.textfile import parse_json, text_lines
 
 TESTSET_FILE = "testset_ne.tsv"
 COLUMNS = ("id", "text", "key_words", "sites")
@@ -72,7 +72,7 @@ def _parse_line(line: str, where: str) -> TestItem:
     if not item_id or not text or not words:
         raise TestSetError(f"{where}: empty id, text or key words")
     try:
-        sites = json.loads(sites_json)
+        sites = parse_json(sites_json)
     except json.JSONDecodeError as err:
         raise TestSetError(f"{where}: sites are not JSON ({err.msg})") from None
     names = words.split()

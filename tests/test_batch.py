@@ -533,3 +533,34 @@ def test_a_symlink_to_a_folder_where_a_result_goes_is_refused_before_any_item_is
         score_batch(manifest, tmp_path / "out", **_kwargs(models))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["blocked.json"]
     assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_relabelled_items_are_scored_again_and_a_manifest_path_spelt_otherwise_resumes(tmp_path, models):
+    # a changed sentence_id / system kept the old labels (compare clustered by them); a manifest given through
+    # '..' re-scored every finished item
+    write_clip(tmp_path / "q.wav")
+    write_clip(tmp_path / "r.wav", seed=1)
+    out, kwargs = tmp_path / "out", _kwargs(models, word_check=lambda w, t: (True, "test"))
+    labelled = item("x") | {"sentence_id": "ONE", "system": "s1"}
+    manifest = write_manifest(tmp_path / "m.jsonl", [labelled])
+    assert score_batch(manifest, out, **kwargs)["processed"] == 1
+    (tmp_path / "sub").mkdir()
+    assert score_batch(tmp_path / "sub" / ".." / "m.jsonl", out, **kwargs)["skipped_existing"] == 1
+    write_manifest(manifest, [labelled | {"sentence_id": "S0"}])
+    assert score_batch(manifest, out, **kwargs)["processed"] == 1
+    assert json.loads((out / "x.json").read_text(encoding="utf-8"))["sentence_id"] == "S0"
+
+
+def test_an_interrupted_summary_counts_only_what_this_run_wrote(tmp_path):
+    # an earlier run's failure, not retried before the Ctrl-C, was counted as this run's
+    from leakloss.batch import _count_results, _stamp
+
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = {"query": "q.wav", "text": TEXT, "status": "failed", "reason": "query does not exist", "words": [],
+             "references": [], "reference_checks": [], "id": "old"}
+    (out / "old.json").write_text(json.dumps(stale), encoding="utf-8")
+    todo = [item("old"), item("new")]
+    before = {d["id"]: _stamp(out / f"{d['id']}.json") for d in todo}
+    summary = _count_results(todo, out, {"failures": []}, interrupted=True, before=before)
+    assert summary["not_scored"] == 2 and summary["failures"] == []

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from leakloss.cli import app
-from leakloss.heads import HeadCard, MLPHead, save_head
+from leakloss.heads import HeadCard, MLPHead, RawConvHead, save_head
 
 runner = CliRunner()
 SENTENCE = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
@@ -92,6 +92,43 @@ def test_heads_cards_from_dir(tmp_path):
     assert card["head"] == "deletion" and card["heldout"] == rows and card["architecture"]["hidden"] == 16
     empty = runner.invoke(app, ["heads", "--dir", str(tmp_path / "nothing")])
     assert empty.exit_code == 2
+
+
+def test_heads_prints_every_cards_held_out_rows(tmp_path):
+    # only the first card's table was printed: the reference-free head's rows were dropped
+    rows = [{"head": "deletion", "pair_kind": "physical", "caught": 5, "total": 6, "false_flags": 0, "shams": 6}]
+    other = [{"head": "rawconv", "pair_kind": "physical", "caught": 1, "total": 2, "false_flags": 1, "shams": 2}]
+    save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "b", "1", heldout=rows))
+    save_head(tmp_path / "quality", MLPHead(), HeadCard("quality", {}, "b", "1", heldout=rows))
+    save_head(tmp_path / "rawconv", RawConvHead(), HeadCard("rawconv", {}, "b", "1", heldout=other))
+    r = runner.invoke(app, ["heads", "--dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("| deletion | ") == 1 and r.stdout.count("| rawconv | ") == 1
+
+
+@pytest.mark.parametrize("damage", ["deep", "folder"])
+def test_a_head_card_too_deep_or_that_is_a_folder_is_one_error_line(tmp_path, damage):
+    # a RecursionError / IsADirectoryError traceback
+    save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "b", "1"))
+    card = tmp_path / "deletion.json"
+    card.unlink()
+    if damage == "deep":
+        card.write_text("[" * 5000 + "]" * 5000)
+    else:
+        card.mkdir()
+    r = runner.invoke(app, ["heads", "--dir", str(tmp_path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "not a valid head card" in r.stderr, r.output
+
+
+def test_a_full_disk_on_stdout_is_one_error_line_and_exit_2():
+    # every command printed a traceback box when stdout could not be written
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "leakloss.cli", "testset"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "error: No space left on device" in done.stderr
 
 
 def test_g2p_file_with_dandas_attached(tmp_path):

@@ -167,3 +167,13 @@ def test_reference_origin_is_checked_and_defaults_to_given():
         validate_result(result(reference_origin={"origin": "reference_free", "detail": "rawconv"}))
     free = result(reference_origin={"origin": "reference_free", "detail": "rawconv"}, references=[], reference_checks=[])
     assert reference_origin(validate_result(free)) == "reference_free"
+
+
+def test_a_result_file_nested_too_deeply_is_a_result_error(tmp_path):
+    # a RecursionError traceback from compare, listeners and a score-batch resume
+    from leakloss.schema import load_result
+
+    path = tmp_path / "r.json"
+    path.write_text("[" * 5000 + "]" * 5000, encoding="utf-8")
+    with pytest.raises(ResultError, match="is not valid JSON: nested too deeply"):
+        load_result(path)

@@ -7,7 +7,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leakloss.textfile import text_lines
+import pytest
+
+from leakloss.textfile import parse_json, text_lines
 
 
 def test_json_strings_with_unicode_line_separators_stay_one_line():
@@ -26,3 +28,11 @@ def test_crlf_and_a_missing_final_newline():
 def test_the_lines_written_are_the_lines_read(lines):
     assert text_lines("".join(f"{line}\n" for line in lines)) == lines
     assert text_lines("".join(f"{line}\r\n" for line in lines)) == lines
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, '{"a": ' + "9" * 5000 + "}"])
+def test_json_too_deep_or_with_too_long_a_number_is_a_decode_error(text):
+    # a RecursionError and a bare ValueError: tracebacks from rerank, score-batch, compare, listeners and heads
+    with pytest.raises(json.JSONDecodeError):
+        parse_json(text)
+    assert parse_json('{"a": [1, 2]}') == {"a": [1, 2]}

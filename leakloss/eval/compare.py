@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from leakloss.atomic import write_bytes_atomic, write_text_atomic
+from leakloss.atomic import write_files_atomic
 from leakloss.eval.stats import (
     Interval,
     format_count,
@@ -337,7 +337,8 @@ def _plot_png(result: Mapping) -> bytes:
 def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``out_dir``.
 
-    Each file is written to a temporary name and moved into place. ``out_dir`` is created.
+    The three are written as one unit (:func:`leakloss.atomic.write_files_atomic`): a failure leaves the folder as
+    it was. ``out_dir`` is created.
 
     Returns:
         ``{"md": path, "json": path, "png": path}``.
@@ -358,7 +359,6 @@ def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
     # everything is made before anything is written: a failure leaves no partial comparison
     png, text, md = _plot_png(result), json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n", \
         _markdown(result)
-    write_text_atomic(paths["json"], text)
-    write_text_atomic(paths["md"], md)
-    write_bytes_atomic(paths["png"], png)
+    # as one unit: a folder in the way of the png had left a new json and md beside an old png
+    write_files_atomic({paths["json"]: text.encode("utf-8"), paths["md"]: md.encode("utf-8"), paths["png"]: png})
     return paths

@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
-from leakloss.atomic import write_text_atomic
+from leakloss.atomic import write_files_atomic
 from leakloss.eval.compare import OutputFolderError, check_output_folder, markdown_text
 from leakloss.eval.stats import (
     Interval,
@@ -391,7 +391,8 @@ def write_listener_report(result: dict, out_dir: str | Path) -> dict[str, Path]:
         raise OutputFolderError(
             f"the output folder {out} would write over the labels file {labels}; give another folder")
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(paths["json"], json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
-    write_text_atomic(paths["md"], _markdown(result))
+    text = json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    # as one unit: a folder in the way of the md had left a new json beside an old md
+    write_files_atomic({paths["json"]: text.encode("utf-8"), paths["md"]: _markdown(result).encode("utf-8")})
     return paths
 

@@ -393,3 +393,12 @@ def test_cli_compare_replaces_a_symlink_planted_in_out_never_writes_through(tmp_
     for name in ("comparison.md", "comparison.json", "comparison.png"):
         assert not (out / name).is_symlink() and (out / name).is_file()
     assert "| sys | 1 of 1" in (out / "comparison.md").read_text(encoding="utf-8")
+
+
+def test_a_folder_in_the_way_of_the_chart_leaves_no_new_json_or_markdown(tmp_path):
+    # the json and md were written, then the png failed: new numbers beside an old chart
+    out = compare_results({"swar": write_dir(tmp_path / "s", [reading("flagged", "s1")])})
+    (tmp_path / "out" / "comparison.png").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        write_comparison(out, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["comparison.png"]

@@ -352,3 +352,12 @@ def test_result_files_that_are_one_name_in_two_unicode_forms_are_an_error(tmp_pa
     labels = [("हैन", excluded, "L1", "rejected"), ("र", composed, "L1", "accepted")]
     with pytest.raises(ListenerDataError, match="same reading name in another Unicode form"):
         listener_agreement(write_csv(tmp_path / "labels.csv", labels), res)
+
+
+def test_a_folder_in_the_way_of_the_markdown_leaves_no_new_json(tmp_path):
+    # listeners.json was written, then listeners.md failed: a new json beside an old report
+    out = run(tmp_path)
+    (tmp_path / "report" / "listeners.md").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        write_listener_report(out, tmp_path / "report")
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["listeners.md"]
