@@ -117,8 +117,11 @@ class Recognizer(nn.Module):
         folder = source if local else _hub_snapshot(str(source))
         from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, is_whisper_folder
 
+        base = str(name).split("@", 1)[0]
+        if base.startswith("embedded:"):  # "embedded:w" is w: its id must match the heads' cards ("w@...")
+            base = base.split(":", 1)[1]
         if is_whisper_folder(folder):  # a CTC head on the Whisper encoder: same interface, its own loader
-            return WhisperRecognizer.load(folder, name=str(name).split("@", 1)[0], device=device)
+            return WhisperRecognizer.load(folder, name=base, device=device)
         weights = check_weights(folder)
         vocab = _read_vocab(folder)
         model = _load_model(folder)
@@ -127,7 +130,7 @@ class Recognizer(nn.Module):
             import hashlib
 
             digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
-            name = f"{str(name).split('@', 1)[0]}@{digest}"
+            name = f"{base}@{digest}"
         try:
             recognizer = cls(model, vocab, name=str(name))
         except ValueError as err:  # e.g. no blank token in the vocabulary
