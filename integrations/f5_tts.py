@@ -1,7 +1,9 @@
 """F5-TTS / IndicF5 integration: a leak-aware CFM, checkpoint + vocab helpers, and a launcher for F5's own Trainer.
 
 Needs the ``f5`` extra (``f5-tts==1.1.22`` and friends). Shapes follow F5: mels ``[b, n, d]`` (d = 100,
-24 kHz, hop 256), text as ``list[str]`` (char vocab) or ``[b, nt]`` ids.
+24 kHz, hop 256), text as ``list[str]`` (char vocab) or ``[b, nt]`` ids. Importing this module imports F5-TTS,
+whose ``f5_tts.model`` package imports its own Trainer and so ``wandb``; the ``leakloss`` library itself never
+does (``tests/test_import_cycles.py``).
 
 How the leak penalty enters training (see :class:`LeakAwareCFM`): F5 trains by flow matching,
 ``x_t = (1 - t) x0 + t x1`` with target flow ``x1 - x0``; a prediction ``pred`` of the flow gives a one-step
@@ -204,9 +206,11 @@ class LeakAwareCFM(CFM):
       and the penalty vocodes itself.
 
     - Schedule: in training mode the penalty runs only on updates ``u >= leak_start_step`` with
-      ``(u - leak_start_step) % leak_every == 0`` (``u`` counts updates: forwards // ``grad_accumulation_steps``,
-      or, under :func:`train_f5`, accelerate's own update boundaries, ``update_synced``); other steps do not call
-      it at all (no cost). Eval-mode forwards always run it.
+      ``(u + 1) % leak_every == 0`` (``u`` counts updates from 0: forwards // ``grad_accumulation_steps``, or, under
+      :func:`train_f5`, accelerate's own update boundaries, ``update_synced``; ``u + 1`` is the update's number as F5
+      and the leak curve count them, so a curve logged every multiple of ``leak_every`` shows the penalty: until
+      2026-12-07 it ran on ``(u - leak_start_step) % leak_every == 0``, never on a logged update); other steps do
+      not call it at all (no cost). Eval-mode forwards always run it.
     - Many processes (``torch.distributed`` initialised, training mode): the penalty is normalised over the global
       batch: each rank's mean over its sites is rescaled by ``world * n_local / n_global`` and the ``t**2`` weight
       is the global mean, so DDP's gradient average equals the gradient of the global-batch penalty. Every rank
@@ -279,6 +283,21 @@ class LeakAwareCFM(CFM):
                                  "the sites on its audio, e.g. integrations.f5_dataset.cache_lookup); without one no "
                                  "site is ever found")
         check_item_fraction(leak_item_fraction)
+        from leakloss.checks import check_whole
+
+        # 2.7 became 2, True 1, inf an OverflowError, "2" a TypeError: checked here, not at some later step
+        leak_every, grad_accumulation_steps = check_whole(leak_every, "leak_every"), check_whole(
+            grad_accumulation_steps, "grad_accumulation_steps")
+        leak_start_step = check_whole(leak_start_step, "leak_start_step", low=0)
+        if site_lookup is not None and not callable(site_lookup):  # a dict was a TypeError at the first forward
+            raise ValueError(f"site_lookup must be a function text -> sites (a dict d: d.get), got "
+                             f"{type(site_lookup).__name__}")
+        from leakloss.penalty import LeakPenalty
+
+        if isinstance(leak_penalty, LeakPenalty) and mel_to_wave is None and leak_penalty.mel_to_wave is None \
+                and leak_penalty.mel_bridge is None:  # failed at the first scheduled step: "needs a vocoder"
+            raise ValueError("leak_penalty hears x1_hat through a vocoder: give mel_to_wave (leakloss.vocoder."
+                             "MelToWave) here or on the penalty, or load it with a mel bridge")
         if leak_crop and getattr(leak_penalty, "mel_bridge", None) is not None:
             raise ValueError("leak_crop vocodes crops around the sites; a penalty with a mel_bridge scores whole mels "
                              "(no vocoder): use one or the other")
@@ -295,9 +314,6 @@ class LeakAwareCFM(CFM):
         self.margin_weight = float(margin_weight)
         self.site_lookup: SiteLookup = site_lookup if site_lookup is not None else _no_sites
         self.sites_in_span_only = sites_in_span_only
-        if leak_every < 1 or leak_start_step < 0 or grad_accumulation_steps < 1:
-            raise ValueError(f"need leak_every >= 1, leak_start_step >= 0, grad_accumulation_steps >= 1; got "
-                             f"{leak_every}, {leak_start_step}, {grad_accumulation_steps}")
         self.leak_start_step, self.leak_every = int(leak_start_step), int(leak_every)
         self.grad_accumulation_steps = int(grad_accumulation_steps)
         self.leak_crop, self.leak_bf16 = bool(leak_crop), bool(leak_bf16)
@@ -357,6 +373,14 @@ class LeakAwareCFM(CFM):
         """``inp`` ``[b, n, d]`` mel (or ``[b, nw]`` wave), ``text`` list[str] or ``[b, nt]`` -> ``(loss, cond, pred)``."""
         with transformer_inputs(self) as seen:
             flow_loss, cond, pred = super().forward(inp, text, lens=lens, noise_scheduler=noise_scheduler)
+        if not bool(torch.isfinite(flow_loss)) and "x" in seen:
+            # F5 averages the error over the infilled span: a batch of 1-frame items infills none (a mean of
+            # nothing, NaN); a NaN loss from NaN input stays NaN (the curve logger stops on it)
+            n = seen["x"].shape[1]
+            full = torch.full((seen["x"].shape[0],), n, device=pred.device, dtype=torch.long)
+            _, span = clean_mel_estimate(seen["x"], seen["time"], pred, cond, full if lens is None else lens)
+            if not bool(span.any()):
+                flow_loss = pred.sum() * 0
 
         self.last_flow_loss = flow_loss.detach()
         for name in AUXILIARY_TERMS:
@@ -447,6 +471,9 @@ class LeakAwareCFM(CFM):
 
     def resume_at(self, update: int) -> None:
         """The schedule goes on from ``update`` completed updates (a resumed run)."""
+        from leakloss.checks import check_whole
+
+        update = check_whole(update, "update", low=0)  # -2 or 2.5 were taken
         self.train_forwards = update * self.grad_accumulation_steps
         self.completed_updates, self._forwards_in_update = update, 0
 
@@ -460,7 +487,7 @@ class LeakAwareCFM(CFM):
             self._forwards_in_update += 1
             if self.update_synced():
                 self.completed_updates, self._forwards_in_update = self.completed_updates + 1, 0
-        return update >= self.leak_start_step and (update - self.leak_start_step) % self.leak_every == 0
+        return update >= self.leak_start_step and (update + 1) % self.leak_every == 0
 
     @staticmethod
     def _global_stats(ref: torch.Tensor, penalty_sum: float, t2_sum: float, n_items: int,
@@ -973,6 +1000,11 @@ class WaveTextDataset(Dataset):
             if not bool(torch.isfinite(w).all()):
                 raise ValueError(f"items[{i}]: the wave holds NaN/Inf samples")
         self.waves = [w.float() if sr == rate else AF.resample(w.float(), sr, rate) for w, sr, _ in items]
+        shortest = self.mel_spec.n_fft // 2 + 1  # the STFT's reflect padding: a raw RuntimeError mid-training
+        for i, w in enumerate(self.waves):
+            if w.numel() < shortest:
+                raise ValueError(f"items[{i}]: the wave is {w.numel()} samples at {rate} Hz, shorter than one mel "
+                                 f"frame's window ({shortest})")
         self.texts = [text for _, _, text in items]
 
     def __len__(self) -> int:
@@ -1050,6 +1082,8 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
                 row.update({f"{prefix}/{k}/{kk}": _scalar(vv) for kk, vv in v.items()})
             elif v is None or isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels
                 continue
+            elif isinstance(v, torch.Tensor) and v.numel() == 0:  # no site this step (a margin step that scored no
+                continue                                          # item): no point, not a NaN in the curve
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
                 row[f"{prefix}/{k}"] = _scalar(v)
         if row.get(f"{prefix}/nonfinite_items", 0.0) > 0 and row.get(f"{prefix}/active_sites", 1.0) == 0:
@@ -1176,6 +1210,11 @@ class LeakCurveLogger:
         start_update: int = 0,
         stop_on_nonfinite: bool = True,
     ) -> None:
+        from leakloss.checks import check_whole
+
+        # 0 was a ZeroDivisionError at the first training forward
+        every, probe_every = check_whole(every, "every"), check_whole(probe_every, "probe_every")
+        grad_accumulation_steps = check_whole(grad_accumulation_steps, "grad_accumulation_steps")
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
         self.stop_on_nonfinite = stop_on_nonfinite
         self.is_main = is_main
@@ -1199,9 +1238,15 @@ class LeakCurveLogger:
         if not model.training:
             return
         self.calls += 1
-        step = math.ceil(self.calls / self.grad_accumulation_steps)  # the update this forward feeds (F5 logs at it)
-        at_update = self.calls % self.grad_accumulation_steps == 0
-        log_now = self.calls % (self.every * self.grad_accumulation_steps) == 0
+        if getattr(model, "update_synced", None) is not None:
+            # accelerate's own update boundaries (it also completes one at each epoch's end): the model has
+            # counted this forward already; calls // accumulation ran behind by one update an epoch
+            at_update = model.at_update_start()
+            step = model.updates_done() + (0 if at_update else 1)
+        else:
+            step = math.ceil(self.calls / self.grad_accumulation_steps)  # the update this forward feeds (F5 logs
+            at_update = self.calls % self.grad_accumulation_steps == 0  # at it)
+        log_now = at_update and step % self.every == 0
         # every rank agrees (one all-reduce): a rank stopping alone would leave the others waiting in backward
         diverged = self.stop_on_nonfinite and _all_agree(not bool(torch.isfinite(output[0].detach()).all()))
         log_now = log_now or diverged

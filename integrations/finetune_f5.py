@@ -387,6 +387,10 @@ def check_settings(cfg: DictConfig) -> None:
         # it trained without a word, the card said 0.5
         raise FinetuneError(f"leak.start_step={cfg.leak.start_step} is not before the run's last update "
                             f"(steps={cfg.steps}): the penalty would never act")
+    first = math.ceil((cfg.leak.start_step + 1) / cfg.leak.every) * cfg.leak.every  # the first update it runs on
+    if max(weights) > 0 and first > cfg.steps:
+        raise FinetuneError(f"leak.every={cfg.leak.every} with leak.start_step={cfg.leak.start_step}: the penalty "
+                            f"first runs on update {first}, after the run's last (steps={cfg.steps})")
     if cfg.log_every > cfg.steps:
         raise FinetuneError(f"log_every={cfg.log_every} is more than steps={cfg.steps}: no leak curve would be logged")
     check_probe_texts(cfg)

@@ -72,14 +72,19 @@ class LeakCurveCallback(L.Callback):
 
     def __init__(self, probe: ProbeSet, synthesize: Callable[[L.LightningModule, list[str]], list[torch.Tensor]],
                  every: int = 100, csv_path: str | Path | None = None) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
         self.probe, self.synthesize, self.every = probe, synthesize, every
         self.csv_path = Path(csv_path) if csv_path else None
         self.rows: list[tuple[int, dict]] = []
+        self._last_step = -1  # the global step probed last
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
-        if step == 0 or step % self.every:
+        # under accumulate_grad_batches several batches end at one global step: probe it once
+        if step == 0 or step % self.every or step == self._last_step:
             return
+        self._last_step = step
         was_training = module.training
         module.eval()
         try:

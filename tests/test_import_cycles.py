@@ -92,3 +92,15 @@ def test_no_module_imports_one_that_imports_it_back():
     assert "leakloss.acoustic.whisper_recognizer" in edges["leakloss.acoustic.recognizer"]
     assert "leakloss.acoustic.recognizer_io" in edges["leakloss.acoustic.whisper_recognizer"]
     assert _cycles(edges) == []
+
+
+def test_the_library_never_imports_wandb():
+    # the loggers are the entry points' business; F5-TTS's own package (imported by integrations.f5_tts) does
+    import subprocess
+    import sys
+
+    code = ("import sys, leakloss, leakloss.penalty, leakloss.paired_penalty, leakloss.margin_penalty, "
+            "leakloss.reward, leakloss.rewards, leakloss.scorer, leakloss.evaluate, leakloss.cli, "
+            "integrations.leak_curves, integrations.f5_dataset; print('wandb' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]

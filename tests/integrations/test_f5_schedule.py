@@ -53,7 +53,7 @@ def test_penalty_runs_only_on_scheduled_updates(start, every, accum):
         model(x, ["a", "b"], lens=lens)
         paid.append(penalty.calls > before)
         assert (model.last_leak_parts is not None) == paid[-1]
-    naive = [(f // accum) >= start and ((f // accum) - start) % every == 0 for f in range(12)]
+    naive = [(f // accum) >= start and ((f // accum) + 1) % every == 0 for f in range(12)]
     assert paid == naive
     model.eval()
     before = penalty.calls
@@ -171,6 +171,99 @@ def test_under_accelerate_the_schedule_counts_its_updates_across_epoch_ends():
     assert global_update == 9 and model.updates_done() == 9
     assert fed == [0, 0, 1, 1, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8]
     assert starts == [True, False, True, False, True] * 3
-    assert due == [u % 2 == 0 for u in fed]  # every micro-batch of an update runs the penalty, or none
+    assert due == [(u + 1) % 2 == 0 for u in fed]  # every micro-batch of an update runs the penalty, or none
     model.resume_at(4)
     assert model.updates_done() == 4 and model.at_update_start()
+
+
+def test_the_curve_logger_labels_rows_with_accelerates_updates_and_logs_the_penalty_it_schedules(tmp_path):
+    """The logger counted forwards // accumulation: under accelerate (an update at each epoch's end) its rows fell
+    behind F5's global_update (updates 2 and 6 never logged); and with leak.every = log_every = 2 the penalty ran on
+    updates 1, 3, 5 and was logged on none."""
+    import csv
+
+    from accelerate import Accelerator
+
+    from integrations.f5_tts import LeakCurveLogger
+
+    accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
+    stand_in = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(stand_in.parameters(), 0.1)
+    loader = torch.utils.data.DataLoader(torch.zeros(3, 1), batch_size=1)
+    stand_in, optimizer, loader = accelerator.prepare(stand_in, optimizer, loader)
+    model = _model(leak_penalty=Counting(), grad_accumulation_steps=2, leak_every=2)
+    model.train()
+    model.update_synced = lambda: accelerator.sync_gradients
+    model.register_forward_hook(LeakCurveLogger(tmp_path / "c.csv", every=2, grad_accumulation_steps=2))
+    x, lens = torch.randn(2, 60, 100), torch.tensor([60, 50])
+    global_update = 0
+    for _epoch in range(4):
+        for batch in loader:
+            with accelerator.accumulate(stand_in):
+                model(x, ["a", "b"], lens=lens)
+                stand_in(batch).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            if accelerator.sync_gradients:
+                global_update += 1
+    assert global_update == 8
+    with (tmp_path / "c.csv").open(newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert sorted({int(r[0]) for r in rows}) == [2, 4, 6, 8]
+    assert {int(r[0]) for r in rows if r[1] == "leak/penalty"} == {2, 4, 6, 8}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"leak_every": 2.7}, "leak_every must be a whole number >= 1"),  # became 2
+    ({"leak_every": True}, "leak_every must be a whole number >= 1"),
+    ({"leak_every": float("inf")}, "leak_every must be a whole number >= 1"),  # an OverflowError
+    ({"leak_every": "2"}, "leak_every must be a whole number >= 1"),  # a TypeError
+    ({"grad_accumulation_steps": 1.5}, "grad_accumulation_steps must be a whole number >= 1"),  # became 1
+    ({"leak_start_step": None}, "leak_start_step must be a whole number >= 0"),
+])
+def test_a_schedule_that_is_not_whole_numbers_is_refused_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _model(leak_penalty=Counting(), **kwargs)
+
+
+def test_a_site_lookup_that_is_not_a_function_or_a_penalty_without_a_vocoder_is_refused(embedded_penalty):
+    # both failed at the first scheduled forward: "'dict' object is not callable", "needs a mel_to_wave vocoder"
+    with pytest.raises(ValueError, match="site_lookup must be a function"):
+        tiny_f5(leak_penalty=Counting(), leak_weight=1.0, site_lookup={"a": [SITE]})
+    with pytest.raises(ValueError, match="leak_penalty hears x1_hat through a vocoder"):
+        tiny_f5(leak_penalty=embedded_penalty, leak_weight=1.0, site_lookup=lambda t: [SITE])
+    model = _model(leak_penalty=Counting())
+    for bad in (-2, 2.5):  # were taken
+        with pytest.raises(ValueError, match="update must be a whole number >= 0"):
+            model.resume_at(bad)
+
+
+def test_a_batch_of_one_frame_items_has_a_zero_flow_loss_not_nan():
+    # F5 infills (0.7..1.0 * 1) = 0 frames of a 1-frame item: its loss was the mean of nothing
+    model = tiny_f5(seed=0, audio_drop_prob=0.0, cond_drop_prob=0.0)
+    model.train()
+    x = torch.randn(2, 1, 100, requires_grad=True)
+    loss, _, _ = model(x, ["a", "b"], lens=torch.tensor([1, 1]))
+    loss.backward()
+    assert float(loss) == 0.0 and all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    bad = torch.randn(2, 40, 100)
+    bad[0, 3, 3] = float("nan")  # a NaN input stays a NaN loss: the curve logger stops on it
+    assert not torch.isfinite(model(bad, ["a", "b"], lens=torch.tensor([40, 40]))[0])
+
+
+def test_a_term_step_with_no_site_logs_no_nan_and_a_too_short_clip_is_refused():
+    # a margin step that scored no item logged site_margins / site_hinges NaN (the documented NaN is for steps
+    # whose items were all non-finite); a 300-sample clip was a raw STFT error mid-training
+    from integrations.f5_tts import WaveTextDataset, _term_row
+
+    class MarginLike(NamedTuple):
+        penalty: torch.Tensor
+        site_margins: torch.Tensor
+        site_hinges: torch.Tensor
+        nonfinite_items: torch.Tensor
+
+    empty = torch.zeros(0)
+    row = _term_row("margin", 0.5, torch.zeros(()), MarginLike(torch.zeros(()), empty, empty, torch.zeros(())))
+    assert all(v == v for v in row.values()) and "margin/site_margins" not in row
+    with pytest.raises(ValueError, match=r"items\[0\]: the wave is \d+ samples at 24000 Hz, shorter than"):
+        WaveTextDataset([(torch.randn(300) * 0.1, 16_000, "आज")])

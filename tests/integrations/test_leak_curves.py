@@ -103,3 +103,27 @@ def test_a_probe_set_with_words_counts_only_those_words_sites(monkeypatch):
     assert seen == [["नेकपा"]] and row["leak_probe/sites"] == 1.0
     with pytest.raises(ValueError, match="one word per probe text"):
         ProbeSet(["a", "b"], FakePenalty(), words=["a"])
+
+
+def test_the_callback_probes_each_update_once_under_accumulation(tmp_path):
+    # with accumulate_grad_batches=3 three batches end at one global step: the probe set was synthesised three times
+    from types import SimpleNamespace
+
+    from integrations.leak_curves import LeakCurveCallback
+
+    calls = []
+
+    class Probe:
+        texts = ["x"]
+
+        def measure(self, waves):
+            calls.append(1)
+            return {"leak_probe/sites": 1.0}
+
+    callback = LeakCurveCallback(Probe(), lambda module, texts: [], every=2, csv_path=tmp_path / "c.csv")
+    module = torch.nn.Linear(1, 1)
+    for step in (0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4):
+        callback.on_train_batch_end(SimpleNamespace(global_step=step, logger=None), module, None, None, 0)
+    assert len(calls) == 2 and [s for s, _ in callback.rows] == [2, 4]
+    with pytest.raises(ValueError, match="every must be a whole number >= 1"):
+        LeakCurveCallback(Probe(), lambda module, texts: [], every=0)
