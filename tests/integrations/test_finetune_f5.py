@@ -118,6 +118,7 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("leak.bf16=1", r"leak.bf16 must be true or false, got 1"),
     ("leak.crop=maybe", r"leak.crop must be true or false or null, got 'maybe'"),
     ("leak.mel_bridge=true leak.crop=true", r"leak.crop=true vocodes crops .* give one of the two"),  # after placement
+    ("leak.weight=0.1 leak.every=2000", r"the penalty first runs on update 2000, after the run's last"),
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
