@@ -226,10 +226,13 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     return dirs
 
 
-def _compare(cfg: DemoConfig, dirs: dict[str, Path]) -> dict:
+def _compare(cfg: DemoConfig, dirs: dict[str, Path], items: list[dict]) -> dict:
     from leakloss.eval.compare import compare_results, write_comparison
 
-    result = compare_results({SYSTEM_NAMES[folder]: path for folder, path in dirs.items()})
+    # this run's readings only: a rerun with fewer --sentences had counted the earlier run's results too
+    files = {SYSTEM_NAMES[folder]: [path / f"{item['sentence_id']}.json" for item in items]
+             for folder, path in dirs.items()}
+    result = compare_results({SYSTEM_NAMES[folder]: path for folder, path in dirs.items()}, files=files)
     write_comparison(result, cfg.out / "comparison")
     console.print("[bold]4. comparison[/] (key words flagged, scored readings)")
     console.print((cfg.out / "comparison" / "comparison.md").read_text(encoding="utf-8"))
@@ -392,7 +395,7 @@ def run_demo(cfg: DemoConfig) -> dict:
         console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     items = _readings(cfg, chosen)
     dirs = _score(cfg, heads_dir, items)
-    comparison = _compare(cfg, dirs)
+    comparison = _compare(cfg, dirs, items)
     curves = _finetune(cfg)
     index = _index(cfg, heldout, comparison, curves, items, warnings)
     minutes = (time.time() - start) / 60

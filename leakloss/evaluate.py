@@ -55,6 +55,11 @@ def parse_system(spec: str) -> tuple[str, Path]:
     if "/" in name or "\\" in name or name.startswith(".") or any(unicodedata.category(c)[0] == "C" for c in name):
         raise EvaluateError(f"system name {name!r} must be a plain name (no '/', '\\', control characters, not "
                             "starting with '.'): it names the system's folders")
+    from leakloss.batch import MAX_ID_BYTES
+
+    if len(name.encode("utf-8")) > MAX_ID_BYTES:  # failed at the first file write, naming a temporary file
+        raise EvaluateError(f"system name {name[:40]!r}... is {len(name.encode('utf-8'))} bytes in UTF-8, at most "
+                            f"{MAX_ID_BYTES}: it names the system's folders")
     return name, Path(path)
 
 
@@ -94,8 +99,20 @@ def read_testset(path: str | Path) -> dict[str, dict]:
             raise EvaluateError(f"{path}:{n}: id {sid!r} repeated")
         keys = cells[key_col] if key_col is not None and key_col < len(cells) else ""
         out[sid] = {"text": cells[text_col].strip(),
-                    "key_words": [unicodedata.normalize("NFC", k) for k in keys.replace(",", " ").split()]}
+                    "key_words": [_word_form(k) for k in keys.replace(",", " ").split()]}
     return out
+
+
+def _word_form(text: str) -> str:
+    """``text`` as the scorer writes its words and texts (:func:`leakloss.text.normalize.normalize_devanagari`:
+    NFC, zero-width joiners and other invisibles dropped), so that a key word or a transcript typed with a ZWJ
+    matches the result's words (it never matched, and every tested word was counted instead)."""
+    from leakloss.text.normalize import TextError, normalize_devanagari
+
+    try:
+        return normalize_devanagari(text)
+    except TextError:
+        return unicodedata.normalize("NFC", text)
 
 
 def _reading_problem(audio: Path, text: str) -> str | None:
@@ -140,7 +157,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     from leakloss.textfile import text_lines
 
     system = SystemReadings(name, path)
-    by_text = {unicodedata.normalize("NFC", v["text"]): k for k, v in (testset or {}).items()}
+    by_text = {_word_form(v["text"]): k for k, v in (testset or {}).items()}
     metadata = _metadata_path(path)
     rows: list[tuple[str, Path, str, str]] = []  # (reading name, audio, text, sentence id)
     if metadata is not None:
@@ -148,6 +165,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             lines = text_lines(metadata.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError) as err:
             raise EvaluateError(f"system {name!r}: cannot read {metadata}: {err}") from err
+        refused: set[Path] = set()  # audio of lines refused by name: said once, with the line's reason
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -158,21 +176,43 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             if not sep or not audio.strip():
                 system.problems.append({"reading": where, "reason": "not an 'audio|text' line"})
                 continue
+            if "|" in text:  # id|text|normalized (LJSpeech): the extra field was scored as part of the text
+                system.problems.append({"reading": where, "reason": f"{text.count('|') + 2} fields: evaluate reads "
+                                        "'audio|text' lines (a text holds no '|')"})
+                refused.add((metadata.parent / audio.strip()).resolve())
+                continue
             text = text.strip()
-            sid = by_text.get(unicodedata.normalize("NFC", text), "")
+            sid = by_text.get(_word_form(text), "")
             rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
+        # audio beside the metadata (or beside the audio it lists) that no line names: said, not dropped
+        listed = {audio.resolve() for _, audio, _, _ in rows} | refused
+        folders = {metadata.parent.resolve()} | {a.parent for a in listed}
+        for folder in sorted(folders):
+            if folder.is_dir():
+                for f in sorted(folder.iterdir()):
+                    if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file() and f.resolve() not in listed:
+                        system.problems.append({"reading": str(f), "reason": f"no line of {metadata.name} names it"})
         # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
         # each by its path in the metadata's folder, separators as "__"
         stems = Counter(audio.stem for _, audio, _, sid in rows if not sid)
         ids = [sid or (audio.stem if stems[audio.stem] == 1 else _path_id(audio, metadata.parent))
                for _, audio, _, sid in rows]
     elif path.is_dir() and testset is not None:
+        files = sorted(f for f in path.iterdir() if f.is_file())
         for sid, entry in testset.items():
-            audio = next((path / f"{sid}{s}" for s in AUDIO_SUFFIXES if (path / f"{sid}{s}").exists()), path / f"{sid}.wav")
+            # the suffix in any case (ne-001.WAV was "missing"), in AUDIO_SUFFIXES' order
+            named = [f for f in files if f.stem == sid]
+            audio = min((f for f in named if f.suffix.lower() in AUDIO_SUFFIXES),
+                        key=lambda f: AUDIO_SUFFIXES.index(f.suffix.lower()), default=None)
+            if audio is None and named:  # ne-001.mp3: not "missing", and not silently passed over
+                system.problems.append({"reading": str(named[0]), "reason": f"not a supported audio format "
+                                        f"({', '.join(AUDIO_SUFFIXES)})"})
+                continue
+            audio = audio or path / f"{sid}.wav"
             rows.append((str(audio), audio, entry["text"], sid))
         ids = [sid for *_, sid in rows]
         known = set(testset)
-        for f in sorted(path.iterdir()):
+        for f in files:
             if f.suffix.lower() in AUDIO_SUFFIXES and f.stem not in known:
                 system.problems.append({"reading": str(f), "reason": "its name is no id of the test set"})
     elif path.is_dir():
@@ -201,9 +241,9 @@ def mark_key_words(result: dict, key_words: list[str]) -> bool:
     """Mark ``result``'s key words (``"key": true``) as the demo does; a reading whose key words have no tested
     site marks none (every tested word then counts). Returns whether ``result`` changed."""
     before = json.dumps(result["words"], ensure_ascii=False)
-    keys = {unicodedata.normalize("NFC", k) for k in key_words}
+    keys = {_word_form(k) for k in key_words}
     for w in result["words"]:
-        w["key"] = unicodedata.normalize("NFC", w["word"]) in keys
+        w["key"] = _word_form(w["word"]) in keys
     if not any(w["key"] and w["sites"] for w in result["words"]):
         for w in result["words"]:
             w.pop("key", None)
@@ -248,6 +288,31 @@ class EvaluateInterrupted(KeyboardInterrupt):
         self.system, self.summary = system, summary
 
 
+def _score_systems(readings: list[SystemReadings], out: Path, sets: dict[str, dict] | None, scoring: dict,
+                   dirs: dict, **batch_kwargs) -> None:
+    """Score each system's readings into ``out/results/NAME`` (resumable: :func:`leakloss.batch.score_batch`), its
+    summary into ``scoring``, its folder into ``dirs``; then mark the test set's key words in the results."""
+    from leakloss.batch import BatchInterrupted, score_batch
+    from leakloss.schema import load_result
+
+    for system in readings:
+        manifest = out / "manifests" / f"{system.name}.jsonl"
+        results = dirs[system.name] = out / "results" / system.name
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(manifest, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in system.items))
+        try:
+            scoring[system.name] = score_batch(manifest, results, **batch_kwargs)
+        except BatchInterrupted as err:
+            raise EvaluateInterrupted(system.name, err.summary) from None
+        for item in system.items:  # key words from the test set (score-batch's done-check ignores them)
+            entry = (sets or {}).get(item.get("sentence_id", ""))
+            path = results / f"{item['id']}.json"
+            if entry is not None and path.is_file():
+                result = load_result(path)
+                if mark_key_words(result, entry["key_words"]):
+                    write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
+
+
 def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path | None = None,
              reference_free: bool = False, progress: bool = True, accelerator: str = "cpu", devices: str = "1",
              strategy: str = "auto", **scorer_kwargs) -> dict:
@@ -263,7 +328,6 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
     """
     from leakloss.atomic import atomic_directory, output_folder_problem, replace_problem
     from leakloss.audio import load_audio
-    from leakloss.batch import BatchInterrupted, score_batch
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.report import render_report, write_report
     from leakloss.schema import load_result
@@ -283,24 +347,19 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         listed = "; ".join(f"{p['reading']}: {p['reason']}" for p in problems if p["system"] in empty)
         raise EvaluateError(f"system(s) {', '.join(map(repr, empty))}: no reading to score ({listed or 'none listed'})")
     scoring, dirs = {}, {}
-    for system in readings:
-        manifest = out / "manifests" / f"{system.name}.jsonl"
-        results = dirs[system.name] = out / "results" / system.name
-        manifest.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(manifest, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in system.items))
-        try:
-            scoring[system.name] = score_batch(manifest, results, accelerator=accelerator, devices=devices,
-                                               strategy=strategy, progress=progress, reference_free=reference_free,
-                                               **scorer_kwargs)
-        except BatchInterrupted as err:
-            raise EvaluateInterrupted(system.name, err.summary) from None
-        for item in system.items:  # key words from the test set (score-batch's done-check ignores them)
-            entry = (sets or {}).get(item.get("sentence_id", ""))
-            path = results / f"{item['id']}.json"
-            if entry is not None and path.is_file():
-                result = load_result(path)
-                if mark_key_words(result, entry["key_words"]):
-                    write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
+    created = not out.exists()
+    try:
+        _score_systems(readings, out, sets, scoring, dirs, accelerator=accelerator, devices=devices,
+                       strategy=strategy, progress=progress, reference_free=reference_free, **scorer_kwargs)
+    except EvaluateInterrupted:
+        raise
+    except BaseException:
+        # refused before any reading was scored (bad heads, an unusable accelerator): no folder left behind
+        if created and not any((out / "results").rglob("*.json")):
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     # this run's readings only: results/NAME/ also keeps earlier runs' (a reading since removed or not scored)
     comparison = compare_results(dirs, files={s.name: [dirs[s.name] / f"{i['id']}.json" for i in s.items]
                                               for s in readings})

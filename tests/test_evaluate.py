@@ -256,3 +256,48 @@ def test_the_shipped_test_set_reads_as_evaluate_expects(tmp_path):
     for item in items:
         assert read[item.id]["text"] == item.text
         assert read[item.id]["key_words"] == [k.word for k in item.key_words]
+
+
+def test_extra_fields_and_audio_no_line_names_are_reported_not_scored_or_dropped(tmp_path):
+    # id|text|normalized: 'आए।|spk1' was scored as the text; a WAV beside the metadata with no line vanished
+    folder = tmp_path / "sys"
+    (folder / "wavs").mkdir(parents=True)
+    for name in ("wavs/r1.wav", "wavs/r2.wav", "wavs/orphan.wav", "top.wav"):
+        write_clip(folder / name)
+    system = read_system("mine", _metadata(folder, [f"wavs/r1.wav|{TEXT}", f"wavs/r2.wav|{TEXT}|spk1"]))
+    assert [i["id"] for i in system.items] == ["r1"]
+    reasons = {p["reading"].rsplit("/", 1)[-1]: p["reason"] for p in system.problems}
+    assert "3 fields" in reasons["metadata.csv:3"] and "no line of metadata.csv names it" in reasons["orphan.wav"]
+    assert "no line of metadata.csv" in reasons["top.wav"] and len(reasons) == 3
+
+
+def test_test_set_audio_in_any_case_and_formats_it_cannot_read_are_told(tmp_path):
+    # ne-001.WAV was "missing"; ne-002.mp3 too, and never named
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT}\tनेकपा\n", encoding="utf-8")
+    (tmp_path / "wavs").mkdir()
+    write_clip(tmp_path / "wavs" / "n1.WAV")
+    (tmp_path / "wavs" / "n2.mp3").write_bytes(b"ID3 not read")
+    system = read_system("mine", tmp_path / "wavs", read_testset(tmp_path / "set.tsv"))
+    assert [i["query"].rsplit("/", 1)[-1] for i in system.items] == ["n1.WAV"]
+    assert [(p["reading"].rsplit("/", 1)[-1], p["reason"]) for p in system.problems] == [
+        ("n2.mp3", "not a supported audio format (.wav, .flac, .aiff, .aif)")]
+
+
+def test_key_words_typed_with_a_zero_width_joiner_still_match():
+    # राष्‍ट्रपतिको (with a ZWJ, as the shared data writes it) never matched the scorer's word: every tested word counted
+    result = {"words": [{"word": "राष्ट्रपतिको", "sites": [{"kind": "deletion"}]}, {"word": "अवधि", "sites": [{}]}]}
+    assert mark_key_words(result, ["राष्\u200dट्रपतिको"]) and [w.get("key") for w in result["words"]] == [True, False]
+
+
+def test_a_refusal_before_any_reading_is_scored_leaves_no_output_folder(tmp_path, models):
+    # bad heads left out/manifests/a.jsonl; a 250-character system name failed on a temporary file's name
+    folder = _metadata(tmp_path / "sys", [f"r1.wav|{TEXT}"])
+    write_clip(folder / "r1.wav")
+    kwargs = _kwargs(models) | {"heads_dir": tmp_path / "no_heads"}
+    with pytest.raises(Exception, match="head"):
+        evaluate({"a": folder}, tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
+    from leakloss.evaluate import parse_system
+
+    with pytest.raises(EvaluateError, match="bytes in UTF-8, at most 200"):
+        parse_system("a" * 250 + f"={folder}")
