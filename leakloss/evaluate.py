@@ -264,7 +264,8 @@ def write_index(folder: Path, comparison: dict, links: list[dict], *, title: str
     rows = []
     for name, s in comparison["systems"].items():
         k = s["key_flagged"]
-        rows.append([name, format_rate(k), format_rate(k, "bootstrap"),
+        # the bootstrap's own column: "—" without an interval (one sentence), as comparison.md has it, not the count
+        rows.append([name, format_rate(k), format_rate(k, "bootstrap") if k.get("bootstrap") else "—",
                      *(format_rate(s["by_kind"][kind]) for kind in KINDS), str(s["quarantined"])])
     entries.append({"kind": "table", "title": "Comparison", "rows": rows,
                     "columns": ["system", "key words flagged (Wilson 95%)", "sentence bootstrap 95%",
