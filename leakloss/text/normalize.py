@@ -57,7 +57,8 @@ BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2
 #: Shown as ``[U+XXXX]`` by :func:`visible`: the bidirectional controls and the control characters (C0 but tab,
 #: newline and return; DEL; C1).
 _SHOWN_AS_CODES = {c: f"[U+{c:04X}]" for c in [*map(ord, BIDI_CONTROLS), *(c for c in range(0x20) if c not in (9, 10, 13)),
-                                               *range(0x7F, 0xA0)]}
+                                               *range(0x7F, 0xA0), *range(0x2061, 0x2065), *range(0x206A, 0x2070),
+                                               0x180E, *range(0xFFF9, 0xFFFC), 0xE0001, *range(0xE0020, 0xE0080)]}
 
 
 def visible(text: str) -> str:
@@ -67,7 +68,15 @@ def visible(text: str) -> str:
     return text.translate(_SHOWN_AS_CODES)
 
 
-_INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS), None) | {0x200B: " "}
+#: Other invisible format characters (Unicode Cf, default-ignorable) a text is read without: invisible operators
+#: U+2061-2064, deprecated format controls U+206A-206F, U+180E, interlinear annotation U+FFF9-FFFB, shorthand format
+#: controls, musical format controls and the tag characters. Left in, one cut a word in two (its site lost) and read
+#: as "punctuation" no one could see.
+OTHER_INVISIBLE = "".join(map(chr, [0x180E, *range(0x2061, 0x2065), *range(0x206A, 0x2070), *range(0xFFF9, 0xFFFC),
+                                    *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001,
+                                    *range(0xE0020, 0xE0080)]))
+_INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS + OTHER_INVISIBLE), None) \
+    | {0x200B: " "}
 _WS = re.compile(r"\s+")
 # ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit. A run
 # of colons is one visarga (as a doubled sign is one), taken in one pass: one colon a pass was quadratic.

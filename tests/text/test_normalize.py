@@ -125,3 +125,15 @@ def test_punctuation_side(token, side):
     from leakloss.text.normalize import punctuation_side
 
     assert punctuation_side(token) == side
+
+
+@pytest.mark.parametrize("mark", ["\u2062", "\u2063", "\u180e", "\u206a", "\ufff9", "\U000e0041"])
+def test_other_invisible_format_characters_are_read_without(mark):
+    # U+2062 cut नेकपा into नेक + an invisible "punctuation" + पा: its deletion site was lost
+    from leakloss.text.normalize import visible
+    from leakloss.text.sites import SiteFinder
+
+    assert normalize_devanagari(f"नेक{mark}पा") == "नेकपा"
+    (word,) = SiteFinder()(f"नेक{mark}पा")
+    assert word.skipped is None and [s.contrast for s in word.sites] == [s.contrast for s in SiteFinder()("नेकपा")[0].sites]
+    assert visible(f"a{mark}b") == f"a[U+{ord(mark):04X}]b"
