@@ -1075,6 +1075,7 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
     if penalty is not None:
         row[f"{prefix}/penalty"] = _scalar(penalty)
     if parts is not None:
+        empty: list[str] = []
         for k, v in parts._asdict().items():
             if k == "penalty" and penalty is not None:  # under DDP ``penalty`` is the global batch's, parts' this rank's
                 continue
@@ -1083,12 +1084,12 @@ def _term_row(prefix: str, weight: float, penalty: torch.Tensor | None, parts: N
             elif v is None or isinstance(v, (tuple, list, str)):  # per-site kinds, per-item statuses: labels
                 continue
             elif isinstance(v, torch.Tensor) and v.numel() == 0:  # no site this step (a margin step that scored no
-                continue                                          # item): no point, not a NaN in the curve
+                empty.append(f"{prefix}/{k}")                     # item): no point, not a NaN in the curve
             elif not (isinstance(v, torch.Tensor) and v.dim() > 1):  # per-frame maps are not curves
                 row[f"{prefix}/{k}"] = _scalar(v)
         if row.get(f"{prefix}/nonfinite_items", 0.0) > 0 and row.get(f"{prefix}/active_sites", 1.0) == 0:
             measures = tuple(f"{prefix}/{m}" for m in _SITE_MEASURES)
-            row |= {k: math.nan for k in row if k.startswith(measures)}
+            row |= {k: math.nan for k in [*row, *empty] if k.startswith(measures)}
     return row
 
 
@@ -1213,7 +1214,8 @@ class LeakCurveLogger:
         from leakloss.checks import check_whole
 
         # 0 was a ZeroDivisionError at the first training forward
-        every, probe_every = check_whole(every, "every"), check_whole(probe_every, "probe_every")
+        every = check_whole(every, "every")
+        probe_every = check_whole(probe_every, "probe_every", low=1 if probe is not None else 0)  # 0: no probe
         grad_accumulation_steps = check_whole(grad_accumulation_steps, "grad_accumulation_steps")
         self.csv_path, self.every, self.log_fn = Path(csv_path), every, log_fn
         self.stop_on_nonfinite = stop_on_nonfinite

@@ -153,8 +153,13 @@ PATH_SETTINGS = ("f5.checkpoint", "f5.vocab", "f5.vocoder", "leak.head", "leak.p
 
 def _absolute_if_path(value: Any) -> Any:
     """``value`` as an absolute path when it names an existing file or folder, else as given (a resume that gives
-    ``f5.checkpoint`` relative where the run gave it absolute, or from another folder, is the same run)."""
-    if not isinstance(value, str) or not value:
+    ``f5.checkpoint`` relative where the run gave it absolute, or from another folder, is the same run). A built-in
+    name (``wb``, ``embedded``, ``devanagari``, a named head) stays a name: it is loaded by name, whatever folder of
+    that name lies in the working directory."""
+    from leakloss.acoustic.recognizer import EMBEDDED
+    from leakloss.penalty import NAMED_HEADS
+
+    if not isinstance(value, str) or not value or value in (*EMBEDDED, *NAMED_HEADS, "embedded", "devanagari"):
         return value
     path = Path(value).expanduser()
     return str(path.resolve()) if path.exists() else value
@@ -341,11 +346,6 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise FinetuneError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-    if cfg.batch_size_type == "sample" and cfg.max_samples < cfg.batch_size_per_gpu:
-        # F5 caps only frame batches by max_samples: a sample batch holds batch_size_per_gpu items whatever it says
-        raise FinetuneError(f"max_samples={cfg.max_samples} caps frame batches only; with batch_size_type=sample a "
-                            f"batch holds batch_size_per_gpu={cfg.batch_size_per_gpu} items: set batch_size_per_gpu="
-                            f"{cfg.max_samples} instead")
     for key, default in FLAG_SETTINGS.items():
         value = OmegaConf.select(cfg, key, default=default)
         if not isinstance(value, bool) and not (value is None and default is None):

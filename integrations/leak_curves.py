@@ -72,8 +72,9 @@ class LeakCurveCallback(L.Callback):
 
     def __init__(self, probe: ProbeSet, synthesize: Callable[[L.LightningModule, list[str]], list[torch.Tensor]],
                  every: int = 100, csv_path: str | Path | None = None) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        from leakloss.checks import check_whole
+
+        every = check_whole(every, "every")
         self.probe, self.synthesize, self.every = probe, synthesize, every
         self.csv_path = Path(csv_path) if csv_path else None
         self.rows: list[tuple[int, dict]] = []

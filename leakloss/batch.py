@@ -184,7 +184,8 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
             continue
         first_line[d["id"]] = n
         # resolved: results (and resuming) depend neither on the run's cwd nor on how the manifest's path is spelt
-        base = path.resolve().parent
+        base = path.absolute().parent.resolve()  # the folder, not a symlinked manifest's target: its paths are
+        # relative to where the link lies
         item = d | {"query": str(base / d["query"]), "refs": [str(base / r) for r in d.get("refs", [])]}
         # a folder or file name that is not UTF-8, or too long, stopped the whole run at its first result write; a
         # symlink loop, with a traceback

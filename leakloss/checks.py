@@ -84,6 +84,11 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+class PenaltyInputError(ValueError):
+    """Penalty input of the wrong rank or with lengths outside the tensor (a caller bug, not bad audio); users import
+    it from :mod:`leakloss.penalty`, lower layers (the mel bridge) from here."""
+
+
 class SettingsError(ValueError):
     """A setting of an entry point's config that cannot work (named with the value given), found before any
     model loads or data is built."""

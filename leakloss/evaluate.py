@@ -31,6 +31,8 @@ from leakloss.atomic import write_text_atomic
 
 METADATA = "metadata.csv"
 AUDIO_SUFFIXES = (".wav", ".flac", ".aiff", ".aif")
+#: audio formats a reading may come in that evaluate does not read: named as such, not as "missing"
+OTHER_AUDIO_SUFFIXES = (".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".webm")
 #: What the report folder holds (atomic_directory replaces it only if it holds nothing else).
 REPORT_FILES = ("index.html", "evaluation.json", "comparison/", "reports/")
 
@@ -115,6 +117,38 @@ def _word_form(text: str) -> str:
         return unicodedata.normalize("NFC", text)
 
 
+#: at most this many audio files no metadata line names are listed one by one; the rest are counted in one line
+UNLISTED_SHOWN = 10
+
+
+def _unlisted_audio(metadata: Path, listed: set[Path]) -> list[dict]:
+    """Audio files in the metadata's folder, or in its subfolders that hold audio it lists, that no line names:
+    each a problem (the first :data:`UNLISTED_SHOWN`, then one line counting the rest); a WAV without a transcript
+    had vanished without a word."""
+    root = metadata.parent.resolve()
+    folders = {root} | {a.parent for a in listed if a.parent.is_relative_to(root)}
+    unlisted = [f for folder in sorted(folders) if folder.is_dir() for f in sorted(folder.iterdir())
+                if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file() and f.resolve() not in listed]
+    out = [{"reading": str(f), "reason": f"no line of {metadata.name} names it"} for f in unlisted[:UNLISTED_SHOWN]]
+    if len(unlisted) > UNLISTED_SHOWN:
+        out.append({"reading": str(root), "reason": f"{len(unlisted) - UNLISTED_SHOWN} more audio files no line of "
+                    f"{metadata.name} names"})
+    return out
+
+
+def _extra_field(text: str) -> str | None:
+    """The field after the text of a metadata line, if its ``|`` separate one (``text|spk1``: a field with no
+    Devanagari letter; ``text|text``: LJSpeech's normalised copy), else None: a ``|`` typed as the danda
+    (``म घर जान्छु | ऊ आयो |``) is part of the text."""
+    *head, last = text.split("|")
+    last = last.strip()
+    if not head or not last:
+        return None
+    if not any("\u0900" <= c <= "\u097f" for c in last) or last == head[-1].strip():
+        return last
+    return None
+
+
 def _reading_problem(audio: Path, text: str) -> str | None:
     """Why a reading cannot be scored for its input, or None."""
     from leakloss.audio import AudioError, load_audio
@@ -176,22 +210,16 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             if not sep or not audio.strip():
                 system.problems.append({"reading": where, "reason": "not an 'audio|text' line"})
                 continue
-            if "|" in text:  # id|text|normalized (LJSpeech): the extra field was scored as part of the text
-                system.problems.append({"reading": where, "reason": f"{text.count('|') + 2} fields: evaluate reads "
-                                        "'audio|text' lines (a text holds no '|')"})
+            if (extra := _extra_field(text)) is not None:  # audio|text|spk1, id|text|normalized: the extra field
+                system.problems.append({"reading": where, "reason": f"a field after the text ({extra!r}): evaluate "
+                                        "reads 'audio|text' lines"})  # was scored as part of the text
                 refused.add((metadata.parent / audio.strip()).resolve())
                 continue
             text = text.strip()
             sid = by_text.get(_word_form(text), "")
             rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
-        # audio beside the metadata (or beside the audio it lists) that no line names: said, not dropped
-        listed = {audio.resolve() for _, audio, _, _ in rows} | refused
-        folders = {metadata.parent.resolve()} | {a.parent for a in listed}
-        for folder in sorted(folders):
-            if folder.is_dir():
-                for f in sorted(folder.iterdir()):
-                    if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file() and f.resolve() not in listed:
-                        system.problems.append({"reading": str(f), "reason": f"no line of {metadata.name} names it"})
+        if metadata.name == METADATA:  # a system's own folder (a metadata file of another name may share one)
+            system.problems += _unlisted_audio(metadata, {a.resolve() for _, a, _, _ in rows} | refused)
         # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
         # each by its path in the metadata's folder, separators as "__"
         stems = Counter(audio.stem for _, audio, _, sid in rows if not sid)
@@ -204,6 +232,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             named = [f for f in files if f.stem == sid]
             audio = min((f for f in named if f.suffix.lower() in AUDIO_SUFFIXES),
                         key=lambda f: AUDIO_SUFFIXES.index(f.suffix.lower()), default=None)
+            named = [f for f in named if f.suffix.lower() in OTHER_AUDIO_SUFFIXES] if audio is None else named
             if audio is None and named:  # ne-001.mp3: not "missing", and not silently passed over
                 system.problems.append({"reading": str(named[0]), "reason": f"not a supported audio format "
                                         f"({', '.join(AUDIO_SUFFIXES)})"})
@@ -348,7 +377,11 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         listed = "; ".join(f"{p['reading']}: {p['reason']}" for p in problems if p["system"] in empty)
         raise EvaluateError(f"system(s) {', '.join(map(repr, empty))}: no reading to score ({listed or 'none listed'})")
     scoring, dirs = {}, {}
-    created = not out.exists()
+    created = None  # the outermost folder this call creates (out, or a missing parent of it)
+    if not out.exists():
+        created = out.absolute()
+        while not created.parent.exists():
+            created = created.parent
     try:
         _score_systems(readings, out, sets, scoring, dirs, accelerator=accelerator, devices=devices,
                        strategy=strategy, progress=progress, reference_free=reference_free, **scorer_kwargs)
@@ -356,10 +389,10 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         raise
     except BaseException:
         # refused before any reading was scored (bad heads, an unusable accelerator): no folder left behind
-        if created and not any((out / "results").rglob("*.json")):
+        if created is not None and not any((out / "results").rglob("*.json")):
             import shutil
 
-            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(created, ignore_errors=True)
         raise
     # this run's readings only: results/NAME/ also keeps earlier runs' (a reading since removed or not scored)
     comparison = compare_results(dirs, files={s.name: [dirs[s.name] / f"{i['id']}.json" for i in s.items]

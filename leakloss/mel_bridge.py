@@ -158,7 +158,7 @@ def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tenso
     import torchaudio.functional as AF
 
     from leakloss.functional.leak import mask_nonfinite_items
-    from leakloss.penalty import PenaltyInputError
+    from leakloss.checks import PenaltyInputError
     from leakloss.vocoder import log_mel, silence_past_lengths
 
     if not isinstance(waves, Tensor) or waves.dim() != 2 or not waves.is_floating_point():

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from leakloss.checks import PenaltyInputError  # noqa: F401 - its public home for users is here
 from leakloss.constants import SAMPLE_RATE
 from leakloss.frozen import FrozenScorer
 from leakloss.functional.crop import length_groups
@@ -62,10 +63,6 @@ LEGACY_FRAME_FEATURES = {"source": "wav2vec2-conv", "layer": 4}
 #: RMS (of the mean-removed valid samples) below which an item's penalty gradient is scaled down by
 #: ``rms / QUIET_RMS``: -40 dBFS, quieter than usable speech (espeak reads at ~0.1, studio speech at 0.03-0.1).
 QUIET_RMS = 0.01
-
-
-class PenaltyInputError(ValueError):
-    """Penalty input of the wrong rank or with lengths outside the tensor (a caller bug, not bad audio)."""
 
 
 class LeakParts(NamedTuple):

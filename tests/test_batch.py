@@ -564,3 +564,8 @@ def test_an_interrupted_summary_counts_only_what_this_run_wrote(tmp_path):
     before = {d["id"]: _stamp(out / f"{d['id']}.json") for d in todo}
     summary = _count_results(todo, out, {"failures": []}, interrupted=True, before=before)
     assert summary["not_scored"] == 2 and summary["failures"] == []
+    from leakloss.atomic import write_text_atomic
+
+    write_text_atomic(out / "old.json", json.dumps(stale | {"reason": "this run's failure"}))  # rewritten now
+    summary = _count_results(todo, out, {"failures": []}, interrupted=True, before=before)
+    assert summary["not_scored"] == 1 and summary["failures"] == [{"id": "old", "reason": "this run's failure"}]

@@ -264,11 +264,20 @@ def test_extra_fields_and_audio_no_line_names_are_reported_not_scored_or_dropped
     (folder / "wavs").mkdir(parents=True)
     for name in ("wavs/r1.wav", "wavs/r2.wav", "wavs/orphan.wav", "top.wav"):
         write_clip(folder / name)
-    system = read_system("mine", _metadata(folder, [f"wavs/r1.wav|{TEXT}", f"wavs/r2.wav|{TEXT}|spk1"]))
-    assert [i["id"] for i in system.items] == ["r1"]
+    write_clip(folder / "wavs" / "r3.wav")
+    system = read_system("mine", _metadata(folder, [f"wavs/r1.wav|{TEXT}", f"wavs/r2.wav|{TEXT}|spk1",
+                                                    f"wavs/r3.wav|{TEXT} | {TEXT} |"]))  # '|' typed as the danda
+    assert [(i["id"], i["text"]) for i in system.items] == [("r1", TEXT), ("r3", f"{TEXT} | {TEXT} |")]
     reasons = {p["reading"].rsplit("/", 1)[-1]: p["reason"] for p in system.problems}
-    assert "3 fields" in reasons["metadata.csv:3"] and "no line of metadata.csv names it" in reasons["orphan.wav"]
+    assert "a field after the text ('spk1')" in reasons["metadata.csv:3"]
+    assert "no line of metadata.csv names it" in reasons["orphan.wav"]
     assert "no line of metadata.csv" in reasons["top.wav"] and len(reasons) == 3
+    for i in range(12):  # a shared corpus folder: ten listed by name, the rest counted in one line
+        write_clip(folder / "wavs" / f"more{i:02d}.wav")
+    system = read_system("mine", folder)
+    assert len(system.problems) == 12 and "4 more audio files no line of metadata.csv names" in system.problems[-1]["reason"]
+    other = _metadata(tmp_path / "other", [f"../sys/wavs/r1.wav|{TEXT}"])  # audio outside its folder: not scanned
+    assert read_system("other", other).problems == []
 
 
 def test_test_set_audio_in_any_case_and_formats_it_cannot_read_are_told(tmp_path):
@@ -277,10 +286,14 @@ def test_test_set_audio_in_any_case_and_formats_it_cannot_read_are_told(tmp_path
     (tmp_path / "wavs").mkdir()
     write_clip(tmp_path / "wavs" / "n1.WAV")
     (tmp_path / "wavs" / "n2.mp3").write_bytes(b"ID3 not read")
+    (tmp_path / "wavs" / "n1.txt").write_text("notes")  # not audio: not a reading
     system = read_system("mine", tmp_path / "wavs", read_testset(tmp_path / "set.tsv"))
     assert [i["query"].rsplit("/", 1)[-1] for i in system.items] == ["n1.WAV"]
     assert [(p["reading"].rsplit("/", 1)[-1], p["reason"]) for p in system.problems] == [
         ("n2.mp3", "not a supported audio format (.wav, .flac, .aiff, .aif)")]
+    (tmp_path / "wavs" / "n2.mp3").rename(tmp_path / "wavs" / "n2.txt")
+    system = read_system("mine", tmp_path / "wavs", read_testset(tmp_path / "set.tsv"))
+    assert [p["reason"].endswith("n2.wav is missing") for p in system.problems] == [True]
 
 
 def test_key_words_typed_with_a_zero_width_joiner_still_match():
@@ -297,6 +310,9 @@ def test_a_refusal_before_any_reading_is_scored_leaves_no_output_folder(tmp_path
     with pytest.raises(Exception, match="head"):
         evaluate({"a": folder}, tmp_path / "out", **kwargs)
     assert not (tmp_path / "out").exists()
+    with pytest.raises(Exception, match="head"):  # the parents it made go too
+        evaluate({"a": folder}, tmp_path / "new" / "deeper" / "out", **kwargs)
+    assert not (tmp_path / "new").exists()
     from leakloss.evaluate import parse_system
 
     with pytest.raises(EvaluateError, match="bytes in UTF-8, at most 200"):

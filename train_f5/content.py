@@ -79,6 +79,9 @@ class ContentCTC(nn.Module):
         targets = [targets[i] for i in keep]
         waves = self.vocoder(silence_past_lengths(mels, mel_lengths))
         wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
+        if not bool(torch.isfinite(waves).all()):  # a diverged estimate: the recognizer refuses NaN audio
+            loss = 0.0 * waves.float().nan_to_num(0.0, 0.0, 0.0).sum()
+            return loss, ContentParts(loss.detach(), len(keep), True)
         log_probs, frames = self.recognizer(waves.float(), wave_lengths)
         loss = ctc_content_loss(log_probs, frames, targets, self.recognizer.blank)
         nonfinite = not bool(torch.isfinite(loss))

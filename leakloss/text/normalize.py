@@ -5,7 +5,9 @@ Normal form (what :func:`normalize_devanagari` returns):
 * Unicode NFC. The precomposed nukta letters U+0958..U+095F (क़ ख़ ग़ ज़ ड़ ढ़ फ़ य़) are composition
   exclusions, so NFC always writes them as base letter + NUKTA (U+093C); ऩ ऱ ऴ stay precomposed. Either
   input spelling therefore gives the same string.
-* ZWJ / ZWNJ (they only select a glyph shape: half forms, eyelash र), soft hyphen and BOM removed.
+* ZWJ / ZWNJ (they only select a glyph shape: half forms, eyelash र), soft hyphen, BOM, the word joiner, the
+  bidirectional controls and the other invisible format characters (:data:`OTHER_INVISIBLE`) removed; a zero-width
+  space read as a space.
 * ``अ`` + ``ा`` (a common typing error for आ) folded to ``आ``, and likewise अो, अौ, आे, आै, एे to ओ, औ, ओ, औ, ऐ; ``ा`` + ``े``/``ै`` to ``ो``/``ौ``; a
   doubled vowel sign or virama written once; a virama directly before a vowel sign dropped; ASCII ``:`` after a Devanagari letter is
   the visarga typed on a Latin keyboard and becomes ``ः``.
@@ -50,15 +52,21 @@ def check_text_length(text: str) -> None:
 
 
 NUKTA = "\u093c"
-#: Invisible format characters a text is read without: joiners, soft hyphen, BOM, word joiner and the
-#: bidirectional controls (they reorder how a text is shown, never how it is read); a zero-width space is a
-#: word boundary, read as a space.
+#: Invisible format characters a text is read without: joiners, soft hyphen, BOM, word joiner, the
+#: bidirectional controls (they reorder how a text is shown, never how it is read) and :data:`OTHER_INVISIBLE`; a
+#: zero-width space is a word boundary, read as a space.
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-#: Shown as ``[U+XXXX]`` by :func:`visible`: the bidirectional controls and the control characters (C0 but tab,
-#: newline and return; DEL; C1).
-_SHOWN_AS_CODES = {c: f"[U+{c:04X}]" for c in [*map(ord, BIDI_CONTROLS), *(c for c in range(0x20) if c not in (9, 10, 13)),
-                                               *range(0x7F, 0xA0), *range(0x2061, 0x2065), *range(0x206A, 0x2070),
-                                               0x180E, *range(0xFFF9, 0xFFFC), 0xE0001, *range(0xE0020, 0xE0080)]}
+#: Other invisible format characters (Unicode Cf, default-ignorable) a text is read without: invisible operators
+#: U+2061-2064, deprecated format controls U+206A-206F, U+180E, interlinear annotation U+FFF9-FFFB, shorthand format
+#: controls, musical format controls and the tag characters. Left in, one cut a word in two (its site lost) and read
+#: as "punctuation" no one could see.
+OTHER_INVISIBLE = "".join(map(chr, [0x180E, *range(0x2061, 0x2065), *range(0x206A, 0x2070), *range(0xFFF9, 0xFFFC),
+                                    *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001,
+                                    *range(0xE0020, 0xE0080)]))
+#: Shown as ``[U+XXXX]`` by :func:`visible`: the bidirectional controls, the control characters (C0 but tab,
+#: newline and return; DEL; C1) and the other invisible format characters (:data:`OTHER_INVISIBLE`).
+_SHOWN_AS_CODES = {c: f"[U+{c:04X}]" for c in [*map(ord, BIDI_CONTROLS + OTHER_INVISIBLE),
+                                               *(c for c in range(0x20) if c not in (9, 10, 13)), *range(0x7F, 0xA0)]}
 
 
 def visible(text: str) -> str:
@@ -68,13 +76,6 @@ def visible(text: str) -> str:
     return text.translate(_SHOWN_AS_CODES)
 
 
-#: Other invisible format characters (Unicode Cf, default-ignorable) a text is read without: invisible operators
-#: U+2061-2064, deprecated format controls U+206A-206F, U+180E, interlinear annotation U+FFF9-FFFB, shorthand format
-#: controls, musical format controls and the tag characters. Left in, one cut a word in two (its site lost) and read
-#: as "punctuation" no one could see.
-OTHER_INVISIBLE = "".join(map(chr, [0x180E, *range(0x2061, 0x2065), *range(0x206A, 0x2070), *range(0xFFF9, 0xFFFC),
-                                    *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001,
-                                    *range(0xE0020, 0xE0080)]))
 _INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS + OTHER_INVISIBLE), None) \
     | {0x200B: " "}
 _WS = re.compile(r"\s+")

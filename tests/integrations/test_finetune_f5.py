@@ -95,8 +95,6 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("leak.weight=abc", r"leak.weight must be a finite number"),
     ("learning_rate=-1", r"learning_rate must be a finite number >= 0"),
     ("learning_rate=0", r"learning_rate must be > 0, got 0: the run would change no weight"),  # exported a card
-    # F5 caps frame batches only: the cap was ignored silently
-    ("batch_size_type=sample batch_size_per_gpu=8 max_samples=4", r"max_samples=4 caps frame batches only"),
     ("max_grad_norm=nan", r"max_grad_norm must be"),
     ("steps=abc", r"steps must be a whole number >= 1, got 'abc'"),
     ("steps=nan", r"steps must be a whole number"),
