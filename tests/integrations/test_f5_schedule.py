@@ -267,3 +267,14 @@ def test_a_term_step_with_no_site_logs_no_nan_and_a_too_short_clip_is_refused():
     assert all(v == v for v in row.values()) and "margin/site_margins" not in row
     with pytest.raises(ValueError, match=r"items\[0\]: the wave is \d+ samples at 24000 Hz, shorter than"):
         WaveTextDataset([(torch.randn(300) * 0.1, 16_000, "आज")])
+
+
+def test_the_curve_logger_takes_no_probe_with_probe_every_0_and_refuses_a_probe_never_run(tmp_path):
+    # finetune-f5's probe.every=0 (no probe) crashed after the site placement when probe_every had to be >= 1
+    from integrations.f5_tts import LeakCurveLogger
+
+    LeakCurveLogger(tmp_path / "c.csv", every=1, probe=None, probe_every=0)
+    with pytest.raises(ValueError, match="probe_every must be a whole number >= 1"):
+        LeakCurveLogger(tmp_path / "d.csv", every=1, probe=lambda model: {}, probe_every=0)
+    with pytest.raises(ValueError, match="every must be a whole number >= 1"):
+        LeakCurveLogger(tmp_path / "e.csv", every=0)

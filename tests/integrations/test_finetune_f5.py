@@ -903,3 +903,14 @@ def test_cli_a_finetune_with_all_three_terms_logs_them_apart_and_names_their_rec
     card = json.loads((out / "model_last.json").read_text(encoding="utf-8"))
     assert card["paired_recognizer"].startswith("wb@") and card["leak"]["paired_weight"] == 0.5
     assert card["margin_recognizer"].startswith("wb@") and card["leak"]["margin_weight"] == 0.5
+
+
+def test_a_built_in_name_stays_a_name_in_the_run_identity_whatever_folder_shares_it(tmp_path, monkeypatch):
+    # a folder named wb in the working directory made run.json record a path that was never loaded
+    from integrations.finetune_f5 import run_identity
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wb").mkdir()
+    (tmp_path / "embedded").mkdir()
+    ident = run_identity(_cfg(tmp_path / "data", tmp_path / "base.safetensors", "leak.paired_weight=0.1"))
+    assert ident["leak.paired_recognizer"] == "wb" and ident["f5.vocoder"] == "embedded"
