@@ -168,9 +168,16 @@ def hindi_ward_readings(held: Sequence[str], finder, voices: str, skipped: Count
 
 
 def flags(scorer: Scorer, wave: Tensor, text: str, refs) -> dict[str, tuple[int, int, int]]:
-    """(flagged, unscored, sites) per contrast kind, by the reference-paired scorer."""
+    """(flagged, unscored, sites) per contrast kind, by the reference-paired scorer. A reading the judge does not
+    score (its word check quarantines it: its words come back without sites) has every testable site of its text
+    unscored: an edit that makes the reading unintelligible must not pass as "no flag"."""
     r = scorer.score(wave, text, refs)
     out = {}
+    if r["status"] != "scored":
+        for site in (s for w in SiteFinder()(text) if w.skipped is None for s in w.testable_sites):
+            f, u, n = out.get(site.kind, (0, 0, 0))
+            out[site.kind] = (f, u + 1, n + 1)
+        return out
     for s in (s for w in r["words"] for s in w["sites"]):
         f, u, n = out.get(s["kind"], (0, 0, 0))
         out[s["kind"]] = (f + (s["decision"] == "flagged"), u + (s["decision"] == "unscored"), n + 1)
@@ -331,8 +338,8 @@ def main(argv: list[str] | None = None) -> None:
         for when, per_kind in row.items():
             for kind, counts in per_kind.items():
                 totals[when][kind] = tuple(a + b for a, b in zip(totals[when].get(kind, (0, 0, 0)), counts))
-        show = "  ".join(f"{k} {row['before'][k][0]}->{row['after'][k][0]} (control {row['control'][k][0]}) "
-                         f"of {n}" for k, (_, _, n) in row["before"].items())
+        show = "  ".join(f"{k} {row['before'][k][0]}->{row['after'].get(k, (0,))[0]} (control "
+                         f"{row['control'].get(k, (0,))[0]}) of {n}" for k, (_, _, n) in row["before"].items())
         print(f"{voice}: {text[:32]}…  penalty {curve[0]:.3f} -> {curve[-1]:.3f}  {show}  edit SNR {snr:.1f} dB  "
               f"[{time.time() - start:.0f}s]", flush=True)
         if done == args.sentences:

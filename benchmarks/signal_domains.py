@@ -62,6 +62,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.eval.stats import roc_auc
 from leakloss.pairs.splice import delete_span, sham_span
 from leakloss.schema import JUDGED_REWARD_STATUSES
@@ -344,12 +345,26 @@ def _median(xs) -> str:
     return f"{xs[len(xs) // 2]:.2f}" if xs else "n/a"
 
 
+def speech_end(wave, hop: int = 160, floor_db: float = -40.0) -> float:
+    """Seconds to the end of the last 10 ms frame within ``floor_db`` of the loudest one: where the reading's
+    trailing silence starts (espeak gives phone starts only, and its end event is not kept)."""
+    frames = wave[: wave.numel() // hop * hop].reshape(-1, hop)
+    if not frames.numel():
+        return wave.numel() / SAMPLE_RATE
+    rms = frames.pow(2).mean(-1).sqrt()
+    loud = (rms >= rms.max() * 10 ** (floor_db / 20)).nonzero()
+    return (int(loud[-1]) + 1) * hop / SAMPLE_RATE if loud.numel() else wave.numel() / SAMPLE_RATE
+
+
 def short_vowel_sites(reading, words, min_s: float, max_s: float) -> list[TimedSite]:
     """Retained vowels of testable deletion sites lasting ``min_s``-``max_s`` in an espeak reading, at espeak's
-    own times (a word espeak said with other phones than given is skipped)."""
+    own times (a word espeak said with other phones than given is skipped). An utterance-final vowel ends where the
+    trailing silence starts (:func:`speech_end`): until 2026-12-07 it ran to the end of the audio, so the final
+    short schwas, the schwa-deletion position, were measured 64-85 ms long and left out."""
     from leakloss.text.phones import equivalents
 
     out = []
+    last_end = speech_end(reading.waveform)
     for k, w in enumerate(words):
         idx = [i for i, wi in enumerate(reading.phone_words) if wi == k]
         if len(idx) != len(w.nepali) or not all(equivalents(reading.phones[i]) & equivalents(p)
@@ -360,7 +375,7 @@ def short_vowel_sites(reading, words, min_s: float, max_s: float) -> list[TimedS
                 continue
             i = idx[site.position]
             start = reading.phone_starts[i]
-            end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
+            end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else min(reading.duration, last_end)
             if min_s <= end - start <= max_s:
                 out.append(TimedSite(start, end, site.kind, site.contrast, w.word))
     return out
