@@ -324,6 +324,10 @@ def build_embedded_pairs(out_dir: str | Path, *, sentences: Sequence[str] | None
 
     # every recorded voice is resolved before any synthesis: an unknown, missing or excluded (NSK) one stops here
     voices = {name: _recorded_voice(name) for name in dict.fromkeys([*recorded_voices, *heldout_recorded_voices])}
+    from leakloss.speech.festival import check_training_voice
+
+    for name in recorded_voices:  # the training and dev pairs: never the unseen family (held-out pairs may be)
+        check_training_voice(voices[name])
     all_sentences = list(sentences) if sentences is not None else builtin_sentences()
     train, held = split_sentences(all_sentences)
     rng = random.Random(seed)

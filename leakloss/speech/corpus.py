@@ -208,30 +208,44 @@ def build_corpus(
     for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    if isinstance(readings_per_sentence, bool) or not isinstance(readings_per_sentence, int) or readings_per_sentence < 1:
+        raise ValueError(f"readings_per_sentence must be a whole number >= 1, got {readings_per_sentence!r}")
+    if not sentences:  # an empty corpus was written and cached
+        raise ValueError("no sentences to synthesise")
     if "recorded" in roles and not recorded_voices:
         raise ValueError("role 'recorded' needs recorded_voices (leakloss.speech.festival.VOICES with phone input)")
+    if "recorded" in roles:
+        from leakloss.speech.festival import check_training_voice
+
+        for voice in recorded_voices:  # a training corpus: never the unseen family, whatever the caller built
+            check_training_voice(voice)
     extra_voices = list(recorded_voices) if "recorded" in roles else []
     extra = f"n={readings_per_sentence}" + (";piper-joe" if "piper" in roles else "")
     if "recorded" in roles:  # a change of how their segments are labelled is a new corpus
         from leakloss.speech.festival import LABELS_VERSION
 
         extra += f";labels={LABELS_VERSION}"
+    if frontend is None and any(r in roles for r in ("teacher", "recorded", "piper")):
+        from leakloss.text.frontend import NepaliFrontend
+
+        frontend = NepaliFrontend()
+    if frontend is not None:  # the phones it gives are the corpus: another frontend's cached corpus is stale
+        extra += f";frontend={frontend.fingerprint}"
     key = corpus_key(sentences, roles, list(teacher_voices) + list(hindi_voices) + extra_voices, seed, extra=extra)
     root = Path(out_dir) / key
     if (root / "manifest.jsonl").exists():
         return Corpus.load(root)
     (root / "audio").mkdir(parents=True, exist_ok=True)
-    if frontend is None and any(r in roles for r in ("teacher", "recorded", "piper")):
-        from leakloss.text.frontend import NepaliFrontend
-
-        frontend = NepaliFrontend()
     rng = random.Random(seed)
     items: list[CorpusItem] = []
     unsayable: list[str] = []
+    wordless: list[str] = []
     jobs = [(i, s, role, r) for i, s in enumerate(sentences) for role in roles for r in range(readings_per_sentence)]
     for i, sentence, role, r in tqdm(jobs, desc="synthesising corpus", disable=not progress):
         words = split_text_words(sentence)
-        if not words:
+        if not words:  # no Devanagari word to say: counted and said, not dropped silently
+            if r == 0 and role == roles[0]:
+                wordless.append(sentence)
             continue
         if role == "teacher":
             voice = rng.choice(list(teacher_voices))
@@ -275,6 +289,8 @@ def build_corpus(
     if unsayable:
         print(f"corpus: {len(unsayable)} recorded-role readings skipped: no voice said them phone for phone "
               f"(first: {unsayable[0]!r})")
+    if wordless:
+        print(f"corpus: {len(wordless)} sentence(s) with no word to say skipped (first: {wordless[0][:40]!r})")
     write_text_atomic(root / "manifest.jsonl", "".join(json.dumps(asdict(item), ensure_ascii=False) + "\n"
                                                         for item in items))
     return Corpus(root, items)

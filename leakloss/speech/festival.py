@@ -129,11 +129,15 @@ class RecordedVoice:
     def __post_init__(self) -> None:
         check_allowed(self.voice_id)
         check_allowed(self.debian_package)
+        if not re.fullmatch(r"[A-Za-z0-9_]+", self.voice_id):
+            # pasted into Festival's Scheme as (voice_ID): any other character could build another voice's name at
+            # run time ("kal_diphone) (eval ...") that no check here ever sees
+            raise ValueError(f"voice_id {self.voice_id!r} must be letters, digits and '_' only")
 
 
 def check_allowed(name: str) -> None:
-    """Raise :class:`ExcludedVoiceError` for an NSK voice or package."""
-    if name in EXCLUDED_PACKAGES or _EXCLUDED_NAME.search(name):
+    """Raise :class:`ExcludedVoiceError` for an NSK voice or package (in any case, with any spaces around it)."""
+    if name.strip().casefold() in EXCLUDED_PACKAGES or _EXCLUDED_NAME.search(name):
         raise ExcludedVoiceError(
             f"{name!r} is an NSK Indic voice (festvox-hi/mr/te-nsk): kept for independent evaluation, never used here")
 
@@ -174,6 +178,21 @@ UNSEEN_SPEAKER_TWINS = ("flite-slt",)
 TRAINING_VOICES: tuple[str, ...] = tuple(v.name for v in VOICES if v.phone_input and v.family != UNSEEN_FAMILY
                                          and v.name not in UNSEEN_SPEAKER_TWINS)
 UNSEEN_VOICES: tuple[str, ...] = tuple(v.name for v in VOICES if v.family == UNSEEN_FAMILY)
+
+
+def check_training_voice(voice: RecordedVoice) -> None:
+    """``ValueError`` unless ``voice`` is one of :data:`TRAINING_VOICES` exactly as registered (a hand-built voice
+    naming itself a training voice, or of the unseen family or its twin under any name, is refused): the unseen
+    family stays out of every training corpus, whatever a caller builds."""
+    registered = VOICES_BY_NAME.get(getattr(voice, "name", None))
+    if registered is None or voice != registered or voice.name not in TRAINING_VOICES:
+        kept = voice.family == UNSEEN_FAMILY or voice.name in UNSEEN_SPEAKER_TWINS or any(
+            voice.voice_id == VOICES_BY_NAME[n].voice_id and voice.engine == VOICES_BY_NAME[n].engine
+            for n in (*UNSEEN_VOICES, *UNSEEN_SPEAKER_TWINS))
+        why = "of the unseen family (or its speaker twin), kept out of every training corpus" if kept else \
+            "not one of the registered training voices"
+        raise ValueError(f"recorded voice {getattr(voice, 'name', voice)!r} is {why}; training voices: "
+                         f"{', '.join(TRAINING_VOICES)}")
 
 
 def get_voice(name: str) -> RecordedVoice:
@@ -666,9 +685,12 @@ def speak_voice_phones(words: list[list[str]], voice: RecordedVoice, *, unsaid: 
         for p in w:
             if p not in known:
                 raise KeyError(f"{p!r} is not a phone of {voice.phoneset} (voice {voice.name})")
-    path = _cache_path(cache_dir, voice, "phones", words)
+    unsaid = list(unsaid or [])
+    # the unsaid phones are part of the reading: a key on the voice phones alone gave the previous call's unsaid
+    # (written as before when there are none, so the caches of the readings without any stay valid)
+    path = _cache_path(cache_dir, voice, "phones", [words, unsaid] if unsaid else words)
     cached = _load_cached(path, voice.phoneset)
-    if cached is not None:
+    if cached is not None and cached.unsaid == unsaid:  # (an entry written under the old key: made anew)
         return cached
     spoken = [w for w in words if w]
     if voice.engine == "festival":
@@ -689,7 +711,7 @@ def speak_voice_phones(words: list[list[str]], voice: RecordedVoice, *, unsaid: 
         owner = [-1] + [k for k, w in enumerate(spoken) for _ in w] + [-1]
         segs = [(n, a, b, k) for (n, a, b), k in zip(raw, owner)]
     _check_said(voice, segs, spoken)
-    return _store(path, _make_reading(audio, rate, segs, voice.phoneset, len(spoken), list(unsaid or [])))
+    return _store(path, _make_reading(audio, rate, segs, voice.phoneset, len(spoken), unsaid))
 
 
 def _edit_distance(a: list[str], b: list[str]) -> int:
@@ -731,8 +753,9 @@ def speak_phones(words: list[list[str]], voice: RecordedVoice, *,
 def speak_text(text: str, voice: RecordedVoice, *, cache_dir: str | os.PathLike | None = None) -> VoiceReading:
     """A Festival voice reading text in its own language with its own rules (flite: phone input only)."""
     check_allowed(voice.voice_id)
-    if not text.strip():
-        raise ValueError("nothing to speak: empty text")
+    from leakloss.speech.synth import check_speakable
+
+    check_speakable(text)
     if voice.engine != "festival":
         raise ValueError(f"{voice.name}: text reading is only wired for Festival voices (flite has no word times)")
     foreign = _foreign_letters(text, voice.language)

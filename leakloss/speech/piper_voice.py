@@ -224,11 +224,26 @@ def nepali_codepoints(words: list[list[str]]) -> list[str]:
     return out
 
 
+def check_piper_scales(noise_scale: float | None, noise_w: float | None, length_scale: float | None) -> None:
+    """``ValueError`` unless each given scale is a finite number (``length_scale`` > 0, the noises >= 0): 0 or a
+    negative length gave phone times at 0 or running backwards, NaN a raw onnxruntime failure."""
+    import math
+
+    for name, value, low_ok in (("noise_scale", noise_scale, True), ("noise_w", noise_w, True),
+                                ("length_scale", length_scale, False)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0 or (value == 0 and not low_ok):
+            raise ValueError(f"{name} must be a finite number {'>= 0' if low_ok else '> 0'}, got {value!r}")
+
+
 def speak_phones(words: list[list[str]], *, noise_scale: float | None = None, noise_w: float | None = None,
                  length_scale: float | None = None, cache_dir: str | os.PathLike | None = None) -> VoiceReading:
     """Say Nepali words through Piper's phoneme input; labels and times from its duration output."""
     if not words or not any(words):
         raise ValueError("nothing to speak: no phones given")
+    check_piper_scales(noise_scale, noise_w, length_scale)
     cps = nepali_codepoints(words)
     return _cached(cache_dir, ["phones", cps, noise_scale, noise_w, length_scale],
                    lambda: _synth(cps, noise_scale, noise_w, length_scale))
@@ -237,8 +252,10 @@ def speak_phones(words: list[list[str]], *, noise_scale: float | None = None, no
 def speak_text(text: str, *, noise_scale: float | None = None, noise_w: float | None = None,
                length_scale: float | None = None, cache_dir: str | os.PathLike | None = None) -> VoiceReading:
     """Piper reading English text (its own espeak phonemizer); one sentence's phonemes per call."""
-    if not text.strip():
-        raise ValueError("nothing to speak: empty text")
+    from leakloss.speech.synth import check_speakable
+
+    check_speakable(text)
+    check_piper_scales(noise_scale, noise_w, length_scale)
     sentences = _voice().phonemize(text)
     cps = [c for s in sentences for c in (s + [" "])][:-1]
     return _cached(cache_dir, ["text", cps, noise_scale, noise_w, length_scale],

@@ -38,7 +38,9 @@ def default_dir() -> Path:
 
 
 def speaker_split(speaker: str) -> str:
-    """``"train"`` or ``"test"`` for a speaker id (deterministic)."""
+    """``"train"`` or ``"test"`` for a speaker id (deterministic; the id in any case, with any spaces around it: a
+    test speaker spelt ``slr54-7F880`` was a train speaker)."""
+    speaker = speaker.strip().lower()
     if not speaker.startswith("slr54-"):
         return "test"
     return "test" if int(hashlib.sha256(speaker.encode()).hexdigest(), 16) % 3 == 0 else "train"

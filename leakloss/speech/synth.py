@@ -7,6 +7,8 @@ exact cut points for physical pairs.
 
 from __future__ import annotations
 
+import unicodedata
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +30,15 @@ class Voice:
     rate: int
     pitch: int
     pitch_range: int
+
+    def __post_init__(self) -> None:
+        # espeak's own bounds: past 450 words/min its phone times come back out of order, at 0 or below it speaks at
+        # its default rate, far above it gives no audio (a raw reshape error)
+        for field_name, low, high in (("rate", 80, 450), ("pitch", 0, 100), ("pitch_range", 0, 100)):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"voice {self.name!r}: {field_name} must be a whole number in [{low}, {high}], "
+                                 f"got {value!r}")
 
     @property
     def espeak_name(self) -> str:
@@ -119,10 +130,18 @@ def speak_phones(words: list[list[str]], voice: Voice) -> Reading:
     return _to_reading(audio, events, lib.sample_rate, n_words=sum(1 for w in words if w))
 
 
+def check_speakable(text: str) -> None:
+    """``ValueError`` for a text with nothing to say (no letter: empty, spaces, zero-width characters) or with a
+    control character (a NUL ended the synthesizer's text there, silently dropping the rest)."""
+    if any(unicodedata.category(c) == "Cc" and c not in "\t\n\r" for c in text):
+        raise ValueError("the text holds a control character (a NUL cut it short): remove it")
+    if not any(c.isalpha() for c in text):
+        raise ValueError(f"nothing to speak: no letter in {text[:40]!r}")
+
+
 def speak_text(text: str, voice: Voice) -> Reading:
     """espeak reading Devanagari text with its own rules (the Hindi base with a ``hi`` voice)."""
-    if not text.strip():
-        raise ValueError("nothing to speak: empty text")
+    check_speakable(text)
     lib = library()
     audio, events = lib.synthesize(
         text, voice.espeak_name, rate=voice.rate, pitch=voice.pitch, pitch_range=voice.pitch_range, phonemes=False
@@ -132,6 +151,9 @@ def speak_text(text: str, voice: Voice) -> Reading:
 
 def speak_mnemonics(mnemonics: str, voice: Voice) -> Reading:
     """Raw espeak phoneme input (``[[...]]`` added here), for edits of espeak's own pronunciations."""
+    if not mnemonics.split():
+        raise ValueError("nothing to speak: no phoneme mnemonics given")
+    check_speakable(mnemonics)
     lib = library()
     audio, events = lib.synthesize(
         " ".join(f"[[{w}]]" for w in mnemonics.split()), voice.espeak_name, rate=voice.rate, pitch=voice.pitch,

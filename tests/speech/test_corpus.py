@@ -61,9 +61,12 @@ def test_recorded_and_piper_roles_label_what_the_voice_said(tmp_path, monkeypatc
     from leakloss.speech.corpus import corpus_key
     from leakloss.speech.synth import TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES
 
+    from leakloss.text.frontend import NepaliFrontend
+
     espeak = build_corpus(sentences[:1], tmp_path, roles=("teacher",), recorded_voices=voices, progress=False)
     assert espeak.root.name == corpus_key(sentences[:1], ("teacher",), list(TRAIN_TEACHER_VOICES) +
-                                          list(TRAIN_HINDI_VOICES), 0, extra="n=1")
+                                          list(TRAIN_HINDI_VOICES), 0,
+                                          extra=f"n=1;frontend={NepaliFrontend().fingerprint}")
     if "recorded" in roles:  # relabelled segments make a new corpus, never the cached labels
         current = build_corpus(sentences[:1], tmp_path, roles=("recorded",), recorded_voices=voices, progress=False)
         monkeypatch.setattr(festival, "LABELS_VERSION", festival.LABELS_VERSION + 1)
@@ -93,3 +96,14 @@ def test_sentence_files_that_cannot_train_are_typed_errors(tmp_path):
     with pytest.raises(SentenceFileError, match="nothing left to train on"):
         split_for_training(["घर"], 0.1)
     assert split_for_training(["घर", "नेकपा", "आयो"], 0.1)[0]
+
+
+def test_no_sentence_or_no_reading_per_sentence_is_refused_and_wordless_sentences_are_said(tmp_path, capsys):
+    import pytest
+
+    for kwargs in ({"readings_per_sentence": 0}, {}):
+        with pytest.raises(ValueError, match="readings_per_sentence|no sentences"):
+            build_corpus([] if not kwargs else builtin_sentences()[:1], tmp_path, roles=("hindi",), progress=False,
+                         **kwargs)
+    corpus = build_corpus(["123 ...", builtin_sentences()[0]], tmp_path, roles=("hindi",), progress=False)
+    assert len(corpus) == 1 and "1 sentence(s) with no word to say skipped" in capsys.readouterr().out

@@ -42,6 +42,47 @@ def test_nsk_voices_are_refused(name):
         F.RecordedVoice("x", "festival", name, "radio", "hi", "festival-diphone", "festival")
 
 
+@pytest.mark.parametrize("name", ["Festival-HI", "festival-hi ", " festival-mr", "FESTIVAL-TE"])
+def test_the_excluded_packages_are_refused_in_any_case_and_spacing(name):
+    with pytest.raises(F.ExcludedVoiceError):
+        F.check_allowed(name)
+
+
+def test_a_voice_id_that_could_build_another_voice_name_in_scheme_is_refused():
+    # pasted into "(voice_ID)": this one evaluated a Scheme expression naming a voice no check saw
+    with pytest.raises(ValueError, match="letters, digits and '_' only"):
+        F.RecordedVoice("x", "festival", 'kal_diphone) (eval (list (intern "voice_x")))', "radio", "en",
+                        "festival-diphone", "festvox-kallpc16k")
+
+
+def test_no_training_corpus_takes_the_unseen_family_whatever_the_voice_is_called(tmp_path):
+    # build_corpus took fest-slt / flite-slt as recorded training voices, and a hand-built voice calling itself a
+    # diphone voice while naming the HTS slt voice passed every name check
+    from leakloss.speech.corpus import build_corpus
+
+    disguised = F.RecordedVoice("fest-kal2", "festival", "cmu_us_slt_arctic_hts", "radio", "en", "festival-diphone",
+                                "festvox-kallpc16k")
+    renamed = F.RecordedVoice("fest-kal", "festival", "cmu_us_slt_arctic_hts", "radio", "en", "festival-diphone",
+                              "festvox-kallpc16k")
+    for voice in (F.get_voice("fest-slt"), F.get_voice("flite-slt"), F.get_voice("fest-ona"), disguised, renamed):
+        with pytest.raises(ValueError, match="unseen family|not one of the registered training voices"):
+            build_corpus(["नेकपा"], tmp_path, roles=("recorded",), recorded_voices=[voice], progress=False)
+    F.check_training_voice(F.get_voice("fest-kal"))
+
+
+@needs_festival
+def test_the_phone_cache_keeps_each_calls_unsaid_phones(tmp_path):
+    # a reading cached with unsaid ['h'] came back for the same voice phones asked without it
+    voice = F.get_voice("fest-kal")
+    if not F.voice_available(voice):
+        pytest.skip("fest-kal not installed")
+    words = [["aa", "m"]]
+    first = F.speak_voice_phones(words, voice, unsaid=["h"], cache_dir=tmp_path)
+    second = F.speak_voice_phones(words, voice, cache_dir=tmp_path)
+    again = F.speak_voice_phones(words, voice, unsaid=["h"], cache_dir=tmp_path)
+    assert first.unsaid == again.unsaid == ["h"] and second.unsaid == []
+
+
 def test_no_known_voice_is_nsk():
     for v in F.VOICES:
         F.check_allowed(v.voice_id)

@@ -95,3 +95,13 @@ def test_piper_text_drops_phones_without_counterpart():
     r = P.speak_text("hello world")
     assert r.phones[:4] == ["h", "ʌ", "l", "o"] and "ɜː" in [s.name for s in r.dropped]
     assert len(r.word_spans) == 2
+
+
+@pytest.mark.parametrize("kwargs", [{"length_scale": 0}, {"length_scale": -1.0}, {"length_scale": float("nan")},
+                                    {"noise_scale": -0.1}, {"noise_w": float("inf")}])
+def test_scales_piper_cannot_use_are_refused_before_it_runs(kwargs):
+    # 0 put every phone at time 0, -1 ran them backwards, NaN was a raw onnxruntime failure
+    from leakloss.speech.piper_voice import check_piper_scales
+
+    with pytest.raises(ValueError, match="must be a finite number"):
+        check_piper_scales(kwargs.get("noise_scale"), kwargs.get("noise_w"), kwargs.get("length_scale"))

@@ -40,3 +40,11 @@ def test_shared_real_recordings_split_by_speaker():
     train = {c.speaker for c in clips if c.split == "train"}
     test = {c.speaker for c in clips if c.split == "test"}
     assert train and test and not train & test
+
+
+def test_a_speaker_id_in_another_case_or_with_spaces_keeps_its_split():
+    # slr54-7F880 or 'slr54-7f880 ' made a test speaker a train speaker
+    from leakloss.speech.real import speaker_split
+
+    for speaker in ("slr54-7f880", "slr54-0a1b2", "juju2181"):
+        assert {speaker_split(v) for v in (speaker, speaker.upper(), f" {speaker} ")} == {speaker_split(speaker)}

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from leakloss.speech.synth import (
@@ -42,3 +43,24 @@ def test_mnemonic_input_and_sample_rate():
     r = speak_mnemonics("ne:k@pa:", TEACHER_VOICES[0])
     assert r.phones == ["n", "eː", "k", "ə", "p", "aː"]
     assert math.isclose(r.waveform.numel() / SAMPLE_RATE, r.duration)
+
+
+@pytest.mark.parametrize("field, value", [("rate", 600), ("rate", 0), ("rate", 100000), ("pitch", 101),
+                                          ("pitch_range", -1), ("rate", 160.5)])
+def test_a_voice_setting_outside_espeaks_bounds_is_refused(field, value):
+    # past 450 wpm the phone times came back out of order; 100000 was a raw reshape error; 0 spoke at the default
+    from dataclasses import replace
+
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+
+    with pytest.raises(ValueError, match=f"{field} must be a whole number in"):
+        replace(TRAIN_TEACHER_VOICES[0], **{field: value})
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\u200d\ufeff", "...", "नेकपा\x00 र अरू"])
+def test_a_text_with_nothing_to_say_or_a_control_character_is_refused(text):
+    # an empty Reading came back silently; a NUL cut the text short there
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
+
+    with pytest.raises(ValueError, match="nothing to speak|control character"):
+        speak_text(text, TRAIN_TEACHER_VOICES[0])
