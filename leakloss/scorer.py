@@ -24,6 +24,7 @@ reference in ``reference_checks``, and ``warnings``: every audio warning of the 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,40 @@ def _phone_edits(reference: Sequence[str], hypothesis: Sequence[str],
     if not reference:
         raise ValueError("the reference has no phones: a phone error rate needs at least one")
     return edit_distance([phone_class(p) for p in reference], [phone_class(p) for p in hypothesis]), len(reference)
+
+
+#: normalised correlation above which two waves are one recording (another gain, bit depth, a resampling round trip)
+SAME_RECORDING_CORRELATION = 0.995
+
+
+def same_recording(a: Tensor, b: Tensor) -> bool:
+    """Whether two 16 kHz waves ``[t]`` are the same recording: equal, or of lengths within 1% (at most 20 ms)
+    apart whose normalised correlation over the shorter one is at least :data:`SAME_RECORDING_CORRELATION`. The
+    query saved as 16-bit WAV, rescaled, or sent through 48 kHz and back was taken as its own trusted reference,
+    and the sites were decided by the query's own audio."""
+    if a.shape == b.shape and torch.equal(a, b):
+        return True
+    n, m = a.numel(), b.numel()
+    if not n or not m or abs(n - m) > max(1, min(320, 0.01 * max(n, m))):
+        return False
+    k = min(n, m)
+    x, y = a[:k].double(), b[:k].double()
+    x, y = x - x.mean(), y - y.mean()
+    denominator = float(x.norm() * y.norm())
+    return denominator > 0 and float((x * y).sum()) / denominator >= SAME_RECORDING_CORRELATION
+
+
+def shown_score(score: float, flag: float, no_change: float, digits: int = 4) -> float:
+    """``score`` rounded to ``digits`` places without crossing a threshold: 0.49996 (uncertain) was shown as 0.5,
+    the flag threshold, beside "uncertain"; 0.19996 (no change) as 0.2."""
+    shown = round(score, digits)
+    step = 10.0 ** -digits
+    for threshold in (flag, no_change):
+        if score < threshold <= shown:  # rounded up onto or past a threshold it is below
+            shown = round(threshold - step, digits)
+        elif shown < threshold <= score:  # rounded down below a threshold it reaches
+            shown = round(threshold, digits) if round(threshold, digits) >= threshold else round(threshold + step, digits)
+    return shown
 
 
 def corpus_phone_error_rate(recognizer, waves: Sequence[Tensor], phones: Sequence[Sequence[str]],
@@ -231,10 +266,13 @@ class Scorer:
         self.setup_warnings = [str(w.message) for w in caught]
         for message in self.setup_warnings:
             warnings.warn(message, stacklevel=2)
-        self.flag = flag_threshold if flag_threshold is not None else self.cards["deletion"].thresholds["flag"]
-        self.no_change = (no_change_threshold if no_change_threshold is not None
-                          else self.cards["deletion"].thresholds["no_change"])
-        check_thresholds(self.flag, self.no_change)
+        # each kind's head decides with its own card's thresholds (the quality sites had the deletion card's);
+        # flag_threshold / no_change_threshold override both
+        self.thresholds = {kind: (flag_threshold if flag_threshold is not None else self.cards[kind].thresholds["flag"],
+                                  no_change_threshold if no_change_threshold is not None
+                                  else self.cards[kind].thresholds["no_change"]) for kind in KINDS}
+        for flag, no_change in self.thresholds.values():
+            check_thresholds(flag, no_change)
         self.extractors = {k: EvidenceExtractor(r) for k, r in self.recognizers.items()}
         self.finder = SiteFinder(min_confidence=min_confidence)
         self.word_check = word_check
@@ -252,7 +290,8 @@ class Scorer:
         heads = [hashlib.sha1((heads_dir / f"{kind}.safetensors").read_bytes()).hexdigest() for kind in KINDS]
         check = "recognizer" if self.word_check is None else getattr(self.word_check, "__qualname__", repr(self.word_check))
         parts = [*heads, *(self.recognizers[k].name for k in ("a", "b")), self.check_recognizer_name, check,
-                 repr((self.flag, self.no_change, self.query_max_per, self.reference_max_per)), self.finder.fingerprint]
+                 repr((sorted(self.thresholds.items()), self.query_max_per, self.reference_max_per)),
+                 self.finder.fingerprint]
         return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
     def check_words(self, wave: Tensor, text: str, expected: list[str], max_per: float) -> tuple[bool, str]:
@@ -365,7 +404,7 @@ class Scorer:
                 ref_notes.append({"reference": r.name, "used": False, "reason": r.error})
                 continue
             audio = {"audio": r.info.as_dict()}
-            same = next((k for k, (_, w) in enumerate(heard) if w.shape == r.wave.shape and torch.equal(w, r.wave)), None)
+            same = next((k for k, (_, w) in enumerate(heard) if same_recording(w, r.wave)), None)
             if same is not None:
                 why = ("the query's own audio: a reading is no reference for itself" if same == 0
                        else f"the same audio as reference {heard[same][0]}: counted once")
@@ -481,8 +520,11 @@ class Scorer:
                     out["reason"] = f"{QUERY_SITE_UNMEASURED} (site placement: {placed.status})"
                 else:
                     p = scored.pop(hit)[1]
-                    out["score"] = round(min(max(p, 0.0), 1.0), 4)
-                    out["decision"] = site_decision(p, True, flag=flag, no_change=no_change)
+                    if not math.isfinite(p):  # never a NaN in a result (its JSON would be invalid)
+                        out["reason"] = "the head's probability at this site is not a number"
+                    else:
+                        out["score"] = shown_score(min(max(p, 0.0), 1.0), flag, no_change)
+                        out["decision"] = site_decision(p, True, flag=flag, no_change=no_change)
                 out_sites.append(out)
             return out_sites
 
@@ -522,6 +564,7 @@ class Scorer:
             out["reason"] = f"{QUERY_SITE_UNMEASURED} ({'; '.join(dict.fromkeys(why))})"  # once when a is b
             return out
         decisions, scores, notes = [], [], []
+        flag, no_change = self.thresholds[site.kind]
         for r in ref_evs:
             if not all(r[k].ok and key in r[k].sites for k in ("a", "b")):
                 continue
@@ -530,28 +573,34 @@ class Scorer:
                 continue
             score = float(head.score(feats[own][None])[0])
             gates = bool(gates_pass(feats["a"])) and bool(gates_pass(feats["b"]))
-            decisions.append(site_decision(score, gates, flag=self.flag, no_change=self.no_change))
+            decisions.append(site_decision(score, gates, flag=flag, no_change=no_change))
             scores.append(score)
             if decisions[-1] == "uncertain":
-                notes.append(self._uncertain_note(score, feats))
+                notes.append(self._uncertain_note(score, feats, site.kind))
         out["references_used"] = len(decisions)
-        if decisions:
-            out["score"] = round(min(scores) if combine_references(decisions) != "uncertain" else sum(scores) / len(scores), 4)
         out["decision"] = combine_references(decisions)
+        if decisions:
+            score = min(scores) if out["decision"] != "uncertain" else sum(scores) / len(scores)
+            out["score"] = shown_score(score, flag, no_change)
+        else:  # a "scored" reading's unscored site said nothing, and its references were listed as used
+            out["reason"] = ("no reference qualified at this site (each was unmeasured there, or failed its checks "
+                             "at it: its Nepali vowel too weak or not the better fit)")
         if out["decision"] == "uncertain":  # say which way: a score of 1.00 marked uncertain read as a contradiction
-            if len(set(decisions)) > 1:
-                out["reason"] = "the references disagree (" + ", ".join(decisions) + ")"
+            if len(set(decisions)) > 1:  # in a fixed order: the same references in another order, the same result
+                out["reason"] = "the references disagree (" + ", ".join(sorted(decisions)) + ")"
             else:
-                out["reason"] = "; ".join(dict.fromkeys(notes))
+                out["reason"] = "; ".join(sorted(dict.fromkeys(notes)))
         return out
 
-    def _uncertain_note(self, score: float, feats: dict) -> str:
+    def _uncertain_note(self, score: float, feats: dict, kind: str) -> str:
         """Why one reference left a site uncertain: a score between the thresholds, or a gate that failed."""
-        if score < self.flag:
-            return f"score {score:.2f} between the no-change ({self.no_change:.2f}) and flag ({self.flag:.2f}) thresholds"
+        flag, no_change = self.thresholds[kind]
+        shown = shown_score(score, flag, no_change)
+        if score < flag:
+            return f"score {shown} between the no-change ({no_change}) and flag ({flag}) thresholds"
         failed = [f"recognizer {self.recognizers[k].name.split('@', 1)[0]}: {why}"
                   for k in ("a", "b") for why in failed_gates(feats[k])]
-        return f"score {score:.2f} is above the flag threshold ({self.flag:.2f}) but a gate failed ({'; '.join(failed)})"
+        return f"score {shown} is above the flag threshold ({flag}) but a gate failed ({'; '.join(failed)})"
 
     @staticmethod
     def _word_json(w, alignment, sites: list[dict], decision: str, spoken_index: int | None = None) -> dict:

@@ -395,8 +395,8 @@ def test_heads_trained_on_other_recognizer_weights_are_said_in_every_result(tmp_
 
 @needs_embedded
 @pytest.mark.parametrize("flag, no_change, needle", [
-    (0.0, 0.0, "is above the flag threshold (0.00) but a gate failed (recognizer "),  # every score flags or is gated
-    (1.0, 0.0, "between the no-change (0.00) and flag (1.00) thresholds"),  # every score lies between
+    (0.0, 0.0, "is above the flag threshold (0.0) but a gate failed (recognizer "),  # every score flags or is gated
+    (1.0, 0.0, "between the no-change (0.0) and flag (1.0) thresholds"),  # every score lies between
 ])
 def test_every_uncertain_site_says_why(clips, flag, no_change, needle):
     """A site of score 1.00 was 'uncertain' with no reason (its gates had failed; nothing said so)."""
@@ -462,3 +462,50 @@ def test_asr_word_check_loads_a_local_safetensors_asr_folder(tmp_path):
         str(folder / "vocab.json"), pad_token="<pad>", unk_token="<unk>")).save_pretrained(folder)
     ok, detail = asr_word_check(folder)(torch.zeros(16_000), "घर")
     assert isinstance(ok, bool) and detail.startswith("ASR CER ")
+
+
+def test_each_kind_decides_with_its_own_cards_thresholds(tmp_path):
+    # the quality sites were decided with the deletion card's thresholds, and the fingerprint never saw the quality card
+    for name in ("a", "b"):
+        rec = build_tiny_recognizer(seed=1 if name == "a" else 2)
+        rec.model.save_pretrained(tmp_path / name, safe_serialization=True)
+        (tmp_path / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
+
+    def scorer(quality: dict) -> Scorer:
+        heads = tmp_path / f"heads-{quality['flag']}"
+        save_head(heads / "deletion", MLPHead(), HeadCard("deletion", {}, "b", "1"))
+        save_head(heads / "quality", MLPHead(), HeadCard("quality", {}, "b", "1", thresholds=quality))
+        return Scorer(str(tmp_path / "a"), str(tmp_path / "b"), heads_dir=heads, word_check=lambda w, t: (True, "t"))
+
+    shipped, strict = scorer({"flag": 0.5, "no_change": 0.2}), scorer({"flag": 0.7, "no_change": 0.65})
+    assert strict.thresholds == {"deletion": (0.5, 0.2), "quality": (0.7, 0.65)}
+    assert strict.fingerprint != shipped.fingerprint
+
+
+def test_a_shown_score_never_crosses_a_threshold_its_decision_did_not():
+    # 0.49996 (uncertain) was shown as 0.5 beside "uncertain"; 0.19996 (no change) as 0.2
+    from leakloss.decision import site_decision
+    from leakloss.scorer import shown_score
+
+    for score in (0.49996, 0.5, 0.50004, 0.19996, 0.2, 0.200004, 0.0, 1.0, 0.3333333):
+        shown = shown_score(score, 0.5, 0.2)
+        assert abs(shown - score) <= 2e-4 and site_decision(shown, True, flag=0.5, no_change=0.2) == \
+            site_decision(score, True, flag=0.5, no_change=0.2), (score, shown)
+
+
+def test_the_same_recording_in_another_gain_depth_or_rate_is_the_same_recording():
+    # the query saved as 16-bit WAV (or rescaled, or through 48 kHz) was its own trusted reference
+    import torchaudio.functional as AF
+
+    from leakloss.scorer import same_recording
+
+    w = torch.from_numpy(speechlike_wave()).float()
+    assert same_recording(w, w * 0.3) and same_recording(w, (w * 32767).round() / 32767)
+    assert same_recording(w, AF.resample(AF.resample(w, 16_000, 48_000), 48_000, 16_000))
+    assert not same_recording(w, torch.roll(w, 800)) and not same_recording(w, w[: len(w) // 2])
+
+
+def speechlike_wave():
+    from tests.tiny_models import speechlike
+
+    return speechlike(1.0, seed=4)
