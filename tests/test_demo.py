@@ -148,8 +148,12 @@ def test_the_demo_shows_its_systems_by_name_never_by_folder(tmp_path):
         dirs[folder].mkdir(parents=True)
         (dirs[folder] / "s1.json").write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
     cfg = DemoConfig(out=tmp_path, progress=False)
-    comparison = _compare(cfg, dirs)
+    for folder in SYSTEM_NAMES:  # an earlier run's reading, not this run's: not counted
+        (dirs[folder] / "s2.json").write_text(json.dumps(result | {"sentence_id": "s2"}, ensure_ascii=False),
+                                              encoding="utf-8")
+    comparison = _compare(cfg, dirs, [{"sentence_id": "s1", "text": "आज नेकपा आए"}])
     assert sorted(comparison["systems"]) == ["Hindi base", "teacher"]
+    assert all(s["readings"] == 1 for s in comparison["systems"].values())
     md = (tmp_path / "comparison" / "comparison.md").read_text(encoding="utf-8")
     assert "| Hindi base |" in md and "hindi_base" not in md
     index = _index(cfg, [], comparison, None, [{"sentence_id": "s1", "text": "आज नेकपा आए"}]).read_text(encoding="utf-8")
@@ -183,7 +187,7 @@ def test_the_capped_request_is_warned_on_the_terminal_and_in_the_summary(tmp_pat
     monkeypatch.setattr(evaluate, "heldout_markdown", lambda rows: "held-out table")
     monkeypatch.setattr(demo, "_readings", lambda cfg, chosen: seen.setdefault("chosen", chosen) and [])
     monkeypatch.setattr(demo, "_score", lambda cfg, heads, items: {})
-    monkeypatch.setattr(demo, "_compare", lambda cfg, dirs: {"systems": {}})
+    monkeypatch.setattr(demo, "_compare", lambda cfg, dirs, items: {"systems": {}})
     monkeypatch.setattr(demo, "_finetune", lambda cfg: None)
     monkeypatch.setattr(demo, "_index", lambda cfg, heldout, comparison, curves, items, notes=():
                         seen.setdefault("notes", list(notes)) and tmp_path / "index.html")
