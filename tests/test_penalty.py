@@ -526,11 +526,21 @@ OTHER_TEXT = "सरकारले नयाँ बजेट ल्यायो
 
 
 @pytest.fixture(scope="module")
-def readings():
-    from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_text
+def readings(tmp_path_factory):
+    """The three readings, made in a fresh process: espeak-ng's audio for a text depends on what the process
+    synthesised before (its state carries over between utterances, re-setting the voice or the random seed does not
+    reset it), so in the whole suite, after other tests' syntheses, these readings differed from the ones alone."""
+    import subprocess
+    import sys
 
-    return {"nepali": speak_text(TEXT, TEACHER_VOICES[0]).waveform, "hindi": speak_text(TEXT, HINDI_VOICES[0]).waveform,
-            "other": speak_text(OTHER_TEXT, TEACHER_VOICES[0]).waveform}
+    out = tmp_path_factory.mktemp("readings")
+    code = ("import sys, torch\n"
+            "from leakloss.speech.synth import HINDI_VOICES, TEACHER_VOICES, speak_text\n"
+            "texts = {'nepali': (sys.argv[2], TEACHER_VOICES[0]), 'hindi': (sys.argv[2], HINDI_VOICES[0]),\n"
+            "         'other': (sys.argv[3], TEACHER_VOICES[0])}\n"
+            "torch.save({k: speak_text(t, v).waveform for k, (t, v) in texts.items()}, sys.argv[1])\n")
+    subprocess.run([sys.executable, "-c", code, str(out / "r.pt"), TEXT, OTHER_TEXT], check=True, timeout=300)
+    return torch.load(out / "r.pt", weights_only=True)
 
 
 def test_near_silence_gradient_is_bounded_on_the_embedded_penalty(embedded_penalty, readings):
@@ -551,15 +561,37 @@ def test_near_silence_gradient_is_bounded_on_the_embedded_penalty(embedded_penal
     assert _grad_norm(embedded_penalty, speech * 1e-4, sites) <= 20 * speech_norm
 
 
+def _fresh_reading(words: list[list[str]]):
+    """``speak_phones(words, TEACHER_VOICES[0])`` made in a fresh process (see the ``readings`` fixture)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from leakloss.speech.synth import Reading
+
+    code = ("import dataclasses, json, sys, torch\n"
+            "from leakloss.speech.synth import TEACHER_VOICES, speak_phones\n"
+            "r = speak_phones(json.loads(sys.argv[2]), TEACHER_VOICES[0])\n"
+            "torch.save({f.name: getattr(r, f.name) for f in dataclasses.fields(r)}, sys.argv[1])\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.pt"
+        subprocess.run([sys.executable, "-c", code, str(path), json.dumps(words, ensure_ascii=False)], check=True,
+                       timeout=300)
+        fields = torch.load(path, weights_only=True)
+    fields["word_spans"] = [tuple(s) for s in fields["word_spans"]]
+    return Reading(**fields)
+
+
 def test_placed_sites_cover_the_vowel_not_only_its_ctc_spike(embedded_penalty):
     """A CTC recognizer marks a 120 ms vowel with a 20-40 ms spike; the placed site is the phone's segment.
     Measured on the teacher's readings (2026-12-05): segments cover 66-79% of espeak's vowel, spikes 13-32%."""
     from leakloss.penalty import locate_sites
-    from leakloss.speech.synth import TEACHER_VOICES, speak_phones
     from leakloss.text.sites import SiteFinder
 
     words = [w for w in SiteFinder()(TEXT) if w.skipped is None]
-    reading = speak_phones([w.nepali for w in words], TEACHER_VOICES[0])
+    reading = _fresh_reading([w.nepali for w in words])  # espeak's audio depends on the process's earlier syntheses
     placed = locate_sites(reading.waveform, TEXT, embedded_penalty.recognizer, words=words)
     assert placed.status == "placed" and len(placed.sites) == 2
     phone_of_word: dict[int, list[int]] = {}

@@ -141,20 +141,27 @@ def test_largest_t_items_matches_a_naive_choice(times, fraction):
     assert largest_t_items(times, 1.0) == list(range(len(times)))
 
 
-def test_under_accelerate_the_schedule_counts_its_updates_across_epoch_ends():
-    """accelerate completes an update at each epoch's end, so with 5 batches an epoch and 2 accumulation steps an
-    epoch has 3 updates, not 2.5: the update each forward feeds (and the budget stop's count) must follow F5's
-    global_update, not forwards // 2 (which fell one update behind per epoch)."""
+def _accelerated(batches: int):
+    """An accelerate loop stand-in (2 accumulation steps, ``batches`` an epoch) and a tiny model (leak_every 2) that
+    counts its updates at accelerate's sync points, as train_f5 sets it up."""
     from accelerate import Accelerator
 
     accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
     stand_in = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(stand_in.parameters(), 0.1)
-    loader = torch.utils.data.DataLoader(torch.zeros(5, 1), batch_size=1)
+    loader = torch.utils.data.DataLoader(torch.zeros(batches, 1), batch_size=1)
     stand_in, optimizer, loader = accelerator.prepare(stand_in, optimizer, loader)
     model = _model(leak_penalty=Counting(), grad_accumulation_steps=2, leak_every=2)
     model.train()
     model.update_synced = lambda: accelerator.sync_gradients
+    return accelerator, stand_in, optimizer, loader, model
+
+
+def test_under_accelerate_the_schedule_counts_its_updates_across_epoch_ends():
+    """accelerate completes an update at each epoch's end, so with 5 batches an epoch and 2 accumulation steps an
+    epoch has 3 updates, not 2.5: the update each forward feeds (and the budget stop's count) must follow F5's
+    global_update, not forwards // 2 (which fell one update behind per epoch)."""
+    accelerator, stand_in, optimizer, loader, model = _accelerated(batches=5)
     global_update, fed, starts, due = 0, [], [], []
     for _epoch in range(3):
         for batch in loader:
@@ -182,18 +189,9 @@ def test_the_curve_logger_labels_rows_with_accelerates_updates_and_logs_the_pena
     updates 1, 3, 5 and was logged on none."""
     import csv
 
-    from accelerate import Accelerator
-
     from integrations.f5_tts import LeakCurveLogger
 
-    accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
-    stand_in = torch.nn.Linear(1, 1)
-    optimizer = torch.optim.SGD(stand_in.parameters(), 0.1)
-    loader = torch.utils.data.DataLoader(torch.zeros(3, 1), batch_size=1)
-    stand_in, optimizer, loader = accelerator.prepare(stand_in, optimizer, loader)
-    model = _model(leak_penalty=Counting(), grad_accumulation_steps=2, leak_every=2)
-    model.train()
-    model.update_synced = lambda: accelerator.sync_gradients
+    accelerator, stand_in, optimizer, loader, model = _accelerated(batches=3)
     model.register_forward_hook(LeakCurveLogger(tmp_path / "c.csv", every=2, grad_accumulation_steps=2))
     x, lens = torch.randn(2, 60, 100), torch.tensor([60, 50])
     global_update = 0
