@@ -373,14 +373,14 @@ class LeakAwareCFM(CFM):
         """``inp`` ``[b, n, d]`` mel (or ``[b, nw]`` wave), ``text`` list[str] or ``[b, nt]`` -> ``(loss, cond, pred)``."""
         with transformer_inputs(self) as seen:
             flow_loss, cond, pred = super().forward(inp, text, lens=lens, noise_scheduler=noise_scheduler)
-        if not bool(torch.isfinite(flow_loss)) and "x" in seen:
+        if "x" in seen:
             # F5 averages the error over the infilled span: a batch of 1-frame items infills none (a mean of
-            # nothing, NaN); a NaN loss from NaN input stays NaN (the curve logger stops on it)
+            # nothing, NaN); a NaN loss from NaN input stays NaN (the curve logger stops on it). A device-side
+            # choice, not a Python `if`: reading the loss on the host would stall every GPU step.
             n = seen["x"].shape[1]
-            full = torch.full((seen["x"].shape[0],), n, device=pred.device, dtype=torch.long)
-            _, span = clean_mel_estimate(seen["x"], seen["time"], pred, cond, full if lens is None else lens)
-            if not bool(span.any()):
-                flow_loss = pred.sum() * 0
+            item_lens = torch.full((seen["x"].shape[0],), n, device=pred.device) if lens is None else lens
+            infilled = ((cond == 0).all(dim=-1) & lens_to_mask(item_lens, length=n)).any()
+            flow_loss = torch.where(infilled, flow_loss, pred.sum() * 0)
 
         self.last_flow_loss = flow_loss.detach()
         for name in AUXILIARY_TERMS:

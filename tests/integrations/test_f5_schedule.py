@@ -249,6 +249,24 @@ def test_a_batch_of_one_frame_items_has_a_zero_flow_loss_not_nan():
     assert not torch.isfinite(model(bad, ["a", "b"], lens=torch.tensor([40, 40]))[0])
 
 
+def test_a_step_without_a_term_reads_nothing_back_to_the_host_beyond_what_f5_reads(monkeypatch):
+    # the 1-frame rule read the flow loss with bool() every step: a device-to-host stall on a GPU
+    from f5_tts.model import CFM
+
+    model = tiny_f5(seed=0, audio_drop_prob=0.0, cond_drop_prob=0.0)
+    model.train()
+    reads: list[str] = []
+    for name in ("__bool__", "item", "tolist", "__float__", "__int__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name: reads.append(_n) or _o(self, *a))
+    x, lens = torch.randn(2, 40, 100), torch.tensor([40, 30])
+    model(x, ["a", "b"], lens=lens)
+    ours = list(reads)
+    reads.clear()
+    CFM.forward(model, x, ["a", "b"], lens=lens)
+    assert ours == reads
+
+
 def test_a_term_step_with_no_site_logs_no_nan_and_a_too_short_clip_is_refused():
     # a margin step that scored no item logged site_margins / site_hinges NaN (the documented NaN is for steps
     # whose items were all non-finite); a 300-sample clip was a raw STFT error mid-training
