@@ -217,6 +217,9 @@ def test_labels_follow_the_voice_not_the_target():
     assert F.speak_phones(word, it).phones == ["n", "aː", "m", "aː", "s"]  # Italian has no ʌ: it says a
     r = F.speak_phones([["h", "aː"]], it)  # no h in Italian: left unsaid, and said so
     assert r.phones == ["aː"] and r.unsaid == ["h"]
+    # a word of only unsaid phones was no word at all: every later word's index and span shifted by one
+    with pytest.raises(ValueError, match=r"word 1 \['h'\]: fest-it-pc has no phone for any of its phones"):
+        F.speak_phones([["aː"], ["h"], ["n", "aː"]], it)
 
 
 @needs_festival
