@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from leakloss.acoustic.features import SILENCE_PEAK, EvidenceExtractor, SiteSpec, evidence_from_log_probs
 from leakloss.frozen import FrozenScorer
-from leakloss.functional.leak import mask_nonfinite_items, peak_limited, quiet_gradient_scale, scale_gradient
+from leakloss.functional.leak import (at_least_fp32, mask_nonfinite_items, peak_limited, quiet_gradient_scale,
+                                     scale_gradient)
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
 from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import KINDS, MarginStatus
@@ -189,6 +190,7 @@ class PathMarginPenalty(FrozenScorer):
         clean, bad = mask_nonfinite_items(waves, lengths)  # selected before any arithmetic: a NaN item's gradient is 0
         clean = torch.where(torch.arange(t, device=waves.device) < lengths[:, None], clean, zero)
         bad = bad.tolist()
+        clean = at_least_fp32(clean)  # before the gradient scale: a quiet fp16 item's gradient overflowed fp16 (inf)
         scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
         heard = scale_gradient(clean, scale)
         margins, kinds, status = [], [], []

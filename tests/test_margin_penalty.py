@@ -63,6 +63,17 @@ def test_batch_items_are_scored_as_alone_and_padding_is_ignored(term, readings):
     assert float(grad[0, h.numel():].abs().max()) == 0.0
 
 
+def test_a_quiet_half_precision_item_has_a_finite_gradient(term, readings):
+    # the quiet scale was applied in fp16: the recognizer's gradient (~1/rms) overflowed to inf on the way back
+    h = readings["hindi"]
+    quiet = h * 3e-6 / h.abs().max()
+    quiet[100] = 2e-4  # one click above the silence peak: the item is scored, and quiet
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        loss, parts, grad = run(term, quiet.to(dtype)[None], [TEXT])
+        assert parts.item_status == ("ok",) and torch.isfinite(loss)
+        assert torch.isfinite(grad).all() and float(grad.abs().max()) > 0, dtype
+
+
 def test_a_plan_made_once_is_reused_while_the_audio_changes(term, readings):
     plan = term.plan(readings["hindi"], TEXT)
     assert plan.status == "ok" and len(plan.specs) == 1

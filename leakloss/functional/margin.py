@@ -11,6 +11,8 @@ Shapes: n sites, c crops per site.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -21,9 +23,15 @@ MARGIN_TAU = 0.1
 
 def margin_hinge(margins: Tensor, tau: float = MARGIN_TAU) -> Tensor:
     """``tau * softplus(margins / tau)``, elementwise: > 0, -> 0 for margins far below 0, -> ``margins`` above."""
-    if not tau > 0:
-        raise ValueError(f"tau must be > 0, got {tau!r}")
+    if not isinstance(margins, Tensor):
+        raise TypeError(f"margins must be a tensor, got {type(margins).__name__}")
+    _check_tau(tau)
     return tau * F.softplus(margins / tau)
+
+
+def _check_tau(tau: float) -> None:
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or not tau > 0:
+        raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
 
 
 def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -> tuple[Tensor, Tensor]:
@@ -32,6 +40,10 @@ def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -
     site contributes exactly 0 with a gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN
     there cannot leak in); with no active site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero
     gradient of the right shape."""
+    for name, value in (("margins", margins), ("active", active)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
+    _check_tau(tau)
     if margins.dim() != 2:
         raise ValueError(f"margins must be [sites, crops], got shape {tuple(margins.shape)}")
     if active.dtype != torch.bool or active.shape != margins.shape[:1]:

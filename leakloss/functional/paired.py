@@ -34,12 +34,15 @@ def window_masks(starts: Tensor, ends: Tensor, n_frames: int) -> Tensor:
 
 
 def _finite_log_probs(x: Tensor) -> tuple[Tensor, Tensor]:
-    """``[b, f, v]`` -> (log-probabilities with NaN/+Inf zeroed and everything floored at
-    :data:`LOG_PROB_FLOOR`, ``bad [b, f]``: frames holding NaN/+Inf). ``torch.where`` selects before any
+    """``[b, f, v]`` -> (log-probabilities with NaN/+Inf zeroed and every value floored at
+    :data:`LOG_PROB_FLOOR` (a finite one keeps its gradient through the floor), ``bad [b, f]``: frames holding NaN/+Inf). ``torch.where`` selects before any
     arithmetic, so the gradient at a bad value is exactly 0; -Inf (probability 0) is a legitimate value."""
     bad_value = torch.isnan(x) | (x == float("inf"))
     x = torch.where(bad_value, torch.zeros((), dtype=x.dtype, device=x.device), x)
-    return x.clamp(min=LOG_PROB_FLOOR), bad_value.any(-1)
+    # the floor is a value, not a wall: a finite log-probability under it keeps its gradient (a clamp gave 0, so a
+    # generated posterior that put the reference's token under e^-100 was never pulled back); -inf gets none
+    floored = x.clamp(min=LOG_PROB_FLOOR)
+    return torch.where(torch.isfinite(x), floored.detach() + (x - x.detach()), floored), bad_value.any(-1)
 
 
 def frame_kl(log_probs_gen: Tensor, log_probs_ref: Tensor) -> Tensor:
@@ -88,6 +91,9 @@ def paired_site_divergence(log_probs_gen: Tensor, log_probs_ref: Tensor,
         if len(site_windows) != 2:
             raise ValueError("site_windows as a tuple must be (starts, ends)")
         site_windows = window_masks(*site_windows, log_probs_gen.shape[1] if log_probs_gen.dim() == 3 else 0)
+    if not isinstance(site_windows, Tensor):
+        raise TypeError(f"site_windows must be a bool tensor [batch, sites, frames] or (starts, ends), got "
+                        f"{type(site_windows).__name__}")
     if active is None:
         active = torch.ones(site_windows.shape[:2], dtype=torch.bool, device=site_windows.device)
     _check(log_probs_gen, log_probs_ref, site_windows, active)

@@ -26,9 +26,11 @@ def test_hinge_matches_the_naive_formula_and_bounds(values, tau):
 
 
 def test_hinge_refuses_a_width_that_is_not_positive():
-    for tau in (0.0, -1.0, float("nan")):
+    for tau in (0.0, -1.0, float("nan"), float("inf"), True):  # inf gave an infinite loss
         with pytest.raises(ValueError, match="tau"):
             margin_hinge(torch.zeros(2), tau)
+        with pytest.raises(ValueError, match="tau"):
+            site_margin_loss(torch.zeros(2, 1), torch.ones(2, dtype=torch.bool), tau)
 
 
 def test_site_loss_is_the_mean_over_active_sites_of_each_sites_mean_over_crops():
@@ -65,6 +67,12 @@ def test_nothing_active_is_zero_with_a_zero_gradient():
 
 
 def test_shapes_are_checked():
+    with pytest.raises(TypeError, match="margins must be a tensor, got list"):  # were AttributeErrors
+        site_margin_loss([[0.1]], torch.ones(1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="active must be a tensor, got list"):
+        site_margin_loss(torch.zeros(2, 2), [True, True])
+    with pytest.raises(TypeError, match="margins must be a tensor"):
+        margin_hinge([0.1])
     with pytest.raises(ValueError, match=r"margins must be \[sites, crops\]"):
         site_margin_loss(torch.zeros(3), torch.ones(3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"active must be bool \[3\]"):

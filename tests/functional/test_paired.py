@@ -142,8 +142,27 @@ def test_minus_infinity_log_probabilities_are_floored_not_nan():
     assert loss.item() >= math.exp(float(ref[0, 1, 0])) * (float(ref[0, 1, 0]) - LOG_PROB_FLOOR) / 4 - 1e-4
 
 
+def test_a_finite_log_probability_under_the_floor_keeps_its_gradient():
+    # the floor clamped: a generated posterior that put the reference's token under e^-100 had no gradient back
+    ref = torch.log_softmax(torch.tensor([[[0.0, 0.0]]], dtype=torch.float64), -1)
+    windows = torch.ones(1, 1, 1, dtype=torch.bool)
+    for gap in (99.0, 101.0, 150.0, 1e30):
+        gen = torch.tensor([[[-gap, 0.0]]], dtype=torch.float64, requires_grad=True)
+        loss, _, _ = paired_site_divergence(gen, ref, windows)
+        loss.backward()
+        assert torch.isfinite(loss) and float(gen.grad[0, 0, 0]) == pytest.approx(-0.5)
+        if gap > -LOG_PROB_FLOOR:  # the value is still the floor's
+            assert float(loss) == pytest.approx(0.5 * (math.log(0.5) - LOG_PROB_FLOOR) + 0.5 * math.log(0.5))
+    gen = torch.tensor([[[float("-inf"), 0.0]]], dtype=torch.float64, requires_grad=True)
+    loss, _, _ = paired_site_divergence(gen, ref, windows)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(gen.grad).all()
+
+
 def test_bad_shapes_and_types_are_refused():
     gen = _log_probs(1, 4, 3, 0)
+    with pytest.raises(TypeError, match="site_windows must be a bool tensor"):  # was an AttributeError
+        paired_site_divergence(gen, gen, [[[True] * 4]])
     with pytest.raises(ValueError, match="frame-aligned"):
         paired_site_divergence(gen, gen[:, :3], torch.zeros(1, 1, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="site_windows must be bool"):
