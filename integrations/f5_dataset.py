@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
+from leakloss.functional.leak import at_hearing_level
 from leakloss.site_placement import (PLACED_OR_NOTHING_TO_PLACE, SITE_CACHE_VERSION, SitePlacement,
                                      placement_id, row_status, site_key)
 from leakloss.textfile import text_lines
@@ -380,8 +381,8 @@ def _collate_placement(items: list[dict]) -> dict:
     todo = [it for it in items if it["wave"] is not None]
     length = max((it["wave"].numel() for it in todo), default=0)
     waves = torch.zeros(len(todo), length)
-    for row, it in enumerate(todo):
-        waves[row, : it["wave"].numel()] = it["wave"]
+    for row, it in enumerate(todo):  # heard at one level, as locate_sites hears a reading
+        waves[row, : it["wave"].numel()] = at_hearing_level(it["wave"])
     return {"items": [{k: v for k, v in it.items() if k != "wave"} for it in items], "todo": [it["key"] for it in todo],
             "waves": waves, "lengths": torch.tensor([it["wave"].numel() for it in todo], dtype=torch.long)}
 

@@ -31,3 +31,11 @@ SEED_MAX = 2**32 - 1
 #: (wb: 26.9% PER on real test speakers, w 32.5%; a and b, trained on espeak only, ~95%). A, B and w stay
 #: available by name.
 DEFAULT_RECOGNIZER = "wb"
+
+#: The peak range the CTC recognizers were trained at (each training clip scaled to a random peak in it,
+#: :func:`leakloss.speech.augment.random_augment`), and the peak the training signal's CTC passes (the reward's word
+#: check, site placement, the margin term) scale every reading to, its centre: Whisper's log-mel is not
+#: gain-invariant, so without one level the alignment moved with loudness and a reading's reward with it (0.99 at
+#: gain 0.9, 0.01 at 0.7 for one Hindi-ward reading, 2026-12-07).
+RECOGNIZER_TRAINING_PEAKS = (0.3, 1.0)
+RECOGNIZER_HEARING_PEAK = sum(RECOGNIZER_TRAINING_PEAKS) / 2

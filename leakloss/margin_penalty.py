@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from leakloss.acoustic.features import SILENCE_PEAK, EvidenceExtractor, SiteSpec, evidence_from_log_probs
 from leakloss.frozen import FrozenScorer
-from leakloss.functional.leak import (at_least_fp32, mask_nonfinite_items, peak_limited, quiet_gradient_scale,
+from leakloss.functional.leak import (at_hearing_level, at_least_fp32, mask_nonfinite_items, quiet_gradient_scale,
                                      scale_gradient)
 from leakloss.functional.margin import MARGIN_TAU, site_margin_loss
 from leakloss.penalty import QUIET_RMS, PenaltyInputError, check_lengths, check_wave
@@ -160,7 +160,7 @@ class PathMarginPenalty(FrozenScorer):
         problem = self._unscorable(words, wave)
         if problem is not None:
             return problem
-        audio = peak_limited(wave.detach()).float()
+        audio = at_hearing_level(wave.detach()).float()  # one level: the alignment must not move with the gain
         with torch.no_grad():
             recognized = self.recognizer(audio[None])
         return self._plan_on(audio, words, recognized)
@@ -203,7 +203,7 @@ class PathMarginPenalty(FrozenScorer):
             if problem is not None:
                 status.append(problem.status)
                 continue
-            audio = peak_limited(heard[i, :n])
+            audio = at_hearing_level(heard[i, :n])
             log_probs, frames = self.recognizer(audio.float()[None])
             plan = plans[i] if plans is not None else self._plan_on(audio, words, (log_probs.detach(), frames))
             if plan.status != "ok":

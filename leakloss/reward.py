@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from leakloss.functional.leak import peak_limited
+from leakloss.functional.leak import at_hearing_level
 from leakloss.penalty import LeakPenalty, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import JUDGED_REWARD_STATUSES, REWARD_STATUSES, RewardStatus
 from leakloss.site_placement import locate_sites
@@ -137,7 +137,9 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
         return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
-    wave = peak_limited(wave)  # the scores are scale-free; loud finite audio must not overflow the recognizer
+    # one level for the word check and the placement: their CTC passes are not gain-invariant, so a policy could
+    # otherwise buy reward with loudness (the site head itself is scale-free)
+    wave = at_hearing_level(wave)
     hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
     per = phone_error_rate(expected, hyp)
     if per > max_per:

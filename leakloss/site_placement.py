@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from leakloss.functional.leak import peak_limited
+from leakloss.functional.leak import at_hearing_level
 from leakloss.penalty import check_wave
 from leakloss.schema import PlacementStatus
 from leakloss.textfile import parse_json, text_lines
@@ -50,7 +50,7 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return SitePlacement([], "too_short")
     with torch.no_grad():
-        log_probs, frames = recognizer(peak_limited(wave)[None])
+        log_probs, frames = recognizer(at_hearing_level(wave)[None])  # where sites lie must not move with the gain
     n = int(frames[0])
     return place_on_log_probs(log_probs[0], n, words, recognizer)
 
@@ -88,7 +88,8 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
     return locate_sites(wave, text, recognizer, finder).sites
 
 
-SITE_CACHE_VERSION = 3  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes
+SITE_CACHE_VERSION = 4  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes;
+#                         4: placed at one hearing level (functional.leak.at_hearing_level)
 #: placement statuses that are not failures (a cache row's ``status``: rows written before 2026-12-07 have none)
 PLACED_OR_NOTHING_TO_PLACE = ("placed", "no_testable_site")
 

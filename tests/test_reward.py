@@ -56,3 +56,21 @@ def test_an_unaligned_reading_says_why_in_the_aligner_s_words(embedded_penalty, 
     result = leak_reward_details([reading], [TEXT], embedded_penalty)[0]
     assert result.status == "alignment_failed" and result.reward == 0.0
     assert result.reason == "the text's phones do not align to the audio: fit 0.31 < 0.50"
+
+
+def test_the_reward_and_its_sites_do_not_move_with_the_readings_gain(embedded_penalty):
+    """The word check and the placement hear every reading at one level: at the raw level wb's alignment moved a
+    site by 40 ms between gains 0.9 and 0.7, and this Hindi reading's reward went 0.985 -> 0.012 (an RL policy could
+    buy reward with loudness)."""
+    from leakloss.site_placement import locate_sites
+    from leakloss.speech.corpus import builtin_sentences, split_sentences
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+
+    text = next(t for t in split_sentences(builtin_sentences())[1] if t.startswith("यो पसलमा"))
+    reading = speak_text(text, HELDOUT_HINDI_VOICE).waveform
+    gains = (1.0, 0.9, 0.7, 0.3, 0.05, 2.0)
+    results = leak_reward_details([reading * g for g in gains], [text] * len(gains), embedded_penalty)
+    assert {r.status for r in results} == {"scored"}
+    assert max(r.reward for r in results) - min(r.reward for r in results) < 1e-3, [r.reward for r in results]
+    sites = [locate_sites(reading * g, text, embedded_penalty.recognizer).sites for g in gains]
+    assert all([(s.start, s.end) for s in x] == [(s.start, s.end) for s in sites[0]] for x in sites), sites

@@ -31,6 +31,22 @@ def peak_limited(wave: Tensor) -> Tensor:
     return wave / peak
 
 
+def at_hearing_level(wave: Tensor) -> Tensor:
+    """``wave`` (any shape, one reading) scaled to peak :data:`leakloss.constants.RECOGNIZER_HEARING_PEAK` by its
+    detached peak, fp32 (fp64 stays fp64): what the training signal's CTC passes hear, so that their alignment and
+    word check do not move with the reading's gain. All-zero or non-finite input is returned as it is (callers say
+    why it cannot be heard). The scale is taken in fp64: a denormal peak cannot overflow it."""
+    from leakloss.constants import RECOGNIZER_HEARING_PEAK
+
+    if not wave.numel():
+        return wave
+    peak = float(wave.detach().abs().amax().double())
+    if not (peak > 0 and peak < float("inf")):
+        return wave
+    out = wave.double() * (RECOGNIZER_HEARING_PEAK / peak)
+    return out if wave.dtype == torch.float64 else out.float()
+
+
 #: seconds within which a frame centre on a site's edge (± pad) counts as inside it
 EDGE_TOLERANCE_S = 1e-9
 

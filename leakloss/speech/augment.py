@@ -20,7 +20,7 @@ import torch
 import torchaudio.functional as AF
 from torch import Tensor
 
-from leakloss.constants import SAMPLE_RATE
+from leakloss.constants import RECOGNIZER_TRAINING_PEAKS, SAMPLE_RATE
 
 
 def add_noise(wave: Tensor, snr_db: float, generator: torch.Generator | None = None, *, color: str = "white") -> Tensor:
@@ -68,7 +68,7 @@ def random_augment(wave: Tensor, generator: torch.Generator, sample_rate: int = 
         wave = reverberate(wave, u(0.1, 0.6), sample_rate, generator)
     if u(0, 1) < 0.6:
         wave = add_noise(wave, u(5.0, 40.0), generator, color="pink" if u(0, 1) < 0.5 else "white")
-    return wave * u(0.3, 1.0) / wave.abs().max().clamp(min=1e-6)
+    return wave * u(*RECOGNIZER_TRAINING_PEAKS) / wave.abs().max().clamp(min=1e-6)
 
 
 # --- library-backed augmentations ------------------------------------------------------------------
