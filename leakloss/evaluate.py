@@ -72,7 +72,8 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     commas or spaces); without a header: id, text, key words.
 
     Raises:
-        EvaluateError: unreadable, no rows, a row without id or text, or a repeated id.
+        EvaluateError: unreadable, no rows, a row without id or text, a repeated id, or a key word that is not a word
+            of its text (a misspelt key word had vanished from the count without a word).
     """
     from leakloss.textfile import text_lines
 
@@ -100,9 +101,28 @@ def read_testset(path: str | Path) -> dict[str, dict]:
         if sid in out:
             raise EvaluateError(f"{path}:{n}: id {sid!r} repeated")
         keys = cells[key_col] if key_col is not None and key_col < len(cells) else ""
-        out[sid] = {"text": cells[text_col].strip(),
-                    "key_words": [_word_form(k) for k in keys.replace(",", " ").split()]}
+        text = cells[text_col].strip()
+        words = _text_words(text)
+        key_words = []
+        for key in keys.replace(",", " ").split():
+            form = _text_words(key)  # a key word copied with its danda or quotes is the word
+            if len(form) != 1 or form[0] not in words:
+                raise EvaluateError(f"{path}:{n}: key word {key!r} is not a word of the text")
+            key_words.append(form[0])
+        out[sid] = {"text": text, "key_words": key_words}
     return out
+
+
+def _text_words(text: str) -> tuple[str, ...]:
+    """The words of ``text`` in the scorer's normal form, punctuation left out: what a key word must be one of, and
+    what a metadata line's text is matched to a test-set sentence by (a dropped danda or a changed space or quote
+    is the same sentence)."""
+    from leakloss.speech.corpus import split_text_words
+
+    try:
+        return tuple(_word_form(w) for w in split_text_words(text))
+    except ValueError:  # a text the normaliser refuses: its NFC form as one word, matched exactly
+        return (_word_form(text),)
 
 
 def _word_form(text: str) -> str:
@@ -191,7 +211,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     from leakloss.textfile import text_lines
 
     system = SystemReadings(name, path)
-    by_text = {_word_form(v["text"]): k for k, v in (testset or {}).items()}
+    by_text = {_text_words(v["text"]): k for k, v in (testset or {}).items()}
     metadata = _metadata_path(path)
     rows: list[tuple[str, Path, str, str]] = []  # (reading name, audio, text, sentence id)
     if metadata is not None:
@@ -216,7 +236,12 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                 refused.add((metadata.parent / audio.strip()).resolve())
                 continue
             text = text.strip()
-            sid = by_text.get(_word_form(text), "")
+            sid = by_text.get(_text_words(text), "")
+            if testset is not None and not sid:  # its key words are unknown: counted, it would mix another measure in
+                system.problems.append({"reading": f"{where} ({audio.strip()})", "reason": "its text is no sentence "
+                                        "of the test set (--testset): not scored"})
+                refused.add((metadata.parent / audio.strip()).resolve())
+                continue
             rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
         if metadata.name == METADATA:  # a system's own folder (a metadata file of another name may share one)
             system.problems += _unlisted_audio(metadata, {a.resolve() for _, a, _, _ in rows} | refused)

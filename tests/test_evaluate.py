@@ -296,6 +296,27 @@ def test_test_set_audio_in_any_case_and_formats_it_cannot_read_are_told(tmp_path
     assert [p["reason"].endswith("n2.wav is missing") for p in system.problems] == [True]
 
 
+def test_a_key_word_that_is_no_word_of_its_text_is_refused_and_one_with_its_danda_is_the_word(tmp_path):
+    # a misspelt key word vanished from the count without a word (the others of its sentence still counted)
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा, आए।\n", encoding="utf-8")
+    assert read_testset(tmp_path / "set.tsv")["n1"]["key_words"] == ["नेकपा", "आए"]
+    (tmp_path / "typo.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा बैठकम\n", encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r"typo.tsv:2: key word 'बैठकम' is not a word of the text"):
+        read_testset(tmp_path / "typo.tsv")
+
+
+def test_metadata_texts_match_test_set_sentences_by_their_words_and_others_are_not_scored(tmp_path):
+    # a reading whose text lost its danda got no sentence id, no key words, and every tested word counted, unsaid
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\n", encoding="utf-8")
+    testset = read_testset(tmp_path / "set.tsv")
+    folder = _metadata(tmp_path / "sys", [f"a.wav|{TEXT.rstrip('।')}", "b.wav|आज घर जाऊँ।"])
+    write_clip(folder / "a.wav")
+    write_clip(folder / "b.wav")
+    system = read_system("mine", folder, testset)
+    assert [(i["id"], i["sentence_id"]) for i in system.items] == [("n1", "n1")]
+    assert [p["reason"] for p in system.problems] == ["its text is no sentence of the test set (--testset): not scored"]
+
+
 def test_key_words_typed_with_a_zero_width_joiner_still_match():
     # राष्‍ट्रपतिको (with a ZWJ, as the shared data writes it) never matched the scorer's word: every tested word counted
     result = {"words": [{"word": "राष्ट्रपतिको", "sites": [{"kind": "deletion"}]}, {"word": "अवधि", "sites": [{}]}]}
