@@ -343,6 +343,7 @@ def score(
     _check_text(text)
     if reference_free and ref:
         fail("--reference-free scores without references: give --ref or --reference-free, not both")
+    _check_reference_free(reference_free, heads=heads, recognizer_a=recognizer_a, recognizer_b=recognizer_b)
     refs, origin = _references_for(text, ref, reference_free)
     scorer = _scorer(heads, recognizer_a, recognizer_b, check_recognizer)
     if asr is not None:
@@ -366,6 +367,16 @@ def score(
     _emit_result(result, outputs)
     if result["status"] == "failed":
         raise typer.Exit(2)
+
+
+def _check_reference_free(reference_free: bool, **ignored: object) -> None:
+    """Options the reference-free head does not read are refused with it (they were accepted and dropped: the
+    shipped reference-free head decided, whatever --heads named)."""
+    given = [f"--{name.replace('_', '-')}" for name, value in ignored.items() if value is not None]
+    if reference_free and given:
+        fail(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect with --reference-free (the shipped "
+             "reference-free head decides each site, on its own recognizer): leave "
+             f"{'it' if len(given) == 1 else 'them'} out")
 
 
 def _references_for(text: str, ref: list[Path], reference_free: bool) -> tuple[list[str], dict | None]:
@@ -601,6 +612,7 @@ def score_batch_cmd(
     from leakloss.heads import HeadLoadError
 
     _check_paths([("manifest", manifest), ("--out", out), ("--heads", heads)], utf8=False)
+    _check_reference_free(reference_free, heads=heads, recognizer_a=recognizer_a, recognizer_b=recognizer_b)
     interrupted = None
     try:
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
@@ -682,6 +694,7 @@ def evaluate(
     from leakloss.heads import HeadLoadError
     from leakloss.schema import ResultError
 
+    _check_reference_free(reference_free, heads=heads)
     parsed = {}
     try:
         for spec in systems:

@@ -200,6 +200,21 @@ def test_control_and_bidi_characters_reach_the_terminal_as_codes():
         assert "[U+001B]" in r.output
 
 
+def test_options_the_reference_free_head_does_not_read_are_refused_with_it(tmp_path):
+    # --heads was accepted and dropped: the shipped reference-free head decided whatever it named
+    from tests.tiny_models import TEXT, write_clip
+
+    write_clip(tmp_path / "reading.wav")
+    for command in (["score", str(tmp_path / "reading.wav"), "--text", TEXT], ["score-batch", str(tmp_path / "m.jsonl"),
+                    "--out", str(tmp_path / "b")], ["evaluate", f"x={tmp_path}", "--out", str(tmp_path / "e")]):
+        ignored = CliRunner().invoke(app, [*command, "--reference-free", "--heads", str(tmp_path)])
+        assert ignored.exit_code == 2 and "Traceback" not in ignored.output, ignored.output
+        assert "error: --heads has no effect with --reference-free" in ignored.output, ignored.output
+    both = CliRunner().invoke(app, ["score", str(tmp_path / "reading.wav"), "--text", TEXT, "--reference-free",
+                                    "--recognizer-a", "a", "--recognizer-b", "b"])
+    assert both.exit_code == 2 and "--recognizer-a, --recognizer-b have no effect" in both.output, both.output
+
+
 @pytest.mark.slow
 def test_score_without_ref_scores_against_synthesised_teacher_references(tmp_path):
     """It printed "every site will be 'unscored' (references are required)" and tested nothing."""
