@@ -565,10 +565,12 @@ def _emit_result(result: dict, outputs: tuple[Path | str | None, Path | None]) -
 
 
 def _result_warnings(result: dict) -> list[str]:
-    """A result's warnings and each --ref it did not use, with why (a rejected reference was silent)."""
-    from leakloss.schema import rejected_references
+    """A result's warnings and each reference it did not use, with why (a rejected reference was silent): a --ref
+    by that name, a reference the embedded teacher synthesised as such (it was no --ref of the user's)."""
+    from leakloss.schema import reference_origin, rejected_references
 
-    return [*result.get("warnings", []), *(f"--ref {r} not used: {why}" for r, why in rejected_references(result))]
+    label = "--ref" if reference_origin(result) == "given" else "synthesised reference"
+    return [*result.get("warnings", []), *(f"{label} {r} not used: {why}" for r, why in rejected_references(result))]
 
 
 def _print_result(result: dict) -> None:

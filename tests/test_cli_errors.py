@@ -785,3 +785,15 @@ def test_score_asr_folder_with_pickle_or_damaged_weights_is_one_error_line(tmp_p
                             *model_args(models)])
     assert_clean_error(r, needle)
     assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1, r.stderr
+
+
+def test_a_synthesised_reference_not_used_is_not_called_a_ref_of_the_users():
+    # with no --ref given, "warning: --ref ~/.cache/.../teacher0-....wav not used" named a --ref the user never gave
+    from leakloss.cli import _result_warnings
+
+    checks = [{"reference": "/cache/teacher0.wav", "used": False, "reason": "the query was quarantined"}]
+    synthesised = {"reference_checks": checks, "reference_origin": {"origin": "synthesised", "detail": "teacher"}}
+    assert _result_warnings(synthesised) == ["synthesised reference /cache/teacher0.wav not used: the query was "
+                                             "quarantined"]
+    assert _result_warnings({"reference_checks": checks}) == ["--ref /cache/teacher0.wav not used: the query was "
+                                                              "quarantined"]
