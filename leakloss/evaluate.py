@@ -309,7 +309,7 @@ def write_index(folder: Path, comparison: dict, links: list[dict], *, title: str
     """The index page of a comparison (``evaluate``'s and the demo's): ``intro``, the ``before`` entries, the
     comparison's plot and table (key words flagged with both intervals, per kind), the ``after`` entries, the
     readings that could not be scored for their input, and ``links`` (``{"href", "text"}``) to the word reports."""
-    from leakloss.eval.compare import format_rate
+    from leakloss.eval.compare import format_rate, mixed_origins, origin_text
     from leakloss.report import render_index, write_report
     from leakloss.schema import KINDS
 
@@ -320,10 +320,17 @@ def write_index(folder: Path, comparison: dict, links: list[dict], *, title: str
         k = s["key_flagged"]
         # the bootstrap's own column: "—" without an interval (one sentence), as comparison.md has it, not the count
         rows.append([name, format_rate(k), format_rate(k, "bootstrap") if k.get("bootstrap") else "—",
-                     *(format_rate(s["by_kind"][kind]) for kind in KINDS), str(s["quarantined"])])
+                     *(format_rate(s["by_kind"][kind]) for kind in KINDS),
+                     f"{s['scored']} of {s['readings']}", str(s["quarantined"]), str(s["unscored"]), str(s["failed"]),
+                     origin_text(s)])
     entries.append({"kind": "table", "title": "Comparison", "rows": rows,
                     "columns": ["system", "key words flagged (Wilson 95%)", "sentence bootstrap 95%",
-                                *(f"{kind} (Wilson 95%)" for kind in KINDS), "quarantined"]})
+                                *(f"{kind} (Wilson 95%)" for kind in KINDS), "readings scored", "quarantined",
+                                "unscored", "failed", "references"]})
+    if (mixed := mixed_origins(comparison)) is not None:
+        entries.append({"kind": "text", "title": "Not comparable as they stand", "text": mixed})
+    entries.append({"kind": "link", "title": "The whole comparison", "href": "comparison/comparison.md",
+                    "text": "comparison.md: by word, and why readings were left out (also .json)"})
     entries += list(after)
     if problems:
         entries.append({"kind": "table", "title": "Readings not scored: bad input", "columns": ["system", "reading", "why"],

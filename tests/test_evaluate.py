@@ -338,3 +338,18 @@ def test_a_refusal_before_any_reading_is_scored_leaves_no_output_folder(tmp_path
 
     with pytest.raises(EvaluateError, match="bytes in UTF-8, at most 200"):
         parse_system("a" * 250 + f"={folder}")
+
+
+def test_the_index_counts_readings_not_scored_and_links_the_whole_comparison(tmp_path):
+    # a system with most readings unscored showed a clean rate, and comparison.md (with the reasons) had no link
+    from leakloss.eval.compare import compare_results
+    from leakloss.evaluate import write_index
+    from tests.eval.test_compare import reading, write_dir
+
+    unscored = [reading("flagged", f"s{i}", status="unscored") | {"reason": "every reference rejected"}
+                for i in range(5)]
+    comparison = compare_results({"sys": write_dir(tmp_path / "sys", [reading("flagged", "s9"), *unscored])})
+    page = write_index(tmp_path, comparison, [], title="t", intro="i").read_text(encoding="utf-8")
+    for cell in ("readings scored", "unscored", "failed", "references", "1 of 6", "given 6"):
+        assert f">{cell}<" in page, cell
+    assert 'href="comparison/comparison.md"' in page

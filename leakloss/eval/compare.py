@@ -33,7 +33,7 @@ from leakloss.eval.stats import (
     rate_with_interval,
     wilson_interval,
 )
-from leakloss.schema import DECISIONS, KINDS, STATUSES, TESTED, load_result
+from leakloss.schema import DECISIONS, KINDS, REFERENCE_ORIGINS, STATUSES, TESTED, load_result, reference_origin
 
 __all__ = ["OutputFolderError", "check_output_folder", "compare_results", "write_comparison", "format_rate",
            "key_units"]
@@ -174,6 +174,9 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
         "unscored": len(by_status["unscored"]),
         "failed": len(by_status["failed"]),
         "statuses": {s: len(by_status[s]) for s in STATUSES},
+        # what decided the sites: the user's references, the teacher's synthesised ones, or the reference-free head
+        "reference_origins": {o: n for o in REFERENCE_ORIGINS if (n := sum(reference_origin(r) == o
+                                                                            for _, r in loaded))},
         "quarantine_reasons": reasons["quarantined"],
         "reasons": reasons,
         "readings_without_key_word": unmarked,
@@ -200,7 +203,8 @@ def compare_results(dirs: dict[str, Path], files: Mapping[str, Sequence[Path]] |
     Returns:
         JSON-ready ``{"systems": {name: summary}, "n_resamples", "seed", "units"}``; each summary
         has ``folder``; reading counts ``readings``, ``scored``, ``quarantined``, ``unscored``,
-        ``failed`` (also as ``statuses``); ``reasons`` (status -> reason -> readings, for every
+        ``failed`` (also as ``statuses``); ``reference_origins`` (readings by what decided their sites: ``given``
+        references, ``synthesised`` ones, the ``reference_free`` head); ``reasons`` (status -> reason -> readings, for every
         status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
         ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
         ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
@@ -256,12 +260,16 @@ def _markdown(result: Mapping) -> str:
         "",
         "One per result file; only scored readings are counted in the rates.",
         "",
-        "| System | Readings | Scored | Quarantined | Unscored | Failed |",
-        "|---|---|---|---|---|---|",
+        "| System | Readings | Scored | Quarantined | Unscored | Failed | References |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, s in result["systems"].items():
         st = s["statuses"]
-        lines.append(f"| {markdown_text(name)} | {s['readings']} | " + " | ".join(str(st[x]) for x in STATUSES) + " |")
+        lines.append(f"| {markdown_text(name)} | {s['readings']} | " + " | ".join(str(st[x]) for x in STATUSES)
+                     + f" | {origin_text(s)} |")
+    mixed = mixed_origins(result, markdown_text)
+    if mixed:
+        lines += ["", f"**Not comparable as they stand:** {mixed}."]
     lines += ["", "## By contrast kind", "", "| System | Deletion | Quality |", "|---|---|---|"]
     for name, s in result["systems"].items():
         lines.append(f"| {markdown_text(name)} | {format_rate(s['by_kind']['deletion'])} "
@@ -284,6 +292,28 @@ def _markdown(result: Mapping) -> str:
             lines += ["", f"{len(empty)} scored reading{'s' if len(empty) != 1 else ''} gave no word to count "
                       "(no key word or tested word the scorer judged): " + ", ".join(markdown_text(f) for f in empty)]
     return "\n".join(lines) + "\n"
+
+
+def origin_text(summary: Mapping) -> str:
+    """``given 3, synthesised 2``: a system's readings by what decided their sites (``—`` for a comparison.json
+    written before the field)."""
+    origins = summary.get("reference_origins")
+    return ", ".join(f"{o.replace('_', '-')} {n}" for o, n in origins.items()) if origins else "—"
+
+
+def mixed_origins(result: Mapping, name_text=str) -> str | None:
+    """Why the systems' rates were decided by different things (references given, synthesised, or the
+    reference-free head), within a system or between systems (system names through ``name_text``); None when one
+    thing decided them all."""
+    per_system = {name: set(s.get("reference_origins") or {}) for name, s in result["systems"].items()}
+    within = [name for name, origins in per_system.items() if len(origins) > 1]
+    kinds = {frozenset(o) for o in per_system.values() if o}
+    if within:
+        return (f"{', '.join(name_text(n) for n in within)} mix{'es' if len(within) == 1 else ''} readings "
+                "scored against different kinds of reference (see References)")
+    if len(kinds) > 1:
+        return "the systems were scored against different kinds of reference (see References)"
+    return None
 
 
 def markdown_text(text: str) -> str:

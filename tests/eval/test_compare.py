@@ -244,12 +244,31 @@ def test_report_shows_readings_of_every_status_apart_from_words(tmp_path):
     # word columns say they count words; reading counts have their own table, one column per status
     assert "| System | Key words flagged | Sentence bootstrap | Uncertain words | Unscored words | Not-tested words |" in md
     assert "| bo2 | 0 of 0 (no data) | — | 0 | 1 | 0 |" in md  # its one key word is unscored: beside the rate, not in it
-    assert "| System | Readings | Scored | Quarantined | Unscored | Failed |" in md
-    assert "| bo2 | 8 | 1 | 1 | 2 | 4 |" in md
-    assert "| ok | 1 | 1 | 0 | 0 | 0 |" in md
+    assert "| System | Readings | Scored | Quarantined | Unscored | Failed | References |" in md
+    assert "| bo2 | 8 | 1 | 1 | 2 | 4 | given 8 |" in md
+    assert "| ok | 1 | 1 | 0 | 0 | 0 | given 1 |" in md
     assert "Unscored (2 readings, left out): every reference rejected (2)" in md
     assert "Failed (4 readings, left out): audio unreadable (4)" in md
     assert "Quarantined (1 reading, left out): word check failed (1)" in md
+
+
+def test_what_decided_the_sites_is_counted_and_a_mix_is_said(tmp_path):
+    # a reference-free system sat beside a reference-scored one without a word (README: "labelled so in every page")
+    free = [reading("flagged", "s1") | {"reference_origin": {"origin": "reference_free", "detail": "rawconv"},
+                                        "references": []}]
+    synthesised = [reading("no_change", "s2") | {"reference_origin": {"origin": "synthesised", "detail": "teacher"}}]
+    given = write_dir(tmp_path / "given", [reading("flagged", "s1")])
+    out = compare_results({"given": given, "free": write_dir(tmp_path / "free", free)})
+    assert out["systems"]["free"]["reference_origins"] == {"reference_free": 1}
+    md = write_comparison(out, tmp_path / "o1")["md"].read_text(encoding="utf-8")
+    assert "| free | 1 | 1 | 0 | 0 | 0 | reference-free 1 |" in md
+    assert "**Not comparable as they stand:** the systems were scored against different kinds of reference" in md
+    both = write_dir(tmp_path / "both", free + synthesised)
+    md = write_comparison(compare_results({"both": both}), tmp_path / "o2")["md"].read_text(encoding="utf-8")
+    assert "| both | 2 | 2 | 0 | 0 | 0 | synthesised 1, reference-free 1 |" in md and "both mixes readings" in md
+    md = write_comparison(compare_results({"a": given, "b": write_dir(tmp_path / "b", [reading("flagged", "s3")])}),
+                          tmp_path / "o3")["md"].read_text(encoding="utf-8")
+    assert "Not comparable" not in md
 
 
 def test_scored_reading_with_nothing_to_count_is_named(tmp_path):
