@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import math
+import random
 import signal
 import sys
 import threading
@@ -114,9 +115,15 @@ def _load_shipped_model(out_dir: Path, model, ema: dict) -> dict:
     for k, v in ema.items():
         v.copy_(weights[k])
     step = int(card["steps"])
-    return {"step": step, "minutes": float(card["training_minutes"]), "runs": int(card.get("runs", 1)),
+    meta = {"step": step, "minutes": float(card["training_minutes"]), "runs": int(card.get("runs", 1)),
             "curve": list(card.get("learning_curve", [])), "fresh_optimizer_at": step,
-            "architecture": card.get("architecture")}
+            "architecture": card.get("architecture"), "texts_sha256": card.get("texts_sha256")}
+    if "earlier_training_data" in card:
+        meta["earlier_training_data"] = card["earlier_training_data"]
+    elif card.get("texts_sha256") is None:  # a card written before the texts' hash was recorded: what it says
+        meta["earlier_training_data"] = {"until_step": step, "training_data": card.get("training_data"),
+                                         "texts_sha256": None}
+    return meta
 
 
 def check_same_architecture(out_dir: Path, written: dict | None, model_cfg: dict) -> None:
@@ -176,12 +183,55 @@ def learning_rate(step: int, base: float, warmup_steps: int, warm_from: int = 0,
     return lr
 
 
+def corpus_sources(cfg: DictConfig) -> tuple[list[str], Path | None]:
+    """The phrases the Hindi base reads (``data.*`` and ``seed`` fix them) and the prompts file read (None: the
+    built-in sentences alone). ``data.prompts`` given on the command line must exist (:class:`SettingsError`);
+    its default (``$LEAKLOSS_PROMPTS``, else the shared Nepali prompts) missing is a ``warning:`` line."""
+    from train_f5.data import phrases, read_corpus_sentences
+
+    explicit = cfg.data.prompts is not None and not OmegaConf.is_interpolation(cfg.data, "prompts")
+    sentences, read = read_corpus_sentences(cfg.data.prompts or None, required=explicit, setting="data.prompts")
+    return phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts], read
+
+
 def corpus_texts(cfg: DictConfig) -> list[str]:
     """The phrases the Hindi base reads (``data.*`` and ``seed`` fix them)."""
-    from train_f5.data import DEFAULT_PROMPTS, default_sentences, phrases
+    return corpus_sources(cfg)[0]
 
-    sentences = default_sentences(cfg.data.prompts or DEFAULT_PROMPTS)
-    return phrases(sentences, max_words=cfg.data.max_words, seed=cfg.seed)[: cfg.data.max_texts]
+
+def texts_description(prompts: Path | None) -> dict:
+    """What the corpus's sentences were read from, for the card (``prompts``: the file read, None: none)."""
+    from leakloss.paths import shared_path
+    from train_f5.data import DEFAULT_PROMPTS
+
+    if prompts is None:
+        return {"built_in_sentences": True, "prompts": None,
+                "text": "the built-in sentences only (no prompts file was read)"}
+    resolved = prompts.resolve()
+    if resolved == DEFAULT_PROMPTS.resolve():
+        return {"built_in_sentences": True, "prompts": "shared/data/nepali-prompts/prompts.tsv",
+                "text": "the built-in sentences and the Nepali prompts (google/language-resources, Apache 2.0)"}
+    try:
+        name = f"shared/{resolved.relative_to(Path(shared_path()))}"
+    except ValueError:
+        name = str(prompts)
+    return {"built_in_sentences": True, "prompts": name, "text": f"the built-in sentences and the sentences of {name}"}
+
+
+#: how a run draws its randomness (written to the checkpoint and the card)
+SEEDING = ("per step: torch (CPU and CUDA), python's random (F5's CFG drops) and the batch seeded from "
+           "train_f5.data.step_seed(seed, step)")
+
+
+def seed_step(seed: int, step: int) -> None:
+    """Seed everything step ``step`` draws (F5's noise, time, infill span and dropout from torch; its CFG drops
+    from python's ``random``) from (``seed``, ``step``) alone: a resumed run, or one continued from the shipped
+    model, draws what an uninterrupted one draws, whatever ran between steps (a checkpoint's probe syntheses
+    re-seed torch's global generator)."""
+    from train_f5.data import step_seed
+
+    torch.manual_seed(step_seed(seed, step, "torch"))  # the CUDA generators too
+    random.seed(step_seed(seed, step, "python"))
 
 
 def corpus_for(cfg: DictConfig, texts: list[str] | None = None):
@@ -216,9 +266,19 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     meta = load_checkpoint(out_dir, model, ema, opt) or {"step": 0, "minutes": 0.0, "runs": 0}
     architecture = OmegaConf.to_container(cfg.model, resolve=True)
     check_same_architecture(out_dir, meta.get("architecture"), architecture)
-    texts = corpus_texts(cfg)
+    texts, prompts_read = corpus_sources(cfg)
+    sources = texts_description(prompts_read)
     texts_sha = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
-    if meta.get("texts_sha256", texts_sha) != texts_sha:  # its card would describe a corpus steps 1..n never saw
+    written_sha = meta.get("texts_sha256")
+    if meta["step"] and written_sha is None:
+        # A warning, not a refusal: the committed model's card (checkpoints/f5_hindi_base/model.json) was written
+        # before the texts' hash was recorded, and a refusal would leave it impossible to continue. What its card
+        # said steps 1..n read is carried into this run's card (earlier_training_data), so the card never claims
+        # that this run's texts were the only ones; from this run on the hash is recorded and checked.
+        print(f"warning: out_dir={out_dir}: its model was saved without the hash of the texts it was trained on; "
+              f"they cannot be checked against this run's {len(texts)} phrases (its card says: "
+              f"{(meta.get('earlier_training_data') or {}).get('training_data')!r})", file=sys.stderr)
+    elif written_sha not in (None, texts_sha):  # its card would describe a corpus steps 1..n never saw
         from leakloss.checks import ResumeError
 
         raise ResumeError(f"out_dir={out_dir}: its checkpoint was trained on other texts (data.* or seed changed); "
@@ -235,7 +295,9 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     if step:
         print(f"resumed at step {step} ({done_minutes:.0f} min of training so far)", flush=True)
     n_params = sum(p.numel() for p in params)
-    batches = pair_batches(corpus, cfg.data.max_frames, cfg.data.pair_prob, seed=cfg.seed + step)
+    # each step's batch and randomness are a pure function of (seed, step): a resume at step k draws what the
+    # uninterrupted run drew (seed + step re-seeded one stream at k, and torch's generator was never seeded)
+    batches = pair_batches(corpus, cfg.data.max_frames, cfg.data.pair_prob, seed=cfg.seed, first_step=step)
 
     warm_from = meta.get("fresh_optimizer_at", 0)
 
@@ -252,7 +314,12 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
         minutes = done_minutes + (time.time() - run_start) / 60
         info = {"step": step, "minutes": round(minutes, 2), "runs": meta["runs"] + 1,
                 "loss_recent": round(sum(recent) / max(len(recent), 1), 4), "texts_sha256": texts_sha,
-                "architecture": architecture}
+                "texts_sources": {k: v for k, v in sources.items() if k != "text"},
+                "architecture": architecture, "seeding": SEEDING,
+                # the warm-up's start: a resume with the optimizer's state must warm from where this run did
+                "fresh_optimizer_at": warm_from}
+        if "earlier_training_data" in meta:
+            info["earlier_training_data"] = meta["earlier_training_data"]
         probes = probe_phone_error_rates(model, ema, corpus, list(cfg.probe.recognizers), device=device,
                                          n=cfg.probe.texts)
         info["probe_per"] = {name: round(per, 4) for name, per in probes.items()}
@@ -267,13 +334,15 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
             card = {"class": "F5-TTS CFM(DiT)", "architecture": architecture, "parameters": n_params,
                     "vocab": "leakloss integrations.f5_tts.devanagari_chars()", "mel": MEL_DESCRIPTION,
                     "training_data": f"espeak-ng hi voices {[v.name for v in TRAIN_HINDI_VOICES]} reading {len(corpus)} Devanagari "
-                                     "phrases of the built-in sentences and the Nepali prompts (google/language-resources, "
-                                     "Apache 2.0); test words (train_f5.data.is_test_word) excluded",
+                                     f"phrases of {sources['text']}; test words (train_f5.data.is_test_word) excluded",
+                    "texts_sha256": texts_sha, "texts_sources": info["texts_sources"], "seeding": SEEDING,
                     "steps": step, "training_minutes": info["minutes"], "probe_per": info["probe_per"],
                     "probe": f"recognizers {list(cfg.probe.recognizers)} on {cfg.probe.texts} syntheses of held-out "
                              "test-word phrases, against espeak hi's phones",
                     "content_loss": OmegaConf.to_container(cfg.content, resolve=True),
                     "runs": info["runs"], "learning_curve": curve, "weights": "EMA"}
+            if "earlier_training_data" in info:  # steps 1..until_step read what an older card said, unchecked
+                card["earlier_training_data"] = info["earlier_training_data"]
             save_model(out_dir, model, ema, card)
         return info
 
@@ -281,6 +350,7 @@ def _run(cfg: DictConfig, stop: threading.Event) -> dict:
     model.train()
     info = {}
     while step < cfg.max_steps and (time.time() - run_start) < cfg.max_minutes * 60 and not stop.is_set():
+        seed_step(cfg.seed, step)
         mel, lens, text, phones = next(batches)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)

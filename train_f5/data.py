@@ -2,8 +2,8 @@
 
 IndicF5's base learned Hindi from Hindi speech; here the Hindi base learns from espeak ``hi`` reading
 Devanagari (Nepali) text, so it carries exactly the leaks leakloss measures: Hindi schwa deletion and
-Hindi vowel qualities. Phrases of 1-4 words come from the built-in sentences and, when present, the
-Nepali prompts in ``../shared/data/nepali-prompts`` (read from there, never copied). Words chosen by
+Hindi vowel qualities. Phrases of 1-4 words come from the built-in sentences and, when present (a ``warning:``
+line when not), the Nepali prompts in ``../shared/data/nepali-prompts`` (read from there, never copied). Words chosen by
 :func:`is_test_word` never enter training: they are the fine-tune experiment's held-out test words.
 
 The corpus is synthesised once and cached as one safetensors file (all mels concatenated) plus a JSON
@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,9 +26,16 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.atomic import atomic_directory
+from leakloss.checks import SettingsError
 from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.paths import shared_path
-from leakloss.speech.corpus import builtin_sentences, read_sentences, split_text_words, teacher_reading
+from leakloss.speech.corpus import (
+    SentenceFileError,
+    builtin_sentences,
+    read_sentences,
+    split_text_words,
+    teacher_reading,
+)
 from leakloss.speech.synth import Voice, speak_text
 from leakloss.text.normalize import TextError
 from leakloss.timing import TimedSite
@@ -62,12 +70,41 @@ def phrases(sentences: Sequence[str], *, max_words: int = 4, seed: int = 0) -> l
     return list(out)
 
 
-def default_sentences(prompts: str | Path | None = DEFAULT_PROMPTS) -> list[str]:
-    """The built-in sentences, plus the shared Nepali prompts when that file exists."""
+def read_corpus_sentences(prompts: str | Path | None = None, *, required: bool | None = None,
+                          setting: str = "prompts") -> tuple[list[str], Path | None]:
+    """The built-in sentences plus a prompts file's, and the prompts file read (None: none was).
+
+    ``prompts`` None stands for :data:`DEFAULT_PROMPTS` (the shared Nepali prompts). ``required`` (default: a
+    path was given) makes a missing file a :class:`SettingsError` naming ``setting`` (a mistyped path cut the
+    corpus from 6,259 phrases to 1,192 without a word); otherwise a missing file is a ``warning:`` line and the
+    built-in sentences alone."""
+    required = prompts is not None if required is None else required
+    path = DEFAULT_PROMPTS if prompts is None else Path(prompts).expanduser()
     sentences = builtin_sentences()
-    if prompts is not None and Path(prompts).is_file():
-        sentences += read_sentences(prompts)
-    return sentences
+    if not path.is_file():
+        if required:
+            raise SettingsError(f"{setting}={prompts}: no such file")
+        print(f"warning: {setting}: {path} is not there: the corpus is the built-in sentences alone, without "
+              "the Nepali prompts", file=sys.stderr)
+        return sentences, None
+    try:
+        return sentences + read_sentences(path), path
+    except SentenceFileError as err:  # unreadable or empty: one settings error, not a traceback
+        raise SettingsError(f"{setting}={prompts if prompts is not None else path}: {err}") from None
+
+
+def default_sentences(prompts: str | Path | None = None) -> list[str]:
+    """The built-in sentences, plus the prompts (``prompts`` given: that file, which must exist; None: the shared
+    Nepali prompts, a ``warning:`` line when they are not there)."""
+    return read_corpus_sentences(prompts)[0]
+
+
+def step_seed(seed: int, step: int, stream: str) -> int:
+    """A 63-bit seed that is a pure function of (``seed``, ``step``, ``stream``), the same in every process and
+    Python version (sha256, not ``hash``): the F5 pretraining draws step ``step``'s randomness from it, so a
+    resumed run draws what the uninterrupted one drew."""
+    digest = hashlib.sha256(f"train_f5/{stream}/{seed}/{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 @dataclass
@@ -168,15 +205,17 @@ def build_corpus(texts: Sequence[str], voices: Sequence[Voice], cache_dir: str |
     return MelCorpus(tensors["mels"], tensors["offsets"], index["texts"], index["voices"], index["phones"])
 
 
-def pair_batches(corpus: MelCorpus, max_frames: int, pair_prob: float, seed: int):
+def pair_batches(corpus: MelCorpus, max_frames: int, pair_prob: float, seed: int, first_step: int | None = None):
     """Endless batches ``(mel [b, n, 100], lens [b], texts, phones)`` of about ``max_frames`` frames in all.
 
     With probability ``pair_prob`` an item is two readings by the same voice joined (text "A B", phones of A
     then B): at inference the prompt is another utterance, so training on joined readings puts that in
-    distribution.
+    distribution. ``first_step`` given: the k-th batch is step ``first_step + k``'s, drawn from
+    :func:`step_seed` (``seed``, that step) alone, so a run resumed at step s draws the batches the uninterrupted
+    run drew from step s on; None: one stream seeded with ``seed``.
     """
     yield from joined_batches(corpus.voices, lambda i: (corpus.mel(i), corpus.texts[i], corpus.phones[i]),
-                              max_frames, pair_prob, seed, shift=lambda phone, _offset: phone)
+                              max_frames, pair_prob, seed, shift=lambda phone, _offset: phone, first_step=first_step)
 
 
 def _shift_site(site: TimedSite, offset: float) -> TimedSite:
@@ -185,18 +224,23 @@ def _shift_site(site: TimedSite, offset: float) -> TimedSite:
 
 def joined_batches(voices: Sequence[str], item: Callable[[int], tuple[Tensor, str, list]],
                    max_frames: int, pair_prob: float, seed: int,
-                   shift: Callable[[object, float], object] = _shift_site,
+                   shift: Callable[[object, float], object] = _shift_site, first_step: int | None = None,
                    ) -> Iterator[tuple[Tensor, Tensor, list[str], list[list]]]:
     """:func:`pair_batches` over items ``i`` read by ``voices[i]``, ``item(i) -> (mel [n, 100], text, sites in
     seconds)``, each batch item with its sites (a joined item's second reading's sites moved by ``shift(site,
     the first reading's duration)``): ``(mel [b, n, 100], lens [b], texts, sites)``. Any per-reading list can
-    stand in for the sites (e.g. phones, with ``shift`` leaving them as they are)."""
+    stand in for the sites (e.g. phones, with ``shift`` leaving them as they are). ``first_step``: as in
+    :func:`pair_batches` (each batch from its own step's seed)."""
     rng = random.Random(seed)
     n_items = len(voices)
     by_voice: dict[str, list[int]] = {}
     for i, voice in enumerate(voices):
         by_voice.setdefault(voice, []).append(i)
+    step = first_step
     while True:
+        if step is not None:  # this batch depends on (seed, step) alone, not on the batches drawn before it
+            rng = random.Random(step_seed(seed, step, "batch"))
+            step += 1
         items: list[tuple[Tensor, str, list[TimedSite]]] = []
         longest = 0
         while True:

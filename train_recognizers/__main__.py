@@ -196,7 +196,8 @@ def main(cfg: DictConfig) -> None:
     seed = int(cfg.recognizer_arch.seed)
     L.seed_everything(seed)
     dataset = CorpusCTCDataset(corpus, corpus.items, vocab, augment=True, seed=seed)
-    sampler = LengthBucketSampler([i.duration for i in corpus.items], cfg.batch_size, seed=seed)
+    # the sampler sets the dataset's epoch as each epoch starts (a resumed run's too): each epoch augments anew
+    sampler = LengthBucketSampler([i.duration for i in corpus.items], cfg.batch_size, seed=seed, dataset=dataset)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_ctc, num_workers=0)
     module = RecognizerModule(arch, vocab, seed=seed, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                               total_steps=cfg.max_steps, budget_minutes=cfg.max_minutes, done_steps=done,

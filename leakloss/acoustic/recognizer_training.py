@@ -74,7 +74,12 @@ def build_model(arch: RecognizerArchitecture, vocab: dict[str, int], seed: int):
 
 
 class CorpusCTCDataset(Dataset):
-    """Corpus readings as (waveform, canonical label ids); augmentation seeded per (epoch, item)."""
+    """Corpus readings as (waveform, canonical label ids); augmentation seeded per (epoch, item).
+
+    ``epoch`` is the epoch being read: a :class:`LengthBucketSampler` given this dataset sets it as each epoch
+    starts (its own epoch, which a resumed run restores from its checkpoint), so every epoch hears another
+    augmented copy of each reading. The seed is ``hash((seed, epoch, i))``: a tuple of ints hashes the same in
+    every process (``PYTHONHASHSEED`` randomises str and bytes hashes, never int ones)."""
 
     def __init__(self, corpus: Corpus, items: Sequence[CorpusItem], vocab: dict[str, int], augment: bool, seed: int = 0):
         self.corpus, self.items, self.vocab, self.augment, self.seed = corpus, list(items), vocab, augment, seed
@@ -113,14 +118,21 @@ class LengthBucketSampler(torch.utils.data.Sampler):
     """Batches of similar length (less padding), order shuffled per epoch with the seed.
 
     A resumed run sets ``epoch`` and ``skip`` (batches of that epoch already trained on) from its checkpoint; the
-    epoch being iterated is ``epoch - 1`` afterwards, and ``skipped`` says how many of its batches were left out."""
+    epoch being iterated is ``epoch - 1`` afterwards, and ``skipped`` says how many of its batches were left out.
+    ``dataset`` (a :class:`CorpusCTCDataset`): its ``epoch`` is set to the epoch being iterated as each starts, so
+    its augmentation follows the epochs, a resumed run's included. (Not a ``set_epoch`` method: Lightning calls
+    that with its own epoch count, which starts at 0 again in a resumed run.)"""
 
-    def __init__(self, lengths: Sequence[float], batch_size: int, seed: int = 0, shuffle: bool = True):
+    def __init__(self, lengths: Sequence[float], batch_size: int, seed: int = 0, shuffle: bool = True,
+                 dataset: CorpusCTCDataset | None = None):
         self.lengths, self.batch_size, self.seed, self.shuffle = list(lengths), batch_size, seed, shuffle
+        self.dataset = dataset
         self.epoch = 0
         self.skip = self.skipped = 0
 
     def __iter__(self):
+        if self.dataset is not None:  # before the loader reads an item (or copies the dataset to its workers)
+            self.dataset.epoch = self.epoch
         rng = random.Random(self.seed + self.epoch)
         order = sorted(range(len(self.lengths)), key=lambda i: (self.lengths[i], rng.random() if self.shuffle else 0))
         batches = [order[i: i + self.batch_size] for i in range(0, len(order), self.batch_size)]

@@ -9,7 +9,7 @@ import torch
 
 from leakloss.acoustic.recognizer import Recognizer
 from leakloss.acoustic.recognizer_training import (
-    RecognizerArchitecture, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
+    BLANK, RecognizerArchitecture, RecognizerModule, build_vocab, collate_ctc, save_recognizer,
 )
 
 TINY = RecognizerArchitecture(conv_channels=8, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
@@ -77,3 +77,49 @@ def test_fast_dev_run_and_save_load_round_trip(module, tmp_path):
     assert log_probs.shape[-1] == len(module.vocab) and torch.isfinite(log_probs).all()
     save_recognizer(module.model, module.vocab, out, {"name": "tiny", "again": True})  # replaces in place
     assert (out / "card.json").read_text().count("again") == 1
+
+
+def _augmenting_sampler(resume_epoch: int | None = None):
+    from types import SimpleNamespace
+
+    from leakloss.acoustic.recognizer_training import UNK, CorpusCTCDataset, LengthBucketSampler
+
+    items = [SimpleNamespace(phones=["a"], duration=1.0, id=str(i)) for i in range(4)]
+    corpus = SimpleNamespace(audio=lambda item: torch.randn(8000, generator=torch.Generator().manual_seed(int(item.id))))
+    dataset = CorpusCTCDataset(corpus, items, {BLANK: 0, "a": 1, UNK: 2}, augment=True, seed=11)
+    sampler = LengthBucketSampler([1.0] * 4, 2, seed=11, dataset=dataset)
+    if resume_epoch is not None:  # what train_recognizers does with its checkpoint's counters
+        sampler.epoch = resume_epoch
+    return sampler, dataset
+
+
+def _one_epoch(sampler, dataset) -> dict[int, torch.Tensor]:
+    """Each item's waveform as a DataLoader over ``sampler`` reads it in one epoch (iter, then the items)."""
+    return {i: dataset[i][0] for batch in sampler for i in batch}
+
+
+def test_each_epoch_augments_anew_and_a_resumed_epoch_as_the_uninterrupted_one():
+    # the augmentation seed had the dataset's epoch, which nothing advanced: every epoch heard one augmented copy
+    sampler, dataset = _augmenting_sampler()
+    epochs = [_one_epoch(sampler, dataset) for _ in range(3)]
+    assert dataset.epoch == 2
+    for a, b in ((0, 1), (1, 2)):  # every item heard anew
+        assert not any(torch.equal(epochs[a][i], epochs[b][i]) for i in range(4))
+    resumed = _one_epoch(*_augmenting_sampler(resume_epoch=2))
+    assert all(torch.equal(resumed[i], epochs[2][i]) for i in range(4))
+    sampler, dataset = _augmenting_sampler()  # and through a DataLoader, which iterates the sampler the same way
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_ctc)
+    for _ in range(2):
+        assert sum(1 for _ in loader) == 2
+    assert dataset.epoch == 1
+
+
+def test_the_augmentation_seed_is_the_same_in_every_process():
+    import os
+    import subprocess
+    import sys
+
+    code = "print(hash((11, 2, 3)) & 0x7FFFFFFF)"
+    seen = {subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONHASHSEED=seed), capture_output=True,
+                           text=True, check=True).stdout for seed in ("0", "1", "random")}
+    assert len(seen) == 1

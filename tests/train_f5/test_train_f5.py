@@ -156,9 +156,9 @@ def test_synthesize_returns_16k_audio_of_the_infilled_frames():
     ("model.heads=-2", "model: ValueError: heads must be a whole number >= 1, got -2"),
 ])
 def test_model_sizes_that_cannot_work_are_a_settings_error_before_the_corpus(tmp_path, override, message, monkeypatch):
-    import train_f5.data as data
     from leakloss.checks import SettingsError
     from leakloss.config import compose_config
+    from train_f5 import data
     from train_f5.__main__ import run
 
     monkeypatch.setattr(data, "build_corpus", lambda *a, **k: pytest.fail("the corpus was built"))
@@ -215,7 +215,6 @@ def test_settings_that_cannot_work_are_one_error_line_before_the_corpus(tmp_path
     import os
     import subprocess
     import sys
-
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -255,3 +254,131 @@ def test_a_budget_too_small_for_one_step_saves_nothing(tmp_path):
         run(compose_config("train_f5", overrides))
     assert not (tmp_path / "out" / "model.safetensors").exists()
     assert not (tmp_path / "out" / "checkpoint.safetensors").exists()
+
+
+TINY_F5 = ["model.dim=32", "model.depth=1", "model.heads=2", "model.dim_head=16", "model.text_dim=16",
+           "model.conv_layers=1", "data.max_texts=12", "data.max_frames=400", "log_every=1", "probe.recognizers=[a]"]
+
+
+def _tiny_f5_run(tmp_path, out: str, *overrides: str) -> dict:
+    from leakloss.config import compose_config
+    from train_f5.__main__ import run
+
+    return run(compose_config("train_f5", TINY_F5 + [f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / out}",
+                                                     *overrides]))
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "checkpoint.safetensors")) | load_file(str(folder / "optimizer.safetensors"))
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        assert torch.equal(value, b[key]), key
+
+
+@pytest.mark.slow
+def test_a_seeded_run_is_reproducible_and_a_resumed_run_is_the_uninterrupted_one(tmp_path, monkeypatch):
+    # torch's generator was never seeded (noise, time, dropout) and a resume at step k re-seeded the batch stream
+    # with seed + k: two runs with one seed differed, and 2 steps + a resume to 4 differed from 4 steps
+    import shutil
+
+    from train_f5 import evaluate
+
+    monkeypatch.setattr(evaluate, "probe_phone_error_rates", lambda *a, **k: {"a": 0.5})  # not what is tested
+    _tiny_f5_run(tmp_path, "whole", "max_steps=4", "warmup_steps=2")
+    _tiny_f5_run(tmp_path, "again", "max_steps=2", "warmup_steps=2")
+    _tiny_f5_run(tmp_path, "resumed", "max_steps=2", "warmup_steps=2")
+    _assert_same(_weights(tmp_path / "again"), _weights(tmp_path / "resumed"))  # one seed: one run
+    assert _tiny_f5_run(tmp_path, "resumed", "max_steps=4", "warmup_steps=2")["runs"] == 2
+    _assert_same(_weights(tmp_path / "whole"), _weights(tmp_path / "resumed"))
+    # from the shipped model (weights only: a fresh optimizer warming up again from step 4), then resumed: its
+    # checkpoint keeps where the warm-up started (the resume warmed up from step 0 again)
+    for name in ("shipped", "shipped_resumed"):
+        (tmp_path / name).mkdir()
+        for file in ("model.safetensors", "model.json"):
+            shutil.copy(tmp_path / "whole" / file, tmp_path / name / file)
+    _tiny_f5_run(tmp_path, "shipped", "max_steps=6", "warmup_steps=4")
+    _tiny_f5_run(tmp_path, "shipped_resumed", "max_steps=5", "warmup_steps=4")
+    _tiny_f5_run(tmp_path, "shipped_resumed", "max_steps=6", "warmup_steps=4")
+    _assert_same(_weights(tmp_path / "shipped"), _weights(tmp_path / "shipped_resumed"))
+
+
+@pytest.mark.slow
+def test_a_continued_shipped_model_is_checked_against_its_texts_and_the_card_says_what_was_read(
+        tmp_path, monkeypatch, capsys):
+    from leakloss.checks import ResumeError
+    from train_f5 import data, evaluate
+
+    monkeypatch.setattr(evaluate, "probe_phone_error_rates", lambda *a, **k: {"a": 0.5})
+    monkeypatch.setattr(data, "DEFAULT_PROMPTS", tmp_path / "absent" / "prompts.tsv")  # the shared file not there
+    monkeypatch.delenv("LEAKLOSS_PROMPTS", raising=False)
+    _tiny_f5_run(tmp_path, "out", "max_steps=2")
+    assert f"warning: data.prompts: {tmp_path / 'absent' / 'prompts.tsv'} is not there" in capsys.readouterr().err
+    card = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert "the built-in sentences only" in card["training_data"] and "Nepali prompts" not in card["training_data"]
+    assert card["texts_sources"] == {"built_in_sentences": True, "prompts": None}
+    for name in ("checkpoint.safetensors", "checkpoint.json", "optimizer.safetensors"):  # what is committed
+        (tmp_path / "out" / name).unlink()
+    with pytest.raises(ResumeError, match="trained on other texts"):  # was continued on any corpus
+        _tiny_f5_run(tmp_path, "out", "max_steps=3", "data.max_texts=5")
+    with pytest.raises(ResumeError, match="trained on other texts"):
+        _tiny_f5_run(tmp_path, "out", "max_steps=3", "seed=5")
+    assert _tiny_f5_run(tmp_path, "out", "max_steps=3")["step"] == 3
+    # a card written before the hash was recorded: a warning, and its data is carried into the new card
+    for name in ("checkpoint.safetensors", "checkpoint.json", "optimizer.safetensors"):
+        (tmp_path / "out" / name).unlink()
+    old = json.loads((tmp_path / "out" / "model.json").read_text())
+    old = {k: v for k, v in old.items() if k not in ("texts_sha256", "texts_sources")}
+    (tmp_path / "out" / "model.json").write_text(json.dumps(old | {"training_data": "what an old card said"}))
+    capsys.readouterr()
+    assert _tiny_f5_run(tmp_path, "out", "max_steps=4")["step"] == 4
+    assert "saved without the hash of the texts" in capsys.readouterr().err
+    card = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert card["earlier_training_data"] == {"until_step": 3, "training_data": "what an old card said",
+                                             "texts_sha256": None}
+    assert card["texts_sha256"] and "the built-in sentences only" in card["training_data"]
+
+
+def test_a_prompts_file_given_that_is_not_there_is_a_settings_error_before_the_corpus(tmp_path, monkeypatch):
+    # data.prompts=/typo.tsv cut the corpus from ~6259 phrases to 1192 without a word
+    from leakloss.checks import SettingsError
+    from leakloss.config import compose_config
+    from train_f5 import data
+    from train_f5.__main__ import run
+
+    monkeypatch.setattr(data, "build_corpus", lambda *a, **k: pytest.fail("the corpus was built"))
+    typo = tmp_path / "typo.tsv"
+    with pytest.raises(SettingsError, match=f"data.prompts={typo}: no such file"):
+        run(compose_config("train_f5", TINY_F5 + [f"data.prompts={typo}", f"out_dir={tmp_path / 'out'}",
+                                                  f"cache_dir={tmp_path / 'c'}"]))
+    from train_f5.__main__ import corpus_sources
+
+    (tmp_path / "empty.tsv").write_text("")
+    with pytest.raises(SettingsError, match="data.prompts=.*empty.tsv: .*no sentence"):
+        corpus_sources(compose_config("train_f5", [f"data.prompts={tmp_path / 'empty.tsv'}"]))
+    prompts = tmp_path / "prompts.tsv"
+    prompts.write_text("id1\tतिमी यो दसैंमा घर कहिले आउँछौ?\n", encoding="utf-8")
+    _texts, read = corpus_sources(compose_config("train_f5", [f"data.prompts={prompts}"]))
+    assert read == prompts
+
+
+def test_the_default_prompts_not_there_is_a_warning_and_no_prompts(tmp_path, monkeypatch, capsys):
+    from leakloss.config import compose_config
+    from train_f5 import data
+    from train_f5.__main__ import corpus_sources, texts_description
+
+    monkeypatch.setattr(data, "DEFAULT_PROMPTS", tmp_path / "absent.tsv")
+    monkeypatch.delenv("LEAKLOSS_PROMPTS", raising=False)
+    texts, read = corpus_sources(compose_config("train_f5"))
+    assert texts and read is None and "warning: data.prompts:" in capsys.readouterr().err
+    assert texts_description(None)["prompts"] is None
+    monkeypatch.setenv("LEAKLOSS_PROMPTS", str(tmp_path / "also_absent.tsv"))  # the default's other home
+    _texts, read = corpus_sources(compose_config("train_f5"))
+    assert read is None and f"{tmp_path / 'also_absent.tsv'} is not there" in capsys.readouterr().err
+    monkeypatch.setattr(data, "DEFAULT_PROMPTS", tmp_path / "prompts.tsv")
+    (tmp_path / "prompts.tsv").write_text("id1\tतिमी यो दसैंमा घर कहिले आउँछौ?\n", encoding="utf-8")
+    assert "Nepali prompts" in texts_description(tmp_path / "prompts.tsv")["text"]
