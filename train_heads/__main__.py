@@ -22,14 +22,14 @@ def main(cfg: DictConfig) -> None:
 
     from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.pairs.schema import ManifestError
-    from leakloss.checks import SettingsError, UntrainedError
+    from leakloss.checks import ResumeError, SettingsError, UntrainedError
     from train_heads.pipeline import run
 
     start = time.time()
     try:
         result = run(cfg)
-    except (ManifestError, MissingMandatoryValue, SettingsError, RecognizerLoadError) as err:
-        # the user's data, config or recognizer: one line, exit 2
+    except (ManifestError, MissingMandatoryValue, SettingsError, ResumeError, RecognizerLoadError) as err:
+        # the user's data, config, recognizer or a checkpoint of another run to resume: one line, exit 2
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
     except UntrainedError as err:

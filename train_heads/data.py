@@ -11,17 +11,23 @@ from leakloss.pairs.features import ConvTable, FeatureTable
 
 class EpochShuffle(torch.utils.data.Sampler):
     """Shuffles with ``seed + epoch``: Lightning calls ``set_epoch``, so a run resumed from a checkpoint
-    sees exactly the order an uninterrupted run would."""
+    sees exactly the order an uninterrupted run would.
+
+    A run resumed in the middle of an epoch sets ``skip`` (the rows of that epoch's order already trained on:
+    whole batches, :class:`train_heads.callbacks.TimeBudget`); the next iteration leaves them out, and ``skipped``
+    says how many it left out (as :class:`leakloss.acoustic.recognizer_training.LengthBucketSampler` does)."""
 
     def __init__(self, n: int, seed: int = 0) -> None:
         self.n, self.seed, self.epoch = n, seed, 0
+        self.skip = self.skipped = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.n, generator=g).tolist())
+        self.skipped, self.skip = self.skip, 0
+        return iter(torch.randperm(self.n, generator=g).tolist()[self.skipped:])
 
     def __len__(self) -> int:
         return self.n

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -16,6 +19,7 @@ from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
 from leakloss.checks import UntrainedError, check_trained
 from leakloss.heads import HeadCard, save_head
 from leakloss.pairs.features import check_pairs, manifest_sha256, site_feature_table
+from train_heads.callbacks import BudgetSpent, TimeBudget
 from train_heads.evaluate import heldout_markdown, write_heldout
 from train_heads.recipes import Context
 
@@ -71,7 +75,11 @@ def check_settings(cfg: DictConfig) -> None:
             or a head's ``batch_size``/``max_epochs`` not whole numbers >= 1, ``module.lr`` not a finite number
             > 0, ``module.weight_decay``/``module.outside_weight`` not finite numbers >= 0 (``max_epochs=-1``
             trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights), or
-            a head's ``max_minutes`` (its time budget), when given, not a finite number > 0."""
+            a head's ``max_minutes`` (its time budget), when given, not a finite number > 0,
+            ``data.short_vowel_sentences`` (and, when not null, ``data.short_vowel_train_sentences`` and
+            ``data.real_speech_clips``) not a whole number >= 0 (-1 was a slice that dropped sentences, 2.5 failed
+            after the training), ``cache_dir`` equal to ``export_dir`` or inside it (the export deleted the cache),
+            or a recorded voice that is not one (:func:`check_recorded_voices`)."""
     from leakloss.checks import SettingsError, check_config
 
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
@@ -86,8 +94,12 @@ def check_settings(cfg: DictConfig) -> None:
             numbers[f"heads.{name}.max_minutes"] = positive
     if OmegaConf.select(cfg, "data.max_sentences") is not None:
         whole["data.max_sentences"] = 1  # 0 exported an empty held-out table, -2 was a slice
+    # counts of sentences and clips: -1 was a slice that dropped the last one, 2.5 a TypeError after the training
+    whole |= {"data.short_vowel_sentences": 0, "data.short_vowel_train_sentences": 0, "data.real_speech_clips": 0}
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
-                 seeds=("seed", "head_seed"), optional=frozenset({"head_seed"}))
+                 seeds=("seed", "head_seed"), optional=frozenset({"head_seed", "data.short_vowel_train_sentences",
+                                                                  "data.real_speech_clips"}))  # null: all
+    check_recorded_voices(cfg)
     from leakloss.config import instantiate_setting
     from leakloss.schema import KINDS
 
@@ -104,10 +116,13 @@ def check_settings(cfg: DictConfig) -> None:
     problem = export_folder_problem(cfg.export_dir)
     if problem is not None:
         raise SettingsError(f"export_dir: {problem}")
-    export, out = (Path(str(p)).expanduser().resolve() for p in (cfg.export_dir, cfg.out_dir))
+    export, out, cache = (Path(str(p)).expanduser().resolve() for p in (cfg.export_dir, cfg.out_dir, cfg.cache_dir))
     if export == out or export in out.parents:  # the export replaces export_dir: the run's logs went with it
         raise SettingsError(f"out_dir ({out}) must not be export_dir or inside it: the export replaces export_dir, "
                             "and the run's logs and checkpoints in out_dir would be deleted with it")
+    if export == cache or export in cache.parents:  # the cached pairs and features went with the export, unsaid
+        raise SettingsError(f"cache_dir ({cache}) must not be export_dir or inside it: the export replaces "
+                            "export_dir, and the cached pairs and features in cache_dir would be deleted with it")
     for name in cfg.get("heads") or {}:  # Lightning's out_dir/NAME/checkpoints failed after the features
         if (out / name).exists() and not (out / name).is_dir():
             raise SettingsError(f"out_dir: {out / name} is a file; head {name} logs and checkpoints into that folder")
@@ -115,6 +130,36 @@ def check_settings(cfg: DictConfig) -> None:
 
     check_trainer(cfg.trainer)  # trainer=gpu without a GPU failed after the recognizers and features
     check_heldout_words(cfg)
+
+
+def check_recorded_voices(cfg: DictConfig) -> None:
+    """``data.recorded_voices`` and ``data.heldout_recorded_voices`` (null: none) must be lists of registered
+    Festival/flite voice names (:func:`leakloss.speech.festival.get_voice`; an NSK voice is refused), and every
+    recorded voice of the training and dev pairs a training voice
+    (:func:`leakloss.speech.festival.check_training_voice`: never the unseen family or its speaker twin); the
+    held-out voices may be any registered voice (the unseen family is what they are for). Both were a traceback
+    after the recognizers loaded.
+
+    Raises:
+        SettingsError: naming the key and the voice."""
+    from leakloss.checks import SettingsError
+    from leakloss.speech.festival import check_training_voice, get_voice
+
+    for key in ("data.recorded_voices", "data.heldout_recorded_voices"):
+        names = OmegaConf.select(cfg, key, default=None)
+        if names is None:
+            continue
+        if not isinstance(names, (list, tuple)) and not OmegaConf.is_list(names):
+            raise SettingsError(f"{key} must be a list of recorded voice names, got {names!r}")
+        for name in names:
+            if not isinstance(name, str):
+                raise SettingsError(f"{key} must be a list of recorded voice names, got {name!r} in it")
+            try:
+                voice = get_voice(name)  # KeyError: unknown; ExcludedVoiceError (a ValueError): an NSK voice
+                if key == "data.recorded_voices":  # training and dev pairs: never the unseen family
+                    check_training_voice(voice)
+            except (KeyError, ValueError) as err:
+                raise SettingsError(f"{key}: {err.args[0] if err.args else err}") from None
 
 
 def check_heldout_words(cfg: DictConfig) -> None:
@@ -179,11 +224,122 @@ class SiteTables(dict):
         return self[role]
 
 
+#: A head's settings a resume may change: its budget (a longer one continues the run where it stopped).
+BUDGET_KEYS = frozenset({"max_epochs", "max_minutes", "resume"})
+#: Trainer settings that do not change what a head learns (where it runs, what it shows).
+TRAINER_DISPLAY_KEYS = frozenset({"_target_", "accelerator", "devices", "deterministic", "enable_progress_bar",
+                                  "log_every_n_steps"})
+RUN_RECORD = "run.json"  #: beside ``resume/last.ckpt``: the run that wrote it (:func:`head_run_identity`)
+
+
+def _flat(prefix: str, value) -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(f"{prefix}.{key}", item).items()}
+    return {prefix: value}
+
+
+def head_run_identity(cfg: DictConfig, name: str, training_data_sha256: str, recognizers: dict) -> dict:
+    """What head ``name``'s resume checkpoint must have been trained on to be continued, as ``{dotted key:
+    value}``: the head's settings but its budget (:data:`BUDGET_KEYS`), the data settings and the training data's
+    sha256 (the manifest), the seeds, the recognizers (by name), the feature schema and the trainer settings that
+    change the training (the logger, progress and threads may change between runs)."""
+    head = {k: v for k, v in OmegaConf.to_container(cfg.heads[name], resolve=True).items() if k not in BUDGET_KEYS}
+    data = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "manifest"}
+    trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
+               if k not in TRAINER_DISPLAY_KEYS}
+    identity = {"training_data_sha256": training_data_sha256, "feature_schema_version": FEATURE_SCHEMA_VERSION,
+                "seed": cfg.seed, "head_seed": cfg.head_seed,
+                **{f"recognizer.{role}": rec.name for role, rec in sorted(recognizers.items())},
+                **_flat(f"heads.{name}", head), **_flat("data", data), **_flat("trainer", trainer)}
+    return json.loads(json.dumps(identity))  # as read back from the record
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_head_resume(resume_dir: Path, identity: dict, name: str) -> bool:
+    """True when ``resume_dir`` holds a ``last.ckpt`` of this run of head ``name`` (continued), False when it holds
+    none (a fresh start).
+
+    Raises:
+        ResumeError: the checkpoint has no readable run record, or another run wrote it (other settings, data,
+            seeds or recognizers: the resume restored its weights and optimizer under this run's card, ignored a
+            changed learning rate, or failed as a traceback on another architecture)."""
+    from leakloss.checks import ResumeError, first_line
+
+    ckpt = resume_dir / "last.ckpt"
+    if not ckpt.is_file():
+        return False
+    record = resume_dir / RUN_RECORD
+    afresh = f"delete {resume_dir} to start afresh"
+    if not record.is_file():
+        raise ResumeError(f"heads.{name}.resume: {ckpt} has no run record ({RUN_RECORD}: written before head "
+                          f"checkpoints recorded their run), so it cannot be told apart from another run's; {afresh}")
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8"))["run"]
+        if not isinstance(saved, dict):
+            raise TypeError(f"'run' is a {type(saved).__name__}, not an object")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ResumeError(f"heads.{name}.resume: unreadable run record {record} "
+                          f"({first_line(err) or type(err).__name__}); {afresh}") from None
+    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k, "<absent>") != identity.get(k, "<absent>"))
+    if changed:
+        shown = ", ".join(f"{k} ({_short(saved.get(k))} -> {_short(identity.get(k))})" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise ResumeError(f"heads.{name}.resume: {ckpt} was written by a run with other {shown}{more}; a resume "
+                          f"continues the same run (only heads.{name}.max_epochs and max_minutes may change): give "
+                          f"the same settings, or {afresh}")
+    return True
+
+
+def write_run_record(resume_dir: Path, identity: dict) -> None:
+    """The run of a fresh start, beside the ``last.ckpt`` it will write (:func:`check_head_resume` reads it)."""
+    resume_dir.mkdir(parents=True, exist_ok=True)
+    tmp = resume_dir / f"{RUN_RECORD}.tmp"
+    tmp.write_text(json.dumps({"run": identity}, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, resume_dir / RUN_RECORD)
+
+
 def _logger(cfg: DictConfig, name: str):
     if not cfg.logger or "_target_" not in cfg.logger:
         return False
     kwargs = {"name": name} if "wandb" in cfg.logger._target_.lower() else {}
     return instantiate(cfg.logger, **kwargs)
+
+
+def clear_best_checkpoints(best_dir: Path, name: str) -> None:
+    """A fresh start's best-epoch folder holds none of an earlier run's checkpoints (Lightning named this run's
+    ``best-epoch=N-v1.ckpt`` beside them)."""
+    stale = sorted(best_dir.glob("best-*.ckpt")) if best_dir.is_dir() else []
+    for path in stale:
+        path.unlink()
+    if stale:
+        print(f"head {name}: starting afresh: removed {len(stale)} best-epoch checkpoint(s) of an earlier run "
+              f"from {best_dir}")
+
+
+def keep_best_epoch(module, best, name: str, resume_dir: Path, training: dict) -> None:
+    """Load the best dev-loss epoch's weights into ``module`` and say so in ``training`` (the card); a rerun of a
+    finished run reuses the best its checkpoint recorded.
+
+    Raises:
+        ResumeError: the recorded best checkpoint is gone (deleted since the run that recorded it)."""
+    from leakloss.checks import ResumeError
+
+    if not best.best_model_path:  # no epoch ended (a time budget spent inside the first): nothing was compared
+        print(f"warning: head {name}: select_best: no epoch ended, so none was compared on the dev rows; the last "
+              "weights are exported", file=sys.stderr)
+        return
+    path = Path(best.best_model_path)
+    if not path.is_file():
+        raise ResumeError(f"heads.{name}.resume: the best epoch's checkpoint {path}, recorded by the checkpoint "
+                          f"resumed, is gone; delete {resume_dir} to start afresh")
+    training["kept"] = path.name
+    module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+    score = "" if best.best_model_score is None else f" (dev loss {float(best.best_model_score):.4f})"
+    print(f"head {name}: kept {path.name}{score}")
 
 
 def run(cfg: DictConfig) -> dict:
@@ -204,6 +360,11 @@ def run(cfg: DictConfig) -> dict:
                                                         progress=cfg.progress)[0])
     ctx = Context(cfg, manifest, recognizers, tables)
     data_hash = manifest_sha256(manifest)
+    resumes = {}  # every head's resume checked before any head trains: a refusal costs no other head's training
+    for name, hcfg in cfg.heads.items():
+        if hcfg.get("resume", False):
+            identity = head_run_identity(cfg, name, data_hash, recognizers)
+            resumes[name] = (identity, check_head_resume(Path(cfg.out_dir) / name / "resume", identity, name))
     export_dir = Path(cfg.export_dir)
     rows: list[dict] = []
     cards: dict[str, HeadCard] = {}
@@ -217,43 +378,66 @@ def run(cfg: DictConfig) -> dict:
         L.seed_everything(cfg.head_seed, workers=True)  # each head's init independent of the heads before it
         head = recipe.build_head(hcfg, dm)
         module = instantiate(hcfg.module)(head=head)
+        head_dir = Path(cfg.out_dir) / name
         callbacks = recipe.callbacks(dm)
-        best = None
+        resume_dir, resume_from = head_dir / "resume", None
         if hcfg.get("select_best", False) and len(dm.dev):  # keep the epoch with the lowest dev loss
             from lightning.pytorch.callbacks import ModelCheckpoint
 
-            best = ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=1, filename="best-{epoch}")
-            callbacks = callbacks + [best]
-        budget, resume_from = {}, None
-        if hcfg.get("max_minutes") is not None:  # time-budgeted: Lightning's timer, saved in the checkpoints
-            from datetime import timedelta
-
-            budget = {"max_time": timedelta(minutes=float(hcfg.max_minutes))}
+            # a fixed folder (not the logger's per-run version folder): a resume restores its best score and file,
+            # and compares the epochs it trains with those before (it kept a worse one, or failed on a None score)
+            best_dir = head_dir / "best"
+            if not (hcfg.get("resume", False) and resumes[name][1]):
+                clear_best_checkpoints(best_dir, name)
+            best = ModelCheckpoint(dirpath=str(best_dir), monitor="val/loss", mode="min", save_top_k=1,
+                                   filename="best-{epoch}")
+            callbacks = callbacks + [best]  # before the resume checkpoint: last.ckpt records this epoch's best
+        else:
+            best = None
         if hcfg.get("resume", False):  # resumable: last.ckpt after every epoch, picked up by a rerun
             from lightning.pytorch.callbacks import ModelCheckpoint
 
-            resume_dir = Path(cfg.out_dir) / name / "resume"
+            identity, resuming = resumes[name]
             callbacks = callbacks + [ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0)]
-            if (resume_dir / "last.ckpt").is_file():
+            if resuming:
                 resume_from = str(resume_dir / "last.ckpt")
                 print(f"head {name}: resuming from {resume_from}")
-        trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name), callbacks=callbacks,
-                              default_root_dir=str(Path(cfg.out_dir) / name), enable_checkpointing=True, **budget)
-        trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
+            else:
+                write_run_record(resume_dir, identity)
+        # the time budget stops between two batches; a resume finishes that epoch (Lightning's max_time skipped it)
+        budget = TimeBudget(hcfg.get("max_minutes"),
+                            save_to=resume_dir / "last.ckpt" if hcfg.get("resume", False) else None)
+        trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name),
+                              callbacks=callbacks + [budget], default_root_dir=str(head_dir), enable_checkpointing=True)
+        try:
+            with warnings.catch_warnings():
+                if resume_from:  # the loader does resume mid-epoch (TimeBudget skips the trained batches), and the
+                    # best-epoch folder holds the best checkpoint of the run resumed
+                    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
+                    warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+                trainer.fit(module, datamodule=dm, ckpt_path=resume_from)
+        except BudgetSpent as stop:
+            kept = (f"; a rerun with a larger heads.{name}.max_minutes resumes from {resume_dir / 'last.ckpt'}"
+                    if hcfg.get("resume", False) else "")
+            print(f"head {name}: {stop}{kept}")
+        else:
+            if budget.spent:
+                print(f"head {name}: the time budget of {float(hcfg.max_minutes):g} min ran out at the end of epoch "
+                      f"{trainer.current_epoch - 1}")
         training = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step),
                     "max_epochs": int(hcfg.max_epochs), "fast_dev_run": bool(trainer.fast_dev_run)}
-        if budget:
-            training["max_minutes"] = float(hcfg.max_minutes)
+        if hcfg.get("max_minutes") is not None:
+            training |= {"max_minutes": float(hcfg.max_minutes), "minutes": round(budget.minutes(), 3),
+                         "time_budget_spent": budget.spent}
+        if budget.batches:  # stopped inside an epoch: these batches of epoch `epochs` trained, the rest not
+            training["unfinished_epoch_batches"] = int(budget.batches)
         if resume_from:
             training["resumed_from"] = Path(resume_from).name
         if trainer.fast_dev_run:
             print(f"warning: head {name}: trainer.fast_dev_run ran {trainer.global_step} step(s) only; its card says so",
                   file=sys.stderr)
-        if best is not None and best.best_model_path:
-            training["kept"] = Path(best.best_model_path).name
-            state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
-            module.load_state_dict(state)
-            print(f"head {name}: kept {Path(best.best_model_path).name} (dev loss {float(best.best_model_score):.4f})")
+        if best is not None:
+            keep_best_epoch(module, best, name, resume_dir, training)
         # a diverged head is found now, not after every other head trained and the export failed on it
         check_trained(int(trainer.global_step), module.head.state_dict(), f"head {name}")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
