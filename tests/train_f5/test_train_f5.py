@@ -179,25 +179,27 @@ def test_learning_rate_warms_up_holds_and_decays():
 
 
 @pytest.mark.slow
-def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path):
+def test_a_signal_stops_the_run_with_a_final_checkpoint(tmp_path, monkeypatch):
     import os
     import signal
-    import threading
 
+    import train_f5.__main__ as entry
     from leakloss.config import compose_config
-    from train_f5.__main__ import run
 
     overrides = ["model.dim=32", "model.depth=1", "model.heads=2", "model.dim_head=16", "model.text_dim=16",
                  "model.conv_layers=1", "data.max_texts=12", "data.max_frames=400", "max_steps=1000000",
                  f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}", "max_minutes=3"]
     before = signal.getsignal(signal.SIGTERM)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    try:
-        info = run(compose_config("train_f5", overrides))
-    finally:
-        timer.cancel()
-    assert info["step"] < 1000000 and info["minutes"] < 2  # stopped long before its budget
+    seed_step = entry.seed_step
+
+    def signalled_at_step_2(seed, step):  # the signal arrives mid-run whatever the machine's speed (a 3 s timer
+        if step == 2:                     # fired before the first step on a busy machine: nothing was saved)
+            os.kill(os.getpid(), signal.SIGTERM)
+        seed_step(seed, step)
+
+    monkeypatch.setattr(entry, "seed_step", signalled_at_step_2)
+    info = entry.run(compose_config("train_f5", overrides))
+    assert info["step"] == 3 and info["minutes"] < 2  # the step under way finishes, then the run stops
     saved = json.loads((tmp_path / "out" / "checkpoint.json").read_text())
     assert saved["step"] == info["step"] and (tmp_path / "out" / "model.safetensors").is_file()
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
