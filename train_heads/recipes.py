@@ -64,7 +64,8 @@ def short_vowel_negatives(cfg: DictConfig, recognizer, layer: int | None = None)
         for nasalise, pass_kinds in passes:
             tables.append(short_vowel_conv_table(recognizer, chunk, voice=voice, split="train", nasalise=nasalise,
                                                  kinds=pass_kinds, cache_dir=Path(cfg.cache_dir) / "features",
-                                                 progress=cfg.progress, layer=layer))
+                                                 progress=cfg.progress, layer=layer,
+                                                 exclude_words=list(cfg.data.get("heldout_words") or [])))
     out = ConvTable.concat(tables)
     for m in out.meta:  # one sentence in seven (by a stable hash) is dev: model selection sees short vowels too
         if int(hashlib.sha1(m["sentence_id"].encode()).hexdigest(), 16) % 7 == 0:
@@ -165,7 +166,8 @@ class ConvFrameRecipe:
                 real = real_speech_conv_table(rec, clips, kinds=kinds, cache_dir=ctx.feature_cache,
                                               progress=ctx.cfg.progress, layer=layer,
                                               schwa_cuts=self.real_schwa_cuts,
-                                              augment_copies=self.real_augment_copies)
+                                              augment_copies=self.real_augment_copies,
+                                              exclude_words=list(ctx.cfg.data.get("heldout_words") or []))
                 conv = with_real_rows(conv, real, self.real_repeat)
                 cut = int(real.y.sum())
                 print(f"{hcfg.name}: {len(real) - cut} negative and {cut} cut-schwa sites of {len(clips)} real "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,20 +312,24 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                            rates: tuple[int, ...] = (220, 240, 260, 280, 300, 320, 340), voice=None,
                            split: str = "heldout", nasalise: bool = False, kinds: tuple[str, ...] = ("deletion",),
                            cache_dir: str | Path | None = None, progress: bool = True,
-                           layer: int | None = None) -> ConvTable:
+                           layer: int | None = None, exclude_words: Sequence[str] = ()) -> ConvTable:
     """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
     head must not flag. Durations come from espeak's phoneme events. ``nasalise`` reads every deletion
     site's vowel nasalised instead (training negatives for the rare anusvara sites). With ``"quality"`` in
-    ``kinds`` the Nepali vowels of quality sites read fast are kept too (any duration)."""
+    ``kinds`` the Nepali vowels of quality sites read fast are kept too (any duration). The sites of
+    ``exclude_words`` give no row (training rows: the held-out words, :data:`leakloss.pairs.build.DEFAULT_HELDOUT_WORDS`,
+    are never trained on, negatives included)."""
     from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, Voice, speak_phones
 
     base = voice or HELDOUT_TEACHER_VOICE
+    excluded = _normal_words(exclude_words)
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(sentences).encode())
         h.update(f"{recognizer.name}|{FEATURE_SCHEMA_VERSION}|{base}|{rates}|{min_s}|{max_s}|{split}|{nasalise}|{sorted(kinds)}|v1".encode())
         if layer is not None:  # None: the key it always had (the recognizer's default frames)
             h.update(f"|layer{layer}".encode())
+        h.update(_excluded_key(excluded))
         cache = Path(cache_dir) / f"short-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
@@ -350,7 +355,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                 if len(idx) != len(w.nepali):
                     continue
                 for site in w.testable_sites:
-                    if site.kind not in kinds:
+                    if site.kind not in kinds or w.word in excluded:
                         continue
                     i = idx[site.position]
                     end = reading.phone_starts[i + 1] if i + 1 < len(reading.phones) else reading.duration
@@ -376,7 +381,7 @@ REAL_SPEECH = "real_speech"
 def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
                            cache_dir: str | Path | None = None, progress: bool = True,
                            layer: int | None = None, dev_every: int = 7, schwa_cuts: bool = False,
-                           augment_copies: int = 0) -> ConvTable:
+                           augment_copies: int = 0, exclude_words: Sequence[str] = ()) -> ConvTable:
     """Negatives from real recordings (:class:`leakloss.speech.real.RealClip`, the *training* speakers'): every
     testable site of ``kinds`` in a clip whose words align, as a control row (label 0) — a native speaker's vowels
     are correct Nepali. Frame features of the word ±60 ms and the site's frames, as :func:`conv_feature_table`.
@@ -390,8 +395,11 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
 
     ``augment_copies`` adds that many copies of every clip through the recognizers' training augmentation
     (:func:`leakloss.speech.augment.random_augment`: speed, reverb, noise, gain; seeded by clip and copy), each
-    aligned afresh and in its clip's split: more varied real rows than drawing the same ones again."""
+    aligned afresh and in its clip's split: more varied real rows than drawing the same ones again.
+
+    The words of ``exclude_words`` (the held-out words) give no row, control or cut."""
     clips = list(clips)
+    excluded = _normal_words(exclude_words)
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(f"{c.id}|{c.text}" for c in clips).encode())
@@ -400,6 +408,7 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
             h.update(b"|schwa_cuts-v2")
         if augment_copies:
             h.update(f"|augment{augment_copies}-v1".encode())
+        h.update(_excluded_key(excluded))
         cache = Path(cache_dir) / f"real-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]
@@ -416,6 +425,8 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
             tag = clip.id if copy == 0 else f"{clip.id}~{copy}"
             for f, mask, label, row_meta in _real_rows(recognizer, extractor, wave, words, kinds, layer, hop_s,
                                                        schwa_cuts, tag):
+                if row_meta["word"] in excluded:
+                    continue
                 feats.append(f)
                 masks.append(mask)
                 labels.append(label)
@@ -425,6 +436,18 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
     if cache is not None:
         _save_conv_table(cache, table, {"rows": len(table)})
     return table
+
+
+def _normal_words(words: Sequence[str]) -> frozenset[str]:
+    """Words as the site finder writes them (NFC, invisibles dropped), to compare with a row's ``word``."""
+    from leakloss.text.normalize import normalize_devanagari
+
+    return frozenset(normalize_devanagari(w) for w in words)
+
+
+def _excluded_key(excluded: frozenset[str]) -> bytes:
+    """The cache key's part for the excluded words: nothing when there are none (the key such tables always had)."""
+    return f"|exclude:{'|'.join(sorted(excluded))}".encode() if excluded else b""
 
 
 def _clip_versions(clip, copies: int):
@@ -488,6 +511,7 @@ def _schwa_cut_rows(recognizer, wave: torch.Tensor, intact_feats: torch.Tensor, 
             if strip_nasal(phone) not in OPEN_CENTRAL:
                 continue
             a, b = segments[i]  # the vowel, not its CTC spike (20 ms of a 70 ms schwa: the cut would leave it)
+            b = min(b, duration)  # a clip's last phone reaches past its end (+60 ms): the whole table failed
             if b - a < 0.02:  # under a frame: nothing to cut
                 continue
             versions = (("query", 1.0, delete_span(wave, a, b)), ("control", 0.0, sham_span(wave, a, b)),
