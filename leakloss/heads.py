@@ -67,6 +67,12 @@ class HeadCard:
     features: dict = field(default_factory=dict)
 
 
+def _spread(x: Tensor, floor: float) -> Tensor:
+    """Per-column std of ``x [n, c]`` at least ``floor``; 1 where it is undefined (one row: NaN, which trained a
+    NaN head that save_head then refused as diverged)."""
+    return torch.nan_to_num(x.std(0), nan=1.0).clamp(min=floor)
+
+
 class MLPHead(nn.Module):
     """``[b, d]`` features -> ``[b]`` change logits; inputs standardised with stored mean/std."""
 
@@ -84,7 +90,7 @@ class MLPHead(nn.Module):
 
     def fit_normalisation(self, x: Tensor) -> None:
         self.mean.copy_(x.mean(0))
-        self.std.copy_(x.std(0).clamp(min=1e-3))
+        self.std.copy_(_spread(x, 1e-3))
 
     def forward(self, x: Tensor) -> Tensor:
         z = ((x - self.mean) / self.std).clamp(-8, 8)  # robust to out-of-range features
@@ -138,7 +144,7 @@ class RawConvHead(nn.Module):
         """Per-channel mean/std over valid frames (``mask [b, g]``)."""
         x = rearrange(feats, "b c g -> b g c")[mask]  # [n, c]: the valid frames
         self.mean.copy_(x.mean(0))
-        self.std.copy_(x.std(0).clamp(min=1e-4))
+        self.std.copy_(_spread(x, 1e-4))
 
     def member_logits(self, feats: Tensor) -> Tensor:
         """``[b, c, g]`` -> ``[m, b, g]``: each member's frame logits."""
@@ -288,7 +294,32 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         head.load_state_dict(tensors, strict=True)
     except RuntimeError as err:
         raise HeadLoadError(f"{st}: tensors do not match the card's architecture ({err})") from err
+    _check_card_fits(card, head, st, js)
     return head.eval(), card
+
+
+def _check_card_fits(card: HeadCard, head: nn.Module, st: Path, js: Path) -> None:
+    """The card, its weights and its class tell one story: another head's weights beside a card (the file names
+    swapped), a reference-free head's class under a site head's name (an AttributeError in the scorer), an MLP
+    not sized for this code's site features, and a frame head whose card names other frames were all loaded."""
+    from safetensors import safe_open
+
+    from leakloss.acoustic.features import FEATURE_NAMES
+
+    with safe_open(str(st), framework="pt") as f:
+        written = (f.metadata() or {}).get("leakloss_head")
+    if written is not None and written != card.head:
+        raise HeadLoadError(f"{st}: these are the weights of head {written!r}, beside the card of head {card.head!r}")
+    wanted = RawConvHead if card.head == "rawconv" else MLPHead
+    if not isinstance(head, wanted):
+        raise HeadLoadError(f"{js}: head {card.head!r} is a {wanted.__name__}, the card builds a "
+                            f"{type(head).__name__}")
+    if isinstance(head, MLPHead) and head.in_features != len(FEATURE_NAMES):
+        raise HeadLoadError(f"{js}: in_features {head.in_features}, but this code computes {len(FEATURE_NAMES)} site "
+                            "features")
+    channels = card.features.get("channels") if card.features else None
+    if isinstance(head, RawConvHead) and channels is not None and channels != head.in_channels:
+        raise HeadLoadError(f"{js}: features.channels {channels!r} but the head reads {head.in_channels} channels")
 
 
 def _checked_heldout(rows: object, where: Path) -> list[dict]:

@@ -278,3 +278,44 @@ def test_the_penalty_refuses_a_head_that_is_not_a_raw_conv_head(tmp_path):
     save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "a", "1"))
     with pytest.raises(HeadLoadError, match="a deletion head; the leak penalty takes a raw-conv head"):
         LeakPenalty.load(head_path=tmp_path / "deletion.safetensors")  # was AttributeError 'min_samples' later
+
+
+def test_a_card_that_disagrees_with_its_weights_or_its_class_is_a_head_load_error(tmp_path):
+    # each loaded: quality weights under a deletion card, a raw-conv head named "deletion" (AttributeError 'score' in
+    # the scorer), an MLP of 56 features (a size error at the first score), a frame head reading 512 channels whose
+    # card said 64
+    import json
+    import shutil
+
+    save_head(tmp_path / "quality", MLPHead(), HeadCard("quality", {}, "a", "1"))
+    save_head(tmp_path / "deletion", MLPHead(), HeadCard("deletion", {}, "a", "1"))
+    shutil.copy(tmp_path / "quality.safetensors", tmp_path / "deletion.safetensors")
+    with pytest.raises(HeadLoadError, match="weights of head 'quality', beside the card of head 'deletion'"):
+        load_head(tmp_path / "deletion")
+    save_head(tmp_path / "odd", RawConvHead(in_channels=8, width=4, kernel=3, members=1),
+              HeadCard("rawconv", {}, "a", "1", features={"source": "conv", "layer": 4, "channels": 8}))
+    card = json.loads((tmp_path / "odd.json").read_text())
+    for change, message in (({"features": {"source": "conv", "layer": 4, "channels": 64}},
+                             "features.channels 64 but the head reads 8 channels"),
+                            ({"head": "deletion"}, "head 'deletion' is a MLPHead, the card builds a RawConvHead")):
+        (tmp_path / "odd.json").write_text(json.dumps(card | change))
+        if "head" in change:  # the weights say rawconv too: the class check is reached only under a matching name
+            save_head(tmp_path / "odd", RawConvHead(in_channels=8, width=4, kernel=3, members=1),
+                      HeadCard("deletion", {}, "a", "1"))
+        with pytest.raises(HeadLoadError, match=message):
+            load_head(tmp_path / "odd")
+    save_head(tmp_path / "narrow", MLPHead(56, 16), HeadCard("deletion", {}, "a", "1"))
+    with pytest.raises(HeadLoadError, match="in_features 56, but this code computes 57 site features"):
+        load_head(tmp_path / "narrow")
+
+
+def test_normalisation_fitted_on_one_row_or_frame_is_finite():
+    # std of one row was NaN: the head trained on NaN and was refused as diverged when saved
+    mlp = MLPHead()
+    mlp.fit_normalisation(torch.randn(1, 57))
+    conv = RawConvHead(in_channels=4, width=4, kernel=3, members=1)
+    mask = torch.zeros(1, 6, dtype=torch.bool)
+    mask[0, 2] = True
+    conv.fit_normalisation(torch.randn(1, 4, 6), mask)
+    assert torch.isfinite(mlp.std).all() and torch.isfinite(conv.std).all()
+    assert torch.isfinite(mlp(torch.randn(3, 57))).all()

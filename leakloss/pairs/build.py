@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import soundfile as sf
 import torch
 from tqdm.auto import tqdm
 
@@ -270,6 +269,7 @@ def filter_natural_pairs(manifest: str | Path, confirm, out_name: str = "pairs.c
 
     Lets the synthesis run before the confirming recognizer exists. Returns (new manifest, rejected).
     """
+    from leakloss.pairs.features import load_pair_clip
     from leakloss.pairs.schema import read_manifest, resolve
     from leakloss.text.sites import SiteFinder
 
@@ -283,12 +283,18 @@ def filter_natural_pairs(manifest: str | Path, confirm, out_name: str = "pairs.c
         if r.text not in cache:
             cache[r.text] = [w for w in finder(r.text) if w.skipped is None]
         words = cache[r.text]
-        k = next(i for i, w in enumerate(words) if w.index == r.word_index)
-        site = next(s for s in words[k].sites if s.position == r.site_position)
+        k = next((i for i, w in enumerate(words) if w.index == r.word_index), None)
+        site = None if k is None else next((s for s in words[k].sites if s.position == r.site_position), None)
+        if site is None:  # was a bare StopIteration
+            from leakloss.pairs.schema import ManifestError
+
+            raise ManifestError(f"{manifest}: pair {r.id}: word {r.word_index} / site position {r.site_position} is "
+                                "no site of its text")
         orig = [p for w in words for p in w.nepali]
         edit = [p for ws in edit_word([w.nepali for w in words], k, site) for p in ws]
-        edited_wave = torch.from_numpy(sf.read(resolve(manifest, r.query), dtype="float32")[0])
-        original_wave = torch.from_numpy(sf.read(resolve(manifest, r.control), dtype="float32")[0])
+        # at 16 kHz mono, as the recognizer hears (a 22.05 kHz file was heard slowed down, a stereo one as [t, 2])
+        edited_wave = load_pair_clip(resolve(manifest, r.query))
+        original_wave = load_pair_clip(resolve(manifest, r.control))
         if confirm(edited_wave, edit, orig) and confirm(original_wave, orig, edit):
             keep.append(r)
         else:

@@ -117,13 +117,17 @@ class _Sentences:
         return self.cache[text]
 
 
-def _load(path: Path) -> torch.Tensor:
-    wave, rate = sf.read(path, dtype="float32", always_2d=False)
-    if rate != SAMPLE_RATE:
+def load_pair_clip(path: Path) -> torch.Tensor:
+    """A pair's clip as the recognizers hear it: 16 kHz mono float32 (a 16 kHz mono file as it is, bit for bit;
+    any other rate or channel count through :func:`leakloss.audio.prepare_waveform`: a stereo clip the evidence
+    had read failed the frame table with a size error)."""
+    wave, rate = sf.read(path, dtype="float32", always_2d=True)  # [t, channels]
+    wave = torch.from_numpy(wave).T.contiguous()
+    if rate != SAMPLE_RATE or wave.shape[0] != 1:
         from leakloss.audio import prepare_waveform
 
-        return prepare_waveform(torch.from_numpy(wave), rate)[0]
-    return torch.from_numpy(wave)
+        return prepare_waveform(wave, rate, path=path)[0]
+    return wave[0]
 
 
 def _meta(r: PairRecord, role: str) -> dict:
@@ -263,7 +267,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
     def clip(audio: str, text: str):
         k = (str(resolve(manifest, audio)), text)
         if k not in clips:
-            wave = _load(resolve(manifest, audio))
+            wave = load_pair_clip(resolve(manifest, audio))
             with torch.no_grad():  # the frame features only: alignment comes from the cached evidence
                 feats, n = recognizer.frame_features(wave[None], layer=layer)
             clips[k] = (evidence[k], feats[0, :, : int(n[0])], sentences(text), wave.numel() / SAMPLE_RATE)

@@ -93,3 +93,31 @@ def test_nasalised_sites_nasalise_only_deletion_site_vowels():
         assert changed == deletion
         assert all(after.nepali[i] == before.nepali[i] + "\u0303" for i in changed)
     assert words[0].nepali == ["n", "e", "k", "ʌ", "p", "aː"]  # the input is left alone
+
+
+def test_natural_pairs_are_confirmed_on_16k_mono_and_a_pair_of_no_site_is_a_manifest_error(small_manifest, tmp_path):
+    # a 22.05 kHz clip was heard slowed down, a stereo one as [t, 2]; a word/site of no site was a bare StopIteration
+    import shutil
+
+    import soundfile as sf
+
+    from leakloss.pairs.build import filter_natural_pairs
+    from leakloss.pairs.schema import resolve, write_manifest
+
+    records = [r for r in read_manifest(small_manifest[0]) if r.pair_kind == "natural"][:1]
+    assert records, "the small build has a natural pair"
+    r = records[0]
+    for name in (r.query, r.control):
+        shutil.copy(resolve(small_manifest[0], name), tmp_path / name.replace("/", "_"))
+    query, control = (tmp_path / n.replace("/", "_") for n in (r.query, r.control))
+    mono, rate = sf.read(query, dtype="float32")
+    sf.write(query, torch.stack([torch.from_numpy(mono)] * 2, 1).numpy(), rate)  # the same clip, stereo
+    manifest = tmp_path / "pairs.jsonl"
+    write_manifest(manifest, [r.__class__(**{**vars(r), "query": query.name, "control": control.name})])
+    heard = []
+    filter_natural_pairs(manifest, lambda wave, *_: heard.append(tuple(wave.shape)) or True)
+    assert heard and all(len(shape) == 1 for shape in heard) and heard[0] == (mono.shape[0],)
+    write_manifest(manifest, [r.__class__(**{**vars(r), "query": query.name, "control": control.name,
+                                             "site_position": 99})])
+    with pytest.raises(ManifestError, match="site position 99 is no site of its text"):
+        filter_natural_pairs(manifest, lambda *_: True)
