@@ -78,13 +78,14 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     from leakloss.textfile import text_lines
 
     path = Path(path)
-    try:
-        lines = [ln for ln in text_lines(path.read_text(encoding="utf-8-sig")) if ln.strip() and not ln.startswith("#")]
+    try:  # (line number in the file, line): comments and blank lines are not rows, but count in the numbers
+        lines = [(n, ln) for n, ln in enumerate(text_lines(path.read_text(encoding="utf-8-sig")), 1)
+                 if ln.strip() and not ln.startswith("#")]
     except (OSError, UnicodeDecodeError) as err:
         raise EvaluateError(f"cannot read test set {path}: {err}") from err
     if not lines:
         raise EvaluateError(f"test set {path} has no rows")
-    head = [c.strip().lower() for c in lines[0].split("\t")]
+    head = [c.strip().lower() for c in lines[0][1].split("\t")]
     if "id" in head and "text" in head:
         id_col, text_col = head.index("id"), head.index("text")
         key_col = next((i for i, c in enumerate(head) if c.startswith("key")), None)
@@ -93,7 +94,7 @@ def read_testset(path: str | Path) -> dict[str, dict]:
         id_col, text_col, key_col = 0, 1, 2
         rows = lines
     out: dict[str, dict] = {}
-    for n, line in enumerate(rows, 2 if rows is not lines else 1):
+    for n, line in rows:
         cells = line.split("\t")
         if len(cells) <= max(id_col, text_col) or not cells[id_col].strip() or not cells[text_col].strip():
             raise EvaluateError(f"{path}:{n}: need an id and a text (tab-separated)")
@@ -103,6 +104,8 @@ def read_testset(path: str | Path) -> dict[str, dict]:
         keys = cells[key_col] if key_col is not None and key_col < len(cells) else ""
         text = cells[text_col].strip()
         words = _text_words(text)
+        if not words:  # its readings could be matched by any text without a word
+            raise EvaluateError(f"{path}:{n}: the text of {sid!r} has no Devanagari word")
         key_words = []
         for key in keys.replace(",", " ").split():
             form = _text_words(key)  # a key word copied with its danda or quotes is the word
@@ -122,7 +125,7 @@ def _text_words(text: str) -> tuple[str, ...]:
     try:
         return tuple(_word_form(w) for w in split_text_words(text))
     except ValueError:  # a text the normaliser refuses: its NFC form as one word, matched exactly
-        return (_word_form(text),)
+        return (_word_form(text),) if text.strip() else ()
 
 
 def _word_form(text: str) -> str:
@@ -211,7 +214,9 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     from leakloss.textfile import text_lines
 
     system = SystemReadings(name, path)
-    by_text = {_text_words(v["text"]): k for k, v in (testset or {}).items()}
+    by_text: dict[tuple[str, ...], list[str]] = {}  # a sentence's words -> its ids (a set may repeat a sentence)
+    for sid, entry in (testset or {}).items():
+        by_text.setdefault(_text_words(entry["text"]), []).append(sid)
     metadata = _metadata_path(path)
     rows: list[tuple[str, Path, str, str]] = []  # (reading name, audio, text, sentence id)
     if metadata is not None:
@@ -236,10 +241,13 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                 refused.add((metadata.parent / audio.strip()).resolve())
                 continue
             text = text.strip()
-            sid = by_text.get(_text_words(text), "")
+            matches = by_text.get(_text_words(text), [])
+            sid = matches[0] if len(matches) == 1 else ""
             if testset is not None and not sid:  # its key words are unknown: counted, it would mix another measure in
-                system.problems.append({"reading": f"{where} ({audio.strip()})", "reason": "its text is no sentence "
-                                        "of the test set (--testset): not scored"})
+                why = ("its text is no sentence of the test set (--testset): not scored" if not matches else
+                       f"its text is the sentence of ids {', '.join(matches)} of the test set: name its audio by "
+                       "its id (a folder of WAVs named by the ids) to tell which; not scored")
+                system.problems.append({"reading": f"{where} ({audio.strip()})", "reason": why})
                 refused.add((metadata.parent / audio.strip()).resolve())
                 continue
             rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))

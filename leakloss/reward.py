@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from leakloss.acoustic.features import SILENCE_PEAK
 from leakloss.functional.leak import at_hearing_level
 from leakloss.penalty import LeakPenalty, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import JUDGED_REWARD_STATUSES, REWARD_STATUSES, RewardStatus
@@ -137,6 +138,8 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
         return RewardResult(WORST_REWARD, "not_finite", reason="NaN/Inf samples")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return RewardResult(WORST_REWARD, "too_short", reason=f"{wave.shape[0]} samples: under one recognizer frame")
+    if float(wave.abs().max()) < SILENCE_PEAK:  # before the one hearing level, which would make it loud noise
+        return RewardResult(WORST_REWARD, "silent", reason=f"peak below {SILENCE_PEAK:g}: nothing to hear")
     # one level for the word check and the placement: their CTC passes are not gain-invariant, so a policy could
     # otherwise buy reward with loudness (the site head itself is scale-free)
     wave = at_hearing_level(wave)

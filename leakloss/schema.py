@@ -56,13 +56,15 @@ TESTED: tuple[Decision, ...] = ("flagged", "uncertain", "no_change")
 EvidenceStatus = Literal["ok", "bad_input", "silent", "alignment_failed", "no_testable_site"]
 #: Where the sites of one reading stand for the penalty (``leakloss.penalty.SitePlacement``): ``placed``;
 #: ``no_testable_site`` (the text has none); ``not_finite`` (NaN/Inf samples); ``too_short`` (under one
-#: recognizer frame); ``alignment_failed``.
-PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "alignment_failed"]
+#: recognizer frame); ``silent`` (peak under ``leakloss.acoustic.features.SILENCE_PEAK``: nothing to place on, heard at
+#: one level it would be noise made loud); ``alignment_failed``.
+PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "silent", "alignment_failed"]
 #: One reading's reward (``leakloss.reward.RewardResult``): ``scored``; ``no_testable_site`` (intelligible,
 #: nothing to leak: 1.0); the rest get the worst reward by rule: ``unintelligible`` (failed the word check),
-#: ``not_finite``, ``too_short``, ``alignment_failed``, ``no_word`` (no Devanagari word, or no text),
-#: ``bad_text`` (a text the frontend rejects).
-RewardStatus = Literal["scored", "no_testable_site", "unintelligible", "not_finite", "too_short",
+#: ``not_finite``, ``too_short``, ``silent`` (peak under ``leakloss.acoustic.features.SILENCE_PEAK``: heard at
+#: one level, digital silence had been scored like the reading it was scaled from), ``alignment_failed``, ``no_word``
+#: (no Devanagari word, or no text), ``bad_text`` (a text the frontend rejects).
+RewardStatus = Literal["scored", "no_testable_site", "unintelligible", "not_finite", "too_short", "silent",
                        "alignment_failed", "no_word", "bad_text"]
 #: One item of the path-margin term (``leakloss.margin_penalty.MarginParts.item_status``): ``ok`` (scored);
 #: ``no_testable_site``, ``bad_text`` (a text the frontend rejects), ``not_finite``, ``too_short``, ``silent``,

@@ -445,9 +445,14 @@ class Scorer:
             card = load_head(head_path)[1]
             self._penalty_thresholds = (card.thresholds["flag"], card.thresholds["no_change"])
             check_thresholds(*self._penalty_thresholds)
+            from leakloss.site_placement import SITE_CACHE_VERSION
+
             digest = hashlib.sha1(head_path.read_bytes()).hexdigest()
+            # the placement's version too: sites placed another way (2026-12-07: at one hearing level) are other
+            # results, and a resumed score-batch or evaluate scores its readings again
             self.reference_free_fingerprint = hashlib.sha1(
-                f"{self.fingerprint}|rawconv|{digest}|{self._penalty.recognizer.name}".encode()).hexdigest()[:16]
+                f"{self.fingerprint}|rawconv|{digest}|{self._penalty.recognizer.name}|placement{SITE_CACHE_VERSION}"
+                .encode()).hexdigest()[:16]
             self.reference_free_detail = (f"reference-free head rawconv on recognizer "
                                           f"{self._penalty.recognizer.name.split('@', 1)[0]} (flag >= "
                                           f"{self._penalty_thresholds[0]:.2f}, no change < {self._penalty_thresholds[1]:.2f}, "

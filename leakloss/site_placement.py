@@ -49,6 +49,10 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
         return SitePlacement([], "not_finite")
     if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
         return SitePlacement([], "too_short")
+    from leakloss.acoustic.features import SILENCE_PEAK
+
+    if float(wave.detach().abs().max()) < SILENCE_PEAK:  # heard at one level, it would be noise made loud
+        return SitePlacement([], "silent")
     with torch.no_grad():
         log_probs, frames = recognizer(at_hearing_level(wave)[None])  # where sites lie must not move with the gain
     n = int(frames[0])

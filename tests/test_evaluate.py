@@ -300,9 +300,13 @@ def test_a_key_word_that_is_no_word_of_its_text_is_refused_and_one_with_its_dand
     # a misspelt key word vanished from the count without a word (the others of its sentence still counted)
     (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा, आए।\n", encoding="utf-8")
     assert read_testset(tmp_path / "set.tsv")["n1"]["key_words"] == ["नेकपा", "आए"]
-    (tmp_path / "typo.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा बैठकम\n", encoding="utf-8")
-    with pytest.raises(EvaluateError, match=r"typo.tsv:2: key word 'बैठकम' is not a word of the text"):
-        read_testset(tmp_path / "typo.tsv")
+    (tmp_path / "typo.tsv").write_text(f"# a comment\nid\ttext\tkey_words\n\nn1\t{TEXT}\tनेकपा बैठकम\n",
+                                       encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r"typo.tsv:4: key word 'बैठकम' is not a word of the text"):
+        read_testset(tmp_path / "typo.tsv")  # the file's line, comments and blank lines counted
+    (tmp_path / "bad.tsv").write_text("id\ttext\tkey_words\nn1\tabc 123\t\n", encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r":2: the text of 'n1' has no Devanagari word"):
+        read_testset(tmp_path / "bad.tsv")  # its readings would have matched any text without a word
 
 
 def test_metadata_texts_match_test_set_sentences_by_their_words_and_others_are_not_scored(tmp_path):
@@ -315,6 +319,11 @@ def test_metadata_texts_match_test_set_sentences_by_their_words_and_others_are_n
     system = read_system("mine", folder, testset)
     assert [(i["id"], i["sentence_id"]) for i in system.items] == [("n1", "n1")]
     assert [p["reason"] for p in system.problems] == ["its text is no sentence of the test set (--testset): not scored"]
+    # a sentence the set holds twice (punctuation aside) cannot tell a metadata reading's id: said, not guessed
+    (tmp_path / "twice.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT.rstrip('।')}\tआए\n",
+                                        encoding="utf-8")
+    system = read_system("mine", folder, read_testset(tmp_path / "twice.tsv"))
+    assert not system.items and "the sentence of ids n1, n2 of the test set" in system.problems[0]["reason"]
 
 
 def test_key_words_typed_with_a_zero_width_joiner_still_match():

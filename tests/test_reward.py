@@ -1,6 +1,8 @@
 """The reward's word check uses its recognizer's calibrated limit (as the scorer does)."""
 
 
+import torch
+
 from leakloss.reward import leak_reward_details, word_check_limit
 from leakloss.scorer import QUERY_MAX_PER
 
@@ -74,3 +76,18 @@ def test_the_reward_and_its_sites_do_not_move_with_the_readings_gain(embedded_pe
     assert max(r.reward for r in results) - min(r.reward for r in results) < 1e-3, [r.reward for r in results]
     sites = [locate_sites(reading * g, text, embedded_penalty.recognizer).sites for g in gains]
     assert all([(s.start, s.end) for s in x] == [(s.start, s.end) for s in sites[0]] for x in sites), sites
+
+
+def test_a_silent_reading_gets_the_worst_reward_however_it_is_scaled(embedded_penalty):
+    """Heard at one level, digital silence (a reading at 1e-5 of its gain) had been scored 0.98 like the reading:
+    an RL policy lost nothing by going inaudible."""
+    from leakloss.site_placement import locate_sites
+    from leakloss.speech.synth import HELDOUT_HINDI_VOICE, speak_text
+
+    reading = speak_text(TEXT, HELDOUT_HINDI_VOICE).waveform
+    quiet = reading / reading.abs().max() * 5e-5
+    results = leak_reward_details([quiet, torch.zeros(16_000)], [TEXT, TEXT], embedded_penalty)
+    assert [(r.status, r.reward) for r in results] == [("silent", 0.0), ("silent", 0.0)]
+    assert locate_sites(quiet, TEXT, embedded_penalty.recognizer).status == "silent"
+    loud_enough = leak_reward_details([reading / reading.abs().max() * 1e-3], [TEXT], embedded_penalty)[0]
+    assert loud_enough.status != "silent"

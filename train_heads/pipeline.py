@@ -398,7 +398,10 @@ def run(cfg: DictConfig) -> dict:
             from lightning.pytorch.callbacks import ModelCheckpoint
 
             identity, resuming = resumes[name]
-            callbacks = callbacks + [ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0)]
+            # no version counter: after a resume from a budget's mid-epoch last.ckpt (written by TimeBudget, not by
+            # this callback) its saves went to last-v1.ckpt..., and every later rerun resumed from the cut again
+            callbacks = callbacks + [ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0,
+                                                     enable_version_counter=False)]
             if resuming:
                 resume_from = str(resume_dir / "last.ckpt")
                 print(f"head {name}: resuming from {resume_from}")

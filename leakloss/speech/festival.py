@@ -746,7 +746,8 @@ def speak_phones(words: list[list[str]], voice: RecordedVoice, *,
     for k, w in enumerate(words):
         phones, missing = voice_phones_for(list(w), voice.phoneset)
         if w and not phones:  # said as no word at all, it would shift every later word's index and span
-            raise ValueError(f"word {k} {list(w)}: {voice.name} has no phone for any of its phones")
+            # a SynthesisError: the pair and corpus builders skip the sentence, as for any reading the voice fails
+            raise SynthesisError(f"word {k} {list(w)}: {voice.name} has no phone for any of its phones")
         mapped.append(phones)
         unsaid.extend(missing)
     return speak_voice_phones(mapped, voice, unsaid=unsaid, cache_dir=cache_dir)

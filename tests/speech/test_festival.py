@@ -218,7 +218,7 @@ def test_labels_follow_the_voice_not_the_target():
     r = F.speak_phones([["h", "aː"]], it)  # no h in Italian: left unsaid, and said so
     assert r.phones == ["aː"] and r.unsaid == ["h"]
     # a word of only unsaid phones was no word at all: every later word's index and span shifted by one
-    with pytest.raises(ValueError, match=r"word 1 \['h'\]: fest-it-pc has no phone for any of its phones"):
+    with pytest.raises(F.SynthesisError, match=r"word 1 \['h'\]: fest-it-pc has no phone for any of its phones"):
         F.speak_phones([["aː"], ["h"], ["n", "aː"]], it)
 
 

@@ -169,6 +169,11 @@ def test_a_time_budget_spent_mid_epoch_resumes_that_epoch(fake, tmp_path, monkey
     assert cut["training"]["time_budget_spent"] is True
     assert cut["training"]["epochs"] == 1 and cut["training"]["unfinished_epoch_batches"] == 2
     assert resumed["training"]["time_budget_spent"] is False and "unfinished_epoch_batches" not in resumed["training"]
+    # the resume's own checkpoints replace last.ckpt (they went to last-v1.ckpt...: every later rerun resumed from
+    # the cut, retraining what came after it)
+    resume_dir = tmp_path / "parts" / "out" / "deletion" / "resume"
+    assert sorted(p.name for p in resume_dir.glob("last*.ckpt")) == ["last.ckpt"]
+    assert torch.load(resume_dir / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 24
 
 
 def test_a_fresh_start_leaves_no_best_checkpoint_of_an_earlier_run(fake, tmp_path):
