@@ -18,8 +18,11 @@ Every clip that enters leakloss goes through :func:`prepare_waveform` (directly,
   when the channels are not silent but their mean is: opposite-phase stereo)
 * clipped samples        -> loaded and scored; the share of samples at ``|x| >= 0.999`` is
   reported in ``info.clipped_fraction`` and ``info.is_clipped`` is true from 0.1 % on
-* a float file at the wrong scale (peak above :data:`FLOAT_FULL_SCALE_LIMIT`, e.g. int16 values stored as
-  float) -> :class:`AudioError` ``"... has samples far beyond full scale"`` (:func:`load_audio`; nothing was clipped)
+* float audio at the wrong scale (peak above :data:`FLOAT_FULL_SCALE_LIMIT`, e.g. int16 values stored as
+  float), in a file or a tensor -> :class:`AudioError` ``"... has samples far beyond full scale"`` (nothing was
+  clipped)
+* a format other than WAV, AIFF or FLAC (:data:`READ_FORMATS`) -> :class:`AudioError`: cut short, they read as a
+  shorter clip with no sign of it
 * missing, unreadable, corrupt or non-audio file -> :class:`AudioError` (cause chained)
 * truncated file (a WAV whose header declares more data than the file holds, or any file that
   decodes to fewer frames than it declares) -> :class:`AudioError` ``"... is truncated"``
@@ -314,6 +317,13 @@ def prepare_waveform(
         mono = resample(mono, rate, sample_rate)
     if not bool(torch.isfinite(mono).all()):  # finite as float64, but not as float32 (|x| > 3.4e38)
         raise AudioError(f"{name} has samples beyond the float32 range (peak {peak:.3g}): rescale it")
+    if x.is_floating_point() and (top := float(x.abs().max())) > FLOAT_FULL_SCALE_LIMIT:
+        # integer PCM cannot leave [-1, 1]; float audio this far out is at the wrong scale, not clipped (a tensor
+        # of int16 values as float was scored "97.5% clipped" where the same samples in a file were refused)
+        hint = ("it looks like integer PCM values stored as float: divide by 32768 (16-bit) or 2**31 (32-bit)"
+                if top >= 256 else "rescale it to [-1, 1] (e.g. divide by its peak)")
+        raise AudioError(f"{name} has samples far beyond full scale (peak {top:.4g}; float audio holds samples in "
+                         f"[-1, 1], at most {FLOAT_FULL_SCALE_LIMIT} is accepted): {hint}")
     info = AudioInfo(
         path=str(path) if path is not None else None,
         original_rate=rate,
@@ -366,7 +376,7 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     try:
         # an open file, not str(p): a file name that is not UTF-8 (q\xff.wav) could not be passed to libsndfile
         with p.open("rb") as raw, sf.SoundFile(raw) as fh:
-            unchecked = fh.format_info if fh.format in UNCHECKABLE_FORMATS else None
+            unchecked = None if fh.format in READ_FORMATS else fh.format_info
             if unchecked is None:
                 declared, rate, subtype = fh.frames, fh.samplerate, fh.subtype
                 # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
@@ -379,25 +389,23 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
             f"{name} could not be read as WAV or FLAC audio (file damaged or not audio: {reason})"
         ) from exc
     if unchecked is not None:
-        raise AudioError(f"{name} is {unchecked}: a compressed stream cut short reads as a shorter clip with no "
-                         "sign of it, so only WAV, FLAC or AIFF audio is read; convert it (e.g. ffmpeg -i IN OUT.wav)")
+        raise AudioError(f"{name} is {unchecked}: only WAV, FLAC or AIFF audio is read (in other formats a file cut "
+                         "short reads as a shorter clip with no sign of it); convert it (e.g. ffmpeg -i IN OUT.wav)")
     if data.shape[0] < declared:
         raise AudioError(f"{name} is truncated: only {data.shape[0]} of {declared} frames could be decoded")
     # soundfile gives [frames, channels]; we work channels first.
-    # 8-bit PCM reads its positive full scale back as 127/128 = 0.992, under CLIP_LEVEL: clipping went unseen
-    level = min(CLIP_LEVEL, 127 / 128) if subtype in ("PCM_U8", "PCM_S8") else CLIP_LEVEL
-    mono, info = prepare_waveform(data.T, rate, sample_rate, path=path, clip_level=level)
-    if subtype in ("FLOAT", "DOUBLE") and (peak := float(np.abs(data).max())) > FLOAT_FULL_SCALE_LIMIT:
-        # integer files cannot leave [-1, 1]; a float one this far out is at the wrong scale, not clipped
-        hint = ("it looks like integer PCM values stored as float: divide by 32768 (16-bit) or 2**31 (32-bit)"
-                if peak >= 256 else "rescale it to [-1, 1] (e.g. divide by its peak)")
-        raise AudioError(f"{name} has samples far beyond full scale (peak {peak:.4g}; a float file holds samples "
-                         f"in [-1, 1], at most {FLOAT_FULL_SCALE_LIMIT} is accepted): {hint}")
-    return mono, info
+    # 8-bit PCM reads its positive full scale back as 127/128 = 0.992, mu-law as 0.980, A-law as 0.984, all under
+    # CLIP_LEVEL: their clipping went unseen
+    level = min(CLIP_LEVEL, SUBTYPE_FULL_SCALE.get(subtype, CLIP_LEVEL))
+    return prepare_waveform(data.T, rate, sample_rate, path=path, clip_level=level)
 
 
-#: libsndfile formats whose length is not declared up front (Ogg Vorbis/Opus, MP3): truncation is undetectable
-UNCHECKABLE_FORMATS = frozenset({"OGG", "MP3"})
+#: The libsndfile formats read: WAV and AIFF (their data chunk's size is checked against the file,
+#: :func:`_wav_truncation`) and FLAC (libsndfile reports a short stream). Others are refused: cut short, Ogg, MP3,
+#: RF64, W64, AU, NIST, IRCAM, VOC, MAT5... read as a shorter clip with no sign of it.
+READ_FORMATS = frozenset({"WAV", "WAVEX", "AIFF", "FLAC"})
+#: What a full-scale sample of these subtypes reads back as (below :data:`CLIP_LEVEL`): their clip level.
+SUBTYPE_FULL_SCALE = {"PCM_U8": 127 / 128, "PCM_S8": 127 / 128, "ULAW": 32124 / 32768, "ALAW": 32256 / 32768}
 _UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streamed WAVs (pipes) and RF64 leave the size to be found from the file
 
 
@@ -460,6 +468,9 @@ def _encode(x: np.ndarray, sample_rate: int, subtype: WavSubtype) -> bytes:
         # Scale by 32768 to match how soundfile reads int16 back (k / 32768), so load/save round-trips exactly.
         data: np.ndarray = np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
     else:
+        if x.size and float(np.abs(x).max()) > float(np.finfo(np.float32).max):  # cast to inf, and load refused it
+            raise AudioError(f"samples beyond the float32 range (peak {float(np.abs(x).max()):.3g}) cannot be written "
+                             "as FLOAT: rescale them")
         data = x.astype(np.float32)
     buffer = io.BytesIO()
     sf.write(buffer, data, sample_rate, format="WAV", subtype=subtype)
@@ -481,6 +492,8 @@ def save_audio(path: str | Path, wave: Tensor | np.ndarray, sample_rate: int = S
     p = Path(path)
     what = f"cannot save audio file '{p}'"
     sample_rate = _check_rate(sample_rate, f"{what}: sample rate")
+    if sample_rate >= 2**31:  # a WAV header holds 32 bits (soundfile raised a bare OverflowError)
+        raise AudioError(f"{what}: sample rate {sample_rate} Hz does not fit a WAV header")
     if subtype not in get_args(WavSubtype):
         raise AudioError(f"{what}: subtype must be one of {', '.join(get_args(WavSubtype))}, got {subtype!r}")
     if p.suffix.lower() != ".wav":

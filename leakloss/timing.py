@@ -27,8 +27,12 @@ class TimedSite:
         for name in ("start", "end"):
             value = getattr(self, name)
             # numpy floats are Real too; bool and strings are not times ("0.5" > "0.1" would pass below)
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
-                raise ValueError(f"site {name} must be a finite number of seconds, got {value!r}")
+            try:  # an int too large for a float (10**400 in a damaged cache row) raised OverflowError
+                finite = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            except OverflowError:
+                finite = False
+            if not finite:
+                raise ValueError(f"site {name} must be a finite number of seconds, got {value!r:.40}")
         if not self.end > self.start:
             raise ValueError(f"site must have end > start, got {self.start}..{self.end}")
         if self.kind not in KINDS:

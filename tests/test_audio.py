@@ -563,8 +563,34 @@ def test_compressed_streams_whose_truncation_cannot_be_seen_are_refused(tmp_path
         sf.write(path, tone(), SAMPLE_RATE, format=fmt, subtype=subtype)
     except (sf.LibsndfileError, TypeError, ValueError) as err:  # a libsndfile built without the codec
         pytest.skip(f"libsndfile cannot write {fmt}: {err}")
-    with pytest.raises(AudioError, match=r"compressed stream cut short .* convert it"):
+    with pytest.raises(AudioError, match=r"only WAV, FLAC or AIFF audio is read .* convert it"):
         load_audio(path)
+
+
+@pytest.mark.parametrize("fmt", ["RF64", "W64", "AU", "NIST", "IRCAM", "VOC", "MAT5"])
+def test_formats_whose_truncation_libsndfile_hides_are_refused(tmp_path, fmt):
+    """Half an RF64 (or W64, AU, NIST...) file loaded as a 0.5 s clip: libsndfile shrinks its frame count."""
+    path = tmp_path / f"x.{fmt.lower()}"
+    sf.write(path, tone(1.0), SAMPLE_RATE, format=fmt, subtype="PCM_16")
+    with pytest.raises(AudioError, match=r"only WAV, FLAC or AIFF audio is read"):
+        load_audio(path)
+
+
+@pytest.mark.parametrize("subtype", ["ULAW", "ALAW"])
+def test_clipping_is_seen_in_companded_wavs(tmp_path, subtype):
+    """mu-law full scale reads back as 0.980, A-law as 0.984: 77% clipped was reported as 0."""
+    x = np.clip(tone(1.0) * 20, -1.0, 1.0)
+    sf.write(tmp_path / "x.wav", x, SAMPLE_RATE, subtype=subtype)
+    info = load_audio(tmp_path / "x.wav")[1]
+    assert info.is_clipped and info.clipped_fraction == pytest.approx(float((np.abs(x) >= 1.0).mean()), abs=0.02)
+
+
+def test_a_float_tensor_far_beyond_full_scale_is_refused_as_the_file_is():
+    """int16 values as a float tensor were scored "97.5% clipped"; the same samples in a file were refused."""
+    from leakloss.audio import prepare_waveform
+
+    with pytest.raises(AudioError, match=r"has samples far beyond full scale \(peak .*integer PCM"):
+        prepare_waveform(torch.from_numpy((tone(amp=0.3) * 32767).astype(np.float32)), SAMPLE_RATE)
 
 
 def test_truncated_aiff_is_detected(tmp_path):
@@ -618,3 +644,17 @@ def test_a_float_file_a_little_beyond_full_scale_loads_with_its_clipping_reporte
     sf.write(tmp_path / "y.wav", tone(amp=FLOAT_FULL_SCALE_LIMIT + 0.01), SAMPLE_RATE, subtype="FLOAT")
     with pytest.raises(AudioError, match="far beyond full scale"):
         load_audio(tmp_path / "y.wav")
+
+
+def test_save_audio_refuses_what_it_cannot_write_with_an_audio_error(tmp_path):
+    # a float64 sample beyond float32 was written as inf (and the file then refused by load_audio); a rate of 2**31
+    # was a bare OverflowError
+    from leakloss.audio import save_audio
+
+    x = tone(amp=0.5)
+    x[2] = 1e39
+    with pytest.raises(AudioError, match="beyond the float32 range"):
+        save_audio(tmp_path / "x.wav", x, SAMPLE_RATE, subtype="FLOAT")
+    with pytest.raises(AudioError, match="does not fit a WAV header"):
+        save_audio(tmp_path / "y.wav", tone(amp=0.5), 2**31)
+    assert not list(tmp_path.iterdir())

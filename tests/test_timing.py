@@ -33,3 +33,13 @@ def test_a_site_exists_only_for_finite_ordered_times(start, end):
     else:
         with pytest.raises(ValueError):
             TimedSite(start, end, "deletion", "ʌ->∅")
+
+
+def test_a_time_too_large_for_a_float_is_a_value_error():
+    # 10**400 in a damaged site-cache row raised OverflowError, which the cache reader does not skip
+    import pytest
+
+    from leakloss.timing import TimedSite
+
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        TimedSite(10**400, 10**401, "deletion", "ʌ->∅")

@@ -21,6 +21,7 @@ l targets (phones of the utterance), t samples (16 kHz).
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -150,8 +151,8 @@ def align_columns(emission: Tensor, n_frames: int, word_targets: Sequence[Sequen
         warnings.simplefilter("ignore", UserWarning)
         labels, scores = AF.forced_align(em, targets, torch.tensor([n_frames], dtype=torch.int32),
                                          torch.tensor([len(flat)], dtype=torch.int32), blank=0)
-    probs = scores[0].exp()
-    if bool((labels < 0).any() | (labels >= em.shape[-1]).any()) or not bool(torch.isfinite(probs).all()):
+    probs = scores[0].exp()  # (exp(-inf) = 0 is finite: the path's own scores say whether it is possible)
+    if bool((labels < 0).any() | (labels >= em.shape[-1]).any()) or not bool(torch.isfinite(scores).all()):
         return _fail("forced alignment found no path through the text")  # labels out of range: an IndexError
     spans = AF.merge_tokens(labels[0], probs, blank=0)
     if len(spans) != len(flat):  # cannot happen for a valid CTC alignment; guard the indexing below
@@ -185,6 +186,10 @@ def align_words(log_probs: Tensor, n_frames: int, word_phones: Sequence[Sequence
     """
     if log_probs.dim() != 2:
         return _fail(f"log_probs must be [frames, vocab], got shape {tuple(log_probs.shape)}")
+    if isinstance(frame_rate, bool) or not isinstance(frame_rate, (int, float)) or not 0 < frame_rate < math.inf:
+        return _fail(f"frame_rate must be a finite number of frames per second > 0, got {frame_rate!r}")
+    if words is not None and len(words) != len(word_phones):  # an IndexError, or words named wrongly
+        return _fail(f"{len(words)} word names for {len(word_phones)} words")
     sets_per_word: list[list[frozenset[int]]] = []
     for phones in word_phones:
         try:

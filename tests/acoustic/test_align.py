@@ -262,3 +262,30 @@ def test_phone_segments_are_ordered_disjoint_and_contain_their_spans(steps, per_
         assert sa <= a + 1e-12 and sb >= b - 1e-12
         assert a - sa <= reach + 1e-9 and sb - b <= reach + 1e-9
     assert all(segs[j][1] <= segs[j + 1][0] + 1e-12 for j in range(len(segs) - 1))
+
+
+def test_no_monotone_path_fails_and_bad_arguments_are_reasons_not_exceptions():
+    # A is possible only at frame 3, B only at frame 0: no path; exp(-inf) = 0 passed the finite check and, with
+    # min_fit 0, the alignment claimed success through an impossible frame
+    import math
+
+    from leakloss.acoustic.align import align_columns, align_words
+
+    em = torch.full((5, 3), -math.inf)
+    em[:, 0] = math.log(0.5)  # blank anywhere
+    em[3, 1], em[0, 2] = 0.0, 0.0
+    for min_fit in (0.0, 0.6):
+        result = align_columns(em, 5, [[1, 2]], 50.0, min_fit=min_fit)
+        assert not result.ok and "no path" in result.reason
+    lp = torch.log_softmax(torch.randn(20, 5), -1)
+
+    class Set:
+        blank = 0
+
+        def tokens(self, phone):
+            return frozenset({1})
+
+    for kwargs, reason in (({"frame_rate": 0.0}, "frame_rate must be"), ({"frame_rate": float("nan")}, "frame_rate"),
+                           ({"frame_rate": 50.0, "words": ["a"]}, "1 word names for 2 words")):
+        result = align_words(lp, 20, [["x"], ["x"]], Set(), **kwargs)
+        assert not result.ok and reason in result.reason, (kwargs, result.reason)
