@@ -39,6 +39,7 @@ from f5_tts.model.utils import lens_to_mask
 from torch import nn
 from torch.utils.data import Dataset
 
+from leakloss.audio import resample
 from leakloss.checks import first_line
 from leakloss.constants import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.timing import TimedSite
@@ -999,7 +1000,8 @@ class WaveTextDataset(Dataset):
                 raise ValueError(f"items[{i}]: the wave is empty")
             if not bool(torch.isfinite(w).all()):
                 raise ValueError(f"items[{i}]: the wave holds NaN/Inf samples")
-        self.waves = [w.float() if sr == rate else AF.resample(w.float(), sr, rate) for w, sr, _ in items]
+        # leakloss.audio.resample: torchaudio's polyphase kernel for 44,101 Hz -> 24 kHz asked for 4 GB
+        self.waves = [w.float() if sr == rate else resample(w.float(), sr, rate) for w, sr, _ in items]
         shortest = self.mel_spec.n_fft // 2 + 1  # the STFT's reflect padding: a raw RuntimeError mid-training
         for i, w in enumerate(self.waves):
             if w.numel() < shortest:
@@ -1285,8 +1287,11 @@ def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wa
         prompt = cond.to(next(model.parameters()).device)
         ref_frames = int(model.mel_spec(prompt).shape[-1])
         waves = []
+        devices = [torch.cuda.current_device()] if prompt.is_cuda else []
+        # F5's sample() seeds torch's global generator: without a fork every probe reset training's noise and times
+        fork = torch.random.fork_rng(devices=devices)
         try:
-            with torch.no_grad():
+            with fork, torch.no_grad():
                 for text in probe.texts:
                     extra = max(8, round(ref_frames * len(text) / max(len(ref_text), 1)))
                     mel, _ = model.sample(prompt, [ref_text + " " + text], ref_frames + extra, steps=nfe, seed=seed,

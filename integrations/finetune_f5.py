@@ -201,6 +201,15 @@ def check_resume(cfg: DictConfig) -> int:
     except CheckpointReadError as err:
         raise FinetuneError(f"out_dir: {err}") from None
     if not (out / "ckpts" / "model_last.pt").is_file():
+        # without model_last.pt, F5's Trainer resumes from any model_N.pt or pretrained_*.safetensors it finds there,
+        # in place of f5.checkpoint and unchecked (the card then said the run started afresh)
+        others = sorted(p.name for p in (out / "ckpts").iterdir() if p.suffix in (".pt", ".safetensors")) \
+            if (out / "ckpts").is_dir() else []
+        if others:
+            raise FinetuneError(f"out_dir={out}: ckpts/ holds {', '.join(map(repr, others[:3]))}"
+                                f"{' ...' if len(others) > 3 else ''} but no model_last.pt: F5 would resume from it "
+                                "in place of f5.checkpoint; remove it (or give f5.checkpoint=THAT_FILE and another "
+                                "out_dir)")
         held = sorted(p.name for p in out.iterdir() if p.name not in RUN_OUTPUTS) if out.is_dir() else []
         if held and not (out / RUN_FILE).is_file():  # its leak_curves.csv, vocab.txt... were replaced silently
             raise FinetuneError(f"out_dir={out}: holds {', '.join(map(repr, held[:4]))}{' ...' if len(held) > 4 else ''}"

@@ -426,6 +426,27 @@ def test_f5_probe_synthesises_every_probe_text_and_restores_training_mode(m2w: M
     assert all(w.dim() == 1 and w.numel() > 0 and torch.isfinite(w).all() for w in probe.waves)
     assert len(probe.waves[1]) > len(probe.waves[0])  # a longer sentence gets a longer synthesis
     assert all(p.grad is None for p in model.parameters())
+    # F5's sample() seeds torch's generator: training after each probe restarted from the same noise and times
+    torch.manual_seed(12345)  # a state no probe leaves behind
+    state = torch.get_rng_state()
+    measure(model)
+    after_probe = torch.rand(4)
+    torch.set_rng_state(state)
+    assert torch.equal(after_probe, torch.rand(4))
+
+
+def test_a_clip_at_an_odd_rate_is_resampled_with_bounded_memory(monkeypatch) -> None:
+    # torchaudio's polyphase kernel for 44,101 Hz -> 24 kHz asked for 4 GB for one second (leakloss.audio.resample
+    # interpolates such ratios; torchaudio's kernel is never asked for them)
+    import integrations.f5_tts as f5_module
+    from integrations.f5_tts import WaveTextDataset
+
+    def refuse(wave, orig, new, *args, **kwargs):
+        raise AssertionError(f"torchaudio's resample asked for {orig} -> {new} Hz")
+
+    monkeypatch.setattr(f5_module.AF, "resample", refuse)
+    data = WaveTextDataset([(0.1 * torch.randn(44_101, generator=torch.Generator().manual_seed(0)), 44_101, "आज")])
+    assert abs(data.waves[0].numel() - 24_000) <= 1 and torch.isfinite(data.waves[0]).all()
 
 
 def test_f5_probe_samples_with_the_guidance_and_sway_it_is_given(m2w: MelToWave, monkeypatch) -> None:

@@ -155,6 +155,18 @@ def test_an_out_dir_entry_of_the_wrong_kind_is_refused_before_any_data_is_read(t
         prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", f"out_dir={out}"))
 
 
+@pytest.mark.parametrize("stray", ["model_2.pt", "pretrained_model_1200000.safetensors"])
+def test_a_checkpoint_f5_would_resume_from_in_place_of_model_last_is_refused(tmp_path, stray):
+    # without model_last.pt F5 resumed from model_N.pt (unchecked, the card said update 0) or loaded a pretrained_*
+    from integrations.finetune_f5 import check_resume
+
+    out = tmp_path / "run"
+    (out / "ckpts").mkdir(parents=True)
+    (out / "ckpts" / stray).write_bytes(b"weights")
+    with pytest.raises(FinetuneError, match=rf"ckpts/ holds '{stray}' but no model_last.pt: F5 would resume from it"):
+        check_resume(_cfg(tmp_path / "data", tmp_path / "base.safetensors", f"out_dir={out}"))
+
+
 def test_a_resume_on_another_corpus_at_the_same_folder_is_refused(tmp_path):
     # the clips of data.dir were replaced between two runs: the resume trained on, the card named the same folder
     from integrations.finetune_f5 import DATA_FINGERPRINT, check_resume
