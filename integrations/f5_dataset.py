@@ -492,6 +492,7 @@ class PlacementSummary:
     sites: int  # sites over the folder
     per_kind: dict[str, int]
     not_placed: dict[str, int] = field(default_factory=dict)  # items whose placement failed, by status (no sites)
+    item_sites: tuple[int, ...] = ()  # sites of each row of the folder, in its order (0: none, or not in the cache)
 
 
 def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size: int = 8,
@@ -533,6 +534,7 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
     per_kind: dict[str, int] = {}
     not_placed: dict[str, int] = {}
     outside: list[str] = []  # cached sites that lie outside their clip: not counted, never trained on
+    item_sites_count = [0] * len(prepared)
     for i in range(len(prepared)):
         wave, rate = load_audio(prepared.audio_path(i))
         wave16 = to_16k(wave, rate)
@@ -549,6 +551,7 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
                     for s in cached if s not in item_sites]
         with_sites += bool(item_sites)
         sites += len(item_sites)
+        item_sites_count[i] = len(item_sites)
         for s in item_sites:
             per_kind[s.kind] = per_kind.get(s.kind, 0) + 1
     if outside:
@@ -560,7 +563,7 @@ def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int 
         print(f"warning: {sum(not_placed.values())} of {len(prepared)} items could not be placed and get no sites "
               f"({counts}); they train without the leak penalty", file=sys.stderr)
     return PlacementSummary(cache_path, len(prepared), placed, found - placed, with_sites, sites, per_kind,
-                            not_placed)
+                            not_placed, tuple(item_sites_count))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -606,16 +609,23 @@ class PreparedF5Dataset(Dataset):
 def trainable_count(prepared: Prepared, max_frames: float | None = None) -> int:
     """Clips F5 trains on: those of 0.3-30 s and, with frame batches of ``max_frames`` mel frames, no longer than
     that (F5's ``DynamicBatchSampler`` leaves a longer clip out, without a word)."""
+    return sum(map(lambda d: is_trainable(d, max_frames), prepared.durations))
+
+
+def is_trainable(duration_s: float, max_frames: float | None = None) -> bool:
+    """Whether F5 trains on a clip of ``duration_s``: 0.3-30 s and, with frame batches of ``max_frames`` mel frames,
+    no longer than that."""
     from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
 
-    return sum(F5_MIN_S <= d <= F5_MAX_S and (max_frames is None or d * MEL_SAMPLE_RATE / MEL_HOP <= max_frames)
-               for d in prepared.durations)
+    return F5_MIN_S <= duration_s <= F5_MAX_S and (max_frames is None
+                                                   or duration_s * MEL_SAMPLE_RATE / MEL_HOP <= max_frames)
 
 
 __all__ = [
     "F5_MAX_S", "F5_MIN_S", "PlacementSummary", "Prepared", "PreparedDatasetError", "PreparedF5Dataset", "SITES_FILE",
     "SITE_END_SLACK_S",
     "SiteCache", "SitePlacer", "SiteText", "cache_lookup", "check_audio_files", "check_row_fields", "check_texts",
+    "is_trainable",
     "load_audio", "merge_parts", "open_prepared", "place_prepared_sites", "read_vocab", "row_text", "site_key",
     "placement_from_log_probs", "sites_from_log_probs", "sites_within", "summarize", "to_16k", "trainable_count",
 ]

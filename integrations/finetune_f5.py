@@ -437,6 +437,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         prepared = open_prepared(cfg.data.dir)
     except PreparedDatasetError as err:
         raise FinetuneError(str(err)) from err
+    check_site_cache_place(prepared.dir / SITES_FILE)
     vocab, vocab_source = resolve_vocab(cfg)
     check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source)
     try:
@@ -483,9 +484,36 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             f"{cfg.data.dir}: no testable contrast site in any of its {summary.items} texts (or none could be "
             "aligned on its audio): the leak penalty would never act. Check the texts are Nepali and the audio "
             "matches them")
+    trainable = trainable_sites(summary, prepared, _frame_budget(cfg))
+    if trainable == 0:  # the run trained on, exit 0, with a penalty that never acted and a card that said sites=N
+        raise FinetuneError(
+            f"{cfg.data.dir}: its {summary.sites} testable sites all lie in clips F5 does not train on (outside "
+            f"{F5_MIN_S:g}-{F5_MAX_S:g} s, or longer than batch_size_per_gpu={cfg.batch_size_per_gpu} mel frames): "
+            "the leak penalty would never act")
+    if trainable < summary.sites:
+        print(f"warning: {summary.sites - trainable} of {summary.sites} testable sites lie in clips F5 does not "
+              "train on; the penalty acts on the other", file=sys.stderr)
     return dict(prepared=prepared, vocab=vocab, vocab_source=vocab_source, penalty=penalty, vocoder=vocoder,
                 summary=summary, cache_path=cache_path, placement=placement, start_update=start_update,
                 **{f"{term}_penalty": term_penalty for term, term_penalty in text_terms.items()})
+
+
+def check_site_cache_place(cache_path: Path) -> None:
+    """The site cache can be written where it goes (``data.dir``), before the placement: a folder at its name, or a
+    read-only dataset folder, were tracebacks after it (a part file left behind)."""
+    if cache_path.exists() and not cache_path.is_file():
+        raise FinetuneError(f"{cache_path} is not a file, where the site cache is written: remove it")
+    if not os.access(cache_path.parent, os.W_OK):
+        raise FinetuneError(f"data.dir={cache_path.parent} is not writable: the site cache ({cache_path.name}) is "
+                            "written there; copy the prepared folder somewhere writable")
+
+
+def trainable_sites(summary, prepared, max_frames: float | None) -> int:
+    """The placed sites in the clips F5 trains on (:func:`integrations.f5_dataset.is_trainable`): what the penalty
+    can act on, of ``summary.sites``."""
+    from integrations.f5_dataset import is_trainable
+
+    return sum(n for n, d in zip(summary.item_sites, prepared.durations) if is_trainable(d, max_frames))
 
 
 def load_text_term(cfg: DictConfig, term: str):
@@ -651,6 +679,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                   items_trainable=trainable_count(prepared, max_frames=_frame_budget(cfg)),
                                   items_with_sites=summary.with_sites, items_not_placed=summary.not_placed,
                                   sites=summary.sites,
+                                  sites_trainable=trainable_sites(summary, prepared, _frame_budget(cfg)),
                                   sites_per_kind=summary.per_kind, leak_curves=str(f5_run.leak_csv),
                                   mixed_precision=f5_run.mixed_precision,
                                   wandb_run=str(f5_run.wandb_run_dir) if f5_run.wandb_run_dir else None)
@@ -658,7 +687,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         card = dict(base=cfg.f5.name, arch=OmegaConf.to_container(cfg.f5.arch, resolve=True),
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
                     leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
-                    recognizer=penalty.recognizer.name, sites=summary.sites, weights="EMA",
+                    recognizer=penalty.recognizer.name, sites=summary.sites,
+                    sites_trainable=result["sites_trainable"], weights="EMA",
                     **{f"{term}_recognizer": (plan[f"{term}_penalty"].recognizer.name
                                               if plan.get(f"{term}_penalty") is not None else None)
                        for term in TEXT_TERMS},

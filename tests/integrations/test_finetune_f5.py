@@ -926,3 +926,29 @@ def test_a_built_in_name_stays_a_name_in_the_run_identity_whatever_folder_shares
     (tmp_path / "embedded").mkdir()
     ident = run_identity(_cfg(tmp_path / "data", tmp_path / "base.safetensors", "leak.paired_weight=0.1"))
     assert ident["leak.paired_recognizer"] == "wb" and ident["f5.vocoder"] == "embedded"
+
+
+def test_sites_count_for_training_only_in_the_clips_f5_trains_on():
+    # the refusal and the card counted sites over the whole folder: with all of them in clips F5 skips (outside
+    # 0.3-30 s, longer than the frame batch) the run trained on with a penalty that never acted, exit 0
+    from types import SimpleNamespace
+
+    from integrations.finetune_f5 import trainable_sites
+    from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE
+
+    summary = SimpleNamespace(item_sites=(2, 0, 3, 4, 1))
+    prepared = SimpleNamespace(durations=[36.6, 1.2, 2.0, 6.0, 0.1])  # too long, no site, 2 s, 6 s, too short
+    assert trainable_sites(summary, prepared, None) == 3 + 4
+    two_seconds = 2.0 * MEL_SAMPLE_RATE / MEL_HOP
+    assert trainable_sites(summary, prepared, two_seconds) == 3  # the 6 s clip is longer than the frame batch
+    assert trainable_sites(SimpleNamespace(item_sites=()), prepared, None) == 0  # a summary without per-item counts
+
+
+def test_a_site_cache_place_that_cannot_be_written_is_refused_before_the_placement(tmp_path):
+    # a folder at leak_sites.jsonl was an IsADirectoryError traceback after the placement (a part file left behind)
+    from integrations.finetune_f5 import check_site_cache_place
+
+    (tmp_path / "leak_sites.jsonl").mkdir()
+    with pytest.raises(FinetuneError, match="leak_sites.jsonl is not a file, where the site cache is written"):
+        check_site_cache_place(tmp_path / "leak_sites.jsonl")
+    check_site_cache_place(tmp_path / "other.jsonl")  # absent and writable: fine
