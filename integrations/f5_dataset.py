@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -519,12 +519,35 @@ def place_prepared_sites(data_dir: str | os.PathLike, recognizer, *, batch_size:
     trainer = trainer or L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                                    enable_model_summary=False)
     trainer.callbacks.append(writer)
-    trainer.predict(SitePlacer(recognizer, finder), dataloaders=loader, return_predictions=False)
+    run_interruptibly(trainer, lambda: trainer.predict(SitePlacer(recognizer, finder), dataloaders=loader,
+                                                       return_predictions=False))
     trainer.strategy.barrier()
     if trainer.is_global_zero:
         merge_parts(cache_path)
     trainer.strategy.barrier()
     return summarize(prepared, cache_path, placement, placed=writer.written)
+
+
+def run_interruptibly(trainer: L.Trainer, call: Callable[[], Any]) -> Any:
+    """``call()`` (a Lightning entry point of ``trainer``), with Ctrl-C and SIGTERM reaching the caller as a
+    :class:`KeyboardInterrupt` (the part files written so far are kept: a rerun resumes from them). Lightning turned
+    Ctrl-C into ``sys.exit(1)`` (exit 1 means a diverged run here) and left SIGINT ignored, and it only logged a
+    SIGTERM: the placement went on and training after it."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        out = call()
+    except SystemExit:
+        if trainer.interrupted:
+            raise KeyboardInterrupt("interrupted during the site placement") from None
+        raise
+    finally:
+        if signal.getsignal(signal.SIGINT) is not handler and handler is not None:
+            signal.signal(signal.SIGINT, handler)
+    if getattr(trainer, "received_sigterm", False):
+        raise KeyboardInterrupt("SIGTERM during the site placement")
+    return out
 
 
 def summarize(prepared: Prepared, cache_path: Path, placement: str, placed: int = 0) -> PlacementSummary:

@@ -498,6 +498,24 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
                 **{f"{term}_penalty": term_penalty for term, term_penalty in text_terms.items()})
 
 
+#: the probe's voice prompt: the first clip of this many seconds (a prompt of a few seconds, as F5 is prompted)
+PROBE_PROMPT_S = (2.0, 15.0)
+
+
+def probe_prompt_row(durations) -> int:
+    """The row whose clip prompts the probe's syntheses: the first of :data:`PROBE_PROMPT_S` seconds, else the first
+    F5 trains on, else row 0. Row 0 always was: a 0.05 s clip gave syntheses of 0.3 s that never aligned (the probe's
+    curves NaN all run), a 36 s one a prompt beyond F5's 30 s."""
+    from integrations.f5_dataset import is_trainable
+
+    lo, hi = PROBE_PROMPT_S
+    for fits in (lambda d: lo <= d <= hi, is_trainable):
+        row = next((i for i, d in enumerate(durations) if fits(d)), None)
+        if row is not None:
+            return row
+    return 0
+
+
 def check_site_cache_place(cache_path: Path) -> None:
     """The site cache can be written where it goes (``data.dir``), before the placement: a folder at its name, or a
     read-only dataset folder, were tracebacks after it (a part file left behind)."""
@@ -659,9 +677,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     probe = None
     texts = _probe_texts(cfg, prepared)
     if texts and cfg.probe.every > 0:
-        wave, rate = load_audio(prepared.audio_path(0))
-        probe = f5_probe(ProbeSet(texts, penalty), to_16k(wave, rate), prepared.text(0), vocoder, nfe=cfg.probe.nfe,
-                         seed=int(cfg.seed))
+        row = probe_prompt_row(prepared.durations)
+        wave, rate = load_audio(prepared.audio_path(row))
+        probe = f5_probe(ProbeSet(texts, penalty), to_16k(wave, rate), prepared.text(row), vocoder,
+                         nfe=cfg.probe.nfe, seed=int(cfg.seed))
     out_dir = Path(cfg.out_dir)
     trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm), ema_kwargs=dict(beta=float(cfg.ema_decay)),
                           accelerate_kwargs=dict(mixed_precision=str(cfg.mixed_precision)))

@@ -218,3 +218,33 @@ def test_items_that_could_not_be_placed_are_counted_and_said(data, capsys):
     assert summary.not_placed == {"alignment_failed": 1, "too_short": 1} and summary.with_sites == 1
     assert (f"warning: 2 of {len(prepared)} items could not be placed and get no sites (alignment_failed: 1, "
             "too_short: 1)") in capsys.readouterr().err
+
+
+def test_ctrl_c_and_sigterm_during_a_lightning_call_reach_the_caller_as_keyboard_interrupts():
+    # Lightning turned Ctrl-C into sys.exit(1) (exit 1 is a diverged run here) and left SIGINT ignored, and a SIGTERM
+    # was only logged: the placement went on, and training after it
+    import signal
+
+    import lightning as L
+    from lightning.pytorch.trainer.states import TrainerStatus
+
+    from integrations.f5_dataset import run_interruptibly
+
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    before = signal.getsignal(signal.SIGINT)
+
+    def ctrl_c():
+        trainer.state.status = TrainerStatus.INTERRUPTED
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as Lightning leaves it
+        raise SystemExit(1)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_interruptibly(trainer, ctrl_c)
+    assert signal.getsignal(signal.SIGINT) is before
+    trainer.state.status = TrainerStatus.FINISHED
+    trainer._signal_connector.received_sigterm = True  # as its SIGTERM handler sets it
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        run_interruptibly(trainer, lambda: None)
+    trainer._signal_connector.received_sigterm = False
+    assert run_interruptibly(trainer, lambda: 7) == 7

@@ -952,3 +952,12 @@ def test_a_site_cache_place_that_cannot_be_written_is_refused_before_the_placeme
     with pytest.raises(FinetuneError, match="leak_sites.jsonl is not a file, where the site cache is written"):
         check_site_cache_place(tmp_path / "leak_sites.jsonl")
     check_site_cache_place(tmp_path / "other.jsonl")  # absent and writable: fine
+
+
+def test_the_probe_is_prompted_by_a_clip_of_a_few_seconds_not_always_row_0():
+    # a 0.05 s row 0 gave 0.3 s syntheses that never aligned (probe curves NaN all run)
+    from integrations.finetune_f5 import probe_prompt_row
+
+    assert probe_prompt_row([0.05, 36.0, 1.0, 4.0, 6.0]) == 3
+    assert probe_prompt_row([0.05, 1.0, 36.0]) == 1  # none of 2-15 s: the first F5 trains on
+    assert probe_prompt_row([0.05]) == 0
