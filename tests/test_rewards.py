@@ -150,7 +150,7 @@ def test_rerank_keeps_the_best_judged_candidate_with_reasons(penalty, readings):
                       "घर": []}, penalty)
     assert [type(c) for c in choices] == [RerankChoice] * 4
     first, none_judged, plain, empty = choices
-    assert [r.status for r in first.candidates] == ["unintelligible", "scored", "scored", "unintelligible"]
+    assert [r.status for r in first.candidates] == ["unintelligible", "scored", "scored", "silent"]
     rewards = [r.reward for r in first.candidates]
     assert first.best == 2 and first.reward == max(rewards) == rewards[2] > rewards[1]
     assert first.reason.startswith("candidate 2 of 4: reward") and "0: unintelligible 0.000" in first.reason

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from leakloss.constants import SAMPLE_RATE
 from leakloss.pairs.features import (
     ConvTable,
-    _load,
+    load_pair_clip,
     _load_conv_table,
     _meta,
     _save_conv_table,
@@ -110,7 +110,7 @@ def adversarial_conv_table(manifest: str | Path, recognizer, head_path: str | Pa
                 continue
             words = sentences(r.text)
             k = next(i for i, w in enumerate(words) if w.index == r.word_index)
-            wave = _load(resolve(manifest, r.query))
+            wave = load_pair_clip(resolve(manifest, r.query))
             # the span the row's mask marks: the phone's segment, or its CTC spike
             if segments:
                 a, b = e.alignment.phone_segments(k)[r.site_position]
