@@ -33,8 +33,8 @@ class SitePlacement(NamedTuple):
 def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -> SitePlacement:
     """:func:`place_sites` with the reason when there are none. ``wave [t]`` 16 kHz.
 
-    Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame) is a status, not
-    an exception; a wave that is not one float ``[samples]`` tensor raises
+    Audio the recognizer cannot read (NaN/Inf samples, shorter than one recognizer frame, silent: a peak under
+    :data:`leakloss.acoustic.features.SILENCE_PEAK`) is a status, not an exception; a wave that is not one float ``[samples]`` tensor raises
     :class:`leakloss.penalty.PenaltyInputError`, whatever the text; a text the finder rejects raises its
     :class:`leakloss.text.normalize.TextError`.
     """
@@ -86,7 +86,7 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
     """Testable sites of ``text`` placed in time on ``wave [t]`` (forced alignment of the Nepali phones).
 
     Returns ``[]`` (the item then contributes zero) when there is no testable site, the alignment fails, or
-    the audio cannot be read: NaN/Inf samples, or shorter than one recognizer frame (:func:`locate_sites`
+    the audio cannot be read: NaN/Inf samples, shorter than one recognizer frame, or silent (:func:`locate_sites`
     says which).
     """
     return locate_sites(wave, text, recognizer, finder).sites
