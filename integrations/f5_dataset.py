@@ -346,7 +346,8 @@ def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, reco
     return placement_from_log_probs(log_probs, n_frames, text, recognizer, finder).sites
 
 
-def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder) -> SitePlacement:
+def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder,
+                             duration_s: float | None = None) -> SitePlacement:
     """:func:`leakloss.site_placement.locate_sites` after the recognizer: ``log_probs [f, v]`` of one utterance ->
     its sites, or the status that says why there are none."""
     from leakloss.site_placement import place_on_log_probs
@@ -354,7 +355,7 @@ def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, 
     words = [w for w in finder(text) if w.skipped is None]
     if not any(w.testable_sites for w in words):
         return SitePlacement([], "no_testable_site")
-    return place_on_log_probs(log_probs, n_frames, words, recognizer)
+    return place_on_log_probs(log_probs, n_frames, words, recognizer, duration_s=duration_s)
 
 
 class _PlacementItems(Dataset):
@@ -405,12 +406,13 @@ class SitePlacer(L.LightningModule):
         if batch["todo"]:
             with torch.no_grad():
                 log_probs, frames = self.recognizer(batch["waves"].to(self.device), batch["lengths"].to(self.device))
-            by_key = {key: (log_probs[row].cpu(), int(frames[row])) for row, key in enumerate(batch["todo"])}
+            by_key = {key: (log_probs[row].cpu(), int(frames[row]), int(batch["lengths"][row]) / SAMPLE_RATE)
+                      for row, key in enumerate(batch["todo"])}
         for item in batch["items"]:
             if item["key"] not in by_key:
                 continue
-            lp, n = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
-            placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder)
+            lp, n, duration = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
+            placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder, duration_s=duration)
             rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in placed.sites],
                          "status": placed.status, "audio_path": item["audio_path"], "text": item["text"],
                          "recognizer": self.recognizer.name})

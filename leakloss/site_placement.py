@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.leak import at_hearing_level
 from leakloss.penalty import check_wave
 from leakloss.schema import PlacementStatus
@@ -56,20 +57,24 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     with torch.no_grad():
         log_probs, frames = recognizer(at_hearing_level(wave)[None])  # where sites lie must not move with the gain
     n = int(frames[0])
-    return place_on_log_probs(log_probs[0], n, words, recognizer)
+    return place_on_log_probs(log_probs[0], n, words, recognizer, duration_s=wave.shape[0] / SAMPLE_RATE)
 
 
-def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer) -> SitePlacement:
+def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer,
+                       duration_s: float | None = None) -> SitePlacement:
     """The placement once the recognizer has run: ``words``' Nepali phones aligned to one utterance's
     ``log_probs [f, v]`` (its first ``n_frames``), each testable site spanning its phone's segment
-    (:meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`: a CTC spike is often 20 ms of a 70 ms vowel).
-    Status ``placed``, or ``alignment_failed`` when the words do not align (or none of them has a site)."""
+    (:meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`: a CTC spike is often 20 ms of a 70 ms vowel),
+    ending by the audio's end (``duration_s``, else the frames' extent: the last phone's segment reaches 60 ms
+    past its frames). Status ``placed``, or ``alignment_failed`` when the words do not align (or none of them has a
+    site)."""
     from leakloss.acoustic.align import align_words
 
     alignment = align_words(log_probs[:n_frames], n_frames, [w.nepali for w in words], recognizer.phoneset,
                             recognizer.frame_rate, words=[w.word for w in words])
     if not alignment.ok:
         return SitePlacement([], "alignment_failed", alignment=alignment)
+    end = n_frames / recognizer.frame_rate if duration_s is None else duration_s
     out, owners = [], []
     for k, w in enumerate(words):
         spans = alignment.phone_segments(k)
@@ -77,7 +82,7 @@ def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer) -> S
             continue
         for s in w.testable_sites:
             a, b = spans[s.position]
-            out.append(TimedSite(a, max(b, a + 0.01), s.kind, s.contrast, w.word))
+            out.append(TimedSite(a, max(min(b, end), a + 0.01), s.kind, s.contrast, w.word))
             owners.append(k)
     return SitePlacement(out, "placed" if out else "alignment_failed", tuple(owners), alignment)
 
@@ -93,7 +98,7 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
 
 
 SITE_CACHE_VERSION = 4  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes;
-#                         4: placed at one hearing level (functional.leak.at_hearing_level)
+#                         4: placed at one hearing level (functional.leak.at_hearing_level), ending by the audio's end
 #: placement statuses that are not failures (a cache row's ``status``: rows written before 2026-12-07 have none)
 PLACED_OR_NOTHING_TO_PLACE = ("placed", "no_testable_site")
 

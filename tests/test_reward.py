@@ -91,3 +91,18 @@ def test_a_silent_reading_gets_the_worst_reward_however_it_is_scaled(embedded_pe
     assert locate_sites(quiet, TEXT, embedded_penalty.recognizer).status == "silent"
     loud_enough = leak_reward_details([reading / reading.abs().max() * 1e-3], [TEXT], embedded_penalty)[0]
     assert loud_enough.status != "silent"
+
+
+def test_a_site_on_the_last_phone_ends_by_the_audios_end(embedded_penalty):
+    # the last phone's segment reaches 60 ms past its frames: a site placed on it ended after the audio
+    from leakloss.site_placement import locate_sites
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_phones
+    from leakloss.text.sites import SiteFinder
+
+    text = "तिमी कहाँ जाँदै छौ है"  # है's one phone after h is its quality site
+    wave = speak_phones([w.nepali for w in SiteFinder()(text) if w.skipped is None], TRAIN_TEACHER_VOICES[0]).waveform
+    loud = (wave.abs() > 0.02 * wave.abs().max()).nonzero()
+    wave = wave[: int(loud[-1]) + 1 - 800]  # cut 50 ms inside its last vowel, as a tightly trimmed clip can be
+    placed = locate_sites(wave, text, embedded_penalty.recognizer)
+    assert placed.status == "placed" and placed.sites
+    assert all(s.end <= wave.numel() / 16_000 + 1e-9 for s in placed.sites), placed.sites
