@@ -134,7 +134,7 @@ def check_settings(cfg: DictConfig) -> None:
 
 def check_recorded_voices(cfg: DictConfig) -> None:
     """``data.recorded_voices`` and ``data.heldout_recorded_voices`` (null: none) must be lists of registered
-    Festival/flite voice names (:func:`leakloss.speech.festival.get_voice`; an NSK voice is refused), and every
+    Festival/flite voice names (:func:`leakloss.speech.festival.get_voice`; a voice of its exclusion list is refused), and every
     recorded voice of the training and dev pairs a training voice
     (:func:`leakloss.speech.festival.check_training_voice`: never the unseen family or its speaker twin); the
     held-out voices may be any registered voice (the unseen family is what they are for). Both were a traceback
@@ -155,7 +155,7 @@ def check_recorded_voices(cfg: DictConfig) -> None:
             if not isinstance(name, str):
                 raise SettingsError(f"{key} must be a list of recorded voice names, got {name!r} in it")
             try:
-                voice = get_voice(name)  # KeyError: unknown; ExcludedVoiceError (a ValueError): an NSK voice
+                voice = get_voice(name)  # KeyError: unknown; ExcludedVoiceError (a ValueError): an excluded voice
                 if key == "data.recorded_voices":  # training and dev pairs: never the unseen family
                     check_training_voice(voice)
             except (KeyError, ValueError) as err:
