@@ -166,14 +166,19 @@ def transformer_inputs(model: nn.Module) -> Iterator[dict[str, Any]]:
         handle.remove()
 
 
+def infill_span(cond: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """The frames F5 infilled: ``cond [b, n, d]`` (its masked ground truth), ``lens [b]`` -> ``[b, n]`` bool.
+    CFM zeroes cond exactly on the infilled span; a real log-mel frame is never all-zero, and if one were it would
+    just get the estimate instead of the ground truth (same frame, no harm)."""
+    return (cond == 0).all(dim=-1) & lens_to_mask(lens, length=cond.shape[1])
+
+
 def clean_mel_estimate(x_t: torch.Tensor, time: torch.Tensor, pred: torch.Tensor, cond: torch.Tensor,
-                       lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                       lens: torch.Tensor, span: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """F5's one-step clean-mel estimate: ``x1_hat = x_t + (1 - t) * pred`` on the infilled span, the ground truth
-    (= ``cond``) elsewhere; ``x_t, pred, cond [b, n, d]``, ``time [b]``, ``lens [b]`` -> ``(x1_hat, span [b, n])``."""
-    seq_len = x_t.shape[1]
-    # CFM zeroes cond exactly on the infilled span; a real log-mel frame is never all-zero, and if one
-    # were it would just get the estimate instead of the ground truth (same frame, no harm)
-    span = (cond == 0).all(dim=-1) & lens_to_mask(lens, length=seq_len)  # [b, n]
+    (= ``cond``) elsewhere; ``x_t, pred, cond [b, n, d]``, ``time [b]``, ``lens [b]`` -> ``(x1_hat, span [b, n])``
+    (``span``: :func:`infill_span`, when the caller has it already)."""
+    span = infill_span(cond, lens) if span is None else span  # [b, n]
     # t in fp32: under bf16 autocast t = 0.999 rounds to 1.0, and 1 - t (the estimate's gradient to pred) to 0
     t = time.reshape(-1, 1, 1).float()
     estimate = x_t.float() + (1 - t) * pred.float()
@@ -374,14 +379,15 @@ class LeakAwareCFM(CFM):
         """``inp`` ``[b, n, d]`` mel (or ``[b, nw]`` wave), ``text`` list[str] or ``[b, nt]`` -> ``(loss, cond, pred)``."""
         with transformer_inputs(self) as seen:
             flow_loss, cond, pred = super().forward(inp, text, lens=lens, noise_scheduler=noise_scheduler)
+        span = None  # computed once: the penalty's clean-mel estimate below uses it too
         if "x" in seen:
             # F5 averages the error over the infilled span: a batch of 1-frame items infills none (a mean of
             # nothing, NaN); a NaN loss from NaN input stays NaN (the curve logger stops on it). A device-side
             # choice, not a Python `if`: reading the loss on the host would stall every GPU step.
-            n = seen["x"].shape[1]
-            item_lens = torch.full((seen["x"].shape[0],), n, device=pred.device) if lens is None else lens
-            infilled = ((cond == 0).all(dim=-1) & lens_to_mask(item_lens, length=n)).any()
-            flow_loss = torch.where(infilled, flow_loss, pred.sum() * 0)
+            if lens is None:
+                lens = torch.full(seen["x"].shape[:1], seen["x"].shape[1], device=seen["x"].device, dtype=torch.long)
+            span = infill_span(cond, lens)
+            flow_loss = torch.where(span.any(), flow_loss, pred.sum() * 0)
 
         self.last_flow_loss = flow_loss.detach()
         for name in AUXILIARY_TERMS:
@@ -402,7 +408,7 @@ class LeakAwareCFM(CFM):
         batch, seq_len = x_t.shape[:2]
         if lens is None:
             lens = torch.full((batch,), seq_len, device=x_t.device, dtype=torch.long)
-        x1_hat, span = clean_mel_estimate(x_t, time, pred, cond, lens)
+        x1_hat, span = clean_mel_estimate(x_t, time, pred, cond, lens, span=span)
         truth = None
         if self.paired_penalty is not None or self.margin_penalty is not None:  # the ground truth F5 infilled: inp
             # (its mel, for a wave inp)
