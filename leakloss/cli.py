@@ -753,8 +753,15 @@ def rerank(
     as_json: bool = typer.Option(False, "--json", help="one JSON line per text instead of the table"),
 ) -> None:
     """Best-of-N: score each text's candidate readings with the leak reward and keep the best, with the reasons
-    (a candidate that fails the word check can never be kept)."""
+    (a candidate that fails the word check can never be kept).
+
+    A candidate file that cannot be read is not scored: it is listed with its reason (stderr, and the output's
+    ``not_scored``) and the text's other candidates are ranked; a text none of whose files can be read is not
+    ranked (``status`` ``failed``). Exit code 0 when every file was read; 1 when any was not (the output is
+    whole); 2 for a bad manifest, or when no file at all can be read.
+    """
     from leakloss.audio import AudioError, load_audio
+    from leakloss.rewards import choose
     from leakloss.rewards import rerank as rerank_readings
 
     entries = []
@@ -778,29 +785,55 @@ def rerank(
         entries.append((n, row["text"], [manifest.parent / c for c in row["candidates"]]))
     if not entries:
         fail(f"{manifest}: no line to rerank")
-    readings = []
+    read = []  # per text: {candidate index: wave} of the files read, {candidate index: why not} of the others
     for n, text, paths in entries:  # every file is read before any scoring
-        waves = []
-        for path in paths:
+        waves, unreadable = {}, {}
+        for i, path in enumerate(paths):
             try:
                 wave, info = load_audio(path)
-            except AudioError as err:
-                fail(f"{manifest}:{n}: {err}")
-            waves.append(wave)
+            except AudioError as err:  # this candidate, not the whole run (its message names the file)
+                unreadable[i] = str(err)
+                continue
+            waves[i] = wave
             for w in info.warnings:  # downmixed, resampled, clipped: said, as by `score`
                 err_console.print(f"[yellow]warning:[/] {escape(f'{path}: {w}')}", soft_wrap=True)
-        readings.append((text, waves))
-    choices = rerank_readings(readings)
+        read.append((waves, unreadable))
+    if not any(waves for waves, _ in read):
+        fail("no candidate file could be read: " + "; ".join(
+            f"{manifest}:{n}: {why}" for (n, _, _), (_, unreadable) in zip(entries, read) for why in unreadable.values()))
+    for (n, _, paths), (waves, unreadable) in zip(entries, read):
+        for i, why in unreadable.items():
+            err_console.print(f"[yellow]not scored[/] {escape(f'{manifest}:{n}: candidate {i}: {why}')}", soft_wrap=True)
+        if not waves:
+            err_console.print(f"[yellow]not ranked[/] {escape(f'{manifest}:{n}: no candidate file could be read')}",
+                              soft_wrap=True)
+    ranked = iter(rerank_readings([(text, list(waves.values())) for (_, text, _), (waves, _) in zip(entries, read)
+                                   if waves]))
+    choices = []
+    for (_, text, paths), (waves, unreadable) in zip(entries, read):
+        results = [None] * len(paths)
+        if waves:  # the scored candidates back in their places among the text's candidates
+            for i, r in zip(waves, next(ranked).candidates, strict=True):
+                results[i] = r
+        choices.append(choose(text, results, unreadable))
     if as_json:
         for (_, _, paths), c in zip(entries, choices, strict=True):
+            status = "scored" if c.best is not None else "failed" if len(c.not_scored) == len(paths) else "unscored"
             _echo_json({"text": c.text, "best": None if c.best is None else str(paths[c.best]),
-                        "reward": c.reward, "reason": c.reason})
-        return
-    table = Table("text", "best", "reward", "reason")
-    for (_, _, paths), c in zip(entries, choices, strict=True):
-        table.add_row(escape(c.text), "—" if c.best is None else escape(str(paths[c.best])), f"{c.reward:.3f}",
-                      escape(c.reason))
-    console.print(table)
+                        "reward": c.reward, "status": status, "reason": c.reason,
+                        "not_scored": [{"candidate": str(paths[i]), "status": "failed", "reason": why}
+                                       for i, why in c.not_scored.items()]})
+    else:
+        table = Table("text", "best", "reward", "reason")
+        for (_, _, paths), c in zip(entries, choices, strict=True):
+            table.add_row(escape(c.text), "—" if c.best is None else escape(str(paths[c.best])), f"{c.reward:.3f}",
+                          escape(c.reason))
+        console.print(table)
+    failed = sum(len(unreadable) for _, unreadable in read)
+    if failed:
+        err_console.print(f"{failed} candidate file(s) could not be read: listed as not scored, the rest ranked",
+                          soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command("heads")

@@ -72,14 +72,18 @@ class RewardProvider:
         raise NotImplementedError
 
 
-def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
-    """``[t]`` or ``[channels, t]`` at ``sample_rate`` -> ``[t]`` fp32 at 16 kHz (channels averaged)."""
-    from leakloss.audio import resample
-
+def _check_rate(sample_rate: object) -> None:
     import numbers
 
     from leakloss.audio import MIN_SAMPLE_RATE
 
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
+        raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
+
+
+def _audio_tensor(audio: object) -> Tensor:
+    """``audio`` as a float tensor ``[t]`` or ``[channels, t]`` (a numpy array is converted), else ValueError.
+    Empty and NaN/Inf audio pass: the reward says why it cannot be judged (``too_short``, ``not_finite``)."""
     if isinstance(audio, np.ndarray):
         audio = torch.from_numpy(np.ascontiguousarray(audio, dtype=audio.dtype.newbyteorder("=")))
     if not isinstance(audio, Tensor):
@@ -94,8 +98,19 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
                              "pass [channels, samples] (e.g. audio.T)")
     elif audio.dim() != 1:
         raise ValueError(f"reward audio must be [samples] or [channels, samples], got shape {tuple(audio.shape)}")
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
-        raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
+    return audio
+
+
+def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
+    """``[t]`` or ``[channels, t]`` at ``sample_rate`` -> ``[t]`` fp32 at 16 kHz (channels averaged).
+
+    Raises:
+        ValueError: not a float tensor or array of one of those shapes, or a sample rate below speech's.
+    """
+    from leakloss.audio import resample
+
+    audio = _audio_tensor(audio)
+    _check_rate(sample_rate)
     # averaged in fp64 and brought within full scale there: loud (finite) fp32/fp64 channels must not
     # overflow into "NaN/Inf samples" on the way to fp32
     audio = peak_limited(audio.detach().double())
@@ -194,8 +209,51 @@ class RerankChoice:
     text: str
     best: int | None  # index into the text's candidates; None when no candidate could be judged
     reward: float  # the best candidate's reward (WORST_REWARD when best is None)
-    candidates: list[RewardResult]  # every candidate's reward, status and reason, in the given order
+    # every candidate's reward, status and reason, in the given order; None for one in not_scored
+    candidates: list[RewardResult | None]
     reason: str
+    # candidates that were never scored (e.g. an unreadable file), by index, and why; never the best
+    not_scored: dict[int, str] = field(default_factory=dict)
+
+
+def choose(text: str, results: Sequence[RewardResult | None], not_scored: Mapping[int, str] | None = None
+           ) -> RerankChoice:
+    """The best judged candidate of one text, from each candidate's reward (``results``, in order).
+
+    ``not_scored``: the candidates that could not be scored, by index, and why (their ``results`` entry is
+    ``None``): said in the reason, never kept. Only a judged candidate (status ``scored`` or
+    ``no_testable_site``) can be kept; the highest reward wins, the first on a tie. Used by :func:`rerank`,
+    and by ``leakloss rerank`` for candidate files that cannot be read.
+
+    Raises:
+        ValueError: a ``None`` result without its reason in ``not_scored``, or a reason for a scored candidate.
+    """
+    results, not_scored = list(results), dict(not_scored or {})
+    unexplained = [i for i, r in enumerate(results) if (r is None) != (i in not_scored)]
+    if unexplained or not set(not_scored) <= set(range(len(results))):
+        raise ValueError(f"candidate(s) {unexplained or sorted(set(not_scored) - set(range(len(results))))} of "
+                         f"{text!r:.40}: a candidate is either scored (a RewardResult) or not_scored with its reason")
+
+    def said(i: int, r: RewardResult | None) -> str:
+        return f"{i}: not scored ({not_scored[i]})" if r is None else f"{i}: {r.status} {r.reward:.3f}"
+
+    if not results:
+        return RerankChoice(text, None, WORST_REWARD, [], "no candidate given")
+    if len(not_scored) == len(results):
+        why = "; ".join(f"{i}: {not_scored[i]}" for i in range(len(results)))
+        return RerankChoice(text, None, WORST_REWARD, results, f"no candidate could be scored ({why})", not_scored)
+    judged = [i for i, r in enumerate(results) if r is not None and r.status in JUDGED_REWARD_STATUSES]
+    if not judged:
+        why = ", ".join(said(i, r) if r is None else f"{i}: {r.status}" for i, r in enumerate(results))
+        return RerankChoice(text, None, WORST_REWARD, results, f"no candidate could be judged ({why})", not_scored)
+    best = max(judged, key=lambda i: (results[i].reward, -i))  # type: ignore[union-attr]
+    r = results[best]
+    assert r is not None
+    per = f", phone error rate {r.phone_error_rate:.2f}" if r.phone_error_rate is not None else ""
+    others = [said(i, x) for i, x in enumerate(results) if i != best]
+    reason = (f"candidate {best} of {len(results)}: reward {r.reward:.3f} ({r.status}, {r.sites} sites{per})"
+              + (f"; others {', '.join(others)}" if others else ""))
+    return RerankChoice(text, best, r.reward, results, reason, not_scored)
 
 
 def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[str, Sequence[Tensor]]],
@@ -206,27 +264,29 @@ def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[s
     ``candidates_by_text``: ``{text: [wave [t] or [channels, t], ...]}`` (or ``(text, waves)`` pairs, which
     may repeat a text) at ``sample_rate``. Only a judged candidate (status ``scored`` or
     ``no_testable_site``: it passed the word check) can be kept; the highest reward wins, the first on a
-    tie. A text none of whose candidates could be judged gets ``best=None``: best-of-N distillation must
-    not train on an unintelligible reading. Returns one :class:`RerankChoice` per text, in the given order.
+    tie (:func:`choose`). A text none of whose candidates could be judged gets ``best=None``: best-of-N
+    distillation must not train on an unintelligible reading. An empty or NaN/Inf wave is a candidate with
+    its status (``too_short``, ``not_finite``), never kept. Returns one :class:`RerankChoice` per text, in
+    the given order.
+
+    Raises:
+        ValueError: before any scoring, a candidate that is not a float wave of those shapes (naming its
+            text and index), a text's candidates that are not a list of waves, or a bad ``sample_rate``.
     """
     pairs = list(candidates_by_text.items()) if isinstance(candidates_by_text, Mapping) else list(candidates_by_text)
+    _check_rate(sample_rate)
+    for k, (text, waves) in enumerate(pairs):  # every wave checked before any is scored: no work thrown away
+        if isinstance(waves, (Tensor, np.ndarray, str, bytes)) or not isinstance(waves, Sequence):
+            raise ValueError(f"text {k} ({text!r:.40}): its candidates must be a list of waves, got "
+                             f"{type(waves).__name__} (one wave: [wave])")
+        for j, wave in enumerate(waves):
+            try:
+                _audio_tensor(wave)
+            except ValueError as err:
+                raise ValueError(f"text {k} ({text!r:.40}), candidate {j}: {err}") from None
     provider = LeakRewardProvider(penalty, max_per)
     out = []
     for text, waves in pairs:
-        if not len(waves):
-            out.append(RerankChoice(text, None, WORST_REWARD, [], "no candidate given"))
-            continue
-        results = provider.score([RewardInput(w, text, sample_rate=sample_rate) for w in waves])
-        judged = [i for i, r in enumerate(results) if r.status in JUDGED_REWARD_STATUSES]
-        if not judged:
-            why = ", ".join(f"{i}: {r.status}" for i, r in enumerate(results))
-            out.append(RerankChoice(text, None, WORST_REWARD, results, f"no candidate could be judged ({why})"))
-            continue
-        best = max(judged, key=lambda i: (results[i].reward, -i))
-        r = results[best]
-        per = f", phone error rate {r.phone_error_rate:.2f}" if r.phone_error_rate is not None else ""
-        others = [f"{i}: {x.status} {x.reward:.3f}" for i, x in enumerate(results) if i != best]
-        reason = (f"candidate {best} of {len(waves)}: reward {r.reward:.3f} ({r.status}, {r.sites} sites{per})"
-                  + (f"; others {', '.join(others)}" if others else ""))
-        out.append(RerankChoice(text, best, r.reward, results, reason))
+        results = provider.score([RewardInput(w, text, sample_rate=sample_rate) for w in waves]) if len(waves) else []
+        out.append(choose(text, results))
     return out

@@ -1,6 +1,7 @@
 """`leakloss rerank`: best-of-N over candidate readings, never an unintelligible one; bad input is `error:`."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,3 +60,77 @@ def test_bad_manifests_are_errors_before_any_scoring(tmp_path, rows, message):
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     out = runner.invoke(app, ["rerank", str(path)])
     assert out.exit_code == 2 and "error:" in out.output and message in out.output
+
+
+def _unreadable(path) -> None:
+    path.write_text("not audio, only a text file named .wav\n", encoding="utf-8")
+
+
+def test_an_unreadable_candidate_is_not_scored_and_the_others_are_ranked(tmp_path, monkeypatch):
+    """One corrupt file stopped the reranking of every text; now it is listed as not scored, with its reason."""
+    from leakloss.reward import RewardResult
+    from leakloss.rewards import choose
+
+    for name, amp in (("a.wav", 0.1), ("b.wav", 0.2)):
+        sf.write(tmp_path / name, np.full(16_000, amp, dtype=np.float32), 16_000)
+    _unreadable(tmp_path / "bad.wav")
+    seen = []
+
+    def fake_rerank(readings):  # the reward of a wave: its level (no model needed to test the bookkeeping)
+        seen.append([(text, len(waves)) for text, waves in readings])
+        return [choose(text, [RewardResult(float(w.abs().max()), "scored") for w in waves]) for text, waves in readings]
+
+    monkeypatch.setattr("leakloss.rewards.rerank", fake_rerank)
+    manifest = _manifest(tmp_path, [{"text": TEXT, "candidates": ["a.wav", "bad.wav", "b.wav"]},
+                                    {"text": TEXT, "candidates": ["bad.wav", "missing.wav"]},
+                                    {"text": TEXT, "candidates": ["b.wav"]}])
+    out = runner.invoke(app, ["rerank", manifest, "--json"])
+    assert out.exit_code == 1, out.output  # whole output, but not every file was read
+    assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
+    assert "Traceback" not in out.output and "error:" not in out.stderr
+    assert seen == [[(TEXT, 2), (TEXT, 1)]]  # the unreadable files are not scored, the others are
+    first, second, third = (json.loads(line) for line in out.stdout.strip().splitlines())
+    assert first["best"].endswith("b.wav") and first["status"] == "scored" and first["reward"] == pytest.approx(0.2, abs=1e-3)
+    assert first["reason"].startswith("candidate 2 of 3") and "1: not scored" in first["reason"]  # indices: all 3
+    assert [c["candidate"] for c in first["not_scored"]] == [str(tmp_path / "bad.wav")]
+    assert first["not_scored"][0]["status"] == "failed" and "bad.wav" in first["not_scored"][0]["reason"]
+    assert second["best"] is None and second["status"] == "failed" and second["reward"] == 0.0
+    assert "no candidate could be scored" in second["reason"] and "missing.wav" in second["reason"]
+    assert [Path(c["candidate"]).name for c in second["not_scored"]] == ["bad.wav", "missing.wav"]
+    assert third["best"].endswith("b.wav") and third["not_scored"] == []
+    # said on stderr too: each unreadable candidate with its line and reason, and the text not ranked
+    assert "not scored" in out.stderr and "candidates.jsonl:1: candidate 1:" in out.stderr and "bad.wav" in out.stderr
+    assert "not ranked" in out.stderr and "candidates.jsonl:2" in out.stderr and "missing.wav" in out.stderr
+    table = runner.invoke(app, ["rerank", manifest])
+    assert table.exit_code == 1 and "0.200" in table.stdout and "not scored" in table.stderr, table.output
+
+
+def test_no_readable_candidate_at_all_is_an_error(tmp_path):
+    _unreadable(tmp_path / "bad.wav")
+    manifest = _manifest(tmp_path, [{"text": TEXT, "candidates": ["bad.wav"]}, {"text": TEXT, "candidates": ["gone.wav"]}])
+    out = runner.invoke(app, ["rerank", manifest, "--json"])
+    assert out.exit_code == 2 and out.stdout == "", out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
+    assert "Traceback" not in out.output and "error:" in out.stderr
+    assert "no candidate file could be read" in out.stderr and "bad.wav" in out.stderr and "gone.wav" in out.stderr
+
+
+@needs_embedded
+def test_a_corrupt_candidate_among_real_readings(tmp_path):
+    from leakloss.constants import SAMPLE_RATE
+    from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, speak_text
+
+    sf.write(tmp_path / "good.wav", speak_text(TEXT, HELDOUT_TEACHER_VOICE).waveform.numpy(), SAMPLE_RATE)
+    sf.write(tmp_path / "noise.wav", np.random.default_rng(0).normal(0, 0.1, SAMPLE_RATE * 2), SAMPLE_RATE)
+    _unreadable(tmp_path / "corrupt.wav")
+    manifest = _manifest(tmp_path, [{"text": TEXT, "candidates": ["corrupt.wav", "noise.wav", "good.wav"]}])
+    out = runner.invoke(app, ["rerank", manifest, "--json"])
+    assert out.exit_code == 1, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
+    assert "Traceback" not in out.output
+    (line,) = (json.loads(x) for x in out.stdout.strip().splitlines())
+    assert line["best"].endswith("good.wav") and line["reward"] > 0 and line["status"] == "scored"
+    assert line["reason"].startswith("candidate 2 of 3") and "0: not scored" in line["reason"]
+    assert "1: unintelligible" in line["reason"]
+    assert len(line["not_scored"]) == 1 and line["not_scored"][0]["candidate"].endswith("corrupt.wav")
+    assert line["not_scored"][0]["reason"] and "corrupt.wav" in out.stderr and "not scored" in out.stderr

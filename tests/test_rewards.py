@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,47 @@ def test_rerank_ties_keep_the_first_and_pairs_may_repeat_a_text(penalty, reading
     choices = rerank([(PLAIN, [readings["plain"], readings["plain"]]), (PLAIN, [readings["other"]])], penalty)
     assert choices[0].best == 0 and choices[0].reward == 1.0
     assert choices[1].best is None
+
+
+def test_rerank_says_why_nan_and_empty_waves_cannot_be_kept(penalty, readings):
+    nan = torch.full((16_000,), float("nan"))
+    (choice,) = rerank({TEXT: [nan, torch.zeros(0), torch.zeros(2, 0), readings["nepali"]]}, penalty)
+    assert [r.status for r in choice.candidates] == ["not_finite", "too_short", "too_short", "scored"]
+    assert choice.best == 3 and choice.not_scored == {}
+    (none,) = rerank({TEXT: [nan, torch.zeros(0)]}, penalty)
+    assert none.best is None and "0: not_finite, 1: too_short" in none.reason
+
+
+@pytest.mark.parametrize("wave, message", [
+    (None, "candidate 1: reward audio must be a tensor"),
+    (torch.zeros(100, dtype=torch.int16), "candidate 1: reward audio must be real float"),
+    (torch.zeros(1, 1, 100), "candidate 1: reward audio must be [samples] or [channels, samples]"),
+    (torch.zeros(0, 100), "candidate 1: reward audio of shape (0, 100) has no channel"),
+])
+def test_rerank_refuses_a_wave_that_is_not_audio_before_any_scoring(monkeypatch, wave, message):
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("a candidate was scored before the bad one was found")
+
+    monkeypatch.setattr(LeakRewardProvider, "score", no_scoring)
+    with pytest.raises(ValueError, match=r"text 1 \('घर'\), " + re.escape(message)):
+        rerank([(TEXT, [torch.zeros(16_000)]), ("घर", [torch.zeros(16_000), wave])])
+    with pytest.raises(ValueError, match="must be a list of waves"):
+        rerank({TEXT: torch.zeros(16_000)})  # one wave, not a list: was read as 16000 one-sample candidates
+
+
+def test_choose_places_candidates_that_were_not_scored():
+    from leakloss.reward import RewardResult
+    from leakloss.rewards import choose
+
+    scored = RewardResult(0.8, "scored", 0.1, 2)
+    c = choose(TEXT, [None, RewardResult(0.0, "silent", reason="quiet"), scored], {0: "x.wav cannot be read"})
+    assert c.best == 2 and c.reward == 0.8 and c.not_scored == {0: "x.wav cannot be read"}
+    assert c.reason.startswith("candidate 2 of 3: reward 0.800") and "0: not scored (x.wav cannot be read)" in c.reason
+    none = choose(TEXT, [None, None], {0: "a: damaged", 1: "b: missing"})
+    assert none.best is None and none.reward == 0.0 and none.reason == "no candidate could be scored (0: a: damaged; 1: b: missing)"
+    unjudged = choose(TEXT, [None, RewardResult(0.0, "silent")], {0: "damaged"})
+    assert unjudged.best is None and unjudged.reason == "no candidate could be judged (0: not scored (damaged), 1: silent)"
+    with pytest.raises(ValueError, match="not_scored with its reason"):
+        choose(TEXT, [None, scored])  # a candidate dropped without a word
+    with pytest.raises(ValueError, match="not_scored with its reason"):
+        choose(TEXT, [scored], {0: "why"})
