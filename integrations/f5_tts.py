@@ -1159,20 +1159,49 @@ def _global_site_stats(name: str, records: list[SiteRecord], keys: set[str]) -> 
 
 #: parts that count sites or items: summed over the ranks, not averaged
 _COUNT_PARTS = ("active_sites", "nonfinite_items", "quiet_items")
+#: each term's per-item parts (``[b]``, one value per item of its last call), logged as their mean over the items:
+#: under DDP the mean over every rank's items, from each rank's sum and item count (:func:`item_totals`), not the mean
+#: of the ranks' means (wrong where the ranks hold different numbers of items: frame batches)
+PER_ITEM_PARTS = {"leak": ("frame_counts",), "paired": ("frame_counts",), "margin": ()}
 
 
-def merge_rank_rows(gathered: Sequence[tuple[dict[str, float], dict[str, list[SiteRecord]]]]) -> dict[str, float]:
-    """One row from each rank's ``(leak_log_row, {term: site_records})``: the global batch's site statistics
-    (:func:`_global_site_stats`) and counts (summed); every other number averaged over the ranks that have it finite
-    (the losses: what DDP optimises; each term's penalty is already the global batch's; per-item bookkeeping such as
-    ``*/frame_counts``, a mean per rank)."""
-    rows = [row for row, _ in gathered]
+def item_totals(model: LeakAwareCFM, name: str) -> dict[str, tuple[float, int]]:
+    """``{"<term>/<part>": (sum, items)}`` of term ``name``'s :data:`PER_ITEM_PARTS` in its last call (what
+    :func:`merge_rank_rows` weighs the ranks' means by); a part that is absent, empty or not ``[b]`` is left out."""
+    parts = getattr(model, f"last_{name}_parts", None)
+    out: dict[str, tuple[float, int]] = {}
+    for field in PER_ITEM_PARTS[name]:
+        value = getattr(parts, field, None) if parts is not None else None
+        if isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel():
+            out[f"{name}/{field}"] = (float(value.detach().double().sum()), int(value.numel()))
+    return out
+
+
+def rank_log_payload(model: LeakAwareCFM, row: dict[str, float]) -> tuple[dict[str, float], dict[str, list[SiteRecord]],
+                                                                           dict[str, tuple[float, int]]]:
+    """What each rank contributes to :func:`merge_rank_rows`: its :func:`leak_log_row`, its terms' site records and
+    per-item totals."""
+    return (row, {name: site_records(model, name) for name in AUXILIARY_TERMS},
+            {k: v for name in AUXILIARY_TERMS for k, v in item_totals(model, name).items()})
+
+
+def merge_rank_rows(gathered: Sequence[tuple]) -> dict[str, float]:
+    """One row from each rank's ``(leak_log_row, {term: site_records}[, {key: (sum, items)}])``
+    (:func:`rank_log_payload`): the global batch's site statistics (:func:`_global_site_stats`), counts (summed) and
+    per-item means (``*/frame_counts``: the ranks' sums over their summed item counts, where every rank that logs the
+    key gave its totals); every other number averaged over the ranks that have it finite (the losses: what DDP
+    optimises; each term's penalty is already the global batch's)."""
+    rows = [entry[0] for entry in gathered]
+    totals = [entry[2] if len(entry) > 2 else {} for entry in gathered]
     out: dict[str, float] = {}
     for key in sorted({k for r in rows for k in r}):
         values = [r[key] for r in rows if key in r and math.isfinite(r[key])]
         out[key] = sum(values) / len(values) if values else float("nan")
+        logged = [t for r, t in zip(rows, totals) if key in r]
+        if logged and all(key in t for t in logged) and sum(t[key][1] for t in logged):
+            out[key] = sum(t[key][0] for t in logged) / sum(t[key][1] for t in logged)
     for name in AUXILIARY_TERMS:
-        out |= _global_site_stats(name, [rec for _, recs in gathered for rec in recs.get(name, [])], set(out))
+        out |= _global_site_stats(name, [rec for entry in gathered for rec in entry[1].get(name, [])], set(out))
         for count in _COUNT_PARTS:
             if f"{name}/{count}" in out:
                 out[f"{name}/{count}"] = float(sum(r.get(f"{name}/{count}", 0.0) for r in rows))
@@ -1184,9 +1213,8 @@ def global_log_row(model: LeakAwareCFM, row: dict[str, float]) -> dict[str, floa
     :func:`merge_rank_rows`."""
     import torch.distributed as dist
 
-    records = {name: site_records(model, name) for name in AUXILIARY_TERMS}
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (row, records))
+    dist.all_gather_object(gathered, rank_log_payload(model, row))
     return merge_rank_rows(gathered)
 
 
@@ -1200,8 +1228,8 @@ class LeakCurveLogger:
 
     Many processes: register it on every rank (the log steps are the same on all, by call count); each row is
     then the global batch's (:func:`merge_rank_rows`): each term's per-kind / per-contrast / per-site means over the
-    sites of all ranks, its counts summed, losses averaged over ranks (what DDP optimises); only ``is_main`` writes and
-    probes.
+    sites of all ranks, its counts summed, its per-item parts (``*/frame_counts``) the mean over all ranks' items,
+    losses averaged over ranks (what DDP optimises); only ``is_main`` writes and probes.
 
     ``stop_on_nonfinite``: a forward whose loss is NaN/Inf (on any rank) is logged whatever ``every`` says, then
     :class:`TrainingDivergedError` is raised, before its backward pass reaches the weights.

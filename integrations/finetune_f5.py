@@ -6,10 +6,10 @@ Run: ``leakloss finetune-f5 f5=embedded data.dir=DATA leak.weight=0.1 steps=50``
 
 Order: open the folder (``raw.arrow`` + ``duration.json``), read the vocab, check it against the checkpoint's
 text embedding, check the texts (Devanagari, vocab), place the sites (cached next to the data, resumable;
-rank 0 only under ``accelerate``, the others wait), refuse a dataset with no testable site, then train. Every
-refusal is a :class:`FinetuneError` (``error: ...`` and exit 2 from the CLI) raised before any training step. A
-loss or weights that turn NaN/Inf stop the run there, unsaved (:class:`~integrations.f5_tts.TrainingDivergedError`:
-``error: ...``, exit 1).
+rank 0 only under ``accelerate``, the others wait; a read-only data folder is used as is when its cache holds every
+item), refuse a dataset with no testable site, then train. Every refusal is a :class:`FinetuneError` (``error: ...``
+and exit 2 from the CLI) raised before any training step. A loss or weights that turn NaN/Inf stop the run there,
+unsaved (:class:`~integrations.f5_tts.TrainingDivergedError`: ``error: ...``, exit 1).
 
 Output in ``out_dir``: F5's ``ckpts/model_last.pt`` (its Trainer's own file; F5 resumes from it), and what
 ships: ``model_last.safetensors`` (EMA weights, F5 key names: F5's ``load_model`` / ``load_checkpoint`` /
@@ -127,12 +127,51 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 #: the corpus a run trains on, by content (a resume at the same data.dir with other clips or texts is another run)
 DATA_FINGERPRINT = "data.fingerprint"
 DATA_FILES = ("raw.arrow", "duration.json")
+#: the form of :func:`data_fingerprint`'s value: ``"2:<hex>"`` hashes the audio files' bytes too. A bare ``<hex>``
+#: (recorded before) hashed raw.arrow and duration.json only, and a resume of such a run is checked against that
+#: older hash (its audio cannot be compared: nothing of it was recorded); the resumed run records the new form.
+FINGERPRINT_FORM = "2"
+_HASH_THREADS = 8  # hashlib releases the GIL on large reads: files are hashed side by side (disk and cores)
 
 
-def data_fingerprint(data_dir: Path) -> str | None:
-    """sha256 of F5's ``raw.arrow`` (audio paths, texts) and ``duration.json`` of ``data_dir``; None where one is
-    missing (the run is refused for that later, by name)."""
+def _audio_paths(arrow: Path) -> list | None:
+    """The ``audio_path`` column of F5's ``raw.arrow``, or None where it cannot be read (refused later, by name)."""
+    try:
+        from datasets import Dataset as HFDataset
+
+        return list(HFDataset.from_file(str(arrow))["audio_path"])
+    except (OSError, ValueError, KeyError, TypeError):  # pyarrow's ArrowInvalid is a ValueError
+        return None
+
+
+def _file_digest(path: object) -> bytes:
+    """sha256 of one audio file's bytes, streamed; a marker for a missing or unreadable one (the run is refused for
+    it later, by name: :func:`integrations.f5_dataset.check_audio_files`)."""
     import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:  # type: ignore[arg-type]  (hashlib.file_digest: Python 3.11+)
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.digest()
+    except (OSError, TypeError):
+        return b"unreadable:" + repr(path).encode("utf-8", "replace")
+
+
+def data_fingerprint(data_dir: Path, audio: bool = True) -> str | None:
+    """The corpus of ``data_dir``, by content: sha256 of F5's ``raw.arrow`` (audio paths, texts), ``duration.json``
+    and (``audio``) the bytes of every audio file it names, in its row order; None where raw.arrow or duration.json
+    is missing (the run is refused for that later, by name). ``audio=False``: the older form (no audio hashed), that
+    of a bare-hex value recorded before :data:`FINGERPRINT_FORM`.
+
+    Every audio byte is hashed, each time (no size/mtime shortcut, no cache): a clip replaced by one of the same
+    name, size and mtime (``cp -p``, ``rsync -t``, a restored backup) is another corpus, and a cache keyed by
+    size/mtime would miss exactly that. It stays cheap next to the run: sha256 streams at about 1 GB/s a core and
+    :data:`_HASH_THREADS` files are hashed at once (some thousands of clips: a few GB, seconds), while the site
+    placement and its summary decode and resample every clip anyway. It runs once per run (twice on a resume)."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
 
     h = hashlib.sha256()
     for name in DATA_FILES:
@@ -143,7 +182,16 @@ def data_fingerprint(data_dir: Path) -> str | None:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
         h.update(b"\0")
-    return h.hexdigest()[:16]
+    if not audio:
+        return h.hexdigest()[:16]
+    paths = _audio_paths(data_dir / "raw.arrow")
+    if paths is None:  # not an Arrow table F5 wrote: its bytes are hashed above; open_prepared refuses it
+        h.update(b"no audio paths\0")
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(_HASH_THREADS, len(paths)))) as pool:
+            for digest in pool.map(_file_digest, paths):  # in row order
+                h.update(digest)
+    return f"{FINGERPRINT_FORM}:{h.hexdigest()[:16]}"
 
 
 #: settings that may name a file or folder (else a built-in name: ``embedded``, ``wb``, ``devanagari``, null)
@@ -227,6 +275,9 @@ def check_resume(cfg: DictConfig) -> int:
         # recorded before 2026-12-07 (its corpus is known by its folder), or a file is missing (said by name later)
         now.pop(DATA_FINGERPRINT)
         recorded.pop(DATA_FINGERPRINT, None)
+    elif isinstance(recorded[DATA_FINGERPRINT], str) and ":" not in recorded[DATA_FINGERPRINT]:
+        # recorded before the audio was hashed (FINGERPRINT_FORM): compared with the hash of its own form
+        now[DATA_FINGERPRINT] = data_fingerprint(Path(now["data.dir"]), audio=False)
     recorded = ADDED_RUN_SETTINGS | recorded  # a run recorded before a setting existed ran as its default
     for key in PATH_SETTINGS:  # recorded before paths were made absolute: relative to this folder, as given then
         if key in recorded:
@@ -437,7 +488,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         prepared = open_prepared(cfg.data.dir)
     except PreparedDatasetError as err:
         raise FinetuneError(str(err)) from err
-    check_site_cache_place(prepared.dir / SITES_FILE)
+    writable = check_site_cache_place(prepared.dir / SITES_FILE)
     vocab, vocab_source = resolve_vocab(cfg)
     check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source)
     try:
@@ -469,7 +520,9 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     vocoder = load_vocoder(cfg.f5.vocoder)  # before the (possibly long) site placement
     cache_path = prepared.dir / SITES_FILE
     placement = placement_id(penalty.recognizer, SiteFinder())  # the finder place_prepared_sites uses by default
-    if _is_main_process():  # one rank places, on one device (check_settings)
+    if not writable:  # every rank reads the complete cache (or every rank refuses): nothing is written
+        summary = read_only_site_summary(prepared, cache_path, placement)
+    elif _is_main_process():  # one rank places, on one device (check_settings)
         with _single_process_env():
             summary = place_prepared_sites(prepared.dir, penalty.recognizer,
                                            batch_size=cfg.leak.placement_batch_size, trainer=_placement_trainer(cfg),
@@ -516,14 +569,40 @@ def probe_prompt_row(durations) -> int:
     return 0
 
 
-def check_site_cache_place(cache_path: Path) -> None:
-    """The site cache can be written where it goes (``data.dir``), before the placement: a folder at its name, or a
-    read-only dataset folder, were tracebacks after it (a part file left behind)."""
+def check_site_cache_place(cache_path: Path) -> bool:
+    """Whether the site cache can be written where it goes (``data.dir``), checked before the placement: a folder
+    at its name, or a read-only dataset folder, were tracebacks after it (a part file left behind).
+
+    Returns True when ``data.dir`` is writable. A read-only one (a shared or mounted corpus) is allowed, returning
+    False, when its site cache is there to be read: nothing needs writing there if that cache already holds every
+    item for this recognizer (checked once the penalty is loaded: :func:`read_only_site_summary`). Without a cache
+    it is refused here."""
     if cache_path.exists() and not cache_path.is_file():
         raise FinetuneError(f"{cache_path} is not a file, where the site cache is written: remove it")
-    if not os.access(cache_path.parent, os.W_OK):
-        raise FinetuneError(f"data.dir={cache_path.parent} is not writable: the site cache ({cache_path.name}) is "
-                            "written there; copy the prepared folder somewhere writable")
+    if os.access(cache_path.parent, os.W_OK):
+        return True
+    if not cache_path.is_file():
+        raise FinetuneError(f"data.dir={cache_path.parent} is not writable and holds no site cache "
+                            f"({cache_path.name}): the sites are placed and written there; copy the prepared folder "
+                            "somewhere writable")
+    return False
+
+
+def read_only_site_summary(prepared, cache_path: Path, placement: str):
+    """The :class:`~integrations.f5_dataset.PlacementSummary` of a read-only ``data.dir`` whose site cache already
+    holds every item of the folder for ``placement`` (keys recomputed from the audio: a cache of other clips, texts or
+    recognizer does not count); nothing is placed or written. :class:`FinetuneError` when any item is missing (it
+    would have to be placed and written there)."""
+    from integrations.f5_dataset import summarize
+
+    summary = summarize(prepared, cache_path, placement)  # placed=0: reused is every item found in the cache
+    missing = summary.items - summary.reused
+    if missing:
+        raise FinetuneError(f"data.dir={cache_path.parent} is not writable and its site cache ({cache_path.name}) "
+                            f"lacks {missing} of {summary.items} items for this recognizer and these clips: they "
+                            "would be placed and written there; copy the prepared folder somewhere writable (its "
+                            "cache is reused there)")
+    return summary
 
 
 def trainable_sites(summary, prepared, max_frames: float | None) -> int:

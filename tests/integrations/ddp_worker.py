@@ -126,9 +126,8 @@ def main(out: Path, term: str = "leak") -> None:
     ref_grads = {k: p.grad for k, p in ref.named_parameters() if p.grad is not None}
     grad_diff = max(float((grads[k] - ref_grads[k]).abs().max()) for k in ref_grads)  # DDP grads: rank mean
     grad_scale = max(float(g.abs().max()) for g in ref_grads.values())
-    # what one process logs for the whole batch: every site statistic and count (per-item bookkeeping aside)
-    reference_curve = {k: v for k, v in _term_row(term, 0.0, None, parts).items()
-                       if not k.endswith(("/weight", "/frame_counts"))}
+    # what one process logs for the whole batch: every site statistic, count and per-item mean (*/frame_counts)
+    reference_curve = {k: v for k, v in _term_row(term, 0.0, None, parts).items() if not k.endswith("/weight")}
     curve = {name: read_leak_curve(csv, name)[-1][1] for name in reference_curve}
     result = dict(loss_ddp=float(reduced) / world, loss_ref=float(ref_total), grad_max_abs_diff=grad_diff,
                   grad_max_abs=grad_scale, frozen=frozen, replicated=replicated, curve=curve,

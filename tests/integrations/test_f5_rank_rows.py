@@ -13,7 +13,7 @@ pytest.importorskip("f5_tts")
 
 import torch
 
-from integrations.f5_tts import AUXILIARY_TERMS, leak_log_row, merge_rank_rows, site_records
+from integrations.f5_tts import AUXILIARY_TERMS, leak_log_row, merge_rank_rows, rank_log_payload
 from leakloss.heads import RawConvHead
 from leakloss.paired_penalty import PairedPosteriorPenalty
 from leakloss.penalty import LeakPenalty
@@ -31,8 +31,8 @@ SITES = [
 ]
 SECONDS = [1.0, 0.8, 0.6, 1.1]
 RANKS = ([0, 1], [2, 3])
-#: per-item bookkeeping, a mean per rank by design (merge_rank_rows' docstring)
-NOT_GLOBAL = ("/weight", "/frame_counts")
+#: the term's weight: the same on every rank, not a statistic of the batch
+NOT_GLOBAL = ("/weight",)
 
 
 def _batch(items, nonfinite: int | None = None):
@@ -75,7 +75,7 @@ def _row(name: str, parts, sites, global_penalty):
     setattr(model, f"last_{name}_penalty", global_penalty)
     setattr(model, f"last_{name}_parts", parts)
     setattr(model, f"last_{name}_sites", sites)
-    return leak_log_row(model, torch.tensor(1.0)), {name: site_records(model, name)}
+    return rank_log_payload(model, leak_log_row(model, torch.tensor(1.0)))
 
 
 @pytest.mark.parametrize("name,nonfinite", [(name, None) for name in AUXILIARY_TERMS]
@@ -85,7 +85,7 @@ def test_the_merged_row_is_the_single_process_row_of_the_whole_batch(tiny_rec, n
     with torch.no_grad():
         waves, lengths, refs, sites = _batch([0, 1, 2, 3], nonfinite)
         _, whole = term(waves, lengths, refs, sites)
-        reference, _ = _row(name, whole, sites, whole.penalty)
+        reference, *_ = _row(name, whole, sites, whole.penalty)
         gathered = []
         for items in RANKS:
             w, n, ref, s = _batch(items, nonfinite)
@@ -98,7 +98,7 @@ def test_the_merged_row_is_the_single_process_row_of_the_whole_batch(tiny_rec, n
     for key in keys:
         assert merged[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
     # not a vacuous check: averaging the ranks' own rows (the merge before 2026-12-07) misses the whole batch's means
-    averaged = {k: sum(r[k] for r, _ in gathered if k in r) / sum(k in r for r, _ in gathered) for k in keys}
+    averaged = {k: sum(r[k] for r, *_ in gathered if k in r) / sum(k in r for r, *_ in gathered) for k in keys}
     off = [k for k in keys if "/per_kind/" in k and not math.isclose(averaged[k], reference[k], rel_tol=1e-3)]
     assert off, {k: (averaged[k], reference[k]) for k in keys}
 
@@ -122,3 +122,25 @@ def test_a_rank_whose_items_were_all_masked_does_not_hide_the_others_sites():
     merged = merge_rank_rows(rows)
     assert merged["leak/per_kind/deletion"] == pytest.approx(0.3)
     assert merged["leak/nonfinite_items"] == 2.0 and merged["leak/active_sites"] == 2.0
+
+
+@pytest.mark.parametrize("name", ["leak", "paired"])
+def test_per_item_parts_are_the_mean_over_every_ranks_items_when_the_ranks_hold_different_counts(tiny_rec, name):
+    # */frame_counts was each rank's mean, then averaged over the ranks: a mean of means, wrong with 1 and 3 items
+    term = _term(name, tiny_rec)
+    with torch.no_grad():
+        waves, lengths, refs, sites = _batch([0, 1, 2, 3])
+        _, whole = term(waves, lengths, refs, sites)
+        reference, _, _ = _row(name, whole, sites, whole.penalty)
+        gathered = []
+        for items in ([0], [1, 2, 3]):  # frame batches: the ranks hold different numbers of items
+            w, n, ref, s = _batch(items)
+            _, parts = term(w, n, ref, s)
+            gathered.append(_row(name, parts, s, whole.penalty))
+    key = f"{name}/frame_counts"
+    merged = merge_rank_rows(gathered)
+    assert merged[key] == pytest.approx(reference[key], rel=1e-6)
+    mean_of_means = sum(row[key] for row, *_ in gathered) / len(gathered)  # the figure logged before
+    assert not math.isclose(mean_of_means, reference[key], rel_tol=1e-3), (mean_of_means, reference[key])
+    # a rank's row without its totals (an older payload) keeps the ranks' mean rather than a partial sum
+    assert merge_rank_rows([gathered[0][:2], gathered[1]])[key] == pytest.approx(mean_of_means)

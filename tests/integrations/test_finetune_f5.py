@@ -961,3 +961,83 @@ def test_the_probe_is_prompted_by_a_clip_of_a_few_seconds_not_always_row_0():
     assert probe_prompt_row([0.05, 36.0, 1.0, 4.0, 6.0]) == 3
     assert probe_prompt_row([0.05, 1.0, 36.0]) == 1  # none of 2-15 s: the first F5 trains on
     assert probe_prompt_row([0.05]) == 0
+
+
+def test_a_resume_after_a_clip_was_replaced_under_its_name_size_and_mtime_is_refused(tmp_path):
+    # the corpus fingerprint hashed raw.arrow and duration.json only: other audio under the same name (cp -p,
+    # rsync -t, a restored backup) resumed the run as the same corpus
+    import soundfile as sf
+
+    from integrations.finetune_f5 import DATA_FINGERPRINT, check_resume, data_fingerprint
+
+    g = torch.Generator().manual_seed(0)
+    data = _prepare_folder(tmp_path / "corpus", [(0.01 * torch.randn(24_000, generator=g), "घर जानु पर्छ"),
+                                                 (0.01 * torch.randn(24_000, generator=g), "दिदीले नयाँ कलम")])
+    out = tmp_path / "run"
+    cfg = _cfg(data, tmp_path / "base.safetensors", f"out_dir={out}")
+    _write_checkpoint(out, 2, cfg)
+    assert check_resume(cfg) == 2
+    clip = tmp_path / "corpus" / "c0.wav"
+    before = clip.stat()
+    sf.write(str(clip), (0.01 * torch.randn(24_000, generator=g)).numpy(), 16_000)  # same format and length
+    os.utime(clip, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (clip.stat().st_size, clip.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(FinetuneError, match=rf"of a run with other settings: {DATA_FINGERPRINT}"):
+        check_resume(cfg)
+    # a run recorded before the audio was hashed (a bare hex): compared with the hash of that form, which cannot
+    # see the audio, and still refused on other texts or clips
+    recorded = json.loads((out / "run.json").read_text())
+    recorded["settings"][DATA_FINGERPRINT] = data_fingerprint(data, audio=False)
+    (out / "run.json").write_text(json.dumps(recorded))
+    assert ":" not in recorded["settings"][DATA_FINGERPRINT] and check_resume(cfg) == 2
+    recorded["settings"][DATA_FINGERPRINT] = "0123456789abcdef"
+    (out / "run.json").write_text(json.dumps(recorded))
+    with pytest.raises(FinetuneError, match=rf"of a run with other settings: {DATA_FINGERPRINT}"):
+        check_resume(cfg)
+
+
+def test_a_read_only_data_dir_without_a_site_cache_is_refused_before_the_placement(tmp_path, monkeypatch):
+    from integrations.finetune_f5 import check_site_cache_place
+
+    _deny_writes(monkeypatch, tmp_path)
+    with pytest.raises(FinetuneError, match=r"is not writable and holds no site cache \(leak_sites.jsonl\): the "
+                                            "sites are placed and written there"):
+        check_site_cache_place(tmp_path / "leak_sites.jsonl")
+    (tmp_path / "leak_sites.jsonl").write_text("")
+    assert check_site_cache_place(tmp_path / "leak_sites.jsonl") is False  # read-only, a cache to read
+
+
+def _deny_writes(monkeypatch, folder: Path) -> None:
+    """``os.access(folder, W_OK)`` says no (the tests may run as root, where a chmod changes nothing)."""
+    real, folder = os.access, folder.resolve()
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if mode & os.W_OK
+                        and Path(path).resolve() == folder else real(path, mode, *a, **k))
+
+
+def _folder_state(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size, p.read_bytes()) for p in sorted(folder.iterdir())}
+
+
+@needs_embedded
+def test_a_read_only_data_dir_whose_site_cache_is_complete_is_used_and_left_untouched(prepared_dir, base_ckpt,
+                                                                                       tmp_path, monkeypatch):
+    # it was refused as "not writable" even when its cache held every item: nothing had to be written there
+    from integrations.f5_dataset import SITES_FILE
+
+    data = tmp_path / "data"
+    shutil.copytree(prepared_dir, data)  # the clips stay the fixture's; the cache is this folder's
+    placed = prepare(_cfg(data, base_ckpt))["summary"]  # writable: the sites are placed (or completed) and cached
+    assert (data / SITES_FILE).is_file() and placed.sites > 0
+    _deny_writes(monkeypatch, data)
+    state = _folder_state(data)
+    plan = prepare(_cfg(data, base_ckpt))
+    assert _folder_state(data) == state  # nothing written, renamed or touched
+    summary = plan["summary"]
+    assert (summary.items, summary.placed, summary.reused, summary.sites) == (placed.items, 0, placed.items,
+                                                                              placed.sites)
+    lines = (data / SITES_FILE).read_text(encoding="utf-8").splitlines()
+    (data / SITES_FILE).write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")  # one item short
+    with pytest.raises(FinetuneError, match=rf"data.dir={data} is not writable and its site cache \({SITES_FILE}\) "
+                                            rf"lacks 1 of {placed.items} items .*copy the prepared folder somewhere "
+                                            "writable"):
+        prepare(_cfg(data, base_ckpt))
