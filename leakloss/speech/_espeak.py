@@ -2,13 +2,24 @@
 
 No system espeak-ng is needed: the library and its data come from the wheel. espeak-ng keeps global
 state (one voice, one callback), so every call goes through a process-wide lock.
+
+Synthesis also keeps state that no call resets: the pitch-flutter phase (a ``static`` counter in espeak's
+wavegen) runs on from one utterance to the next, so the same text and voice came out different (pitch, and
+length by a few ms) depending on what the process had said before. Each synthesis therefore runs in a freshly
+loaded copy of the library (:func:`_fresh_library`; about 15 ms): a reading is a function of its text and voice
+only. Text-to-phonemes keeps one loaded instance (no audio, no flutter).
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import shutil
+import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -60,10 +71,10 @@ class PhonemeEvent:
 class EspeakLibrary:
     """Process-wide handle on libespeak-ng; use :func:`library` to get it."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
         import espeakng_loader
 
-        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        self._lib = ctypes.CDLL(path or espeakng_loader.get_library_path())
         lib = self._lib
         lib.espeak_Initialize.restype = ctypes.c_int
         lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
@@ -113,7 +124,16 @@ class EspeakLibrary:
     def synthesize(
         self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool
     ) -> tuple[np.ndarray, list[PhonemeEvent]]:
-        """Speak ``text`` (or ``[[mnemonics]]`` when ``phonemes``); int16 samples at ``sample_rate``."""
+        """Speak ``text`` (or ``[[mnemonics]]`` when ``phonemes``); int16 samples at ``sample_rate``, the same
+        whatever was spoken before (a freshly loaded library speaks it: see the module's note)."""
+        with self.lock, _fresh_library() as fresh:
+            return fresh.synthesize_here(text, voice, rate=rate, pitch=pitch, pitch_range=pitch_range,
+                                         phonemes=phonemes)
+
+    def synthesize_here(
+        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool
+    ) -> tuple[np.ndarray, list[PhonemeEvent]]:
+        """:meth:`synthesize` on this loaded instance, whose flutter phase is wherever its last call left it."""
         with self.lock:
             self.set_voice(voice)
             self._lib.espeak_SetParameter(PARAM_RATE, int(rate), 0)
@@ -144,8 +164,46 @@ class EspeakLibrary:
             return " ".join(parts)
 
 
+    def close(self) -> None:
+        """Terminate espeak and unload this instance (its handle must not be used after)."""
+        import _ctypes
+
+        self._lib.espeak_Terminate()
+        handle, self._lib = self._lib._handle, None
+        _ctypes.dlclose(handle)
+
+
 _LIBRARY: EspeakLibrary | None = None
 _LIBRARY_LOCK = threading.Lock()
+#: serialises the fresh instances: they all load one private copy of the library
+_FRESH_LOCK = threading.RLock()
+_PRIVATE_COPY: Path | None = None
+
+
+def _private_copy() -> Path:
+    """A copy of the library file for the fresh instances, made once per process. It must be another file:
+    :func:`library` keeps the wheel's file loaded, and unloading a file that is still loaded elsewhere would keep
+    its state."""
+    global _PRIVATE_COPY
+    import espeakng_loader
+
+    if _PRIVATE_COPY is None or not _PRIVATE_COPY.exists():
+        folder = Path(tempfile.mkdtemp(prefix="leakloss-espeak-"))
+        atexit.register(shutil.rmtree, folder, True)
+        source = Path(espeakng_loader.get_library_path())
+        _PRIVATE_COPY = Path(shutil.copy2(source, folder / source.name))
+    return _PRIVATE_COPY
+
+
+@contextmanager
+def _fresh_library():
+    """A newly loaded espeak instance (its static state as at load), unloaded on exit."""
+    with _FRESH_LOCK:
+        fresh = EspeakLibrary(str(_private_copy()))
+        try:
+            yield fresh
+        finally:
+            fresh.close()
 
 
 def library() -> EspeakLibrary:
