@@ -1,7 +1,8 @@
 """Evidence for many clips as a Lightning ``predict`` loop, cached on disk.
 
 One recognizer pass per clip; each clip's evidence is written to ``CACHE/<key>.json`` where the key
-hashes the clip's bytes, its text, the recognizer id and :data:`FEATURE_SCHEMA_VERSION`, so a rerun
+hashes the clip's bytes, its text, the recognizer id, :data:`FEATURE_SCHEMA_VERSION` and the aligner's
+:data:`~leakloss.acoustic.align.FIT_VERSION`, so a rerun
 (or another process of a ``ddp`` run) reuses it. ``trainer`` options (``accelerator``, ``devices``,
 ``strategy``) spread the clips over GPUs and nodes.
 """
@@ -18,13 +19,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from leakloss.atomic import write_text_atomic
-from leakloss.acoustic.align import AlignmentResult, WordAlignment
+from leakloss.acoustic.align import FIT_VERSION, AlignmentResult, WordAlignment
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, SiteEvidence, UtteranceEvidence
 
 
 def clip_key(audio: str | Path, text: str, recognizer_id: str) -> str:
     h = hashlib.sha256(Path(audio).read_bytes())
-    h.update(f"|{text}|{recognizer_id}|{FEATURE_SCHEMA_VERSION}".encode())
+    h.update(f"|{text}|{recognizer_id}|{FEATURE_SCHEMA_VERSION}|fit{FIT_VERSION}".encode())
     return h.hexdigest()[:24]
 
 

@@ -27,3 +27,15 @@ def test_predict_loop_caches_and_roundtrips(tmp_path, tiny_rec):
     back = evidence_from_json(evidence_to_json(ev))
     for k, s in ev.sites.items():
         assert torch.allclose(back.sites[k].evidence, s.evidence.float(), atol=1e-5)
+
+
+def test_the_cache_key_changes_with_what_fit_means(tmp_path, monkeypatch):
+    # cached evidence holds the alignment's fit and status: a change of what fit counts must not reuse them
+    from leakloss.acoustic import extract
+
+    clip = tmp_path / "c.wav"
+    clip.write_bytes(b"RIFF....")
+    before = extract.clip_key(clip, "नेकपा", "wb")
+    assert extract.clip_key(clip, "नेकपा", "wb") == before
+    monkeypatch.setattr(extract, "FIT_VERSION", extract.FIT_VERSION + 1)
+    assert extract.clip_key(clip, "नेकपा", "wb") != before
