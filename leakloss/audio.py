@@ -11,6 +11,8 @@ Every clip that enters leakloss goes through :func:`prepare_waveform` (directly,
 * more than one channel  -> downmixed by the mean over channels (``info.downmixed``)
 * no samples / empty file -> :class:`AudioError` ``"... is empty"``
 * shorter than 50 ms     -> :class:`AudioError` ``"... is too short"``
+* a file longer than 10 minutes (:data:`MAX_DURATION_S`, ``max_duration_s=``) -> :class:`AudioError`
+  ``"... is too long"``, from its header, before any sample is read
 * NaN or Inf samples     -> :class:`AudioError` naming how many
 * finite samples beyond the float32 range (``|x| > 3.4e38``, e.g. in a float64 WAV) -> :class:`AudioError`
   ``"... has samples beyond the float32 range"``
@@ -53,6 +55,7 @@ from leakloss.constants import SAMPLE_RATE
 
 __all__ = [
     "MIN_DURATION_S",
+    "MAX_DURATION_S",
     "MIN_SAMPLE_RATE",
     "SILENCE_DBFS",
     "CLIP_LEVEL",
@@ -68,6 +71,10 @@ __all__ = [
 ]
 
 MIN_DURATION_S = 0.05
+#: Longest file :func:`load_audio` reads by default (seconds). A TTS reading is one sentence or a paragraph (seconds
+#: to a minute); 10 minutes is ten times the longest, yet bounds memory (~38 MB of 16 kHz float32, ~230 MB read at
+#: 48 kHz stereo) where a multi-hour file was read whole. Callers that mean longer pass ``max_duration_s``.
+MAX_DURATION_S = 600.0
 MIN_SAMPLE_RATE = 8_000  # telephone speech; below it the vowels' formants are gone, resampling cannot bring them back
 SILENCE_DBFS = -60.0
 CLIP_LEVEL = 0.999  # |x| at or above this counts as a clipped sample
@@ -337,8 +344,12 @@ def prepare_waveform(
     return mono.contiguous(), info
 
 
-def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor, AudioInfo]:
+def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE, *,
+               max_duration_s: float | None = MAX_DURATION_S) -> tuple[Tensor, AudioInfo]:
     """Read a WAV (int16/int24/int32/float) or FLAC file into mono float32 at ``sample_rate``.
+
+    ``max_duration_s``: longest file accepted (seconds, from the header's frame count and rate, checked before
+    the samples are read); ``None`` for no limit.
 
     Returns:
         ``(mono, info)`` with ``mono`` a 1-D float32 CPU tensor ``[t]``; see
@@ -347,7 +358,7 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     float64 (``DOUBLE``) files are read as float64 and checked to fit float32, other files are read as float32.
 
     Raises:
-        AudioError: missing file, folder, empty, unreadable or truncated file, or any check of
+        AudioError: missing file, folder, empty, unreadable, truncated or too long file, or any check of
             :func:`prepare_waveform` (a float64 file with samples beyond the float32 range is refused);
             a soundfile error is chained as ``__cause__``.
     """
@@ -355,6 +366,9 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
 
     name = _name(path)
     p = Path(path)
+    if max_duration_s is not None and (isinstance(max_duration_s, bool) or not isinstance(max_duration_s, (int, float))
+                                       or not max_duration_s > 0):  # a NaN limit too
+        raise AudioError(f"max_duration_s must be a number of seconds > 0 or None, got {max_duration_s!r}")
     if (problem := path_problem(p, utf8=False)) is not None:  # Path.exists() raised ENAMETOOLONG; a link loop
         raise AudioError(f"audio file {problem}")
     if not p.exists():
@@ -379,10 +393,12 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
             unchecked = None if fh.format in READ_FORMATS else fh.format_info
             if unchecked is None:
                 declared, rate, subtype = fh.frames, fh.samplerate, fh.subtype
+                # judged from the header, before the read: a multi-hour file was read whole into memory
+                too_long = max_duration_s is not None and rate > 0 and declared / rate > max_duration_s
                 # float64 files are read as float64, so that finite samples beyond the float32 range (1e300) are
                 # reported as such by prepare_waveform, not turned into Inf by the read and reported as Inf
                 dtype = "float64" if fh.subtype == "DOUBLE" else "float32"
-                data = fh.read(dtype=dtype, always_2d=True)
+                data = None if too_long else fh.read(dtype=dtype, always_2d=True)
     except (sf.SoundFileError, RuntimeError, OSError, ValueError) as exc:
         reason = getattr(exc, "error_string", None) or str(exc)
         raise AudioError(
@@ -391,6 +407,9 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> tuple[Tensor
     if unchecked is not None:
         raise AudioError(f"{name} is {unchecked}: only WAV, FLAC or AIFF audio is read (in other formats a file cut "
                          "short reads as a shorter clip with no sign of it); convert it (e.g. ffmpeg -i IN OUT.wav)")
+    if too_long:
+        raise AudioError(f"{name} is too long: {declared / rate:.1f} s, the limit is {max_duration_s:g} s "
+                         "(load_audio(..., max_duration_s=...) reads longer audio)")
     if data.shape[0] < declared:
         raise AudioError(f"{name} is truncated: only {data.shape[0]} of {declared} frames could be decoded")
     # soundfile gives [frames, channels]; we work channels first.

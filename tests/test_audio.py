@@ -241,6 +241,48 @@ def test_too_short(tmp_path):
     assert info.duration_s == pytest.approx(MIN_DURATION_S)
 
 
+def _sparse_wav(path, seconds: float, rate: int = 8_000) -> None:
+    """A 16-bit mono WAV of ``seconds`` of silence whose samples are a hole in the file (no disk, no writing)."""
+    import struct
+
+    n_bytes = int(seconds * rate) * 2
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, 2 * rate, 2, 16)
+    with open(path, "wb") as fh:
+        fh.write(b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + n_bytes) + b"WAVE")
+        fh.write(b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", n_bytes))
+        fh.truncate(fh.tell() + n_bytes)
+
+
+def test_hours_long_file_is_refused_from_its_header_before_any_sample_is_read(tmp_path, monkeypatch):
+    # a multi-hour file was read whole into memory (2 h of 48 kHz stereo: 2.8 GB as float32)
+    _sparse_wav(tmp_path / "long.wav", 2 * 3600)
+
+    def no_read(self, *args, **kwargs):
+        raise AssertionError("the samples were read")
+
+    monkeypatch.setattr(sf.SoundFile, "read", no_read)
+    with pytest.raises(AudioError, match=r"long\.wav' is too long: 7200\.0 s, the limit is 600 s .*max_duration_s="):
+        load_audio(tmp_path / "long.wav")
+
+
+def test_duration_limit_is_a_parameter(tmp_path):
+    from leakloss.audio import MAX_DURATION_S
+
+    assert MAX_DURATION_S >= 600  # generous for any TTS reading
+    sf.write(tmp_path / "x.wav", tone(2.0), SAMPLE_RATE)
+    with pytest.raises(AudioError, match=r"too long: 2\.0 s, the limit is 1\.5 s"):
+        load_audio(tmp_path / "x.wav", max_duration_s=1.5)
+    assert load_audio(tmp_path / "x.wav", max_duration_s=2.0)[1].duration_s == pytest.approx(2.0)  # the limit is in
+    _sparse_wav(tmp_path / "long.wav", 11 * 60)
+    with pytest.raises(AudioError, match="too long"):
+        load_audio(tmp_path / "long.wav")
+    with pytest.raises(AudioError, match="is silent"):  # read (and judged) when the caller lifts the limit
+        load_audio(tmp_path / "long.wav", max_duration_s=None)
+    for bad in (0, -1.0, float("nan"), True, "600"):
+        with pytest.raises(AudioError, match="max_duration_s must be"):
+            load_audio(tmp_path / "x.wav", max_duration_s=bad)
+
+
 def test_silent(tmp_path):
     sf.write(tmp_path / "zeros.wav", np.zeros(8000), SAMPLE_RATE)
     with pytest.raises(AudioError, match=r"zeros\.wav.* is silent"):

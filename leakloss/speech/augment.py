@@ -228,6 +228,7 @@ def _uniform(g: torch.Generator, lo: float, hi: float) -> float:
 def augment_chain(wave: Tensor, generator: torch.Generator, config: AugmentConfig = AugmentConfig(),
                   sample_rate: int = SAMPLE_RATE, vocoder=None) -> tuple[Tensor, float, list[str]]:
     """One random chain: (augmented wave, tempo rate applied, names of the steps applied).
+    The wave stays within [-1, 1]: scaled down by its peak only when a step took it beyond.
     Every draw is made (in a fixed order) whether or not its step runs, so one step's probability does
     not shift the others' parameters."""
     c, g, applied = config, generator, []
@@ -265,7 +266,17 @@ def augment_chain(wave: Tensor, generator: torch.Generator, config: AugmentConfi
     if draws["noise"][0] < c.p_noise:
         wave = add_noise(wave, draws["noise"][1], g, color="pink" if _uniform(g, 0, 1) < 0.5 else "white")
         applied.append(f"snr={draws['noise'][1]:.1f}dB")
-    return wave, rate, applied
+    return _within_full_scale(wave), rate, applied
+
+
+def _within_full_scale(wave: Tensor) -> Tensor:
+    """``wave`` divided by its peak when that is above 1, else unchanged.
+
+    Noise, pitch shift and tempo change add to the input's peak (a full-scale reading came out of the chain at
+    up to 1.9): its users clipped it to [-1, 1], squaring off the loudest vowels. Scaling only when over keeps
+    normal-level audio bit for bit as it was."""
+    peak = float(wave.detach().abs().max()) if wave.numel() else 0.0
+    return wave / peak if peak > 1.0 else wave
 
 
 def scale_times(reading, rate: float):

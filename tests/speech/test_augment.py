@@ -3,6 +3,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leakloss.speech import augment as A
 
@@ -178,3 +180,40 @@ def test_scale_times_moves_festival_segments_too():
     assert isinstance(out, VoiceReading)
     assert out.segments[1].start == pytest.approx(0.1) and out.segments[1].end == pytest.approx(0.2)
     assert out.phone_starts == [0.1] and out.phone_ends == [0.2]
+
+
+def test_chain_keeps_a_full_scale_reading_within_full_scale():
+    # noise at 5 dB on a full-scale vowel peaked at ~1.5: its users clipped it, squaring off the vowel
+    x = _vowel(seconds=0.5)
+    cfg = A.AugmentConfig(p_tempo=0, p_pitch=0, p_formant=0, p_room=0, p_band=0, p_mulaw=0, p_noise=1, snr_db=(5.0, 5.0))
+    y, _, applied = A.augment_chain(x, torch.Generator().manual_seed(0), cfg)
+    assert applied[-1] == "snr=5.0dB"
+    assert float(y.abs().max()) == pytest.approx(1.0)  # scaled to full scale, not clipped there
+    assert float((y.abs() >= 0.999).float().mean()) < 1e-3
+
+
+def test_chain_leaves_normal_level_audio_unscaled():
+    x = 0.3 * _vowel(seconds=0.5)
+    cfg = A.AugmentConfig(p_tempo=0, p_pitch=0, p_formant=0, p_room=0, p_band=0, p_mulaw=0, p_noise=1, snr_db=(20.0, 20.0))
+    y, _, _ = A.augment_chain(x, torch.Generator().manual_seed(0), cfg)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(8 * 2 + 9):  # the chain's draws, made whether or not their step runs
+        torch.rand((), generator=g)
+    color = "pink" if float(torch.rand((), generator=g)) < 0.5 else "white"
+    assert torch.equal(y, A.add_noise(x, 20.0, g, color=color))
+
+
+_probability = st.sampled_from([0.0, 0.5, 1.0])
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), level=st.sampled_from([0.0, 1e-3, 0.3, 1.0]),
+       p=st.tuples(*[_probability] * 7), snr=st.floats(-5.0, 40.0))
+def test_chain_output_is_finite_and_within_full_scale(seed, level, p, snr):
+    pytest.importorskip("pyroomacoustics")
+    x = level * _vowel(seconds=0.4)
+    cfg = A.AugmentConfig(p_tempo=p[0], p_pitch=p[1], p_formant=p[2], p_room=p[3], p_band=p[4], p_mulaw=p[5],
+                          p_noise=p[6], snr_db=(snr, snr))
+    y, _, _ = A.augment_chain(x, torch.Generator().manual_seed(seed), cfg)
+    assert y.numel() > 0 and bool(torch.isfinite(y).all())
+    assert float(y.abs().max()) <= 1.0
