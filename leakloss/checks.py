@@ -99,6 +99,60 @@ class ResumeError(ValueError):
     settings or architecture): continuing from it would mix two trainings under one card."""
 
 
+def check_same_run(record, identity: dict, *, where: str, remedy: str, checkpoint: str | None = None,
+                   values: bool = True, hint: str = "") -> None:
+    """:class:`ResumeError` unless the JSON file ``record`` says (under ``"run"``) that the checkpoint beside it
+    was written by the run ``identity`` describes (``{key: value}``, compared as read back from JSON): the one
+    rule of every resume (the head trainings', the recognizer trainings'). A checkpoint of another run continued
+    would ship its weights under this run's card; one that recorded no run cannot be told apart from another's.
+
+    The caller decides whether there is a checkpoint to continue; the messages start ``{where}: `` and end with
+    ``remedy`` (how to start afresh). ``checkpoint``: the checkpoint named in them; ``values``: a changed key
+    shown with its recorded and its new value (the first four), else the changed keys' names only; ``hint``: put
+    before ``remedy`` in the message of a mismatch."""
+    import json
+    from pathlib import Path
+
+    record = Path(record)
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8")).get("run") if record.is_file() else None
+        if saved is not None and not isinstance(saved, dict):
+            raise TypeError(f"'run' is a {type(saved).__name__}, not an object")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError) as err:
+        raise ResumeError(f"{where}: unreadable checkpoint record {record} "
+                          f"({first_line(err) or type(err).__name__}); {remedy}") from None
+    if saved is None:
+        raise ResumeError(f"{where}: {checkpoint or 'the checkpoint'} has no run record ({record.name}: written "
+                          "before checkpoints recorded their run), so it cannot be told apart from another run's; "
+                          f"{remedy}")
+    identity = json.loads(json.dumps(identity))
+    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k, _ABSENT) != identity.get(k, _ABSENT))
+    if not changed:
+        return
+    if values:
+        shown = ", ".join(f"{k} ({_quoted(saved.get(k, _ABSENT))} -> {_quoted(identity.get(k, _ABSENT))})"
+                          for k in changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+    else:
+        shown = ", ".join(changed)
+    subject = f"{checkpoint} was " if checkpoint else ""
+    raise ResumeError(f"{where}: {subject}written by a run with other {shown}; {hint}{remedy}")
+
+
+class _Absent:
+    """A key one run recorded and the other did not (:func:`check_same_run`)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class UntrainedError(RuntimeError):
     """A training that took no step, or whose weights hold NaN/Inf: it is never saved (its default output is a
     shipped model, which it would replace)."""

@@ -110,3 +110,45 @@ def test_echoed_never_builds_the_repr_of_a_nested_alias_structure():
     start = time.perf_counter()
     out = echoed(deep)
     assert time.perf_counter() - start < 1 and out.startswith("[[") and len(out) <= 210, out
+
+
+def test_check_same_run_continues_the_same_run_and_refuses_another(tmp_path):
+    # one home for the rule of every resume (train_heads' check_head_resume, the recognizers' check_resumable)
+    import json
+
+    from leakloss.checks import ResumeError, check_same_run
+
+    record = tmp_path / "run.json"
+    identity = {"seed": 0, "lr": 0.03, "data": "abc"}
+    kw = {"where": "heads.x.resume", "remedy": "delete it to start afresh"}
+    record.write_text(json.dumps({"step": 3, "run": identity}), encoding="utf-8")
+    check_same_run(record, identity, **kw)  # the same run: no error
+    check_same_run(record, {"data": "abc", "lr": 0.03, "seed": 0}, **kw)  # key order does not matter
+    with pytest.raises(ResumeError, match=r"^heads.x.resume: last.ckpt was written by a run with other lr \(0.03 -> "
+                                          r"0.01\), new \(<absent> -> 1\); give the same, or delete it to start"):
+        check_same_run(record, {**identity, "lr": 0.01, "new": 1}, checkpoint="last.ckpt", hint="give the same, or ",
+                       **kw)
+    with pytest.raises(ResumeError, match=r"^heads.x.resume: written by a run with other data, seed; delete it"):
+        check_same_run(record, {**identity, "seed": 1, "data": "d"}, values=False, **kw)
+    with pytest.raises(ResumeError, match=r"other data \('abc' -> <absent>\)"):  # a key the record has and this lacks
+        check_same_run(record, {"seed": 0, "lr": 0.03}, **kw)
+    with pytest.raises(ResumeError, match=r"other a \(<absent> -> 1\), .*, d \(<absent> -> 1\) and 1 more;"):
+        check_same_run(record, {**identity, **{k: 1 for k in "abcde"}}, **kw)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"step": 3}', r"the checkpoint has no run record \(run.json: written before checkpoints recorded their run\)"),
+    ('{"run": null}', "the checkpoint has no run record"),
+    (None, "the checkpoint has no run record"),  # no record at all
+    ("{trunc", r"unreadable checkpoint record .*run.json \(Expecting"),
+    ('[1, 2]', r"unreadable checkpoint record .*\('list' object has no attribute 'get'\)"),
+    ('{"run": [1]}', r"unreadable checkpoint record .*\('run' is a list, not an object\)"),
+])
+def test_check_same_run_refuses_a_record_it_cannot_compare(tmp_path, text, message):
+    from leakloss.checks import ResumeError, check_same_run
+
+    record = tmp_path / "run.json"
+    if text is not None:
+        record.write_text(text, encoding="utf-8")
+    with pytest.raises(ResumeError, match=rf"^w: {message}.*; delete it$"):
+        check_same_run(record, {"seed": 0}, where="w", remedy="delete it")

@@ -33,9 +33,10 @@ def embedded_manifest(cfg: DictConfig) -> Path:
     # v2 for a capped build: it takes a quarter held-out sentences, not the first N (all held out, nothing to train)
     version = "v1" if cfg.data.max_sentences is None else "v2"
     key = f"pairs-{version}-{cfg.seed}-{cfg.data.max_sentences}-{'-'.join(cfg.data.heldout_words)}"
-    if recorded or heldout_recorded:  # espeak-only keys unchanged, so their caches stay valid
+    if recorded or heldout_recorded:
         # v2: the voices' phone-input tables say the Hindi vowels, so quality pairs exist in recorded voices
         key += f"-rec2-{'-'.join(recorded)}-held-{'-'.join(heldout_recorded)}"
+    key += f"-synth-{json.dumps(pair_synthesizer_versions(recorded + heldout_recorded), ensure_ascii=False)}"
     out = Path(cfg.cache_dir) / "pairs" / hashlib.sha256(key.encode()).hexdigest()[:16]
     manifest = out / "pairs.jsonl"
     if not manifest.exists():
@@ -44,6 +45,18 @@ def embedded_manifest(cfg: DictConfig) -> Path:
                                                recorded_voices=recorded, heldout_recorded_voices=heldout_recorded)
         print("pairs:", stats.as_dict())
     return manifest
+
+
+def pair_synthesizer_versions(recorded_voices: list[str]) -> list[str]:
+    """The versions of the synthesizers that speak the embedded pairs (espeak-ng, the recorded voices named), for
+    the pairs' cache key: an upgraded synthesizer builds the pairs anew, never reuses the old one's audio. A name
+    no voice has counts as itself (the build refuses it)."""
+    from leakloss.speech import festival
+    from leakloss.speech.versions import espeak_version
+
+    return [espeak_version(), *(festival.voice_version(festival.VOICES_BY_NAME[name])
+                                if name in festival.VOICES_BY_NAME else name
+                                for name in dict.fromkeys(recorded_voices))]
 
 
 def export_folder_problem(path: str | Path) -> str | None:
@@ -254,43 +267,24 @@ def head_run_identity(cfg: DictConfig, name: str, training_data_sha256: str, rec
     return json.loads(json.dumps(identity))  # as read back from the record
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def check_head_resume(resume_dir: Path, identity: dict, name: str) -> bool:
     """True when ``resume_dir`` holds a ``last.ckpt`` of this run of head ``name`` (continued), False when it holds
-    none (a fresh start).
+    none (a fresh start); the run beside it (:data:`RUN_RECORD`) is compared by
+    :func:`leakloss.checks.check_same_run`.
 
     Raises:
         ResumeError: the checkpoint has no readable run record, or another run wrote it (other settings, data,
             seeds or recognizers: the resume restored its weights and optimizer under this run's card, ignored a
             changed learning rate, or failed as a traceback on another architecture)."""
-    from leakloss.checks import ResumeError, first_line
+    from leakloss.checks import check_same_run
 
     ckpt = resume_dir / "last.ckpt"
     if not ckpt.is_file():
         return False
-    record = resume_dir / RUN_RECORD
-    afresh = f"delete {resume_dir} to start afresh"
-    if not record.is_file():
-        raise ResumeError(f"heads.{name}.resume: {ckpt} has no run record ({RUN_RECORD}: written before head "
-                          f"checkpoints recorded their run), so it cannot be told apart from another run's; {afresh}")
-    try:
-        saved = json.loads(record.read_text(encoding="utf-8"))["run"]
-        if not isinstance(saved, dict):
-            raise TypeError(f"'run' is a {type(saved).__name__}, not an object")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ResumeError(f"heads.{name}.resume: unreadable run record {record} "
-                          f"({first_line(err) or type(err).__name__}); {afresh}") from None
-    changed = sorted(k for k in set(saved) | set(identity) if saved.get(k, "<absent>") != identity.get(k, "<absent>"))
-    if changed:
-        shown = ", ".join(f"{k} ({_short(saved.get(k))} -> {_short(identity.get(k))})" for k in changed[:4])
-        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-        raise ResumeError(f"heads.{name}.resume: {ckpt} was written by a run with other {shown}{more}; a resume "
-                          f"continues the same run (only heads.{name}.max_epochs and max_minutes may change): give "
-                          f"the same settings, or {afresh}")
+    check_same_run(resume_dir / RUN_RECORD, identity, where=f"heads.{name}.resume", checkpoint=str(ckpt),
+                   remedy=f"delete {resume_dir} to start afresh",
+                   hint=f"a resume continues the same run (only heads.{name}.max_epochs and max_minutes may change): "
+                        "give the same settings, or ")
     return True
 
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.recognizer_training import UNK
-from leakloss.checks import ResumeError
+from leakloss.checks import check_same_run
 from leakloss.text.phones import canonical
 
 
@@ -181,22 +181,13 @@ def load_checkpoint(folder: Path, head, optimizer) -> dict | None:
 
 def check_resumable(ckpt_dir: Path, identity: dict) -> None:
     """:class:`~leakloss.checks.ResumeError` when ``ckpt_dir`` holds a checkpoint that cannot be read or that a
-    run on other data or settings wrote (continuing from it would ship its weights under this run's card)."""
+    run on other data or settings wrote (continuing from it would ship its weights under this run's card); the
+    run it recorded (``state.json``'s ``"run"``) is compared by :func:`~leakloss.checks.check_same_run`."""
     state_file = ckpt_dir / "state.json"
     if not state_file.exists():
         return
-    try:
-        saved = json.loads(state_file.read_text(encoding="utf-8")).get("run")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: unreadable checkpoint ({err}); delete it to start afresh") from None
-    if saved is None:
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written before checkpoints recorded their run (data, head, "
-                          "seed), so it cannot be told apart from another run's; delete it, or give another "
-                          "checkpoint_dir, to start afresh")
-    if saved != identity:
-        changed = sorted(k for k in identity if not isinstance(saved, dict) or saved.get(k) != identity[k])
-        raise ResumeError(f"checkpoint_dir={ckpt_dir}: written by a run with other {', '.join(changed)}; "
-                          "delete it, or give another checkpoint_dir, to start afresh")
+    check_same_run(state_file, identity, where=f"checkpoint_dir={ckpt_dir}", values=False,
+                   remedy="delete it, or give another checkpoint_dir, to start afresh")
 
 
 def check_run_folders(out_dir, owned, checkpoint_dir) -> None:

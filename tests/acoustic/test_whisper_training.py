@@ -276,3 +276,19 @@ def test_cache_states_leaves_nothing_when_the_write_fails(frames, tmp_path, monk
     with pytest.raises(OSError, match="disk full"):
         T.cache_states(frames, torch.zeros(3_200), path)
     assert list(tmp_path.iterdir()) == []  # neither the file nor a half-written temporary
+
+
+def test_check_resumable_names_a_key_only_the_checkpoint_recorded(tmp_path):
+    # it compared this run's keys only: a checkpoint recording one more said "written by a run with other ;"
+    import json
+
+    from leakloss.checks import ResumeError
+
+    identity = {"seed": 0, "batch_size": 2}
+    (tmp_path / "state.json").write_text(json.dumps({"step": 5, "run": {**identity, "roles": ["teacher"]}}))
+    with pytest.raises(ResumeError, match=rf"^checkpoint_dir={tmp_path}: written by a run with other roles; delete "
+                                          "it, or give another checkpoint_dir, to start afresh$"):
+        T.check_resumable(tmp_path, identity)
+    (tmp_path / "state.json").write_text(json.dumps({"step": 5, "run": identity}))
+    T.check_resumable(tmp_path, identity)  # the same run
+    T.check_resumable(tmp_path / "none", identity)  # no checkpoint: a fresh start

@@ -182,3 +182,21 @@ def test_a_fresh_start_leaves_no_best_checkpoint_of_an_earlier_run(fake, tmp_pat
     (best / "best-epoch=7.ckpt").write_bytes(b"earlier run")
     first = _run(tmp_path, "heads.deletion.max_epochs=2", "heads.deletion.resume=false")
     assert [p.name for p in best.iterdir()] == [first["training"]["kept"]]
+
+
+def test_check_head_resume_without_a_checkpoint_starts_afresh_and_continues_its_own_run(tmp_path):
+    identity = {"seed": 0, "heads.deletion.module.lr": 0.03}
+    resume_dir = tmp_path / "resume"
+    assert pipeline.check_head_resume(resume_dir, identity, "deletion") is False  # nothing there: a fresh start
+    pipeline.write_run_record(resume_dir, identity)
+    assert pipeline.check_head_resume(resume_dir, identity, "deletion") is False  # a record, no last.ckpt yet
+    (resume_dir / "last.ckpt").write_bytes(b"")
+    assert pipeline.check_head_resume(resume_dir, identity, "deletion") is True
+    with pytest.raises(ResumeError, match=rf"^heads.deletion.resume: {resume_dir / 'last.ckpt'} was written by a run "
+                                          r"with other seed \(0 -> 1\); a resume continues the same run \(only "
+                                          rf"heads.deletion.max_epochs and max_minutes may change\): give the same "
+                                          rf"settings, or delete {resume_dir} to start afresh$"):
+        pipeline.check_head_resume(resume_dir, {**identity, "seed": 1}, "deletion")
+    (resume_dir / "run.json").write_text('{"run": "x"}')
+    with pytest.raises(ResumeError, match=r"unreadable checkpoint record .*run.json \('run' is a str"):
+        pipeline.check_head_resume(resume_dir, identity, "deletion")
