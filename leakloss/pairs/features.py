@@ -324,6 +324,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
     ``exclude_words`` give no row (training rows: the held-out words, :data:`leakloss.pairs.build.DEFAULT_HELDOUT_WORDS`,
     are never trained on, negatives included)."""
     from leakloss.speech.synth import HELDOUT_TEACHER_VOICE, Voice, speak_phones
+    from leakloss.speech.versions import espeak_version
 
     base = voice or HELDOUT_TEACHER_VOICE
     excluded = _normal_words(exclude_words)
@@ -334,6 +335,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
         if layer is not None:  # None: the key it always had (the recognizer's default frames)
             h.update(f"|layer{layer}".encode())
         h.update(_excluded_key(excluded))
+        h.update(f"|{espeak_version()}".encode())  # the readings are espeak's: an upgraded one reads them anew
         cache = Path(cache_dir) / f"short-{h.hexdigest()[:16]}.pt"
         if cache.exists():
             return _load_conv_table(cache)[0]

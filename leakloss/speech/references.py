@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from leakloss.speech import versions
 from leakloss.speech.synth import TRAIN_TEACHER_VOICES, Reading, Voice, speak_phones
 
 #: The two teacher voices of synthesised references (training voices: the held-out teacher voice stays
@@ -61,8 +62,9 @@ def synthesised_references(text: str, voices: tuple[Voice, ...] = REFERENCE_VOIC
                            cache_dir: str | Path | None = None, finder=None) -> list[Path]:
     """Paths of the teacher's readings of ``text``, one per voice, synthesised on first use and cached.
 
-    The file name is a hash of the text, the voice, the frontend's fingerprint and
-    :data:`REFERENCE_CACHE_VERSION`: another lexicon or frontend is another reference. Files are written
+    The file name is a hash of the text, the voice, the frontend's fingerprint, espeak-ng's version
+    (:func:`leakloss.speech.versions.espeak_version`) and :data:`REFERENCE_CACHE_VERSION`: another lexicon,
+    frontend or synthesizer is another reference. Files are written
     atomically (:func:`leakloss.audio.save_audio`), so an interrupted run never leaves a partial reference.
 
     Raises:
@@ -77,8 +79,9 @@ def synthesised_references(text: str, voices: tuple[Voice, ...] = REFERENCE_VOIC
     folder = Path(cache_dir) if cache_dir is not None else cache_path(CACHE_FOLDER)
     out = []
     for voice in voices:
-        key = hashlib.sha256("|".join([REFERENCE_CACHE_VERSION, repr(voice), finder.fingerprint, text])
-                             .encode()).hexdigest()[:24]
+        # the synthesizer's version: an upgraded espeak-ng reused the old one's references
+        key = hashlib.sha256("|".join([REFERENCE_CACHE_VERSION, repr(voice), finder.fingerprint, text,
+                                       versions.espeak_version()]).encode()).hexdigest()[:24]
         path = folder / f"{voice.name}-{key}.wav"
         if not path.is_file():
             folder.mkdir(parents=True, exist_ok=True)

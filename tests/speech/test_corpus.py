@@ -107,3 +107,25 @@ def test_no_sentence_or_no_reading_per_sentence_is_refused_and_wordless_sentence
                          **kwargs)
     corpus = build_corpus(["123 ...", builtin_sentences()[0]], tmp_path, roles=("hindi",), progress=False)
     assert len(corpus) == 1 and "1 sentence(s) with no word to say skipped" in capsys.readouterr().out
+
+
+def test_the_corpus_key_takes_the_synthesizers_versions(monkeypatch):
+    # an upgraded espeak-ng (or recorded voice, or Piper) reused the old synthesizer's corpus
+    from leakloss.speech import festival, piper_voice, versions
+    from leakloss.speech.corpus import corpus_key
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES
+
+    voices = [*TRAIN_TEACHER_VOICES, festival.get_voice("fest-kal")]
+    args = (["नेकपा"], ("teacher", "recorded", "piper"), voices, 0)
+    key = corpus_key(*args)
+    assert corpus_key(*args) == key  # the same across calls
+    teacher_only = corpus_key(["नेकपा"], ("teacher",), voices, 0)
+    monkeypatch.setattr(versions, "espeak_version", lambda: "espeak-ng 9.9")
+    assert corpus_key(*args) != key and corpus_key(["नेकपा"], ("teacher",), voices, 0) != teacher_only
+    monkeypatch.undo()
+    monkeypatch.setattr(festival, "voice_version", lambda voice: "festival 9.9")
+    assert corpus_key(*args) != key
+    assert corpus_key(["नेकपा"], ("teacher",), voices, 0) == teacher_only  # no recorded role: not its version
+    monkeypatch.undo()
+    monkeypatch.setattr(piper_voice, "synthesizer_version", lambda: "piper-tts 9.9")
+    assert corpus_key(*args) != key

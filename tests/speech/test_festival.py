@@ -561,3 +561,22 @@ def test_a_symlink_planted_at_a_cache_name_is_replaced_not_written_through(tmp_p
     F.speak_phones(WORDS[:1], v, cache_dir=cache)
     assert (outside / "victim").read_bytes() == b"precious" and sorted(p.name for p in outside.iterdir()) == ["victim"]
     assert all(not p.is_symlink() and p.is_file() for p in cache.iterdir())
+
+
+def test_the_cache_key_takes_the_synthesizer_version(tmp_path, monkeypatch):
+    # an upgraded Festival, flite or voice package reused the old one's cached audio
+    from leakloss.speech import versions
+
+    fest, flite = F.get_voice("fest-kal"), F.get_voice("flite-kal16")
+    key = F._cache_path(tmp_path, fest, "phones", WORDS[:1])
+    assert F._cache_path(tmp_path, fest, "phones", WORDS[:1]) == key  # the same across calls
+    flite_key = F._cache_path(tmp_path, flite, "phones", WORDS[:1])
+    monkeypatch.setattr(versions, "festival_version", lambda: "festival 9.9")
+    assert F._cache_path(tmp_path, fest, "phones", WORDS[:1]) != key
+    assert F._cache_path(tmp_path, flite, "phones", WORDS[:1]) == flite_key  # flite's audio is not Festival's
+    monkeypatch.undo()
+    monkeypatch.setattr(versions, "debian_package_version", lambda package: "9.9-1")  # the voice package upgraded
+    assert F._cache_path(tmp_path, fest, "phones", WORDS[:1]) != key
+    assert F._cache_path(tmp_path, flite, "phones", WORDS[:1]) != flite_key
+    monkeypatch.setattr(versions, "flite_version", lambda: versions.UNKNOWN)  # unreadable: a key all the same
+    assert F._cache_path(tmp_path, flite, "phones", WORDS[:1]) == F._cache_path(tmp_path, flite, "phones", WORDS[:1])

@@ -105,3 +105,18 @@ def test_scales_piper_cannot_use_are_refused_before_it_runs(kwargs):
 
     with pytest.raises(ValueError, match="must be a finite number"):
         check_piper_scales(kwargs.get("noise_scale"), kwargs.get("noise_w"), kwargs.get("length_scale"))
+
+
+def test_the_cache_key_takes_the_synthesizer_version(tmp_path, monkeypatch):
+    # an upgraded piper-tts or voice package reused the old one's cached audio
+    from leakloss.speech import versions
+
+    payload = ["phones", ["n", "ʌ"], 0.0, 0.0, None]
+    key = P._cache_path(tmp_path, payload)
+    assert P._cache_path(tmp_path, payload) == key  # the same across calls
+    real = versions.package_version
+    for upgraded in ("piper-tts", P.VOICE_DISTRIBUTION, "onnxruntime"):
+        monkeypatch.setattr(versions, "package_version", lambda d, u=upgraded: "9.9" if d == u else real(d))
+        assert P._cache_path(tmp_path, payload) != key, upgraded
+        monkeypatch.undo()
+    assert P._cache_path(tmp_path, payload) == key

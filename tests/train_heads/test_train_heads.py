@@ -252,3 +252,32 @@ def test_an_export_folder_holding_other_files_is_refused_not_emptied(tmp_path):
     (tmp_path / "lonely.json").unlink()
     (tmp_path / "sub").mkdir()
     assert "holds 'sub'" in export_folder_problem(tmp_path)
+
+
+def test_the_embedded_pairs_are_built_anew_when_a_synthesizer_changes(tmp_path, monkeypatch):
+    # an upgraded espeak-ng or recorded voice reused the pairs the old one had spoken
+    from leakloss.config import compose_config
+    from leakloss.pairs import build
+    from leakloss.speech import festival, versions
+    from train_heads.pipeline import embedded_manifest
+
+    built = []
+
+    def fake_build(out, **kwargs):
+        built.append(out)
+        return out / "pairs.jsonl", type("Stats", (), {"as_dict": lambda self: {}})()
+
+    monkeypatch.setattr(build, "build_embedded_pairs", fake_build)
+
+    def folder(*overrides: str) -> Path:
+        cfg = compose_config("train_heads", ["experiment=smoke", f"cache_dir={tmp_path}", *overrides])
+        return embedded_manifest(cfg).parent
+
+    espeak_only, recorded = folder(), folder("data.recorded_voices=[fest-kal]")
+    assert folder() == espeak_only and folder("data.recorded_voices=[fest-kal]") == recorded  # the same across calls
+    monkeypatch.setattr(versions, "espeak_version", lambda: "espeak-ng 9.9")
+    assert folder() != espeak_only and folder("data.recorded_voices=[fest-kal]") != recorded
+    monkeypatch.undo()
+    monkeypatch.setattr(build, "build_embedded_pairs", fake_build)
+    monkeypatch.setattr(festival, "voice_version", lambda voice: "festival 9.9")
+    assert folder() == espeak_only and folder("data.recorded_voices=[fest-kal]") != recorded
