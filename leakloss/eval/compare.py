@@ -177,6 +177,9 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
         # what decided the sites: the user's references, the teacher's synthesised ones, or the reference-free head
         "reference_origins": {o: n for o in REFERENCE_ORIGINS if (n := sum(reference_origin(r) == o
                                                                             for _, r in loaded))},
+        # what scored the counted readings (Scorer.fingerprint: heads, recognizers, thresholds, frontend); a
+        # result written without one is left out (not known)
+        "scorers": dict(Counter(r["scorer"] for _, r in scored if r.get("scorer")).most_common()),
         "quarantine_reasons": reasons["quarantined"],
         "reasons": reasons,
         "readings_without_key_word": unmarked,
@@ -204,8 +207,9 @@ def compare_results(dirs: dict[str, Path], files: Mapping[str, Sequence[Path]] |
         JSON-ready ``{"systems": {name: summary}, "n_resamples", "seed", "units"}``; each summary
         has ``folder``; reading counts ``readings``, ``scored``, ``quarantined``, ``unscored``,
         ``failed`` (also as ``statuses``); ``reference_origins`` (readings by what decided their sites: ``given``
-        references, ``synthesised`` ones, the ``reference_free`` head); ``reasons`` (status -> reason -> readings, for every
-        status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
+        references, ``synthesised`` ones, the ``reference_free`` head); ``scorers`` (scored readings by the
+        fingerprint of the scorer that made them, where the result records one); ``reasons`` (status -> reason ->
+        readings, for every status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
         ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
         ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
         form; ``by_word`` has no bootstrap, one word rarely spans enough sentences) and
@@ -303,16 +307,19 @@ def origin_text(summary: Mapping) -> str:
 
 def mixed_origins(result: Mapping, name_text=str) -> str | None:
     """Why the systems' rates were decided by different things (references given, synthesised, or the
-    reference-free head), within a system or between systems (system names through ``name_text``); None when one
-    thing decided them all."""
-    per_system = {name: set(s.get("reference_origins") or {}) for name, s in result["systems"].items()}
-    within = [name for name, origins in per_system.items() if len(origins) > 1]
-    kinds = {frozenset(o) for o in per_system.values() if o}
-    if within:
-        return (f"{', '.join(name_text(n) for n in within)} mix{'es' if len(within) == 1 else ''} readings "
-                "scored against different kinds of reference (see References)")
-    if len(kinds) > 1:
-        return "the systems were scored against different kinds of reference (see References)"
+    reference-free head; else other scorers: heads, recognizers, thresholds or frontend), within a system or
+    between systems (system names through ``name_text``); None when one thing decided them all."""
+    for field, what in (("reference_origins", "against different kinds of reference (see References)"),
+                        # two heads or thresholds flag at other rates: their rates sat side by side without a word
+                        ("scorers", ("by different scorers (other heads, recognizers, thresholds or frontend: "
+                                     "see scorers in comparison.json)"))):
+        per_system = {name: set(s.get(field) or {}) for name, s in result["systems"].items()}
+        within = [name for name, found in per_system.items() if len(found) > 1]
+        if within:
+            return (f"{', '.join(name_text(n) for n in within)} mix{'es' if len(within) == 1 else ''} readings "
+                    f"scored {what}")
+        if len({frozenset(f) for f in per_system.values() if f}) > 1:
+            return f"the systems were scored {what}"
     return None
 
 

@@ -421,3 +421,22 @@ def test_a_folder_in_the_way_of_the_chart_leaves_no_new_json_or_markdown(tmp_pat
     with pytest.raises(IsADirectoryError):
         write_comparison(out, tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["comparison.png"]
+
+
+def test_systems_or_readings_scored_by_different_scorers_are_said_not_comparable(tmp_path):
+    # other heads or thresholds flag at other rates: two systems scored so sat side by side without a word
+    a = [reading("flagged", f"s{i}") | {"scorer": "heads-a"} for i in range(2)]
+    b = [reading("flagged", f"s{i}") | {"scorer": "heads-b"} for i in range(2)]
+    out = compare_results({"a": write_dir(tmp_path / "a", a), "b": write_dir(tmp_path / "b", b)})
+    assert out["systems"]["a"]["scorers"] == {"heads-a": 2}
+    md = write_comparison(out, tmp_path / "o1")["md"].read_text(encoding="utf-8")
+    assert "**Not comparable as they stand:** the systems were scored by different scorers" in md
+    # within one system (a results folder holding an earlier run's results)
+    both = write_dir(tmp_path / "both", a + [reading("no_change", "s3") | {"scorer": "heads-b"}])
+    md = write_comparison(compare_results({"both": both}), tmp_path / "o2")["md"].read_text(encoding="utf-8")
+    assert "both mixes readings scored by different scorers" in md
+    # one scorer, or results that record none (older files): nothing to say
+    same = write_dir(tmp_path / "same", [reading("flagged", "s4") | {"scorer": "heads-a"}, reading("flagged", "s5")])
+    md = write_comparison(compare_results({"a": tmp_path / "a", "same": same}), tmp_path / "o3")["md"].read_text(
+        encoding="utf-8")
+    assert "Not comparable" not in md

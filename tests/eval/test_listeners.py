@@ -361,3 +361,16 @@ def test_a_folder_in_the_way_of_the_markdown_leaves_no_new_json(tmp_path):
     with pytest.raises(IsADirectoryError):
         write_listener_report(out, tmp_path / "report")
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["listeners.md"]
+
+
+def test_bootstrap_interval_does_not_depend_on_the_row_order(tmp_path):
+    # the same labels sorted otherwise in a spreadsheet gave another interval: clusters went in row order
+    import random
+
+    rng = random.Random(1)
+    words = [("नेकपा", "r1"), ("र", "r1"), ("अरू", "r1"), ("हैन", "r2"), ("बैठक", "r2")]
+    rows = [(wd, rd, f"L{i}", rng.choice(["accepted", "rejected"])) for i in range(6) for wd, rd in words]
+    res = write_results(tmp_path / "res")
+    a = listener_agreement(write_csv(tmp_path / "a.csv", rows), res)["detection"]
+    b = listener_agreement(write_csv(tmp_path / "b.csv", rows[::-1]), res)["detection"]
+    assert a["listeners"] == 6 and a == b
