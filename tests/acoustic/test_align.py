@@ -66,19 +66,19 @@ def test_mismatched_text_is_refused_with_fit(phoneset, peaky, scripted):
     assert res.fit < DEFAULT_MIN_FIT
 
 
-def test_extra_speech_beyond_the_text_lowers_the_fit(phoneset, peaky, scripted):
+def test_extra_speech_beyond_the_text_is_refused(phoneset, peaky, scripted):
     # the extra words went to the blank and the alignment kept fit 0.99: a reading with a sentence more passed
     extra = [["s", "u", "m", "o"], ["ɡ", "i", "l", "o"], ["n", "e", "k", "ʌ", "p", "aː"], ["r", "ʌ"]]
     script, _ = scripted(WORDS + extra)
     lp = peaky(script, phoneset)
     res = align_words(lp, lp.shape[0], WORDS, phoneset, 50.0)
-    assert not res.ok and res.reason.startswith("text does not match the audio (fit ")
-    assert "of the speech heard matches no phone of the text" in res.reason
-    assert res.fit < DEFAULT_MIN_FIT
-    # one extra word: accepted, its share off the fit
+    assert not res.ok and res.reason.startswith("the audio holds more than the text: ")
+    assert "of the speech heard matches no phone of it (at most 25%)" in res.reason
+    assert res.fit > 0.9  # the fit itself never sees the extra speech: it is refused apart
+    # one extra word (6 of the 45 frames heard): accepted, the fit as it was
     script, _ = scripted(WORDS + [["r", "ʌ"]])
     one = align_words(peaky(script, phoneset), len(script), WORDS, phoneset, 50.0)
-    assert one.ok and one.fit == pytest.approx(1 - 6 / 45, abs=0.01)  # 6 of the 45 frames heard are extra
+    assert one.ok and one.fit > 0.9
 
 
 def test_pauses_and_a_phone_heard_a_frame_long_keep_the_fit(phoneset, peaky, scripted):
