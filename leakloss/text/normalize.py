@@ -59,10 +59,15 @@ BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2
 #: Other invisible format characters (Unicode Cf, default-ignorable) a text is read without: invisible operators
 #: U+2061-2064, deprecated format controls U+206A-206F, U+180E, interlinear annotation U+FFF9-FFFB, shorthand format
 #: controls, musical format controls and the tag characters. Left in, one cut a word in two (its site lost) and read
-#: as "punctuation" no one could see.
+#: as "punctuation" no one could see. Likewise the other default-ignorable characters that are marks or fillers: the
+#: combining grapheme joiner U+034F, the variation selectors (but U+FE0E/U+FE0F, part of an emoji: a symbol), the
+#: Mongolian free variation selectors, Khmer's inherent vowels and the Hangul fillers; left in, one made its Nepali
+#: word "mixed script" (skipped, no sites).
 OTHER_INVISIBLE = "".join(map(chr, [0x180E, *range(0x2061, 0x2065), *range(0x206A, 0x2070), *range(0xFFF9, 0xFFFC),
                                     *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001,
-                                    *range(0xE0020, 0xE0080)]))
+                                    *range(0xE0020, 0xE0080),
+                                    0x034F, *range(0xFE00, 0xFE0E), *range(0xE0100, 0xE01F0), *range(0x180B, 0x180E),
+                                    0x180F, 0x17B4, 0x17B5, 0x115F, 0x1160, 0x3164, 0xFFA0]))
 #: Shown as ``[U+XXXX]`` by :func:`visible`: the bidirectional controls, the control characters (C0 but tab,
 #: newline and return; DEL; C1) and the other invisible format characters (:data:`OTHER_INVISIBLE`).
 _SHOWN_AS_CODES = {c: f"[U+{c:04X}]" for c in [*map(ord, BIDI_CONTROLS + OTHER_INVISIBLE),

@@ -142,8 +142,8 @@ def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet
 #: Bumped whenever :func:`find_sites` finds other sites for the same phones (part of every finder's fingerprint, so
 #: no cache keeps sites of older rules); 2: prolonged vowels and letter-name readings have none; 3: the frontend
 #: keeps the vowel of an independent अ and of a written nasal sign (the model could drop them), a misspelt word is
-#: skipped with its reason instead of failing the text.
-SITE_RULES_VERSION = 3
+#: skipped with its reason instead of failing the text; 4: a word espeak reads as nothing has none.
+SITE_RULES_VERSION = 4
 
 #: Hindi phones beyond the Nepali word's that still make a reading of the same word (see :func:`find_sites`)
 MAX_EXTRA_HINDI_PHONES = 2
@@ -159,8 +159,9 @@ def find_sites(
     then spells out a letter's name (ॲ read "akshar ..."), not the word, and any alignment is noise (no word
     of the 2,064 shared prompts comes near: Hindi drops vowels, it rarely adds any). None too when the Nepali word
     starts with a consonant and the Hindi reading with a vowel: a lone ङ is read by its letter name "ʌŋɡaː" (within
-    the length rule), ॠ as "ʌrr"; Hindi never puts a vowel before a word's first consonant."""
-    if len(hindi) > len(nepali) + MAX_EXTRA_HINDI_PHONES:
+    the length rule), ॠ as "ʌrr"; Hindi never puts a vowel before a word's first consonant. None too when the Hindi
+    side has no phones: espeak read nothing (ऄऽ), which is no reading of the word, not a Hindi deletion of every ʌ."""
+    if not hindi or len(hindi) > len(nepali) + MAX_EXTRA_HINDI_PHONES:
         return []
     if nepali and hindi and not is_vowel(nepali[0]) and is_vowel(hindi[0]):
         return []

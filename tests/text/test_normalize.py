@@ -137,3 +137,31 @@ def test_other_invisible_format_characters_are_read_without(mark):
     (word,) = SiteFinder()(f"नेक{mark}पा")
     assert word.skipped is None and [s.contrast for s in word.sites] == [s.contrast for s in SiteFinder()("नेकपा")[0].sites]
     assert visible(f"a{mark}b") == f"a[U+{ord(mark):04X}]b"
+
+
+#: Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt), assigned characters only: never shown, so a
+#: text reads the same without them. But U+200B (a word boundary, read as a space) and U+FE0E/U+FE0F (part of the
+#: emoji before them, a symbol).
+DEFAULT_IGNORABLE = [chr(c) for c in [
+    0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200C, 0x2010),
+    *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x206A, 0x2070), 0x3164, *range(0xFE00, 0xFE0E), 0xFEFF,
+    0xFFA0, *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001, *range(0xE0020, 0xE0080),
+    *range(0xE0100, 0xE01F0)] if unicodedata.category(chr(c)) != "Cn"]
+
+
+@pytest.mark.parametrize("mark", ["\u034f", "\ufe00", "\U000e0100", "\u180b", "\u17b4", "\u3164"])
+def test_invisible_marks_do_not_make_a_word_mixed_script(mark):
+    # the combining grapheme joiner / a variation selector made नेकपा "mixed script": skipped, its site lost
+    from leakloss.text.sites import SiteFinder
+
+    (word,) = SiteFinder()(f"नेक{mark}पा")
+    assert word.skipped is None and word.word == "नेकपा" and word.sites
+
+
+@given(st.text(st.sampled_from(list("कखगनपमरलसहािीुेोंँ्")), min_size=1, max_size=6),
+       st.sampled_from(DEFAULT_IGNORABLE), st.text(st.sampled_from(list("कखगनपमरलसहािीुेोंँ्")), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_a_default_ignorable_character_inside_a_word_changes_nothing(left, mark, right):
+    assert normalize_devanagari(left + mark + right) == normalize_devanagari(left + right)
+    assert [(t.text, t.skipped) for t in split_words(left + mark + right)] == \
+        [(t.text, t.skipped) for t in split_words(left + right)]

@@ -226,3 +226,11 @@ def test_hindi_ward_applies_every_testable_site_and_nothing_else():
              WordSites(2, "z", ["m", "ʌ", "t"], sites=[deletion])]
     assert hindi_ward(words) == [["k", "r", "ɛː", "n"], ["ʌ", "m"], ["m", "t"]]
     assert words[0].nepali == ["k", "ʌ", "r", "ʌi̯", "n"]  # the words are not edited in place
+
+
+def test_a_word_espeak_reads_as_nothing_has_no_sites(finder):
+    """espeak reads ऄऽ as no phones: every Nepali ʌ aligned to nothing, a testable 'deletion' Hindi never made."""
+    (w,) = finder("ऄऽ")
+    assert w.skipped is None and w.nepali == ["ʌ"] and w.hindi == [] and w.sites == []
+    assert find_sites(["k", "ʌ", "m", "ʌ", "l"], []) == []
+    assert find_sites(["k", "ʌ", "m", "ʌ", "l"], ["k", "ə", "m", "l"])  # a reading still has its deletion
