@@ -28,7 +28,8 @@ with the scorer as shipped (its default word-check recognizer):
   until a listener says otherwise).
 
 Last line: ``per_espeak=… per_unseen_family=… per_real=… quarantine_unseen=… quarantine_mismatch=…
-caught_unseen=… false_unseen=… flagged_real_deletion=… flagged_real_quality=… recognizer=…``.
+caught_unseen=… false_unseen=… flagged_real_deletion=… flagged_real_quality=… recognizer=…`` (:func:`headline`; a
+figure whose readings are absent, e.g. the Festival voices or the real recordings, is ``nan``, never 0).
 """
 
 from __future__ import annotations
@@ -66,6 +67,26 @@ def real_recordings(limit: int | None, split: str | None) -> list[dict]:
 
 def available(names) -> list:
     return [v for v in (festival.get_voice(n) for n in names) if festival.voice_available(v)]
+
+
+def corpus_per(pairs) -> float:
+    """Corpus phone error rate (coarse) of ``(reference, hypothesis)`` pairs; NaN when there is no reference phone
+    (an empty domain: its voices are not installed), not a perfect 0."""
+    edits, phones = corpus_confusions(pairs, coarse)
+    return sum(edits.values()) / phones if phones else float("nan")
+
+
+def headline(per: dict[str, float], quarantine_unseen: float, quarantine_mismatch: float, caught: int, cuts: int,
+             false_flags: int, shams: int, share: dict[str, float], recognizer: str) -> str:
+    """The last line; ``false_unseen`` (a count of shams flagged) is ``nan`` when no sham was scored."""
+    nan = float("nan")
+    caught_unseen = caught / cuts if cuts else nan
+    false_unseen = str(false_flags) if shams else "nan"
+    return (f"per_espeak={per.get('espeak', nan):.4f} per_unseen_family={per.get('unseen', nan):.4f} "
+            f"per_real={per.get('real', nan):.4f} quarantine_unseen={quarantine_unseen:.4f} "
+            f"quarantine_mismatch={quarantine_mismatch:.4f} caught_unseen={caught_unseen:.4f} "
+            f"false_unseen={false_unseen} flagged_real_deletion={share['deletion']:.4f} "
+            f"flagged_real_quality={share['quality']:.4f} recognizer={recognizer}")
 
 
 def site_decision(result: dict, word_index: int, site_index: int) -> str | None:
@@ -149,8 +170,7 @@ def main() -> None:
             hyps = {d: [model.greedy(x[0][None])[0] for x in items] for d, items in domains.items()}
         per[name] = {}
         for d, items in domains.items():  # edits summed / phones summed: the corpus phone error rate
-            edits, phones = corpus_confusions(((x[1], h) for x, h in zip(items, hyps[d])), coarse)
-            per[name][d] = sum(edits.values()) / max(phones, 1)
+            per[name][d] = corpus_per((x[1], h) for x, h in zip(items, hyps[d]))
         print(f"recognizer {model.name}: " + "  ".join(f"{d} {v:.1%}" for d, v in per[name].items()), flush=True)
         # where the errors are: each unseen voice and the real test speakers apart, the most frequent edits
         parts = {v: [(x[1], h) for x, h, who in zip(domains["unseen"], hyps["unseen"], unseen_voice_of) if who == v]
@@ -237,11 +257,8 @@ def main() -> None:
     print(f"real recordings: statuses {real_status}; tested sites flagged: " +
           ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in flagged_real.items()) + f" ({time.time() - start:.0f}s)")
     best = per.get(check_name.split("@")[0], {})
-    print(f"per_espeak={best.get('espeak', float('nan')):.4f} per_unseen_family={best.get('unseen', float('nan')):.4f} "
-          f"per_real={best.get('real', float('nan')):.4f} quarantine_unseen={quarantine_unseen:.4f} "
-          f"quarantine_mismatch={quarantine_mismatch:.4f} caught_unseen={caught_unseen:.4f} false_unseen={false_flags} "
-          f"flagged_real_deletion={share['deletion']:.4f} flagged_real_quality={share['quality']:.4f} "
-          f"recognizer={check_name.split('@')[0]}")
+    print(headline(best, quarantine_unseen, quarantine_mismatch, caught, cuts, false_flags, shams, share,
+                   check_name.split("@")[0]))
 
 
 if __name__ == "__main__":

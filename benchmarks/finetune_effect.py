@@ -79,6 +79,9 @@ def main(argv=None) -> int:
     ap.add_argument("--base-dir", default=defaults.base_dir)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.seeds < 1 or args.steps < 1 or args.test_words < 1 or args.threads < 1 \
+            or not 0 < args.item_fraction <= 1:  # else a traceback, or minutes of work for nan figures
+        ap.error("need --seeds, --steps, --test-words and --threads >= 1 and --item-fraction in (0, 1]")
     if not (Path(args.base_dir) / "model.safetensors").is_file():
         print(f"error: no base model at {args.base_dir} (train one: python -m train_f5)", file=sys.stderr)
         return 2

@@ -33,7 +33,9 @@ Held-out words the model decides are also counted by what the phonotactic rescor
     python benchmarks/frontend_agreement.py [--lexicon PATH] [--limit N]
 
 The last line is ``agreement=... high_agreement=... high_coverage=... espeak_ne_agreement=...
-deletion_precision=... rules_agreement=...`` for the held-out part.
+deletion_precision=... rules_agreement=...`` for the held-out part (a share with nothing to count, e.g. no
+``high`` word, is ``nan``). The default lexicon is ``$LEAKLOSS_SHARED/data/nepali-lexicon/lexicon-dev.tsv``
+(``../shared`` beside the repository); when it is absent the script says so and prints the figures as ``nan``.
 """
 
 from __future__ import annotations
@@ -53,11 +55,17 @@ from leakloss.text.g2p import inherent_vowel_pattern, iter_lexicon
 from leakloss.text.normalize import TextError
 from leakloss.text.phones import clean_espeak_ipa
 from leakloss.text.retention import forced_slots, plan_phones, plan_word, slot_by_slot
-from leakloss.text.train_retention import deletion_truth, split_of, stem_consistency, word_groups
+from leakloss.text.train_retention import DEFAULT_LEXICON, deletion_truth, split_of, stem_consistency, word_groups
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_LEXICON = REPO.parent / "shared" / "data" / "nepali-lexicon" / "lexicon-dev.tsv"
 HELD_OUT_DIGITS = frozenset("012")
+FIGURES = ("agreement", "high_agreement", "high_coverage", "espeak_ne_agreement", "deletion_precision",
+           "rules_agreement")
+
+
+def _share(count: float, total: float) -> float:
+    """``count / total``; NaN when there is nothing to count (not a 0 that reads as a measured failure)."""
+    return count / total if total else float("nan")
 
 
 def is_held_out(word: str) -> bool:
@@ -133,9 +141,10 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
             if pron.confidence in ("high", "medium"):
                 dels += deletion_truth(word, pron.phones, hindi[word], ref)
     out = {
-        "n": n, "agreement": match / n, "high_agreement": high_match / max(high, 1), "high_coverage": high / n,
-        "espeak_ne_agreement": es_match / n if espeak is not None else float("nan"),
-        "rules_agreement": rules_match / n if rules is not None else float("nan"),
+        "n": n, "agreement": _share(match, n), "high_agreement": _share(high_match, high),
+        "high_coverage": _share(high, n),
+        "espeak_ne_agreement": _share(es_match, n) if espeak is not None else float("nan"),
+        "rules_agreement": _share(rules_match, n) if rules is not None else float("nan"),
         "lexicon_unalignable": ref_none, "ours_unalignable": our_none,
         **{f"share_{s}_{c}": v / n for (s, c), v in sorted(by_source.items())},
     }
@@ -143,7 +152,7 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
         out.update({f"rescoring_{k}": rescoring[k] for k in ("same", "fixed", "broke", "changed_both_wrong")})
     if hindi is not None:
         out["deletion_sites"] = len(dels)
-        out["deletion_precision"] = sum(dels) / max(len(dels), 1)
+        out["deletion_precision"] = _share(sum(dels), len(dels))
         for g in sorted({g for g, _ in groups}):
             out[f"group {g}: n"] = groups[(g, "n")]
             out[f"group {g}: agreement"] = groups[(g, "ok")] / groups[(g, "n")]
@@ -152,9 +161,19 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lexicon", type=Path, default=DEFAULT_LEXICON)
+    ap.add_argument("--lexicon", type=Path, default=None,
+                    help=f"the lexicon (default: the shared dev lexicon, {DEFAULT_LEXICON}; skipped when absent)")
     ap.add_argument("--limit", type=int, default=None, help="score at most N words of each part")
     args = ap.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit must be at least 1, got {args.limit}")
+    if args.lexicon is None:
+        args.lexicon = DEFAULT_LEXICON
+        if not args.lexicon.is_file():  # the shared data is absent: skip, the figures nan
+            print(f"skipped: no lexicon at {args.lexicon} (the shared dev lexicon; set LEAKLOSS_SHARED or pass "
+                  "--lexicon PATH)")
+            print(" ".join(f"{k}=nan" for k in FIGURES))
+            return 0
     t0 = time.time()
     try:
         entries = list(iter_lexicon(args.lexicon, strict=False))
@@ -174,6 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts[split_of(word)].append((word, inherent_vowel_pattern(word, phones)))
     if args.limit is not None:
         parts = {k: v[: args.limit] for k, v in parts.items()}
+    if not parts["test"]:
+        print(f"error: {args.lexicon} has no held-out word with usable phones", file=sys.stderr)
+        return 2
     print(f"lexicon {args.lexicon}: {len(entries)} entries, {no_phones} without usable phones/spelling skipped")
     words = [w for rows in parts.values() for w, _ in rows]
     es = espeak_ne(words)

@@ -6,7 +6,8 @@ path has 8-15 positions, vowel positions accept a set of 3 tokens. Batched = one
 240 paths; loop = one call per path on its own un-padded crop. Same run, best of N repeats.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/path_scoring.py``. The last line printed is
-``batched_speedup=X.X`` (frame_fit, i.e. the forward-backward that path margins need).
+``batched_speedup=X.X features_realtime=Y.Y`` (``batched_speedup``: frame_fit, i.e. the forward-backward that path
+margins need; ``features_realtime``: :func:`measure_features_realtime`).
 """
 
 from __future__ import annotations
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.repeats < 1:  # 0 left the batched time at inf: a speedup of 0.0
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here")
     work = build_workload(device=args.device)
     print(f"workload: {work.log_probs.shape[0]} paths, frames {int(work.frame_lengths.min())}-"
           f"{int(work.frame_lengths.max())}, positions {int(work.path_lengths.min())}-"

@@ -859,6 +859,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--margin-sensitivity", type=float, nargs="*", default=[0.25],
                         help="Whisper crop margins (s) to price on draw 0 besides the shipped one (none: skip)")
     args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.crop_draws < 1 or args.scorer_clips < 1 or args.scorer_threads < 1 \
+            or not 0 < args.utt_frames <= F5_BATCH_FRAMES or not args.scorer_seconds >= 2:
+        # before minutes of counting: each of these failed late with a traceback (an empty median, an empty batch)
+        parser.error(f"need --steps >= 1, --warmup >= 0, --crop-draws >= 1, --scorer-clips >= 1, --scorer-threads >= 1, "
+                     f"0 < --utt-frames <= {F5_BATCH_FRAMES} and --scorer-seconds >= 2")
     rec_name = args.recognizer or shipped_head_recognizer()
     if rec_name not in RECOGNIZERS:
         parser.error(f"the shipped head's card names recognizer {rec_name!r}; give --recognizer "

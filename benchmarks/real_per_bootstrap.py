@@ -6,7 +6,8 @@ references and ``coarse`` phone classes as ``domains.py``), then resamples the s
 (``--resamples``, seed 0): each candidate's PER with its 95% interval, the share of resamples under ``--target``,
 and its difference from the baseline with the interval of the paired difference.
 
-Needs ``../shared/data/real-nepali-speech`` (skips with a message when absent). About a minute on 2 cores.
+Needs ``../shared/data/real-nepali-speech`` (skips with a message when absent: the same last line, its figures
+``nan``). About a minute on 2 cores.
 
 Last line: ``per_base=… per_cand=… diff=… diff_low=… diff_high=… p_cand_under_target=… p_base_under_target=…
 speakers=… clips=… base=… cand=…`` (the last candidate given).
@@ -18,6 +19,15 @@ import argparse
 import random
 import sys
 from collections.abc import Sequence
+
+#: the figures of the last line that a skipped run prints as ``nan``
+FIGURES = ("per_base", "per_cand", "diff", "diff_low", "diff_high", "p_cand_under_target", "p_base_under_target")
+
+
+def skipped_line(reason: str, base: str, cand: str, speakers: int = 0, clips: int = 0) -> None:
+    """Say why nothing was measured, then the last line with every figure ``nan`` (never prose last)."""
+    print(f"skipped: {reason}")
+    print(" ".join(f"{k}=nan" for k in FIGURES) + f" speakers={speakers} clips={clips} base={base} cand={cand}")
 
 
 def speaker_bootstrap(edits: dict[str, list[tuple[int, int]]], speakers: Sequence[str], base: str,
@@ -51,13 +61,15 @@ def interval(sorted_values: Sequence[float], level: float = 0.95) -> tuple[float
     return sorted_values[lo], sorted_values[min(n - 1, n - 1 - lo)]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="wb", help="the baseline recognizer (the shipped one)")
     parser.add_argument("--candidates", nargs="+", default=["checkpoints/wb_aug", "checkpoints/wb_real"])
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--target", type=float, default=0.25, help="issue 40's real-speech bar")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.resamples < 1:
+        parser.error(f"--resamples must be at least 1, got {args.resamples}")
 
     import torch
 
@@ -69,7 +81,7 @@ def main() -> None:
 
     clips = real_clips(split="test")
     if not clips:  # ../shared/data/real-nepali-speech absent
-        print("skipped: no real test-speaker recording")
+        skipped_line("no real test-speaker recording", args.base, args.candidates[-1])
         return
     finder = SiteFinder()
     refs = [[p for w in finder(c.text) if w.skipped is None for p in w.nepali] for c in clips]
@@ -90,7 +102,8 @@ def main() -> None:
         errors, phones = (sum(x[k] for x in edits[name]) for k in (0, 1))
         print(f"{name}: PER {errors / phones:.4f} ({errors} edits of {phones} phones)", flush=True)
     if args.base not in edits or len(edits) < 2:
-        print("skipped: the baseline or every candidate is missing")
+        skipped_line("the baseline or every candidate is missing", args.base, args.candidates[-1],
+                     len({c.speaker for c in clips}), len(clips))
         return
     speakers = [c.speaker for c in clips]
     boot = speaker_bootstrap(edits, speakers, args.base, args.resamples)

@@ -4,7 +4,8 @@ Held-out sentences (the fixed 10% split of the built-in sentences) read by held-
 (teacher and Hindi base). PER counts ʌ and ə as one phone (canonical labels). Edit pairs: the same
 sentence by the held-out teacher voice with and without one pronounced Nepali schwa; the recognizer
 picks the version whose phone sequence has the higher CTC likelihood; also with white noise at
-20 dB SNR added to both. Last line: ``per_a=… per_b=… edit_pick_a=… edit_pick_b=…``.
+20 dB SNR added to both. Last line: ``per_a=… per_b=… edit_pick_a=… edit_pick_b=…`` (``edit_pick`` is ``nan``
+when no sentence gives an edit pair).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def edit_pick_accuracy(model: Recognizer, pairs, snr_db: float | None, seed: int
             ll = ctc_set_log_likelihood(lp, allowed, frames.expand(2), lengths, blank=model.blank)
             correct += int(int(ll.argmax()) == truth)
             trials += 1
-    return correct / max(trials, 1)
+    return correct / trials if trials else float("nan")  # no pair: no accuracy, not 0
 
 
 def main() -> None:
@@ -66,6 +67,14 @@ def main() -> None:
     parser.add_argument("--recognizers", nargs="+", default=["a", "b"])
     parser.add_argument("--limit", type=int, default=None, help="at most this many held-out sentences")
     args = parser.parse_args()
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be at least 1, got {args.limit}")
+    models = {}
+    for name in args.recognizers:  # before the synthesis: an unknown name is a clear error at once
+        try:
+            models[name] = Recognizer.load(name)
+        except (ValueError, OSError) as err:
+            parser.error(f"--recognizers: {err}")
     torch.set_num_threads(2)
     _, held = split_sentences(builtin_sentences())
     held = held[: args.limit] if args.limit else held
@@ -80,8 +89,7 @@ def main() -> None:
     print(f"{len(held)} held-out sentences, {len(readings)} readings, {len(pairs)} edit pairs "
           f"(synthesis {time.time() - start:.1f}s)")
     results = {}
-    for name in args.recognizers:
-        model = Recognizer.load(name)
+    for name, model in models.items():
         per = corpus_phone_error_rate(model, [r.waveform for r in readings], [r.phones for r in readings])
         pick = edit_pick_accuracy(model, pairs, None)
         pick_noisy = edit_pick_accuracy(model, pairs, 20.0)

@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="set OMP_NUM_THREADS for the scripts (default: unset, the whole machine)")
     args = parser.parse_args(argv)
+    if not args.timeout > 0 or (args.threads is not None and args.threads < 1):
+        # else every script is recorded as timed out (or runs on OMP_NUM_THREADS=0) and RESULTS.md is overwritten
+        parser.error(f"need --timeout > 0 and --threads >= 1, got {args.timeout:g} and {args.threads}")
 
     available = discover()
     if args.only:

@@ -5,12 +5,14 @@ at a deletion site that lasts 40-60 ms is a correct reading the head must not fl
 1%). espeak-ng's output depends on the state its previous call left (two identical calls can differ by
 tens of milliseconds), so one synthesis of the table is one sample: this script pools several.
 
-Last line: ``short_vowel_flag_rate=… flagged=… short_vowels=… syntheses=…``.
+Last line: ``short_vowel_flag_rate=… flagged=… short_vowels=… syntheses=…`` (the rate is ``nan`` when no short
+vowel was found, not 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -28,6 +30,8 @@ def main() -> None:
     parser.add_argument("--syntheses", type=int, default=5)
     parser.add_argument("--head", default=str(SHIPPED_HEADS / "rawconv"))
     args = parser.parse_args()
+    if args.syntheses < 1:
+        parser.error(f"--syntheses must be at least 1, got {args.syntheses}")
     torch.set_num_threads(2)
     head, card = load_head(args.head)
     recognizer = Recognizer.load(card.recognizer.split("@")[0])
@@ -40,7 +44,9 @@ def main() -> None:
         f = int((rawconv_scores(head, table) >= card.thresholds["flag"]).sum())
         flagged, total = flagged + f, total + len(table)
         print(f"synthesis {i + 1}: {f} of {len(table)} short vowels flagged  [{time.time() - start:.0f}s]", flush=True)
-    print(f"short_vowel_flag_rate={flagged / max(total, 1):.4f} flagged={flagged} short_vowels={total} "
+    if not total:
+        print("no short retained vowel found: short_vowel_flag_rate is nan", file=sys.stderr)
+    print(f"short_vowel_flag_rate={flagged / total if total else float('nan'):.4f} flagged={flagged} short_vowels={total} "
           f"syntheses={args.syntheses}")
 
 

@@ -11,7 +11,7 @@ the same audio (``--fit``: how ``align.DEFAULT_MIN_FIT`` was chosen) and the ext
 (seconds of audio per second of wall time, recognizer pass + alignment + features).
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/site_margins.py --recognizer a``. The last line is
-``teacher_negative=X hindi_positive=Y sites=N`` (shares of the N deletion sites).
+``teacher_negative=X hindi_positive=Y sites=N`` (shares of the N deletion sites; ``nan`` when N is 0).
 """
 
 from __future__ import annotations
@@ -46,9 +46,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--min-fit", type=float, default=DEFAULT_MIN_FIT)
     ap.add_argument("--fit", action="store_true", help="also measure alignment fit of mismatched text")
     args = ap.parse_args(argv)
+    if args.sentences < 1:
+        ap.error(f"--sentences must be at least 1, got {args.sentences}")
 
     torch.set_num_threads(1)
-    rec = Recognizer.load(args.recognizer)
+    try:
+        rec = Recognizer.load(args.recognizer)
+    except (ValueError, OSError) as err:  # an unknown name or a bad folder: a clear error, not a traceback
+        ap.error(f"--recognizer: {err}")
     finder = SiteFinder(phoneset=rec.phoneset)
     extractor = EvidenceExtractor(rec, min_fit=args.min_fit)
     pool = builtin_sentences()
@@ -97,9 +102,10 @@ def main(argv: list[str] | None = None) -> None:
             hindi_m.append(float(h.sites[key].margin.mean()))
 
     n = len(teacher_m)
-    neg = sum(m < 0 for m in teacher_m) / max(n, 1)
-    pos = sum(m > 0 for m in hindi_m) / max(n, 1)
-    both = sum(a < 0 < b for a, b in zip(teacher_m, hindi_m)) / max(n, 1)
+    nan = float("nan")  # no deletion site scored in both readings: no share, not a 0
+    neg = sum(m < 0 for m in teacher_m) / n if n else nan
+    pos = sum(m > 0 for m in hindi_m) / n if n else nan
+    both = sum(a < 0 < b for a, b in zip(teacher_m, hindi_m)) / n if n else nan
     print(f"recognizer={args.recognizer} split={args.split} sentences={len(prepared)} failures={len(failures)}")
     for f in failures[:10]:
         print("  failed:", f)

@@ -88,12 +88,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clips", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.clips < 1 or args.threads < 1 or not all(s > 0 for s in args.seconds):
+        parser.error("need --clips >= 1, --threads >= 1 and positive --seconds")
+    try:  # the encoders' weights (packages, not data): a clear error when they are not installed
+        folders = {short: model_dir(name) for short, name in MODELS.items()}
+    except (OSError, ValueError) as err:
+        parser.error(f"the Whisper encoders: {err}")
     torch.set_num_threads(args.threads)
 
     figures: dict[str, str] = {}
     torch.manual_seed(0)
     for short, name in MODELS.items():
-        folder = model_dir(name)
+        folder = folders[short]
         padded, own = WhisperFrames.load(folder), WhisperFrames.load(folder, own_length=True)
         with torch.no_grad():
             for seconds in args.seconds:

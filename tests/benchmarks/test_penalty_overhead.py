@@ -182,3 +182,14 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     assert ratio == pytest.approx(10 / 40, rel=2e-3)
     assert math.isnan(float(figures["scorer_speed_before"])) and math.isnan(float(figures["scorer_speed_after"]))
     assert "recognizer w absent in the test" in out.err
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--warmup", "-1"], ["--crop-draws", "0"], ["--scorer-clips", "0"],
+                                  ["--scorer-threads", "0"], ["--utt-frames", "0"], ["--utt-frames", "40000"],
+                                  ["--scorer-seconds", "1"]])
+def test_bad_arguments_are_refused_before_any_counting(bench, monkeypatch, argv, capsys):
+    """Each failed minutes later with a traceback (an empty median or mean, no clip to warm up on, an empty batch)."""
+    monkeypatch.setattr(bench, "build_recognizer", lambda name: pytest.fail("refuse before building anything"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--recognizer", "wb", *argv])
+    assert exc.value.code == 2 and "need --steps >= 1" in capsys.readouterr().err
