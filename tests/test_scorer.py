@@ -509,3 +509,32 @@ def speechlike_wave():
     from tests.tiny_models import speechlike
 
     return speechlike(1.0, seed=4)
+
+
+def test_a_reading_is_scored_the_same_at_any_gain(tmp_path):
+    # the recognizer's log-mel moves with the gain: this native reading at a tenth of its peak had its site's score
+    # move from 0.02 to 0.19 (no_change -> uncertain); the scorer hears every reading at one peak, as the reward does
+    from leakloss.audio import load_audio
+    from leakloss.paths import shared_path
+    from leakloss.speech.references import synthesised_references
+
+    clip = Path(shared_path("data/real-nepali-speech")) / "openslr54" / "d45c7381b0.flac"
+    if not clip.is_file():
+        pytest.skip(f"no shared recordings at {clip.parent}")
+    text = next(json.loads(line)["text"] for line in (clip.parent.parent / "manifest.jsonl").open(encoding="utf-8")
+                if json.loads(line)["audio"] == "openslr54/d45c7381b0.flac")
+    scorer = Scorer()
+    query = load_audio(clip)[0]
+    refs = [load_audio(p)[0] for p in synthesised_references(text, cache_dir=tmp_path)]
+
+    def sites(gain: float, ref_gain: float) -> list:
+        result = scorer.score(query * (gain / float(query.abs().max())), text, [r * ref_gain for r in refs],
+                              query_name="q")
+        return [(s["decision"], s["score"]) for w in result["words"] for s in w["sites"] if s["score"] is not None]
+
+    heard = sites(0.65, 1.0)
+    assert heard
+    for gain, ref_gain in ((0.1, 1.0), (1.0, 0.05), (0.03, 0.5)):
+        other = sites(gain, ref_gain)
+        assert [d for d, _ in other] == [d for d, _ in heard]
+        assert [s for _, s in other] == pytest.approx([s for _, s in heard], abs=1e-3)
