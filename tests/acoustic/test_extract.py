@@ -1,3 +1,4 @@
+import pytest
 import soundfile as sf
 import torch
 
@@ -39,3 +40,18 @@ def test_the_cache_key_changes_with_what_fit_means(tmp_path, monkeypatch):
     assert extract.clip_key(clip, "नेकपा", "wb") == before
     monkeypatch.setattr(extract, "FIT_VERSION", extract.FIT_VERSION + 1)
     assert extract.clip_key(clip, "नेकपा", "wb") != before
+
+
+def test_a_clip_gives_the_same_evidence_at_any_gain(tmp_path, tiny_rec):
+    # head-training features are heard as the scorer hears a reading: at one peak
+    words = [w.nepali for w in SiteFinder()(TEXT) if w.skipped is None]
+    wave = speak_phones(words, TEACHER_VOICES[0]).waveform
+    clips = []
+    for gain in (0.05, 0.9):
+        path = tmp_path / f"g{gain}.wav"
+        sf.write(path, (wave * gain / wave.abs().max()).numpy(), 16000, subtype="FLOAT")
+        clips.append((str(path), TEXT))
+    out = extract_evidence(clips, "tiny", tmp_path / "cache", recognizer=tiny_rec, progress=False)
+    quiet, loud = (out[c] for c in clips)
+    assert quiet.status == loud.status and quiet.alignment is not None
+    assert quiet.alignment.fit == pytest.approx(loud.alignment.fit, rel=1e-6)
