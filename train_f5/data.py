@@ -29,6 +29,7 @@ from leakloss.atomic import atomic_directory
 from leakloss.checks import SettingsError
 from leakloss.constants import MEL_FLOOR, MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.paths import shared_path
+from leakloss.speech import versions
 from leakloss.speech.corpus import (
     SentenceFileError,
     builtin_sentences,
@@ -131,6 +132,7 @@ class MelCorpus:
 def corpus_key(texts: Sequence[str], voices: Sequence[Voice], teacher: bool = False) -> str:
     h = hashlib.sha256(f"v{CORPUS_VERSION}|".encode())
     h.update(json.dumps([list(texts), [v.__dict__ for v in voices]], ensure_ascii=False).encode())
+    h.update(f"|{versions.espeak_version()}".encode())  # an upgraded espeak-ng reused the old one's readings
     if teacher:  # the old keys stay valid for espeak's own reading
         h.update(b"|teacher")
     return h.hexdigest()[:16]

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from leakloss.constants import MEL_FLOOR, MEL_SAMPLE_RATE
+from leakloss.speech import versions
 from leakloss.timing import TimedSite
 from train_f5.evaluate import CFG_STRENGTH, NFE
 
@@ -402,8 +403,9 @@ def kept_readings(jobs: Sequence[tuple[str, Any, bool]], cache_dir: str | Path |
     """``(waveform, phones)`` of each ``(text, espeak voice, teacher)`` job: the teacher voice saying the Nepali
     frontend's phones of the text when ``teacher``, else the voice reading the text by its own rules.
 
-    espeak-ng's output is not bit-stable (the same call twice in a row differs by a few samples), and the judge's
-    flags moved by up to 0.035 a seed between two runs of the same models on it. With ``cache_dir`` the readings
+    espeak-ng's output was not bit-stable (its pitch-flutter phase ran on between calls; its breathy variants still
+    vary between processes: leakloss.speech._espeak), and the judge's flags moved by up to 0.035 a seed between two
+    runs of the same models on it. With ``cache_dir`` the readings
     are synthesised once and kept in one file keyed by the jobs and the frontend's phones, so every later run
     judges against the very same references."""
     from leakloss.speech.corpus import split_text_words, teacher_reading
@@ -415,7 +417,8 @@ def kept_readings(jobs: Sequence[tuple[str, Any, bool]], cache_dir: str | Path |
             for text, _, teacher in jobs]
     path = None
     if cache_dir is not None:
-        key = hashlib.sha256(json.dumps([KEPT_READINGS_VERSION] + [[t, v.name, p] for (t, v, _), p in zip(jobs, said)],
+        key = hashlib.sha256(json.dumps([KEPT_READINGS_VERSION, versions.espeak_version()]
+                                        + [[t, v.name, p] for (t, v, _), p in zip(jobs, said)],
                                         ensure_ascii=False).encode()).hexdigest()[:16]
         path = Path(cache_dir) / f"readings-{key}.safetensors"
         if path.is_file():

@@ -47,7 +47,7 @@ from leakloss.checks import (
 )
 from leakloss.config import config_dir, instantiate_setting
 from leakloss.speech import festival
-from leakloss.speech.augment import augment_chain
+from leakloss.speech.augment import AUGMENT_VERSION, augment_chain
 from leakloss.speech.corpus import (
     ROLES, SentenceFileError, build_corpus, builtin_sentences, check_builtin_heldout, read_sentences,
     split_for_training,
@@ -90,6 +90,11 @@ def recorded_training_voices(names=None) -> list:
     return [v for v in voices if festival.voice_available(v)]
 
 
+def state_name(item_id: str, k: int) -> str:
+    """File of copy ``k`` of an item's states (0: clean); augmented copies carry the chain's version."""
+    return f"{item_id}.v{k}.npy" if k == 0 else f"{item_id}.v{k}.a{AUGMENT_VERSION}.npy"
+
+
 def states_root(cfg, digest: str) -> Path:
     """Where the states of encoder ``digest`` are cached: own-length states differ from padded ones."""
     return Path(cfg.cache_dir).expanduser() / "whisper-states" / (f"{digest}-own" if cfg.own_length else digest)
@@ -103,7 +108,7 @@ def build_states(cfg, corpora, frames, digest: str) -> list[tuple[str, str, list
         for item in corpus.items:
             group = item.role if item.role != "recorded" else festival.VOICES_BY_NAME[item.voice].family
             for k in range(cfg.augmentations + 1):
-                jobs.append((corpus, item, group, k, root / corpus.root.name / f"{item.id}.v{k}.npy"))
+                jobs.append((corpus, item, group, k, root / corpus.root.name / state_name(item.id, k)))
     todo = [j for j in jobs if not j[4].exists()]
     print(f"encoder states: {len(jobs) - len(todo)} cached, {len(todo)} to compute")
     for corpus, item, _, k, path in tqdm(todo, desc="encoder states", mininterval=30):
@@ -130,7 +135,7 @@ def build_real_states(cfg, frames, digest: str) -> list[tuple[str, str, list[str
         phones = [p for w in finder(clip.text) if w.skipped is None for p in w.nepali]
         wave = clip.load()
         for k in range(cfg.real_augmentations + 1):
-            path = root / f"{clip.id}.v{k}.npy"
+            path = root / state_name(clip.id, k)
             if not path.exists():
                 w = wave if k == 0 else augment_chain(wave, torch.Generator().manual_seed(augmentation_seed(clip.id, k)))[0]
                 cache_states(frames, w.float().clamp(-1, 1), path)

@@ -15,11 +15,10 @@ and figures over them, can differ between runs.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import shutil
-import tempfile
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +165,6 @@ class EspeakLibrary:
                     parts.append(out.decode("utf-8", "replace"))
             return " ".join(parts)
 
-
     def close(self) -> None:
         """Terminate espeak and unload this instance (its handle must not be used after)."""
         import _ctypes
@@ -184,25 +182,47 @@ _PRIVATE_COPY: Path | None = None
 
 
 def _private_copy() -> Path:
-    """A copy of the library file for the fresh instances, made once per process. It must be another file:
-    :func:`library` keeps the wheel's file loaded, and unloading a file that is still loaded elsewhere would keep
-    its state."""
+    """A copy of the library file for the fresh instances, in the cache (``leakloss.paths.cache_path``, one per
+    library build, written atomically: no folder is left behind by a process that never exits normally). It must be
+    another file: :func:`library` keeps the wheel's file loaded, and unloading a file that is still loaded elsewhere
+    would keep its state."""
     global _PRIVATE_COPY
+    import hashlib
+    import os
+
     import espeakng_loader
 
+    from leakloss.paths import cache_path
+
     if _PRIVATE_COPY is None or not _PRIVATE_COPY.exists():
-        folder = Path(tempfile.mkdtemp(prefix="leakloss-espeak-"))
-        atexit.register(shutil.rmtree, folder, True)
         source = Path(espeakng_loader.get_library_path())
-        _PRIVATE_COPY = Path(shutil.copy2(source, folder / source.name))
+        target = cache_path("espeak") / hashlib.sha256(source.read_bytes()).hexdigest()[:16] / source.name
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = target.with_name(f".{source.name}.{os.getpid()}.part")
+            shutil.copy2(source, part)
+            os.replace(part, target)
+        _PRIVATE_COPY = target
     return _PRIVATE_COPY
+
+
+_FALLBACK_SAID = False
 
 
 @contextmanager
 def _fresh_library():
     """A newly loaded espeak instance (its static state as at load), unloaded on exit."""
+    global _FALLBACK_SAID
     with _FRESH_LOCK:
-        fresh = EspeakLibrary(str(_private_copy()))
+        try:
+            fresh = EspeakLibrary(str(_private_copy()))
+        except (OSError, RuntimeError) as err:  # no writable cache, a noexec mount: speak as before, and say so once
+            if not _FALLBACK_SAID:
+                _FALLBACK_SAID = True
+                warnings.warn(f"espeak-ng: no fresh library copy ({err}); readings depend on what the process "
+                              "said before", RuntimeWarning, stacklevel=3)
+            yield library()
+            return
         try:
             yield fresh
         finally:

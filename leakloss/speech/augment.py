@@ -225,6 +225,11 @@ def _uniform(g: torch.Generator, lo: float, hi: float) -> float:
     return lo + (hi - lo) * float(torch.rand((), generator=g))
 
 
+#: Bump when :func:`augment_chain` makes other audio for the same seed (caches of augmented copies are keyed by
+#: it). 2: a copy beyond full scale is scaled into [-1, 1], no longer clipped by its users.
+AUGMENT_VERSION = 2
+
+
 def augment_chain(wave: Tensor, generator: torch.Generator, config: AugmentConfig = AugmentConfig(),
                   sample_rate: int = SAMPLE_RATE, vocoder=None) -> tuple[Tensor, float, list[str]]:
     """One random chain: (augmented wave, tempo rate applied, names of the steps applied).

@@ -93,12 +93,13 @@ def test_pauses_and_a_phone_heard_a_frame_long_keep_the_fit(phoneset, peaky, scr
     assert res.ok and res.fit > 0.9
 
 
-def test_unmatched_speech_counts_heard_stretches_without_a_phone():
+def test_unmatched_speech_counts_the_heard_frames_before_the_first_phone_and_after_the_last():
     from leakloss.acoustic.align import unmatched_speech
 
-    p = torch.tensor([0.9, 0.1, 0.1, 0.9, 0.2, 0.2, 0.2, 0.9, 0.3, 0.9]).log()  # blank probabilities
-    labels = torch.tensor([0, 1, 0, 0, 0, 0, 0, 0, 2, 0])
-    assert unmatched_speech(p, labels) == pytest.approx(3 / 6)  # frames 4-6 heard, no phone; 1-2 hold phone 1
+    p = torch.tensor([0.1, 0.9, 0.1, 0.2, 0.9, 0.2, 0.9, 0.3, 0.1, 0.2]).log()  # blank probabilities
+    labels = torch.tensor([0, 0, 1, 0, 0, 0, 0, 2, 0, 0])
+    # heard: frames 0, 2, 3, 5, 7, 8, 9; before phone 1 (frame 2): 0; after phone 2 (frame 7): 8, 9
+    assert unmatched_speech(p, labels) == pytest.approx(3 / 7)
     assert unmatched_speech(torch.full((5,), 0.9).log(), torch.zeros(5, dtype=torch.long)) == 0.0  # silence
 
 
@@ -325,3 +326,12 @@ def test_no_monotone_path_fails_and_bad_arguments_are_reasons_not_exceptions():
                            ({"frame_rate": 50.0, "words": ["a"]}, "1 word names for 2 words")):
         result = align_words(lp, 20, [["x"], ["x"]], Set(), **kwargs)
         assert not result.ok and reason in result.reason, (kwargs, result.reason)
+
+
+def test_words_the_aligner_is_not_given_inside_the_text_are_not_speech_outside_it(phoneset, peaky, scripted):
+    # a text's numbers and Latin words are spoken but never aligned (skipped): between its phones they are no
+    # other text; counted as extra speech they refused correct readings
+    inside = [["s", "u", "m", "o"], ["ɡ", "i", "l", "o"], ["n", "e", "k", "ʌ", "p", "aː"], ["r", "ʌ"]]
+    script, _ = scripted(WORDS[:1] + inside + WORDS[1:])
+    res = align_words(peaky(script, phoneset), len(script), WORDS, phoneset, 50.0)
+    assert res.ok, res.reason

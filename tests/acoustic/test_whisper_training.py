@@ -292,3 +292,11 @@ def test_check_resumable_names_a_key_only_the_checkpoint_recorded(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps({"step": 5, "run": identity}))
     T.check_resumable(tmp_path, identity)  # the same run
     T.check_resumable(tmp_path / "none", identity)  # no checkpoint: a fresh start
+
+
+def test_augmented_state_files_carry_the_chains_version():
+    from leakloss.speech.augment import AUGMENT_VERSION
+    from train_recognizers.whisper import state_name
+
+    assert state_name("x", 0) == "x.v0.npy"  # clean states stay where they were
+    assert state_name("x", 3) == f"x.v3.a{AUGMENT_VERSION}.npy"

@@ -83,3 +83,26 @@ def test_phoneme_lookup_still_works_beside_fresh_syntheses():
     before = library().text_to_phonemes("नमस्ते", "ne", ipa=True)
     speak_text("नेकपा", HINDI_VOICES[0])
     assert before and library().text_to_phonemes("नमस्ते", "ne", ipa=True) == before
+
+
+def test_the_fresh_library_copy_lives_in_the_cache(tmp_path, monkeypatch):
+    from leakloss.speech import _espeak
+
+    monkeypatch.setenv("LEAKLOSS_CACHE", str(tmp_path))
+    monkeypatch.setattr(_espeak, "_PRIVATE_COPY", None)
+    speak_text("नेकपा", HINDI_VOICES[0])
+    copies = list((tmp_path / "espeak").glob("*/libespeak*"))
+    assert len(copies) == 1 and not list((tmp_path / "espeak").glob("*/.*part"))
+
+
+def test_without_a_fresh_library_copy_espeak_still_speaks_and_says_so(monkeypatch):
+    from leakloss.speech import _espeak
+
+    def no_copy():
+        raise OSError("read-only cache")
+
+    monkeypatch.setattr(_espeak, "_private_copy", no_copy)
+    monkeypatch.setattr(_espeak, "_FALLBACK_SAID", False)
+    with pytest.warns(RuntimeWarning, match="no fresh library copy.*read-only cache"):
+        reading = speak_text("नेकपा", HINDI_VOICES[0])
+    assert reading.waveform.numel() > 0

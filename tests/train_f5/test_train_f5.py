@@ -384,3 +384,14 @@ def test_the_default_prompts_not_there_is_a_warning_and_no_prompts(tmp_path, mon
     monkeypatch.setattr(data, "DEFAULT_PROMPTS", tmp_path / "prompts.tsv")
     (tmp_path / "prompts.tsv").write_text("id1\tतिमी यो दसैंमा घर कहिले आउँछौ?\n", encoding="utf-8")
     assert "Nepali prompts" in texts_description(tmp_path / "prompts.tsv")["text"]
+
+
+def test_the_corpus_key_takes_espeaks_version(monkeypatch):
+    from leakloss.speech import versions
+    from leakloss.speech.synth import HINDI_VOICES
+    from train_f5.data import corpus_key
+
+    voices = list(HINDI_VOICES[:1])
+    key = corpus_key(["नेकपा"], voices)
+    monkeypatch.setattr(versions, "espeak_version", lambda: "espeak-ng 9.9")
+    assert corpus_key(["नेकपा"], voices) != key
