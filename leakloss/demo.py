@@ -196,7 +196,7 @@ def _score(cfg: DemoConfig, heads_dir: Path, items: list[dict]) -> dict[str, Pat
     # the recognizers' weights and the word check's calibrated limits decide results as much as the heads
     recognizers = [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(EMBEDDED_DIR.glob("*/*.safetensors"))]
     limits = [p.read_text(encoding="utf-8") for p in sorted(EMBEDDED_DIR.glob("*/card.json"))]
-    key = _hash("score-v4", items,  # 4: readings heard at one level, speech outside the text refused
+    key = _hash("score-v4", items,  # 4: readings heard at one level
                 sorted(p.name for p in heads_dir.glob("*.json")),
                 [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(heads_dir.glob("*.safetensors"))],
                 recognizers, limits)

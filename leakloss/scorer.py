@@ -289,19 +289,17 @@ class Scorer:
 
     def _fingerprint(self, heads_dir: Path) -> str:
         """What decides a result besides its inputs: the heads' files, the recognizers (their names carry their
-        weights' hash), thresholds, word-check limits, the site finder, the aligner's verdicts and the level readings
-        are heard at. Results carry it as ``scorer``, so a
-        resumed batch rescores what other models or settings made."""
+        weights' hash), thresholds, word-check limits, the site finder and the level readings are heard at. Results
+        carry it as ``scorer``, so a resumed batch rescores what other models or settings made."""
         import hashlib
 
-        from leakloss.acoustic.align import FIT_VERSION
         from leakloss.constants import RECOGNIZER_HEARING_PEAK
 
         heads = [hashlib.sha1((heads_dir / f"{kind}.safetensors").read_bytes()).hexdigest() for kind in KINDS]
         check = "recognizer" if self.word_check is None else getattr(self.word_check, "__qualname__", repr(self.word_check))
         parts = [*heads, *(self.recognizers[k].name for k in ("a", "b")), self.check_recognizer_name, check,
                  repr((sorted(self.thresholds.items()), self.query_max_per, self.reference_max_per)),
-                 self.finder.fingerprint, f"fit{FIT_VERSION}", f"heard at peak {RECOGNIZER_HEARING_PEAK}"]
+                 self.finder.fingerprint, f"heard at peak {RECOGNIZER_HEARING_PEAK}"]
         return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
     def check_words(self, wave: Tensor, text: str, expected: list[str], max_per: float) -> tuple[bool, str]:

@@ -97,10 +97,8 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
     return locate_sites(wave, text, recognizer, finder).sites
 
 
-SITE_CACHE_VERSION = 6  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes;
-#                         4: placed at one hearing level (functional.leak.at_hearing_level), ending by the audio's end;
-#                         5 (briefly): the fit counted unaligned speech; 6: the alignment refuses speech
-#                         before or after the text (align.MAX_UNMATCHED_SPEECH)
+SITE_CACHE_VERSION = 4  # 2: keys include the finder's fingerprint; 3: sites span phone segments, not spikes;
+#                         4: placed at one hearing level (functional.leak.at_hearing_level), ending by the audio's end
 #: placement statuses that are not failures (a cache row's ``status``: rows written before 2026-12-07 have none)
 PLACED_OR_NOTHING_TO_PLACE = ("placed", "no_testable_site")
 

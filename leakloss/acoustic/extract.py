@@ -1,9 +1,9 @@
 """Evidence for many clips as a Lightning ``predict`` loop, cached on disk.
 
 One recognizer pass per clip; each clip's evidence is written to ``CACHE/<key>.json`` where the key
-hashes the clip's bytes, its text, the recognizer id, :data:`FEATURE_SCHEMA_VERSION`, the aligner's
-:data:`~leakloss.acoustic.align.FIT_VERSION` and the level clips are heard at (as the scorer hears a reading, at
-:data:`~leakloss.constants.RECOGNIZER_HEARING_PEAK`: heads trained on these features score what it hears), so a rerun
+hashes the clip's bytes, its text, the recognizer id, :data:`FEATURE_SCHEMA_VERSION` and the level clips are
+heard at (as the scorer hears a reading, at :data:`~leakloss.constants.RECOGNIZER_HEARING_PEAK`: heads trained on
+these features score what it hears), so a rerun
 (or another process of a ``ddp`` run) reuses it. ``trainer`` options (``accelerator``, ``devices``,
 ``strategy``) spread the clips over GPUs and nodes.
 """
@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from leakloss.acoustic.align import FIT_VERSION, AlignmentResult, WordAlignment
+from leakloss.acoustic.align import AlignmentResult, WordAlignment
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, SiteEvidence, UtteranceEvidence
 from leakloss.atomic import write_text_atomic
 from leakloss.constants import RECOGNIZER_HEARING_PEAK
@@ -27,7 +27,7 @@ from leakloss.constants import RECOGNIZER_HEARING_PEAK
 
 def clip_key(audio: str | Path, text: str, recognizer_id: str) -> str:
     h = hashlib.sha256(Path(audio).read_bytes())
-    h.update(f"|{text}|{recognizer_id}|{FEATURE_SCHEMA_VERSION}|fit{FIT_VERSION}|peak{RECOGNIZER_HEARING_PEAK}".encode())
+    h.update(f"|{text}|{recognizer_id}|{FEATURE_SCHEMA_VERSION}|peak{RECOGNIZER_HEARING_PEAK}".encode())
     return h.hexdigest()[:24]
 
 

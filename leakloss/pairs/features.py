@@ -22,7 +22,6 @@ import soundfile as sf
 import torch
 from tqdm.auto import tqdm
 
-from leakloss.acoustic.align import FIT_VERSION
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
 from leakloss.constants import RECOGNIZER_HEARING_PEAK, SAMPLE_RATE
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
@@ -72,9 +71,8 @@ class ConvTable:
 
 def _key(manifest: Path, recognizer_name: str, what: str) -> str:
     h = hashlib.sha256(manifest.read_bytes())
-    # the evidence under a table: the aligner's verdicts and the level it is heard at (acoustic.extract.clip_key)
-    h.update(f"{recognizer_name}|{FEATURE_SCHEMA_VERSION}|{what}|v1|fit{FIT_VERSION}|peak{RECOGNIZER_HEARING_PEAK}"
-             .encode())
+    # the evidence under a table is heard at one level (acoustic.extract.clip_key)
+    h.update(f"{recognizer_name}|{FEATURE_SCHEMA_VERSION}|{what}|v1|peak{RECOGNIZER_HEARING_PEAK}".encode())
     return h.hexdigest()[:16]
 
 
