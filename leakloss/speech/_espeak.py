@@ -6,11 +6,11 @@ state (one voice, one callback), so every call goes through a process-wide lock.
 Synthesis also keeps state that no call resets: the pitch-flutter phase (a ``static`` counter in espeak's
 wavegen) runs on from one utterance to the next, so the same text and voice came out different (pitch, and
 length by a few ms) depending on what the process had said before. Each synthesis therefore runs in a freshly
-loaded copy of the library (:func:`_fresh_library`; about 15 ms): a reading no longer depends on the process's
-history. Text-to-phonemes keeps one loaded instance (no audio, no flutter). Not fixed here: the breathy variants
-(``f2``, ``f5``) still come out in one of a few versions per process (seen 2 in 3 runs; not the C library's
-``rand``, which espeak does not call here; an uninitialised read in the library is suspected), so their readings,
-and figures over them, can differ between runs.
+loaded copy of the library (:func:`_fresh_library`; about 3 ms a call on an idle machine): a reading no longer
+depends on the process's history. Text-to-phonemes keeps one loaded instance (no audio, no flutter). Not fixed
+here: the breathy variants (``f2``, ``f5``) still come out in one of a few versions per process (seen 2 in 3 runs;
+not the C library's ``rand``, which espeak does not call here; an uninitialised read in the library is suspected),
+so their readings, and figures over them, can differ between runs.
 """
 
 from __future__ import annotations
