@@ -159,6 +159,20 @@ def score(rows: list[tuple[str, tuple[bool, ...] | None]], fe: NepaliFrontend,
     return out
 
 
+def default_lexicon_or_skip(lexicon: Path | None, default: Path, figures: Sequence[str]) -> Path | None:
+    """``lexicon`` as given, else ``default`` (the shared dev lexicon); None, after the skip lines (a last line of
+    nan ``figures``), when no lexicon was given and the default is absent. A lexicon given by hand is returned even
+    if it is missing: that is the caller's error, not a skip."""
+    if lexicon is not None:
+        return lexicon
+    if not default.is_file():  # the shared data is absent: skip, the figures nan
+        print(f"skipped: no lexicon at {default} (the shared dev lexicon; set LEAKLOSS_SHARED or pass "
+              "--lexicon PATH)")
+        print(" ".join(f"{k}=nan" for k in figures))
+        return None
+    return default
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lexicon", type=Path, default=None,
@@ -167,13 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be at least 1, got {args.limit}")
+    args.lexicon = default_lexicon_or_skip(args.lexicon, DEFAULT_LEXICON, FIGURES)
     if args.lexicon is None:
-        args.lexicon = DEFAULT_LEXICON
-        if not args.lexicon.is_file():  # the shared data is absent: skip, the figures nan
-            print(f"skipped: no lexicon at {args.lexicon} (the shared dev lexicon; set LEAKLOSS_SHARED or pass "
-                  "--lexicon PATH)")
-            print(" ".join(f"{k}=nan" for k in FIGURES))
-            return 0
+        return 0
     t0 = time.time()
     try:
         entries = list(iter_lexicon(args.lexicon, strict=False))

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # measure this checkout's leakloss
+from benchmarks.frontend_agreement import default_lexicon_or_skip
 from leakloss.text.morphology import HUNSPELL_NE, Morphology
 from leakloss.text.normalize import TextError
 from leakloss.text.train_retention import (
@@ -61,13 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hunspell", default=str(HUNSPELL_NE),
                     help="the dictionary of the morphology features, as the training script's; 'none': without")
     args = ap.parse_args(argv)
+    args.lexicon = default_lexicon_or_skip(args.lexicon, DEFAULT_LEXICON, FIGURES)
     if args.lexicon is None:
-        args.lexicon = DEFAULT_LEXICON
-        if not args.lexicon.is_file():  # the shared data is absent: skip, the figures nan
-            print(f"skipped: no lexicon at {args.lexicon} (the shared dev lexicon; set LEAKLOSS_SHARED or pass "
-                  "--lexicon PATH)")
-            print(" ".join(f"{k}=nan" for k in FIGURES))
-            return 0
+        return 0
     if not args.lexicon.is_file():
         print(f"error: no lexicon at {args.lexicon} (the shared dev lexicon; pass --lexicon PATH)", file=sys.stderr)
         return 2
