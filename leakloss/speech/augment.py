@@ -21,6 +21,7 @@ import torchaudio.functional as AF
 from torch import Tensor
 
 from leakloss.constants import RECOGNIZER_TRAINING_PEAKS, SAMPLE_RATE
+from leakloss.functional.leak import peak_limited
 
 
 def add_noise(wave: Tensor, snr_db: float, generator: torch.Generator | None = None, *, color: str = "white") -> Tensor:
@@ -271,17 +272,10 @@ def augment_chain(wave: Tensor, generator: torch.Generator, config: AugmentConfi
     if draws["noise"][0] < c.p_noise:
         wave = add_noise(wave, draws["noise"][1], g, color="pink" if _uniform(g, 0, 1) < 0.5 else "white")
         applied.append(f"snr={draws['noise'][1]:.1f}dB")
-    return _within_full_scale(wave), rate, applied
+    # noise, pitch and tempo add to the input's peak (a full-scale reading came out at up to 1.9, which its users
+    # clipped, squaring off the loudest vowels): scaled into full scale only when over, else bit for bit as it was
+    return peak_limited(wave), rate, applied
 
-
-def _within_full_scale(wave: Tensor) -> Tensor:
-    """``wave`` divided by its peak when that is above 1, else unchanged.
-
-    Noise, pitch shift and tempo change add to the input's peak (a full-scale reading came out of the chain at
-    up to 1.9): its users clipped it to [-1, 1], squaring off the loudest vowels. Scaling only when over keeps
-    normal-level audio bit for bit as it was."""
-    peak = float(wave.detach().abs().max()) if wave.numel() else 0.0
-    return wave / peak if peak > 1.0 else wave
 
 
 def scale_times(reading, rate: float):
