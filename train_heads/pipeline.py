@@ -90,7 +90,8 @@ def check_settings(cfg: DictConfig) -> None:
             trained forever, ``lr=nan`` failed after the features, ``outside_weight=nan`` exported NaN weights), or
             a head's ``max_minutes`` (its time budget), when given, not a finite number > 0,
             ``data.short_vowel_sentences`` (and, when not null, ``data.short_vowel_train_sentences`` and
-            ``data.real_speech_clips``) not a whole number >= 0 (-1 was a slice that dropped sentences, 2.5 failed
+            ``data.real_speech_clips``) not a whole number >= 0, ``data.short_vowel_teacher_voices``, when not
+            null, not a whole number >= 1 (-1 was a slice that dropped sentences, 2.5 failed
             after the training), ``cache_dir`` equal to ``export_dir`` or inside it (the export deleted the cache),
             or a recorded voice that is not one (:func:`check_recorded_voices`)."""
     from leakloss.checks import SettingsError, check_config
@@ -108,10 +109,12 @@ def check_settings(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "data.max_sentences") is not None:
         whole["data.max_sentences"] = 1  # 0 exported an empty held-out table, -2 was a slice
     # counts of sentences and clips: -1 was a slice that dropped the last one, 2.5 a TypeError after the training
-    whole |= {"data.short_vowel_sentences": 0, "data.short_vowel_train_sentences": 0, "data.real_speech_clips": 0}
+    whole |= {"data.short_vowel_sentences": 0, "data.short_vowel_train_sentences": 0, "data.real_speech_clips": 0,
+              "data.short_vowel_teacher_voices": 1}
     check_config(cfg, whole=whole, numbers=numbers, folders=("cache_dir", "out_dir", "export_dir"),
                  seeds=("seed", "head_seed"), optional=frozenset({"head_seed", "data.short_vowel_train_sentences",
-                                                                  "data.real_speech_clips"}))  # null: all
+                                                                  "data.real_speech_clips",
+                                                                  "data.short_vowel_teacher_voices"}))  # null: all
     check_recorded_voices(cfg)
     from leakloss.config import instantiate_setting
     from leakloss.schema import KINDS

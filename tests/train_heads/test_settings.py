@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ("data.short_vowel_sentences=null", r"data.short_vowel_sentences must be a whole number >= 0, got None"),
     ("data.short_vowel_train_sentences=-2", r"data.short_vowel_train_sentences must be a whole number >= 0, got -2"),
     ("data.short_vowel_train_sentences=abc", r"data.short_vowel_train_sentences must be a whole number >= 0"),
+    ("data.short_vowel_teacher_voices=0", r"data.short_vowel_teacher_voices must be a whole number >= 1, got 0"),
+    ("data.short_vowel_teacher_voices=-1", r"data.short_vowel_teacher_voices must be a whole number >= 1, got -1"),
     ("+data.real_speech_clips=-1", r"data.real_speech_clips must be a whole number >= 0, got -1"),
     ("+data.real_speech_clips=2.5", r"data.real_speech_clips must be a whole number >= 0, got 2.5"),
     # recorded voices: a traceback after the recognizers loaded
