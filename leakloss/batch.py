@@ -419,6 +419,9 @@ class ScoringModule(L.LightningModule):
             # a reference not there yet fails the item, so the next run retries it (as a missing query): scored
             # without it, the result counted as done and the reference was never used
             missing = [ref for ref in item["refs"] if not Path(ref).is_file()]
+            # the bytes about to be scored, read first: a file replaced while it is scored keeps the old digest,
+            # so the next run scores it again (read after, the new file's digest marked the old result done)
+            digests = input_digests(item)
             free = item.get("reference_origin", {}).get("origin") == "reference_free"
             try:
                 result = (_failed_result(item, _missing_reason(missing), missing) if missing
@@ -429,7 +432,7 @@ class ScoringModule(L.LightningModule):
             result["id"] = item["id"]
             if "reference_origin" in item:
                 result["reference_origin"] = item["reference_origin"]
-            result["input_sha1"] = input_digests(item)
+            result["input_sha1"] = digests
             for key in ("system", "sentence_id"):
                 if key in item:
                     result[key] = item[key]

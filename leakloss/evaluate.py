@@ -299,6 +299,22 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     return system
 
 
+def _scored_audio(path: str | Path, result: dict):
+    """``(wave, None)``: the audio ``result`` was scored on, for its report page; ``(None, reason)`` when it cannot
+    be read, or its bytes are no longer those scored (``input_sha1``): the result's word boundaries are not this
+    file's, and its clips would be other speech."""
+    from leakloss.audio import load_audio
+    from leakloss.batch import file_sha1
+
+    recorded = (result.get("input_sha1") or {}).get("query")
+    if recorded is not None and file_sha1(path) != recorded:
+        return None, "its audio changed since it was scored (rerun to score it again): its page has no audio"
+    try:
+        return load_audio(path)[0], None
+    except Exception as err:  # noqa: BLE001 - any reason the file cannot be read now: reported, page without audio
+        return None, f"its audio cannot be read for the report ({type(err).__name__}: {err}): its page has no audio"
+
+
 def mark_key_words(result: dict, key_words: list[str]) -> bool:
     """Mark ``result``'s key words (``"key": true``) as the demo does; a reading whose key words have no tested
     site marks none (every tested word then counts). Returns whether ``result`` changed."""
@@ -397,7 +413,6 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         leakloss.batch.BatchError, model load errors, OSError: as :func:`leakloss.batch.score_batch`.
     """
     from leakloss.atomic import atomic_directory, output_folder_problem, replace_problem
-    from leakloss.audio import load_audio
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.report import render_report, write_report
     from leakloss.schema import load_result
@@ -446,10 +461,9 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         for system in readings:
             for item in system.items:
                 result = load_result(dirs[system.name] / f"{item['id']}.json")
-                try:
-                    wave = load_audio(item["query"])[0]
-                except Exception:  # noqa: BLE001 - a file changed since scoring: the page says there is no audio
-                    wave = None
+                wave, reason = _scored_audio(item["query"], result)
+                if reason is not None:  # the page says there is no audio; the index says why
+                    problems.append({"system": system.name, "reading": item["id"], "reason": reason})
                 href = f"reports/{system.name}/{item['id']}.html"
                 (tmp / "reports" / system.name).mkdir(parents=True, exist_ok=True)
                 write_report(tmp / href, render_report(result, wave, title=f"{system.name} · {item['id']}"))

@@ -362,3 +362,31 @@ def test_the_index_counts_readings_not_scored_and_links_the_whole_comparison(tmp
     for cell in ("readings scored", "unscored", "failed", "references", "1 of 6", "given 6"):
         assert f">{cell}<" in page, cell
     assert 'href="comparison/comparison.md"' in page
+
+
+def test_a_reading_replaced_while_it_was_scored_gets_a_report_without_audio_and_a_problem_line(tmp_path, models,
+                                                                                              monkeypatch):
+    # the report stage embedded the new file's audio under the old file's boundaries: a ValueError traceback
+    # ("boundaries ... lie outside the audio"), and the result recorded the new file's SHA-1, so no rerun rescored it
+    from leakloss.scorer import Scorer
+
+    folder = _metadata(tmp_path / "sys", [f"s0.wav|{TEXT}"])
+    write_clip(folder / "s0.wav", seconds=1.0)
+    real = Scorer.score
+
+    def score(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        # a word a listener is sent to (the tiny models align none), so the page embeds its clip
+        result["words"][1] |= {"start": 0.3, "end": 0.6, "decision": "flagged"}
+        write_clip(folder / "s0.wav", seconds=0.2, seed=5)  # the TTS's next checkpoint wrote over it meanwhile
+        return result
+
+    monkeypatch.setattr(Scorer, "score", score)
+    summary = evaluate({"mine": folder}, tmp_path / "out", **_kwargs(models))
+    assert any(p["reading"] == "s0" and "changed since it was scored" in p["reason"] for p in summary["problems"])
+    page = (tmp_path / "out" / "report" / "reports" / "mine" / "s0.html").read_text(encoding="utf-8")
+    assert "no audio" in page and "data:audio" not in page
+    monkeypatch.setattr(Scorer, "score", real)
+    again = evaluate({"mine": folder}, tmp_path / "out", **_kwargs(models))
+    assert again["scoring"]["mine"]["processed"] == 1  # the changed file is scored again, not taken as done
+    assert not any("changed since" in p["reason"] for p in again["problems"])
