@@ -202,6 +202,31 @@ def replace_problem(path: str | Path, owned: Sequence[str]) -> str | None:
             "empty or new folder, or an earlier output")
 
 
+def outermost_missing(path: str | Path) -> Path | None:
+    """The outermost folder on the way to ``path`` (``path`` or a parent) that does not exist yet, or None:
+    what creating ``path`` makes, and so what to remove when the output then fails."""
+    p = Path(path).absolute()
+    if p.exists():
+        return None
+    while not p.parent.exists():
+        p = p.parent
+    return p
+
+
+@contextmanager
+def created_folder(path: str | Path) -> Iterator[Path]:
+    """Create folder ``path`` (and its parents) for a block that writes into it; when the block fails, remove
+    what this call created, so a failed output leaves no empty folder behind (a folder there before is kept)."""
+    created = outermost_missing(path)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    try:
+        yield Path(path)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
 class FolderNotOursError(FileExistsError):
     """An output folder holds files the output does not own (:func:`replace_problem`): it is not replaced."""
 

@@ -412,7 +412,7 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         EvaluateInterrupted: Ctrl-C (rerun to resume).
         leakloss.batch.BatchError, model load errors, OSError: as :func:`leakloss.batch.score_batch`.
     """
-    from leakloss.atomic import atomic_directory, output_folder_problem, replace_problem
+    from leakloss.atomic import atomic_directory, outermost_missing, output_folder_problem, replace_problem
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.report import render_report, write_report
     from leakloss.schema import load_result
@@ -432,11 +432,7 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         listed = "; ".join(f"{p['reading']}: {p['reason']}" for p in problems if p["system"] in empty)
         raise EvaluateError(f"system(s) {', '.join(map(repr, empty))}: no reading to score ({listed or 'none listed'})")
     scoring, dirs = {}, {}
-    created = None  # the outermost folder this call creates (out, or a missing parent of it)
-    if not out.exists():
-        created = out.absolute()
-        while not created.parent.exists():
-            created = created.parent
+    created = outermost_missing(out)  # what this call creates (out, or a missing parent of it)
     try:
         _score_systems(readings, out, sets, scoring, dirs, accelerator=accelerator, devices=devices,
                        strategy=strategy, progress=progress, reference_free=reference_free, **scorer_kwargs)

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from leakloss.atomic import write_files_atomic
+from leakloss.atomic import created_folder, write_files_atomic
 from leakloss.eval.stats import (
     Interval,
     format_count,
@@ -375,7 +375,7 @@ def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``out_dir``.
 
     The three are written as one unit (:func:`leakloss.atomic.write_files_atomic`): a failure leaves the folder as
-    it was. ``out_dir`` is created.
+    it was. ``out_dir`` is created (and removed again, with the parents this made, when the write fails).
 
     Returns:
         ``{"md": path, "json": path, "png": path}``.
@@ -391,11 +391,11 @@ def write_comparison(result: dict, out_dir: str | Path) -> dict[str, Path]:
         f"results folder of system '{name}'": s["folder"]
         for name, s in result["systems"].items() if isinstance(s, Mapping) and s.get("folder")
     })
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "comparison.md", "json": out / "comparison.json", "png": out / "comparison.png"}
-    # everything is made before anything is written: a failure leaves no partial comparison
+    # everything is made before anything is written: a failure leaves no partial comparison (and no empty folder)
     png, text, md = _plot_png(result), json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n", \
         _markdown(result)
-    # as one unit: a folder in the way of the png had left a new json and md beside an old png
-    write_files_atomic({paths["json"]: text.encode("utf-8"), paths["md"]: md.encode("utf-8"), paths["png"]: png})
+    with created_folder(out):
+        # as one unit: a folder in the way of the png had left a new json and md beside an old png
+        write_files_atomic({paths["json"]: text.encode("utf-8"), paths["md"]: md.encode("utf-8"), paths["png"]: png})
     return paths

@@ -156,7 +156,25 @@ def test_a_failed_chart_writes_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "_plot_png", broken)
     with pytest.raises(RuntimeError, match="no fonts"):
         write_comparison(out, tmp_path / "out")
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the folder it would have made is not left behind, empty
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(RuntimeError, match="no fonts"):
+        write_comparison(out, tmp_path / "mine")
+    assert list((tmp_path / "mine").iterdir()) == []  # a folder that was there stays
+
+
+def test_a_write_that_fails_after_making_the_folders_removes_the_ones_it_made(tmp_path, monkeypatch):
+    import leakloss.eval.compare as compare
+
+    out = compare_results({"swar": write_dir(tmp_path / "s", [reading("flagged", "s1")])})
+
+    def full_disk(files):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(compare, "write_files_atomic", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_comparison(out, tmp_path / "new" / "deeper" / "out")
+    assert not (tmp_path / "new").exists()
 
 
 def test_write_comparison_files(tmp_path):
