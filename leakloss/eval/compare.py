@@ -105,6 +105,9 @@ def _rate(flags: Sequence[bool], clusters: Sequence[str] | None) -> dict:
     if not flags:
         return {"count": 0, "total": 0, "rate": None, "wilson": None, "bootstrap": None,
                 "text": format_count(0, 0)}
+    if clusters is not None:  # the bootstrap draws clusters by position: sort them, not the result files' names
+        order = sorted(range(len(flags)), key=lambda i: str(clusters[i]))
+        flags, clusters = [flags[i] for i in order], [clusters[i] for i in order]
     r = rate_with_interval(list(flags), clusters, n_resamples=N_RESAMPLES, seed=SEED)
     return {**r, "wilson": _interval_dict(r["wilson"]), "bootstrap": _interval_dict(r["bootstrap"])}
 
@@ -120,7 +123,7 @@ def format_rate(rate: Mapping, interval: str = "wilson") -> str:
 def _load_dir(name: str, folder: Path, files: Sequence[Path] | None = None) -> list[tuple[Path, dict]]:
     if not folder.is_dir():
         raise ValueError(f"system '{name}': results folder '{folder}' does not exist or is not a folder")
-    files = sorted(folder.glob("*.json") if files is None else map(Path, files))  # the bootstrap's cluster order
+    files = sorted(folder.glob("*.json") if files is None else map(Path, files))
     if not files:
         raise ValueError(f"system '{name}': no *.json results in '{folder}'")
     return [(f, load_result(f)) for f in files]
@@ -135,6 +138,7 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
     clusters: list[str] = []
     decisions: Counter[str] = Counter()
     by_kind: dict[str, tuple[list[bool], list[str]]] = {k: ([], []) for k in KINDS}
+    kind_undecided: Counter[str] = Counter()  # counted words with sites of a kind, none of them decided
     by_word: dict[str, list[bool]] = defaultdict(list)
     unmarked: list[str] = []
     no_unit: list[str] = []
@@ -156,11 +160,14 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
             clusters.append(sentence)
             by_word[unicodedata.normalize("NFC", w["word"])].append(flagged)
             for kind in KINDS:
-                sites = [s for s in w["sites"] if s["kind"] == kind and s["decision"] in TESTED]
+                of_kind = [s for s in w["sites"] if s["kind"] == kind]
+                sites = [s for s in of_kind if s["decision"] in TESTED]
                 if sites:
                     # A word counts once per kind, flagged if any site of that kind is.
                     by_kind[kind][0].append(any(s["decision"] == "flagged" for s in sites))
                     by_kind[kind][1].append(sentence)
+                elif of_kind:  # counted beside the kind's rate, never silently left out of it
+                    kind_undecided[kind] += 1
 
     reasons = {
         s: dict(Counter(r.get("reason") or "no reason given" for _, r in by_status[s]).most_common())
@@ -188,6 +195,7 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
         "key_flagged": _rate(flags, clusters),
         "decisions": {d: decisions[d] for d in DECISIONS},
         "by_kind": {k: _rate(*by_kind[k]) for k in KINDS},
+        "by_kind_undecided": {k: kind_undecided[k] for k in KINDS},
         "by_word": {
             word: {**_rate(v, None), "wilson": _interval_dict(wilson_interval(sum(v), len(v)))}
             for word, v in sorted(by_word.items())
@@ -212,7 +220,8 @@ def compare_results(dirs: dict[str, Path], files: Mapping[str, Sequence[Path]] |
         readings, for every status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
         ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
         ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
-        form; ``by_word`` has no bootstrap, one word rarely spans enough sentences) and
+        form; ``by_word`` has no bootstrap, one word rarely spans enough sentences), ``by_kind_undecided``
+        (judged words whose sites of a kind were all left undecided, e.g. ``unscored``: beside that kind's rate) and
         ``readings_without_key_word`` (files whose tested words were counted instead) and
         ``readings_without_counted_word`` (scored files that gave no word to count).
 
@@ -274,10 +283,15 @@ def _markdown(result: Mapping) -> str:
     mixed = mixed_origins(result, markdown_text)
     if mixed:
         lines += ["", f"**Not comparable as they stand:** {mixed}."]
-    lines += ["", "## By contrast kind", "", "| System | Deletion | Quality |", "|---|---|---|"]
+    lines += ["", "## By contrast kind", "",
+              "A word counts once per kind it has a decided site of; words whose sites of a kind were all left "
+              "undecided are counted beside the rate.", "",
+              "| System | Deletion | Deletion undecided | Quality | Quality undecided |", "|---|---|---|---|---|"]
     for name, s in result["systems"].items():
+        undecided = s.get("by_kind_undecided") or {}  # older comparison.json files do not have it
         lines.append(f"| {markdown_text(name)} | {format_rate(s['by_kind']['deletion'])} "
-                     f"| {format_rate(s['by_kind']['quality'])} |")
+                     f"| {undecided.get('deletion', '—')} | {format_rate(s['by_kind']['quality'])} "
+                     f"| {undecided.get('quality', '—')} |")
     for name, s in result["systems"].items():
         lines += ["", f"## {markdown_text(name)}: by word", "", "| Word | Flagged |", "|---|---|"]
         lines += [f"| {markdown_text(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
@@ -325,9 +339,14 @@ def mixed_origins(result: Mapping, name_text=str) -> str | None:
 
 def markdown_text(text: str) -> str:
     """``text`` (a system name, a word, a reason: data, not markup) as plain text in a Markdown table cell or
-    line: a pipe would split a cell, a newline end the row, and ``<``/``>`` passed raw HTML into the page
-    (``<script>`` in a system name ran in a Markdown viewer)."""
-    escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    line: a pipe would split a cell, a newline end the row, ``<``/``>`` passed raw HTML into the page
+    (``<script>`` in a system name ran in a Markdown viewer), and brackets made a link. Markdown's backslash
+    escapes: a viewer shows the text as it was."""
+    escaped = str(text).replace("\\", "\\\\")  # first: the escapes below must stay escapes
+    escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # link and image syntax: "[x](javascript:...)" in a name was a link a reader could follow (only the brackets:
+    # the file is also printed as it is to a terminal, where every escape shows)
+    escaped = escaped.replace("[", "\\[").replace("]", "\\]")
     return escaped.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 

@@ -458,3 +458,36 @@ def test_systems_or_readings_scored_by_different_scorers_are_said_not_comparable
     md = write_comparison(compare_results({"a": tmp_path / "a", "same": same}), tmp_path / "o3")["md"].read_text(
         encoding="utf-8")
     assert "Not comparable" not in md
+
+
+def test_markdown_text_escapes_links_and_its_own_escapes():
+    from leakloss.eval.compare import markdown_text
+
+    # a system name that was a link in a Markdown viewer, and a backslash that would have undone an escape
+    assert markdown_text("[see](javascript:alert(1))") == "\\[see\\](javascript:alert(1))"
+    assert markdown_text("a\\|b") == "a\\\\\\|b"
+    assert markdown_text("![x](http://e/i.png)") == "!\\[x\\](http://e/i.png)"
+
+
+def test_the_bootstrap_does_not_depend_on_the_result_files_names(tmp_path):
+    # clusters were resampled in the order of the files' names: renaming files moved the interval
+    results = [reading("flagged" if i % 3 else "no_change", f"s{i}") for i in range(9)]
+    one = compare_results({"a": write_dir(tmp_path / "a", results)})
+    other = tmp_path / "b"
+    other.mkdir()
+    for i, r in enumerate(results):  # the same results, named in the opposite order
+        (other / f"r{len(results) - i:03d}.json").write_text(json.dumps(r, ensure_ascii=False), encoding="utf-8")
+    two = compare_results({"a": other})
+    assert one["systems"]["a"]["key_flagged"]["bootstrap"] == two["systems"]["a"]["key_flagged"]["bootstrap"]
+    assert one["systems"]["a"]["by_kind"] == two["systems"]["a"]["by_kind"]
+
+
+def test_a_judged_words_sites_of_a_kind_none_decided_are_counted_beside_the_kinds_rate(tmp_path):
+    r = reading("flagged", "s1", kinds=("deletion", "quality"))
+    r["words"][1]["sites"][1]["decision"] = "unscored"  # its quality site was not decided
+    out = compare_results({"a": write_dir(tmp_path / "a", [r, reading("no_change", "s2", kinds=("quality",))])})
+    s = out["systems"]["a"]
+    assert s["by_kind"]["deletion"]["total"] == 1 and s["by_kind"]["quality"]["total"] == 1
+    assert s["by_kind_undecided"] == {"deletion": 0, "quality": 1}
+    md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
+    assert "| a | 1 of 1 (100.0%) [20.7–100.0] | 0 | 0 of 1 (0.0%) [0.0–79.3] | 1 |" in md
