@@ -96,7 +96,7 @@ def site_decision(result: dict, word_index: int, site_index: int) -> str | None:
     return None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recognizers", nargs="+", default=["w", "wb"], help="recognizers whose PER is tabled")
     parser.add_argument("--limit", type=int, default=40, help="held-out sentences (of 57; 0: all)")
@@ -107,9 +107,20 @@ def main() -> None:
     parser.add_argument("--heads-dir", default=None, help="heads trained on those recognizers' features")
     parser.add_argument("--check-recognizer", default=None, help="the word check's recognizer (default: the scorer's)")
     parser.add_argument("--confusions", type=int, default=8, help="most frequent edits printed per unseen voice")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # refused up front, not after minutes of synthesis: -1 was a slice that dropped the last sentence
+    if args.limit < 0 or args.pair_sentences < 0 or args.confusions < 0 \
+            or (args.real_limit is not None and args.real_limit < 0):
+        parser.error("need --limit >= 0, --pair-sentences >= 0, --real-limit >= 0 and --confusions >= 0")
     torch.set_num_threads(2)
     start = time.time()
+    from leakloss.scorer import Scorer, phone_error_rate
+
+    roles = dict(zip(("recognizer_a", "recognizer_b"), args.scorer_recognizers)) if args.scorer_recognizers else {}
+    try:  # an unknown recognizer or heads folder: one line before the synthesis, not a traceback after it
+        scorer = Scorer(**roles, heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
+    except Exception as err:  # noqa: BLE001 - any reason the scorer cannot load is a bad argument here
+        parser.error(f"--scorer-recognizers / --heads-dir / --check-recognizer: {type(err).__name__}: {err}")
     _, held = split_sentences(builtin_sentences())
     held = held[: args.limit] if args.limit else held  # the same first sentences at any limit (fixed split)
     finder = SiteFinder()
@@ -182,10 +193,6 @@ def main() -> None:
             top = ", ".join(f"{r}->{h} {c}" for (r, h), c in edits.most_common(args.confusions))
             print(f"  {part}: {sum(edits.values()) / max(phones, 1):.1%} of {phones} phones; most frequent: {top}")
 
-    from leakloss.scorer import Scorer, phone_error_rate
-
-    roles = dict(zip(("recognizer_a", "recognizer_b"), args.scorer_recognizers)) if args.scorer_recognizers else {}
-    scorer = Scorer(**roles, heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
     check_name = scorer.check_recognizer_name
     print(f"scorer: recognizers {scorer.recognizers['a'].name} / {scorer.recognizers['b'].name}, heads "
           f"{args.heads_dir or 'shipped'}; word check: recognizer {check_name}, limits {scorer.query_max_per:.2f} (query) "

@@ -31,3 +31,18 @@ def test_the_last_line_without_unseen_voices_or_real_recordings_is_nan(bench):
     line = bench.headline({}, 0.1, 1.0, caught=3, cuts=4, false_flags=0, shams=4,
                           share={"deletion": 0.0, "quality": 0.0}, recognizer="wb")
     assert "caught_unseen=0.7500 false_unseen=0 " in line
+
+
+@pytest.mark.parametrize("args", [["--limit", "-1"], ["--real-limit", "-2"], ["--pair-sentences", "-1"],
+                                  ["--scorer-recognizers", "no-such-recognizer", "w"],
+                                  ["--heads-dir", "/nonexistent/heads"]])
+def test_bad_arguments_are_refused_before_any_reading_is_made(bench, args, monkeypatch, capsys):
+    # an unknown scorer recognizer failed only after minutes of synthesis; a negative --limit dropped sentences
+    def no_synthesis(*a, **k):
+        raise AssertionError("synthesised before the arguments were checked")
+
+    monkeypatch.setattr(bench, "speak_phones", no_synthesis)
+    monkeypatch.setattr(bench, "speak_text", no_synthesis)
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(args)
+    assert exit_.value.code == 2 and "error:" in capsys.readouterr().err
