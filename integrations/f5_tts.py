@@ -227,7 +227,9 @@ class LeakAwareCFM(CFM):
       those whose one-step estimate is closest to speech. ``w(t)`` stays the whole batch's mean, so the term keeps
       its scale: the mean over the scored items' sites times the same weight.
     - ``leak_crop``: vocode and score only crops around the sites (:mod:`leakloss.functional.crop`; needs a
-      vocoder) instead of the whole batch; ``leak_bf16``: the penalty under bf16 autocast (loss in fp32).
+      vocoder) instead of the whole batch; a penalty with a mel bridge bridges whole items and runs Whisper's
+      encoder on the crops only (:meth:`leakloss.penalty.LeakPenalty.cropped`). ``leak_bf16``: the penalty under
+      bf16 autocast (loss in fp32).
 
     - **The reference-paired term** (``paired_penalty``, e.g. :class:`leakloss.paired_penalty.PairedPosteriorPenalty`;
       ``paired_weight``): its contract takes the **ground-truth audio of the same utterance**, which F5's batch
@@ -304,9 +306,6 @@ class LeakAwareCFM(CFM):
                 and leak_penalty.mel_bridge is None:  # failed at the first scheduled step: "needs a vocoder"
             raise ValueError("leak_penalty hears x1_hat through a vocoder: give mel_to_wave (leakloss.vocoder."
                              "MelToWave) here or on the penalty, or load it with a mel bridge")
-        if leak_crop and getattr(leak_penalty, "mel_bridge", None) is not None:
-            raise ValueError("leak_crop vocodes crops around the sites; a penalty with a mel_bridge scores whole mels "
-                             "(no vocoder): use one or the other")
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
@@ -650,12 +649,16 @@ class LeakAwareCFM(CFM):
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
                          frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:
         """The penalty on crops around the sites: ``mels`` ``[b, n, d]`` -> the same ``(loss, parts)`` contract."""
+        crop_sites: list = []
+        if getattr(self.leak_penalty, "mel_bridge", None) is not None:  # no vocoder: the encoder runs on crops
+            result = self.leak_penalty.cropped(mels, mel_lengths, sites, out_sites=crop_sites)
+            self.last_leak_sites = crop_sites  # the order of parts.site_probs
+            return result
         vocoder = self.mel_to_wave or getattr(self.leak_penalty, "mel_to_wave", None)
         if vocoder is None:
             raise ValueError("leak_crop needs a vocoder (mel_to_wave here or on the penalty)")
         if self._crop_context is None:
             self._crop_context = penalty_crop_context(self.leak_penalty, vocoder)
-        crop_sites: list = []
         result = cropped_penalty(self.leak_penalty, vocoder, mels, mel_lengths, sites, frame_rate,
                                  self._crop_context, out_sites=crop_sites)
         self.last_leak_sites = crop_sites  # the order of parts.site_probs
@@ -724,12 +727,10 @@ def penalty_crop_context(penalty: nn.Module, vocoder: nn.Module) -> "CropContext
     rec = getattr(penalty, "recognizer", None)
     if rec is None or not hasattr(penalty, "head"):
         raise ValueError("leak_crop needs a LeakPenalty-like penalty (recognizer, head, conv_layer, pad_s)")
-    layer, hop_s = penalty.conv_layer, rec.frame_hop_s(penalty.conv_layer)
-    head = penalty.head.nets[0] if hasattr(penalty.head, "nets") else penalty.head  # members run in parallel
+    hop_s = rec.frame_hop_s(penalty.conv_layer)
     # what one frame depends on: a wav2vec2 conv stack's receptive field; for Whisper's global attention, its
     # configured crop margin (leakloss.acoustic.whisper_recognizer.WHISPER_CROP_MARGIN_S)
-    conv_s = rec.frame_context_s(layer)
-    wave_s = penalty.pad_s + _conv1d_context(head) * hop_s + conv_s + hop_s  # + one hop: frame-centre rounding
+    wave_s = penalty.crop_context_s
     istft = vocoder.head.istft
     # ISTFT ("same" padding): an output sample overlaps the windows of ceil(win / hop / 2) frames each side
     overlap = math.ceil(istft.win_length / istft.hop_length / 2)

@@ -410,10 +410,6 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=default)
         if not isinstance(value, bool) and not (value is None and default is None):
             raise FinetuneError(f"{key} must be true or false{' or null' if default is None else ''}, got {value!r}")
-    if OmegaConf.select(cfg, "leak.mel_bridge", default=False) and OmegaConf.select(cfg, "leak.crop", default=None):
-        # refused here, before the penalty loads and the sites are placed (resolve_leak_crop's check comes after)
-        raise FinetuneError("leak.crop=true vocodes crops around the sites; leak.mel_bridge=true scores whole mels "
-                            "without a vocoder: give one of the two")
     if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():  # ran fp32, the card said fp16
         raise FinetuneError("mixed_precision=fp16 needs a CUDA GPU (accelerate's fp16 autocast does nothing on the "
                             "CPU): use no or bf16")
@@ -634,14 +630,10 @@ def load_text_term(cfg: DictConfig, term: str):
 
 
 def resolve_leak_crop(setting: bool | None, penalty: Any) -> bool:
-    """``leak.crop``: true or false as given; null (the default) crops where a crop is exact given its context (a
-    recognizer with a finite receptive field: wav2vec2 A/B) and not on Whisper states, whose global attention made
-    the cropped gradient point elsewhere than the whole computation's (docs/penalty.md, 2026-12-04)."""
-    if getattr(penalty, "mel_bridge", None) is not None:  # whole mels, no vocoder to crop
-        if setting:
-            raise FinetuneError("leak.crop=true vocodes crops around the sites; leak.mel_bridge=true scores whole "
-                                "mels without a vocoder: set one of them")
-        return False
+    """``leak.crop``: true or false as given (with ``leak.mel_bridge``: whole items bridged, the encoder on crops);
+    null (the default) crops where a crop is exact given its context (a recognizer with a finite receptive field:
+    wav2vec2 A/B) and not on Whisper states, whose global attention made the cropped gradient point elsewhere than
+    the whole computation's (docs/penalty.md, 2026-12-04)."""
     if setting is not None:
         return bool(setting)
     recognizer = getattr(penalty, "recognizer", None)

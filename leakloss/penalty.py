@@ -218,6 +218,16 @@ class LeakPenalty(FrozenScorer):
         batch)."""
         return self.head.context_frames * self.frame_hop_samples + self.min_samples
 
+    @property
+    def crop_context_s(self) -> float:
+        """Seconds each side of a site that its pooled logit depends on, at the recognizer's frames: the site
+        padding, the head's context, the recognizer's (a conv stack's receptive field; a Whisper encoder's crop
+        margin, :data:`leakloss.acoustic.whisper_recognizer.WHISPER_CROP_MARGIN_S`) and one hop for frame-centre
+        rounding. A crop keeps this much around its sites (:meth:`cropped`, and the vocoder path's
+        ``integrations.f5_tts.cropped_penalty``)."""
+        hop_s = self.frame_hop_s
+        return self.pad_s + self.head.context_frames * hop_s + self.recognizer.frame_context_s(self.conv_layer) + hop_s
+
     def frame_logits(self, waves: Tensor, wave_lengths: Tensor | None = None,
                      wave_rms: Tensor | None = None, wave_mean: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``[b, t]`` -> per-frame leak logits ``[b, g]`` (fp32) and valid frame counts ``[b]``.
@@ -325,10 +335,30 @@ class LeakPenalty(FrozenScorer):
         parts = self._parts(loss, probs, active, index, logits, frames)
         return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=quiet)
 
+    def cropped(self, mels: Tensor, mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
+                out_sites: list | None = None) -> tuple[Tensor, LeakParts | None]:
+        """The penalty on mels through :attr:`mel_bridge`, with Whisper's encoder run only on crops around the
+        sites: each item is bridged whole (the bridge is cheap and levels the item as a whole), then its log mel is
+        cut to windows of :attr:`crop_context_s` around its sites (merged where they meet) and those are encoded,
+        in length groups. As the vocoder path's crop (``integrations.f5_tts.cropped_penalty``), and with the same
+        contract: ``(loss, parts)``, ``parts`` None when no site lies inside its item; ``parts`` rows are crops,
+        not items (``out_sites``, a list, receives each crop's sites, shifted to its start, in the order of
+        ``parts.site_probs``); ``parts.nonfinite_items`` counts items. The loss is the whole computation's but for
+        what Whisper's global attention hears beyond the margin (measured in the tests and docs/penalty.md).
+        The input rules are :meth:`forward`'s for mels through a bridge."""
+        if self.mel_bridge is None:
+            raise PenaltyInputError("cropped() crops a mel bridge's log mel; this penalty vocodes mels (crop those "
+                                    "with integrations.f5_tts.cropped_penalty, or load it with mel_bridge=True)")
+        if not isinstance(mels, Tensor):
+            raise PenaltyInputError(f"mels must be a tensor, got {type(mels).__name__}")
+        return self._bridged_forward(mels, mel_lengths, sites, mels, crop=True, out_sites=out_sites)
+
     def _bridged_forward(self, mels: Tensor, mel_lengths: Tensor | None, sites: Sequence[Sequence[TimedSite]],
-                         source: Tensor) -> tuple[Tensor, LeakParts]:
+                         source: Tensor, crop: bool = False,
+                         out_sites: list | None = None) -> tuple[Tensor, LeakParts | None]:
         """:meth:`forward` on mels through :attr:`mel_bridge`: frame logits of each item as the wave path would
-        hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence)."""
+        hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence).
+        ``crop``: encode only windows of the bridged log mel around the sites (:meth:`cropped`)."""
         from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
         from leakloss.functional.mel_bridge import bridge_frames
         from leakloss.vocoder import mel_lengths_to_samples, silence_past_lengths
@@ -358,6 +388,7 @@ class LeakPenalty(FrozenScorer):
         lengths = samples.tolist()
         logits = mels.new_zeros(b, self._frames(max(lengths, default=0)), dtype=torch.float32)
         frames = torch.zeros(b, dtype=torch.long, device=mels.device)
+        item_log_mels: list[Tensor] = [mels.new_zeros(0)] * b  # crop: each item's bridged log mel, encoded later
         for group in (length_groups(lengths) if b else []):
             index = torch.tensor(group, device=mels.device)
             item_mel_lengths = mel_lengths.index_select(0, index)
@@ -372,6 +403,8 @@ class LeakPenalty(FrozenScorer):
 
             def encode(chunk: Tensor) -> tuple[Tensor, Tensor]:
                 log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
+                if crop:  # the encoder runs on the crops below; nothing here can blow up in it
+                    return log_mel, log_mel.new_zeros(log_mel.shape[0], 1, 1)
                 return log_mel, self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)
 
             log_mel, feats = encode(chunk)
@@ -383,11 +416,62 @@ class LeakPenalty(FrozenScorer):
                 log_mel, feats = encode(chunk)
                 bad = bad.index_copy(0, index, bad.index_select(0, index) | blown)
             item_frames = self.recognizer.frame_count(samples.index_select(0, index), self.conv_layer)
+            frames = frames.index_copy(0, index, item_frames.to(frames.device))
+            if crop:
+                for row, i in enumerate(group):
+                    item_log_mels[i] = log_mel[row, :, : 2 * int(enc_frames[row])]
+                continue
             g = min(self._frames(max(lengths[i] for i in group)), logits.shape[-1], feats.shape[1])
             logits = logits.index_copy(0, index, torch.nn.functional.pad(
                 self.head(feats.float().transpose(1, 2)).float()[..., :g], (0, logits.shape[-1] - g)))
-            frames = frames.index_copy(0, index, item_frames.to(frames.device))
+        if crop:
+            return self._cropped_site_loss(item_log_mels, frames, bad, sites, source, out_sites)
         return self._site_loss(logits, frames, bad, sites, source, quiet=frames.sum().detach() * 0)
+
+    def _cropped_site_loss(self, log_mels: list[Tensor], frames: Tensor, bad: Tensor,
+                           sites: Sequence[Sequence[TimedSite]], source: Tensor,
+                           out_sites: list | None) -> tuple[Tensor, LeakParts | None]:
+        """Each item's bridged log mel ``[80, 2 f]`` (``frames [b]`` valid encoder frames, ``bad [b]`` masked
+        items) -> the site loss over encoder crops around the sites (:func:`leakloss.functional.crop.plan_crops`
+        on the encoder's frames)."""
+        from leakloss.functional.crop import CropContext, plan_crops
+
+        rate = 1.0 / self.frame_hop_s
+        crops, shifted = plan_crops(sites, frames.tolist(), rate, CropContext(self.crop_context_s, 0, grid=1, phase=1))
+        if out_sites is not None:
+            out_sites[:] = shifted
+        if not crops:  # as the vocoder path's crop: no site inside its item, nothing scored
+            return source.new_zeros((), dtype=torch.float32), None
+        # a crop that reaches its item's end is encoded with the silent tail after it, as the whole item is
+        stops = [log_mels[c.item].shape[-1] // 2 if c.end >= int(frames[c.item]) else c.end for c in crops]
+        sizes = [stop - c.start for c, stop in zip(crops, stops)]
+        crop_bad = torch.tensor([bool(bad[c.item]) for c in crops], device=frames.device)
+        logits = log_mels[crops[0].item].new_zeros(len(crops), max(sizes), dtype=torch.float32)
+        for group in length_groups(sizes):
+            index = torch.tensor(group, device=frames.device)
+            longest = max(sizes[i] for i in group)
+            windows = torch.stack([torch.nn.functional.pad(
+                log_mels[crops[i].item][:, 2 * crops[i].start: 2 * stops[i]], (0, 2 * (longest - sizes[i])))
+                for i in group])
+            counts = torch.tensor([sizes[i] for i in group], device=frames.device)
+            # each crop's frames keep their positions in the item (what the whole item's encoding gives them)
+            offsets = torch.tensor([crops[i].start for i in group], device=frames.device)
+            feats = self.recognizer.frames.encode_mel(windows, self.conv_layer, counts, offsets)
+            blown = ~torch.isfinite(feats).flatten(1).all(-1)
+            if bool(blown.any()):  # a huge log mel overflowing in the encoder: again without those crops
+                windows = torch.where(blown[:, None, None], torch.zeros((), dtype=windows.dtype,
+                                                                         device=windows.device), windows)
+                feats = self.recognizer.frames.encode_mel(windows, self.conv_layer, counts, offsets)
+                for row, i in enumerate(group):
+                    if bool(blown[row]):
+                        bad = bad.clone()
+                        bad[crops[i].item] = True
+            logits = logits.index_copy(0, index, torch.nn.functional.pad(
+                self.head(feats.float().transpose(1, 2)).float(), (0, logits.shape[-1] - longest)))
+        crop_bad |= torch.tensor([bool(bad[c.item]) for c in crops], device=frames.device)
+        counts = torch.tensor([c.end - c.start for c in crops], dtype=torch.long, device=frames.device)  # the item's
+        loss, parts = self._site_loss(logits, counts, crop_bad, shifted, source, quiet=counts.sum().detach() * 0)
+        return loss, parts._replace(nonfinite_items=bad.sum().detach())
 
     def _vocode(self, mels: Tensor, mel_lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Finite mels ``[b, n, d]`` -> (waves ``[b, t]``, wave lengths ``[b]``, non-finite items ``[b]``)."""

@@ -252,13 +252,14 @@ class WhisperFrames(nn.Module):
             waves = waves[None]
         return log_mel(waves, self.filters, frames)
 
-    def _encode(self, mel: Tensor, frames: Tensor | None = None,
-                upto: int | None = None) -> tuple[list[Tensor], Tensor | None]:
+    def _encode(self, mel: Tensor, frames: Tensor | None = None, upto: int | None = None,
+                offsets: Tensor | None = None) -> tuple[list[Tensor], Tensor | None]:
         """``mel [b, n_mels, 2f]`` -> (the ``f`` frames entering each layer and leaving the last, ``layers + 1``
         tensors ``[b, f, d]``; the last with the final layer norm). ``frames [b]``: valid frames of each item;
         past them the mel is zeroed and no valid frame attends there (own-length items in one batch).
         ``upto`` k < layers: stop after layer k (``k + 1`` tensors, no normed output: None), for a head that
-        reads an inner state and need not pay for the layers above it.
+        reads an inner state and need not pay for the layers above it. ``offsets [b]``: each item's first frame is
+        frame ``offsets[i]`` of a longer input (a crop of it): its frames get those positions' embeddings.
         ``WhisperEncoder.forward``'s steps, which refuses any length but 3000 mel frames."""
         enc = self.encoder
         f = mel.shape[-1] // 2
@@ -275,7 +276,12 @@ class WhisperFrames(nn.Module):
             mask = mask[:, None, None, :].expand(-1, 1, f, f)
         x = nn.functional.gelu(enc.conv1(mel))
         x = nn.functional.gelu(enc.conv2(x)).permute(0, 2, 1)
-        h = x + enc.embed_positions.weight[:f]
+        if offsets is None:
+            h = x + enc.embed_positions.weight[:f]
+        else:
+            if bool((offsets < 0).any()) or int(offsets.max()) + f > enc.config.max_source_positions:
+                raise ValueError(f"offsets + {f} frames must lie in 0..{enc.config.max_source_positions}")
+            h = x + enc.embed_positions.weight[offsets.to(x.device)[:, None] + torch.arange(f, device=x.device)]
         raw = [h]
         layers = enc.layers if upto is None else enc.layers[:upto]
         for layer in layers:
@@ -283,13 +289,14 @@ class WhisperFrames(nn.Module):
             raw.append(h)
         return raw, (enc.layer_norm(h) if len(layers) == len(enc.layers) else None)
 
-    def encode_mel(self, mel: Tensor, layer: int | None = None, frames: Tensor | None = None) -> Tensor:
+    def encode_mel(self, mel: Tensor, layer: int | None = None, frames: Tensor | None = None,
+                   offsets: Tensor | None = None) -> Tensor:
         """``[b, 80, 2f]`` (f = 1500: a padded 30 s window) -> ``[b, f, d]`` (final layer norm applied, as
         CTranslate2's encode), or hidden state ``layer`` of :meth:`states` (0: the embeddings; the last is the
-        output). ``frames``: see :meth:`_encode`."""
+        output). ``frames``, ``offsets``: see :meth:`_encode`."""
         if layer is not None and 0 <= layer < len(self.encoder.layers):  # an inner state: the layers above skipped
-            return self._encode(mel, frames, upto=layer)[0][layer]
-        raw, last = self._encode(mel, frames)
+            return self._encode(mel, frames, upto=layer, offsets=offsets)[0][layer]
+        raw, last = self._encode(mel, frames, offsets=offsets)
         return last if layer is None else (raw[:-1] + [last])[layer]
 
     @staticmethod

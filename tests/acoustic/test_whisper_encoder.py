@@ -141,6 +141,19 @@ def test_an_inner_state_does_not_run_the_layers_above_it(fake, monkeypatch):
     assert calls == [0] and torch.equal(inner, raw[1])  # the fake has 2 layers: the second is skipped
 
 
+def test_a_crop_encoded_at_its_offset_gets_its_frames_positions(fake):
+    """``offsets``: a crop of a longer mel keeps the positions its frames have in it (LeakPenalty.cropped): its
+    embeddings (state 0) equal the whole mel's away from the convs' edge; offsets 0 are no offsets."""
+    mel = fake.mel(torch.randn(1, 32_000, generator=torch.Generator().manual_seed(6)) * 0.1)  # 100 frames
+    with torch.no_grad():
+        whole = fake.encode_mel(mel, layer=0)
+        crop = fake.encode_mel(mel[..., 60:120], layer=0, offsets=torch.tensor([30]))
+        assert torch.allclose(crop[:, 1:-1], whole[:, 31:59], atol=1e-6)
+        assert torch.equal(fake.encode_mel(mel, layer=1, offsets=torch.tensor([0])), fake.encode_mel(mel, layer=1))
+    with pytest.raises(ValueError, match="offsets"):
+        fake.encode_mel(mel, layer=0, offsets=torch.tensor([1_450]))  # past the 1,500 positions
+
+
 @pytest.mark.parametrize("samples", [1, 319, 320, 321, 23_456, 16_000 * 12 + 7, W.N_SAMPLES - 321])
 def test_own_length_mel_is_the_padded_mel_cut(fake, samples):
     g = torch.Generator().manual_seed(samples)

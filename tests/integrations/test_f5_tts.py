@@ -185,16 +185,26 @@ def test_model_side_vocoding_passes_waves(m2w: MelToWave) -> None:
 
 
 def test_a_penalty_with_a_mel_bridge_gets_the_mels_even_beside_a_vocoder(m2w: MelToWave) -> None:
-    """leak.mel_bridge: the model does not vocode for such a penalty (it reads x1_hat's mels itself); cropping,
-    which vocodes crops, is refused with it."""
+    """leak.mel_bridge: the model does not vocode for such a penalty (it reads x1_hat's mels itself); with
+    leak_crop it calls the penalty's own crop (LeakPenalty.cropped: the encoder on crops), never the vocoder."""
     penalty = EnergyPenalty(m2w)
     penalty.mel_bridge = torch.nn.Identity()  # what LeakPenalty(mel_bridge=...) holds
     model = _model(m2w, leak_penalty=penalty, mel_to_wave=m2w)
     loss, *_ = _run(model)
     call = penalty.calls[-1]
     assert call["waves"] is None and call["mels"].shape == (2, 48, 100) and call["mel_lengths"].tolist() == [48, 40]
-    with pytest.raises(ValueError, match="leak_crop.*mel_bridge"):
-        _model(m2w, leak_penalty=penalty, mel_to_wave=m2w, leak_crop=True)
+    crops = []
+
+    def cropped(mels, mel_lengths, sites, out_sites=None):
+        crops.append((mels.shape, mel_lengths.tolist(), sites))
+        out_sites[:] = [list(s) for s in sites]
+        return penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
+
+    penalty.cropped = cropped
+    model = _model(m2w, leak_penalty=penalty, mel_to_wave=m2w, leak_crop=True)
+    loss, *_ = _run(model)
+    assert crops and crops[-1][0] == (2, 48, 100) and crops[-1][1] == [48, 40]
+    assert model.last_leak_sites == [list(s) for s in crops[-1][2]]
 
 
 def test_no_sites_gives_flow_loss_and_no_nan(m2w: MelToWave) -> None:

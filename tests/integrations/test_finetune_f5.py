@@ -115,7 +115,6 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("leak.mel_bridge=no", r"leak.mel_bridge must be true or false, got 'no'"),  # a truthy string: the bridge ran
     ("leak.bf16=1", r"leak.bf16 must be true or false, got 1"),
     ("leak.crop=maybe", r"leak.crop must be true or false or null, got 'maybe'"),
-    ("leak.mel_bridge=true leak.crop=true", r"leak.crop=true vocodes crops .* give one of the two"),  # after placement
     ("leak.weight=0.1 leak.every=2000", r"the penalty first runs on update 2000, after the run's last"),
 ])
 def test_bad_numbers_are_refused_before_any_data_is_read(tmp_path, override, message):
@@ -813,10 +812,9 @@ def test_the_leak_flags_reach_both_terms_of_the_model(tmp_path):
     assert resolve_leak_crop(None, whisper_like) is False and resolve_leak_crop(None, stand_in) is False
     assert resolve_leak_crop(True, whisper_like) is True and resolve_leak_crop(False, Holding(paired.recognizer)) is False
     bridged = Holding(whisper_like.recognizer)
-    bridged.mel_bridge = torch.nn.Identity()  # leak.mel_bridge=true: whole mels, nothing to crop
+    bridged.mel_bridge = torch.nn.Identity()  # leak.mel_bridge=true: whole by default, the encoder on crops asked
     assert resolve_leak_crop(None, bridged) is False and resolve_leak_crop(False, bridged) is False
-    with pytest.raises(FinetuneError, match="leak.crop=true.*leak.mel_bridge=true"):
-        resolve_leak_crop(True, bridged)
+    assert resolve_leak_crop(True, bridged) is True
     # off by default: no recognizer loaded, no paired term
     off = _cfg(tmp_path / "data", tmp_path / "base.safetensors", "f5=embedded")
     assert off.leak.paired_weight == 0.0 and off.leak.paired_recognizer == "wb"
