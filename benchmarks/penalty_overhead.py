@@ -92,8 +92,15 @@ crops (``--site-density`` sites/s, ``--window-margin`` each side).
 Run: ``OMP_NUM_THREADS=2 python benchmarks/penalty_overhead.py [--recognizer wb]`` (about 2 min for a, 4-5 min
 for wb on 2 busy cores; ``OMP_NUM_THREADS=1`` for one). The last line is ``penalty_flops_share=X.XXXX
 penalty_flops_share_cropped=Z.ZZZZ penalty_flops_share_default=D.DDDD penalty_flops_share_bridge=G.GGGG
-margin_flops_share=M.MMMM wall_ratio=Y.YY scorer_speed_before=B.BB scorer_speed_after=A.AA recognizer=NAME`` (every
-item whole, every item cropped, then what ``finetune-f5`` runs by default, the mel bridge, the path-margin term).
+penalty_flops_share_bridge_cropped=C.CCCC margin_flops_share=M.MMMM wall_ratio=Y.YY scorer_speed_before=B.BB
+scorer_speed_after=A.AA recognizer=NAME`` (every item whole, every item cropped, then what ``finetune-f5`` runs by
+default, the mel bridge whole, the mel bridge with the encoder on crops, the path-margin term).
+
+``penalty_flops_share_bridge_cropped``
+    ``leak.mel_bridge=true leak.crop=true`` (:meth:`leakloss.penalty.LeakPenalty.cropped`): every item's mels
+    bridged whole, then Whisper's encoder (to the head's state) and the head only on crops of
+    ``crop_context_s`` (site padding + head context + the 1 s Whisper margin + a hop) each side of the sites of
+    the same draws as the cropped share, in the length groups the code runs. ``nan`` on recognizer A.
 """
 
 from __future__ import annotations
@@ -538,6 +545,35 @@ def bridge_parts_flops(penalty: LeakPenalty, batch: int, frames: int) -> dict[st
     return out
 
 
+def bridge_cropped_parts_flops(penalty: LeakPenalty, batch: int, frames: int,
+                               sites: list[list[TimedSite]]) -> tuple[dict[str, int], int]:
+    """Forward + backward (to the mel) FLOPs of ``LeakPenalty.cropped`` on ``[batch, frames, 100]`` mels with
+    ``sites``: the bridge on every whole item (as :func:`bridge_parts_flops`), then Whisper's encoder to the head's
+    state and the head on the crops of :meth:`LeakPenalty.crop_plan`, in the length groups the code runs (each
+    padded to its longest); and the number of crops."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from leakloss.functional.crop import length_groups
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    out = {k: v for k, v in bridge_parts_flops(penalty, batch, frames).items() if k == "mel bridge"}
+    samples = int(mel_lengths_to_samples(frames))
+    item = int(penalty.recognizer.frame_count(samples, penalty.conv_layer))
+    heard = int(penalty.recognizer.frame_count(samples + penalty.tail_samples, penalty.conv_layer))
+    crops, _, stops = penalty.crop_plan(sites, [item] * batch, [heard] * batch)
+    sizes = [stop - c.start for c, stop in zip(crops, stops)]
+    encoder = penalty.recognizer.frames
+    out["whisper encoder"] = out["raw-conv head"] = 0
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for group in (length_groups(sizes) if sizes else []):
+            longest = max(sizes[i] for i in group)
+            log_mel = torch.randn(len(group), encoder.encoder.config.num_mel_bins, 2 * longest)
+            flops, states = counted(lambda x: encoder.encode_mel(x, penalty.conv_layer), log_mel)
+            out["whisper encoder"] += flops
+            out["raw-conv head"] += counted(penalty.head, states.float().transpose(1, 2))[0]
+    return out, len(crops)
+
+
 def check_against_full_penalty(penalty: LeakPenalty, frames: int = 188) -> tuple[int, int]:
     """Real CPU tensors, one ~2 s item: the whole ``LeakPenalty(mels=...)`` vs the sum of its stages."""
     torch.manual_seed(0)
@@ -599,13 +635,9 @@ def cropped_parts_flops(penalty: LeakPenalty, groups: list[tuple[int, int]],
     return out
 
 
-def draw_crops(penalty: LeakPenalty, batch: int, utt_frames: int, density: float, site_s: float, seed: int):
-    """One F5 batch's crops: Poisson sites (``density``/s) kept inside F5's infilled span, planned by crop.py."""
-    from integrations.f5_tts import penalty_crop_context
-    from leakloss.functional.crop import plan_crops
-
+def draw_sites(batch: int, utt_frames: int, density: float, site_s: float, seed: int) -> list[list[TimedSite]]:
+    """One F5 batch's sites: Poisson sites (``density``/s) kept inside F5's infilled span."""
     g = torch.Generator().manual_seed(seed)
-    ctx = penalty_crop_context(penalty, penalty.mel_to_wave)
     sites = []
     for _ in range(batch):
         frac = 0.7 + 0.3 * float(torch.rand((), generator=g))  # F5 frac_lengths_mask_ratio (0.7, 1.0)
@@ -616,6 +648,16 @@ def draw_crops(penalty: LeakPenalty, batch: int, utt_frames: int, density: float
         times = (torch.rand(n, generator=g) * (dur - site_s)).tolist()
         keep = [t for t in times if start <= (t + site_s / 2) * FRAME_RATE < start + span]
         sites.append([TimedSite(t, t + site_s, "deletion", "ʌ->∅") for t in sorted(keep)])
+    return sites
+
+
+def draw_crops(penalty: LeakPenalty, batch: int, utt_frames: int, density: float, site_s: float, seed: int):
+    """One F5 batch's crops (:func:`draw_sites`), planned by crop.py as ``cropped_penalty`` plans them."""
+    from integrations.f5_tts import penalty_crop_context
+    from leakloss.functional.crop import plan_crops
+
+    ctx = penalty_crop_context(penalty, penalty.mel_to_wave)
+    sites = draw_sites(batch, utt_frames, density, site_s, seed)
     # cropped_penalty plans on the mels with their silent tail (silence_past_lengths), as the whole path vocodes
     crops, shifted = plan_crops(sites, [utt_frames] * batch, FRAME_RATE, ctx,
                                 padded_frames=utt_frames + VOCODER_TAIL_FRAMES)
@@ -915,7 +957,7 @@ def main(argv: list[str] | None = None) -> None:
           f" ({parts[dominant] / total:.0%} of the penalty)")
 
     # the mel bridge in place of vocoder + resampler + STFT (Whisper recognizers)
-    bridge_share = math.nan
+    bridge_share = bridge_cropped_share = math.nan
     if recognizer.frame_source == WHISPER_FRAME_SOURCE:
         from leakloss.mel_bridge import MelBridge
 
@@ -935,6 +977,19 @@ def main(argv: list[str] | None = None) -> None:
             scored = max(1, math.ceil(option * batch))
             alt = sum(bridge_parts_flops(bridged, scored, args.utt_frames).values()) / f5
             print(f"mel bridge on {scored} of {batch} items (leak.item_fraction {option:g}): share {alt:.4f}")
+        # leak.mel_bridge=true leak.crop=true: every item bridged, the encoder and head on crops around the sites
+        bridge_cropped = []
+        for draw in range(args.crop_draws):
+            sites = draw_sites(batch, args.utt_frames, args.crop_site_density, args.site_duration, seed=draw)
+            parts_bc, n_crops = bridge_cropped_parts_flops(bridged, batch, args.utt_frames, sites)
+            bridge_cropped.append(sum(parts_bc.values()) / f5)
+            print(f"  bridged crop draw {draw}: {sum(map(len, sites))} sites in span -> {n_crops} encoder crops: share "
+                  f"{bridge_cropped[-1]:.4f} (" + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_bc.items()) + ")")
+        bridge_cropped_share = statistics.mean(bridge_cropped)
+        print(f"mel bridge, encoder on crops (leak.mel_bridge=true leak.crop=true; "
+              f"{bridged.crop_context_s * 1000:.0f} ms each side of a site): mean share over {args.crop_draws} draws {bridge_cropped_share:.4f}, "
+              f"{'within' if bridge_cropped_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
+              f"{TARGET_SHARE_CROPPED:.0%} target")
 
     # the text-paired path-margin term (leak.margin_weight): whole items, every state of the encoder
     margin_share = math.nan
@@ -1027,6 +1082,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"elapsed {time.perf_counter() - t_start:.1f} s")
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
           f" penalty_flops_share_default={default_share:.4f} penalty_flops_share_bridge={bridge_share:.4f}"
+          f" penalty_flops_share_bridge_cropped={bridge_cropped_share:.4f}"
           f" margin_flops_share={margin_share:.4f}"
           f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
           f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")

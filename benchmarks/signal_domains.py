@@ -108,31 +108,37 @@ class Signal:
         return [float(p) if bool(a) else None for p, a in zip(parts.site_probs, parts.site_active)]
 
 
-def shipped_signal(recognizer: str | None = None, head: str | None = None, mel_bridge: bool = False) -> Signal:
+def shipped_signal(recognizer: str | None = None, head: str | None = None, mel_bridge: bool = False,
+                   crop: bool = False) -> Signal:
     """The signal as shipped: :meth:`LeakPenalty.load` (its default head and recognizer unless given), its reward
     and site placement on the penalty's recognizer. ``mel_bridge``: the penalty scores each reading's Vocos mel
-    through the shipped mel bridge (:class:`leakloss.mel_bridge.MelPathPenalty`), as in an F5 fine-tune with ``leak.mel_bridge=true``;
-    placement stays on the waves."""
+    through the shipped mel bridge (:class:`leakloss.mel_bridge.MelPathPenalty`), as in an F5 fine-tune with
+    ``leak.mel_bridge=true``; placement stays on the waves. ``crop`` (with ``mel_bridge``): Whisper's encoder on
+    crops around the sites only (:meth:`LeakPenalty.cropped`, ``leak.mel_bridge=true leak.crop=true``)."""
     from leakloss.mel_bridge import MelPathPenalty
     from leakloss.penalty import LeakPenalty, leak_reward_details, locate_sites
 
+    if crop and not mel_bridge:
+        raise ValueError("--crop crops the mel bridge's log mel: give --mel-bridge with it")
     penalty = LeakPenalty.load(recognizer=recognizer, head_path=head, mel_bridge=mel_bridge or None)
-    scored = MelPathPenalty(penalty) if mel_bridge else penalty
+    scored = MelPathPenalty(penalty, crop=crop) if mel_bridge else penalty
     name = f"{penalty.recognizer.name}+{Path(head).stem if head else 'shipped'}" + ("+mel_bridge" if mel_bridge else "")
-    return Signal(name, scored, penalty.recognizer, penalty.flag_threshold, leak_reward_details, locate_sites)
+    return Signal(name + ("+crop" if crop else ""), scored, penalty.recognizer, penalty.flag_threshold,
+                  leak_reward_details, locate_sites)
 
 
-def load_signal(spec: str, recognizer: str | None = None, head: str | None = None, mel_bridge: bool = False) -> Signal:
+def load_signal(spec: str, recognizer: str | None = None, head: str | None = None, mel_bridge: bool = False,
+                crop: bool = False) -> Signal:
     """``shipped`` (:func:`shipped_signal`), or ``MODULE:CALLABLE`` called with no argument, returning a
     :class:`Signal` or a penalty module (wrapped as the shipped one is: its ``.recognizer`` places and checks)."""
     if spec == "shipped":
-        return shipped_signal(recognizer, head, mel_bridge)
+        return shipped_signal(recognizer, head, mel_bridge, crop)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--signal must be 'shipped' or MODULE:CALLABLE, got {spec!r}")
-    if recognizer is not None or head is not None or mel_bridge:
-        raise ValueError("--recognizer/--head/--mel-bridge go with --signal shipped; a MODULE:CALLABLE signal builds "
-                         "its own")
+    if recognizer is not None or head is not None or mel_bridge or crop:
+        raise ValueError("--recognizer/--head/--mel-bridge/--crop go with --signal shipped; a MODULE:CALLABLE signal "
+                         "builds its own")
     target = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)
@@ -422,6 +428,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mel-bridge", action="store_true",
                         help="with --signal shipped: score each reading's Vocos mel through the shipped mel bridge "
                              "(leakloss.mel_bridge), not its wave")
+    parser.add_argument("--crop", action="store_true",
+                        help="with --mel-bridge: Whisper's encoder on crops around the sites only "
+                             "(LeakPenalty.cropped, finetune-f5 leak.mel_bridge=true leak.crop=true)")
     parser.add_argument("--limit", type=int, default=24, help="held-out sentences (of 57; 0: all)")
     parser.add_argument("--pair-sentences", type=int, default=0,
                         help="of those, sentences whose deletion sites are cut (per unseen voice; 0: all)")
@@ -436,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(2)
     start = time.time()
     try:
-        signal = load_signal(args.signal, args.recognizer, args.head, args.mel_bridge)
+        signal = load_signal(args.signal, args.recognizer, args.head, args.mel_bridge, args.crop)
     except (ValueError, OSError, ImportError, AttributeError) as err:  # bad spec, head or recognizer: a clear error
         parser.error(str(err))
     _, held = split_sentences(builtin_sentences())

@@ -649,11 +649,9 @@ class LeakAwareCFM(CFM):
     def _cropped_penalty(self, mels: torch.Tensor, mel_lengths: torch.Tensor, sites: list[list[TimedSite]],
                          frame_rate: float) -> tuple[torch.Tensor, NamedTuple | None]:
         """The penalty on crops around the sites: ``mels`` ``[b, n, d]`` -> the same ``(loss, parts)`` contract."""
-        crop_sites: list = []
         if getattr(self.leak_penalty, "mel_bridge", None) is not None:  # no vocoder: the encoder runs on crops
-            result = self.leak_penalty.cropped(mels, mel_lengths, sites, out_sites=crop_sites)
-            self.last_leak_sites = crop_sites  # the order of parts.site_probs
-            return result
+            return self.leak_penalty.cropped(mels, mel_lengths, sites)  # parts in the items' site order
+        crop_sites: list = []
         vocoder = self.mel_to_wave or getattr(self.leak_penalty, "mel_to_wave", None)
         if vocoder is None:
             raise ValueError("leak_crop needs a vocoder (mel_to_wave here or on the penalty)")

@@ -197,12 +197,16 @@ class MelPathPenalty(nn.Module):
     a listening check sees what an F5 fine-tune's penalty sees of the same audio (with a ``mel_bridge``: the
     bridge's approximation)."""
 
-    def __init__(self, penalty: nn.Module) -> None:
+    def __init__(self, penalty: nn.Module, crop: bool = False) -> None:
+        """``crop``: score as ``leak.crop=true`` does with a bridge (:meth:`leakloss.penalty.LeakPenalty.cropped`:
+        the encoder on crops around the sites)."""
         super().__init__()
-        self.penalty = penalty
+        self.penalty, self.crop = penalty, crop
         self.recognizer = penalty.recognizer
         self.flag_threshold = penalty.flag_threshold
 
     def forward(self, waves: Tensor, wave_lengths: Tensor | None = None, sites=()):
         mels, mel_lengths = vocos_mels(waves, wave_lengths)
+        if self.crop:
+            return self.penalty.cropped(mels, mel_lengths, sites)
         return self.penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)

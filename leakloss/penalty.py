@@ -335,27 +335,25 @@ class LeakPenalty(FrozenScorer):
         parts = self._parts(loss, probs, active, index, logits, frames)
         return loss, parts._replace(nonfinite_items=bad.sum().detach(), quiet_items=quiet)
 
-    def cropped(self, mels: Tensor, mel_lengths: Tensor | None = None, sites: Sequence[Sequence[TimedSite]] = (),
-                out_sites: list | None = None) -> tuple[Tensor, LeakParts | None]:
-        """The penalty on mels through :attr:`mel_bridge`, with Whisper's encoder run only on crops around the
+    def cropped(self, mels: Tensor, mel_lengths: Tensor | None = None,
+                sites: Sequence[Sequence[TimedSite]] = ()) -> tuple[Tensor, LeakParts]:
+        """:meth:`forward` on mels through :attr:`mel_bridge`, with Whisper's encoder run only on crops around the
         sites: each item is bridged whole (the bridge is cheap and levels the item as a whole), then its log mel is
-        cut to windows of :attr:`crop_context_s` around its sites (merged where they meet) and those are encoded,
-        in length groups. As the vocoder path's crop (``integrations.f5_tts.cropped_penalty``), and with the same
-        contract: ``(loss, parts)``, ``parts`` None when no site lies inside its item; ``parts`` rows are crops,
-        not items (``out_sites``, a list, receives each crop's sites, shifted to its start, in the order of
-        ``parts.site_probs``); ``parts.nonfinite_items`` counts items. The loss is the whole computation's but for
-        what Whisper's global attention hears beyond the margin (measured in the tests and docs/penalty.md).
-        The input rules are :meth:`forward`'s for mels through a bridge."""
+        cut to windows of :attr:`crop_context_s` around its sites (merged where they meet; :meth:`crop_plan`) and
+        those are encoded, in length groups, each crop's frames at their positions in the item. The same
+        ``(loss, parts)`` as :meth:`forward` (items, the sites in their order), but ``parts.frame_probs`` is 0
+        where no crop reached. The loss is the whole computation's but for what Whisper's global attention hears
+        beyond the margin (exact where a crop holds its item; measured in the tests and docs/penalty.md). The
+        input rules are :meth:`forward`'s for mels through a bridge."""
         if self.mel_bridge is None:
             raise PenaltyInputError("cropped() crops a mel bridge's log mel; this penalty vocodes mels (crop those "
                                     "with integrations.f5_tts.cropped_penalty, or load it with mel_bridge=True)")
         if not isinstance(mels, Tensor):
             raise PenaltyInputError(f"mels must be a tensor, got {type(mels).__name__}")
-        return self._bridged_forward(mels, mel_lengths, sites, mels, crop=True, out_sites=out_sites)
+        return self._bridged_forward(mels, mel_lengths, sites, mels, crop=True)
 
     def _bridged_forward(self, mels: Tensor, mel_lengths: Tensor | None, sites: Sequence[Sequence[TimedSite]],
-                         source: Tensor, crop: bool = False,
-                         out_sites: list | None = None) -> tuple[Tensor, LeakParts | None]:
+                         source: Tensor, crop: bool = False) -> tuple[Tensor, LeakParts]:
         """:meth:`forward` on mels through :attr:`mel_bridge`: frame logits of each item as the wave path would
         hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence).
         ``crop``: encode only windows of the bridged log mel around the sites (:meth:`cropped`)."""
@@ -425,53 +423,68 @@ class LeakPenalty(FrozenScorer):
             logits = logits.index_copy(0, index, torch.nn.functional.pad(
                 self.head(feats.float().transpose(1, 2)).float()[..., :g], (0, logits.shape[-1] - g)))
         if crop:
-            return self._cropped_site_loss(item_log_mels, frames, bad, sites, source, out_sites)
+            return self._cropped_site_loss(item_log_mels, frames, bad, sites, source)
         return self._site_loss(logits, frames, bad, sites, source, quiet=frames.sum().detach() * 0)
 
-    def _cropped_site_loss(self, log_mels: list[Tensor], frames: Tensor, bad: Tensor,
-                           sites: Sequence[Sequence[TimedSite]], source: Tensor,
-                           out_sites: list | None) -> tuple[Tensor, LeakParts | None]:
-        """Each item's bridged log mel ``[80, 2 f]`` (``frames [b]`` valid encoder frames, ``bad [b]`` masked
-        items) -> the site loss over encoder crops around the sites (:func:`leakloss.functional.crop.plan_crops`
-        on the encoder's frames)."""
+    def crop_plan(self, sites: Sequence[Sequence[TimedSite]], frames: Sequence[int],
+                  heard_frames: Sequence[int]) -> tuple[list, list[list[TimedSite]], list[int]]:
+        """Where :meth:`cropped` runs the encoder: crops of each item's ``frames[b]`` encoder frames around its
+        sites (:func:`leakloss.functional.crop.plan_crops` on the encoder's frames, :attr:`crop_context_s` each
+        side, merged where they meet), each crop's sites shifted to its start, and the frame each crop's encoding
+        stops at: its end, or ``heard_frames[b]`` (the item and its silent tail) for a crop that reaches its
+        item's end, which hears that tail as the whole item does."""
         from leakloss.functional.crop import CropContext, plan_crops
 
-        rate = 1.0 / self.frame_hop_s
-        crops, shifted = plan_crops(sites, frames.tolist(), rate, CropContext(self.crop_context_s, 0, grid=1, phase=1))
-        if out_sites is not None:
-            out_sites[:] = shifted
-        if not crops:  # as the vocoder path's crop: no site inside its item, nothing scored
-            return source.new_zeros((), dtype=torch.float32), None
-        # a crop that reaches its item's end is encoded with the silent tail after it, as the whole item is
-        stops = [log_mels[c.item].shape[-1] // 2 if c.end >= int(frames[c.item]) else c.end for c in crops]
-        sizes = [stop - c.start for c, stop in zip(crops, stops)]
-        crop_bad = torch.tensor([bool(bad[c.item]) for c in crops], device=frames.device)
-        logits = log_mels[crops[0].item].new_zeros(len(crops), max(sizes), dtype=torch.float32)
-        for group in length_groups(sizes):
-            index = torch.tensor(group, device=frames.device)
-            longest = max(sizes[i] for i in group)
-            windows = torch.stack([torch.nn.functional.pad(
-                log_mels[crops[i].item][:, 2 * crops[i].start: 2 * stops[i]], (0, 2 * (longest - sizes[i])))
-                for i in group])
-            counts = torch.tensor([sizes[i] for i in group], device=frames.device)
-            # each crop's frames keep their positions in the item (what the whole item's encoding gives them)
-            offsets = torch.tensor([crops[i].start for i in group], device=frames.device)
-            feats = self.recognizer.frames.encode_mel(windows, self.conv_layer, counts, offsets)
-            blown = ~torch.isfinite(feats).flatten(1).all(-1)
-            if bool(blown.any()):  # a huge log mel overflowing in the encoder: again without those crops
-                windows = torch.where(blown[:, None, None], torch.zeros((), dtype=windows.dtype,
-                                                                         device=windows.device), windows)
+        ctx = CropContext(self.crop_context_s, 0, grid=1, phase=1)
+        crops, shifted = plan_crops(sites, list(frames), 1.0 / self.frame_hop_s, ctx)
+        stops = [int(heard_frames[c.item]) if c.end >= int(frames[c.item]) else c.end for c in crops]
+        return crops, shifted, stops
+
+    def _cropped_site_loss(self, log_mels: list[Tensor], frames: Tensor, bad: Tensor,
+                           sites: Sequence[Sequence[TimedSite]], source: Tensor) -> tuple[Tensor, LeakParts]:
+        """Each item's bridged log mel ``[80, 2 f]`` (``frames [b]`` valid encoder frames, ``bad [b]`` masked
+        items) -> the site loss with the encoder and head run on the crops of :meth:`crop_plan` only. Each crop's
+        logits go back to its frames of its item: every site's window lies inside its crop, so the site loss is
+        the whole computation's on those logits; frames no crop covers have no logit (probability 0 in
+        ``parts.frame_probs``)."""
+        b = len(log_mels)
+        crops, _, stops = self.crop_plan(sites, frames.tolist(), [m.shape[-1] // 2 for m in log_mels])
+        width = max([int(f) for f in frames.tolist()] + [0])
+        item_logits = source.new_zeros(b, width, dtype=torch.float32)
+        scored = torch.zeros(b, width, dtype=torch.bool, device=frames.device)
+        if crops:
+            sizes = [stop - c.start for c, stop in zip(crops, stops)]
+            crop_logits: list[Tensor] = [item_logits.new_zeros(0)] * len(crops)
+            for group in length_groups(sizes):
+                longest = max(sizes[i] for i in group)
+                windows = torch.stack([torch.nn.functional.pad(
+                    log_mels[crops[i].item][:, 2 * crops[i].start: 2 * stops[i]], (0, 2 * (longest - sizes[i])))
+                    for i in group])
+                counts = torch.tensor([sizes[i] for i in group], device=frames.device)
+                # each crop's frames keep their positions in the item (what the whole item's encoding gives them)
+                offsets = torch.tensor([crops[i].start for i in group], device=frames.device)
                 feats = self.recognizer.frames.encode_mel(windows, self.conv_layer, counts, offsets)
+                blown = ~torch.isfinite(feats).flatten(1).all(-1)
+                if bool(blown.any()):  # a huge log mel overflowing in the encoder: again without those crops
+                    windows = torch.where(blown[:, None, None], torch.zeros((), dtype=windows.dtype,
+                                                                             device=windows.device), windows)
+                    feats = self.recognizer.frames.encode_mel(windows, self.conv_layer, counts, offsets)
+                    bad = bad.clone()
+                    for row, i in enumerate(group):
+                        bad[crops[i].item] |= bool(blown[row])
+                logits = self.head(feats.float().transpose(1, 2)).float()
                 for row, i in enumerate(group):
-                    if bool(blown[row]):
-                        bad = bad.clone()
-                        bad[crops[i].item] = True
-            logits = logits.index_copy(0, index, torch.nn.functional.pad(
-                self.head(feats.float().transpose(1, 2)).float(), (0, logits.shape[-1] - longest)))
-        crop_bad |= torch.tensor([bool(bad[c.item]) for c in crops], device=frames.device)
-        counts = torch.tensor([c.end - c.start for c in crops], dtype=torch.long, device=frames.device)  # the item's
-        loss, parts = self._site_loss(logits, counts, crop_bad, shifted, source, quiet=counts.sum().detach() * 0)
-        return loss, parts._replace(nonfinite_items=bad.sum().detach())
+                    crop_logits[i] = logits[row, : crops[i].end - crops[i].start]
+            rows = torch.cat([torch.full((c.end - c.start,), c.item, dtype=torch.long) for c in crops])
+            cols = torch.cat([torch.arange(c.start, c.end) for c in crops])
+            rows, cols = rows.to(frames.device), cols.to(frames.device)
+            item_logits = item_logits.index_put((rows, cols), torch.cat(crop_logits))  # crops never overlap
+            scored = scored.index_put((rows, cols), torch.ones((), dtype=torch.bool, device=frames.device))
+        loss, parts = self._site_loss(item_logits, frames, bad, sites, source, quiet=frames.sum().detach() * 0)
+        if not crops and source.requires_grad:  # nothing encoded: a zero loss still on the input's graph, as
+            # forward's (the bridged log mels are finite: a blown item was bridged again as silence)
+            loss = loss + sum((m.sum() for m in log_mels), source.new_zeros((), dtype=torch.float32)) * 0
+        return loss, parts._replace(frame_probs=parts.frame_probs * scored)
 
     def _vocode(self, mels: Tensor, mel_lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Finite mels ``[b, n, d]`` -> (waves ``[b, t]``, wave lengths ``[b]``, non-finite items ``[b]``)."""

@@ -2,8 +2,8 @@
 
 Exact where the crop holds the whole item (each crop's frames keep their positions; a crop at the item's end hears
 the silent tail as the whole item does); close to the whole computation at the shipped 1 s margin on real speech;
-and the penalty's rules: NaN items masked with zero gradient (counted as items), no sites nothing scored, random
-lengths, sites and levels finite, a float64 gradient check, bf16."""
+the same contract as forward (items, the sites in their order); and the penalty's rules: NaN items masked with zero
+gradient, no sites nothing scored, random lengths, sites and levels finite, a float64 gradient check, bf16."""
 
 import copy
 import math
@@ -57,41 +57,50 @@ def test_a_crop_holding_the_whole_item_is_the_whole_computation(penalty):
     torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-4)
 
 
-def test_the_shipped_margin_encodes_less_and_out_sites_follow_the_site_probs(penalty):
-    mels = _mels(750, 3)[None]  # 8 s: two sites 3 s apart make two crops, each 2.4-2.6 s
-    out: list = []
-    _, parts = penalty.cropped(mels, None, [FAR], out_sites=out)
-    assert len(out) == 2 and [len(c) for c in out] == [1, 1] and parts.site_probs.shape == (2,)
-    assert out[0][0].start == FAR[0].start  # the first crop starts at the item's start
-    assert out[1][0].start < FAR[1].start and out[1][0].end - out[1][0].start == pytest.approx(0.1)
+def test_the_shipped_margin_scores_the_sites_in_their_order_from_crops_only(penalty):
+    mels = _mels(750, 3)[None]  # 8 s: two sites 3 s apart make two crops of 2.4-2.6 s
+    later_first = [FAR[1], FAR[0]]  # the parts follow the sites as given, as forward's do
+    _, parts = penalty.cropped(mels, None, [later_first])
+    _, one = penalty.cropped(mels, None, [[FAR[1]]])
+    assert parts.site_probs.shape == (2,) and parts.site_active.tolist() == [True, True]
+    torch.testing.assert_close(parts.site_probs[0], one.site_probs[0], atol=1e-5, rtol=1e-4)
+    crops, shifted, _ = penalty.crop_plan([FAR], [int(parts.frame_counts[0])], [int(parts.frame_counts[0]) + 8])
+    assert len(crops) == 2 and crops[0].start == 0 and [len(c) for c in shifted] == [1, 1]
+    scored = int((parts.frame_probs[0] > 0).sum())  # frames no crop reached have no probability
+    assert scored == sum(c.end - c.start for c in crops) < 0.5 * int(parts.frame_counts[0])
     hop = penalty.frame_hop_s
-    assert int(parts.frame_counts.sum()) < 0.5 * int(penalty(mels=mels, sites=[FAR])[1].frame_counts.sum())
-    assert int(parts.frame_counts.max()) * hop <= 2 * penalty.crop_context_s + 0.1 + 2 * hop
+    assert max(c.end - c.start for c in crops) * hop <= 2 * penalty.crop_context_s + 0.1 + 2 * hop
 
 
-def test_a_nan_item_is_masked_with_zero_gradient_counted_once_and_does_not_touch_the_other(penalty):
+def test_a_nan_item_is_masked_with_zero_gradient_and_does_not_touch_the_other(penalty):
     clean = torch.stack([_mels(380, 4), _mels(380, 5)])
     bad = clean.clone()
     bad[0, 10, 3] = float("nan")
     bad.requires_grad_(True)
     loss, parts = penalty.cropped(bad, None, [FAR, FAR])
     loss.backward()
-    assert torch.isfinite(loss) and int(parts.nonfinite_items) == 1  # items, not its two crops
+    assert torch.isfinite(loss) and int(parts.nonfinite_items) == 1  # the item, not its two crops
     assert torch.equal(bad.grad[0], torch.zeros(380, 100)) and bad.grad[1].abs().sum() > 0
     assert parts.site_active.tolist() == [False, False, True, True]
     _, alone = penalty.cropped(clean[1:], None, [FAR])
     torch.testing.assert_close(parts.site_probs[2:], alone.site_probs, atol=1e-5, rtol=1e-4)
 
 
-def test_no_site_inside_an_item_scores_nothing(penalty):
+def test_no_site_inside_an_item_scores_nothing_and_a_zero_length_item_contributes_zero(penalty):
     mels = _mels(50, 6)[None].requires_grad_(True)
-    out: list = [["stale"]]
-    loss, parts = penalty.cropped(mels, None, [[]], out_sites=out)
-    assert float(loss) == 0.0 and parts is None and out == []
+    loss, parts = penalty.cropped(mels, None, [[]])
+    assert float(loss.detach()) == 0.0 and parts.site_probs.numel() == 0 and float(parts.frame_probs.abs().sum()) == 0
     loss, parts = penalty.cropped(mels, None, [[TimedSite(5.0, 5.1, "deletion", "ʌ->∅")]])
-    assert float(loss) == 0.0 and parts is None
-    empty, parts = penalty.cropped(torch.zeros(0, 0, 100), None, [])
-    assert float(empty) == 0.0 and parts is None
+    assert float(loss.detach()) == 0.0 and parts.site_active.tolist() == [False]
+    loss.backward()
+    assert mels.grad is None or torch.equal(mels.grad, torch.zeros_like(mels))
+    two = torch.stack([_mels(50, 5), _mels(50, 6)]).requires_grad_(True)
+    loss, parts = penalty.cropped(two, torch.tensor([0, 50]), [SITES, []])
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and int(parts.frame_counts[0]) == 0
+    assert torch.equal(two.grad, torch.zeros_like(two))
+    empty, _ = penalty.cropped(torch.zeros(0, 0, 100), None, [])
+    assert float(empty) == 0.0
 
 
 def test_a_penalty_without_a_bridge_and_bad_input_are_refused(penalty, fake_w):
@@ -132,17 +141,17 @@ def test_property_random_lengths_sites_and_levels(penalty, items, raw_sites, see
     lengths = torch.tensor([n for n, _, _ in items])
     sites = [[TimedSite(s, s + d, "deletion" if q else "quality", "ʌ->∅" if q else "ʌi̯->ɛː")
               for s, d, q in raw_sites[:k]] for _, _, k in items]
-    out: list = []
-    loss, parts = penalty.cropped(mels, lengths, sites, out_sites=out)
-    if parts is None:
-        assert float(loss) == 0.0
-        return
-    loss.backward()
-    assert math.isfinite(float(loss.detach())) and float(loss.detach()) >= 0 and torch.isfinite(mels.grad).all()
+    loss, parts = penalty.cropped(mels, lengths, sites)
+    if loss.requires_grad:
+        loss.backward()
+    grad = mels.grad if mels.grad is not None else torch.zeros_like(mels)
+    assert math.isfinite(float(loss.detach())) and float(loss.detach()) >= 0 and torch.isfinite(grad).all()
     for i, n in enumerate(lengths.tolist()):
-        assert torch.equal(mels.grad[i, n:], torch.zeros(n_max - n, 100))
+        assert torch.equal(grad[i, n:], torch.zeros(n_max - n, 100))
     assert bool(((parts.site_probs >= 0) & (parts.site_probs <= 1)).all())
-    assert sum(map(len, out)) == parts.site_probs.numel() <= sum(map(len, sites))
+    assert parts.site_probs.numel() == sum(map(len, sites))  # every site, in its order
+    _, whole = penalty(mels=mels.detach(), mel_lengths=lengths, sites=sites)
+    assert parts.site_active.tolist() == whole.site_active.tolist()  # a site has frames in both or in neither
 
 
 def test_bf16_autocast_stays_finite(penalty):
@@ -183,5 +192,5 @@ def test_on_real_speech_the_shipped_crop_tracks_the_whole_computation():
         whole, w_parts = pen(mels=x, mel_lengths=lengths, sites=sites)
         crop, c_parts = pen.cropped(x, lengths, sites)
     assert abs(float(crop) / float(whole) - 1) < 0.05
-    assert c_parts.site_probs.shape == w_parts.site_probs.shape  # one site per site, in the same order here
+    assert c_parts.site_active.tolist() == w_parts.site_active.tolist()
     assert float((c_parts.site_probs - w_parts.site_probs).abs().max()) < 0.15

@@ -114,6 +114,34 @@ def test_cropped_whisper_penalty_costs_less_than_the_whole(bench, whisper_penalt
     assert 0 < sum(cropped.values()) < sum(whole.values())
 
 
+def test_the_bridged_crop_is_counted_as_it_runs_and_costs_less_than_the_whole_bridge(bench, tmp_path):
+    """bridge_cropped_parts_flops (fake tensors, stage by stage) against LeakPenalty.cropped counted whole on real
+    tensors: the same FLOPs within 2% (elementwise ops are left out on both sides); the encoder's fewer than on the
+    whole items (the tiny encoder here costs less than the shipped bridge; on wb it is the other way round)."""
+    from leakloss.mel_bridge import MelBridge
+
+    rec = tiny_whisper(tmp_path / "enc")
+    head, _ = bench.build_head("wb", rec.frame_channels(None))
+    bridged = LeakPenalty(rec, head, mel_bridge=MelBridge.embedded())
+    batch, frames = 2, 700  # 7.5 s items: two sites 5 s apart make two crops each
+    site = bench.TimedSite
+    sites = [[site(0.5, 0.6, "deletion", "ʌ->∅"), site(5.5, 5.6, "deletion", "ʌ->∅")]] * batch
+    parts, n_crops = bench.bridge_cropped_parts_flops(bridged, batch, frames, sites)
+    assert n_crops == 4 and all(v > 0 for v in parts.values())
+    mels = torch.randn(batch, frames, 100, generator=torch.Generator().manual_seed(0))
+
+    def run() -> None:
+        x = mels.clone().requires_grad_(True)
+        loss, _ = bridged.cropped(x, None, sites)
+        loss.backward()
+
+    real, _ = bench.count_flops(run)
+    assert sum(parts.values()) == pytest.approx(real, rel=0.02)
+    whole = bench.bridge_parts_flops(bridged, batch, frames)
+    assert parts["mel bridge"] == whole["mel bridge"]  # every item is bridged whole
+    assert parts["whisper encoder"] < 0.5 * whole["whisper encoder"]  # ~2.5 s crops, not 7.5 s items
+
+
 def test_whisper_architectures_are_the_embedded_recognizers(bench):
     wb = bench.whisper_architecture("wb")
     c = wb.frames.encoder.config
@@ -161,12 +189,14 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     out = capsys.readouterr()
     figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
     assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "penalty_flops_share_default",
-                             "penalty_flops_share_bridge", "margin_flops_share",
+                             "penalty_flops_share_bridge", "penalty_flops_share_bridge_cropped", "margin_flops_share",
                              "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
     assert figures["recognizer"] == "wb"
     assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
     # the mel bridge path (the shipped bridge on the tiny encoder here), counted stage by stage as the penalty runs
     assert 0 < float(figures["penalty_flops_share_bridge"])
+    # the encoder on crops around the sites after the whole items' bridge: less than the whole bridged path
+    assert 0 < float(figures["penalty_flops_share_bridge_cropped"]) < float(figures["penalty_flops_share_bridge"])
     # the path-margin term hears every encoder state of every item: more than the penalty's encoder to its layer
     assert float(figures["margin_flops_share"]) > 0
     check = [line for line in out.out.splitlines() if line.startswith("check, one 2 s item") and "bridged" in line]
