@@ -7,14 +7,14 @@ judged by the scorer on recognizer ``w`` (``leakloss/assets/heads_w``; the penal
 recognizer wb). ``--arms ... margin`` adds a fifth arm, the text-paired path-margin term (not in the default run: it
 costs the most); its keys print ``nan`` when it is not run.
 
-    python benchmarks/finetune_effect.py [--seeds 3] [--steps 120] [--leak-weight 0.1] [--paired-weight 0.5]
+    python benchmarks/finetune_effect.py [--seeds 3] [--steps 60] [--leak-weight 0.1] [--paired-weight 0.5]
                                          [--margin-weight 0.5]
                                          [--item-fraction 1] [--base-dir DIR] [--test-words 16]
                                          [--words test|validation] [--arms plain penalty ...]
 
-Default: one seed, the plain and penalty arms (``BENCHMARK_ARMS``), under 5 minutes on 2 idle cores; ``--arms plain
-penalty paired reward`` is the four-arm table of docs/f5_base.md (about 7 minutes). ``--seeds 3`` reports 95%
-t-intervals over seeds.
+Default: one seed, the plain and penalty arms, 60 updates an arm (the penalty on the last 40) (``BENCHMARK_ARMS``, ``BENCHMARK_STEPS``), under 5
+minutes on 2 idle cores: a quick look. The tables of docs/f5_base.md name their runs: ``--steps 120 --arms plain
+penalty paired reward`` (7 minutes or more), ``--seeds 3`` (95% t-intervals over seeds), ``--test-words 48``.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
 judge could score none (every reading quarantined: the model does not say the words). ``per_*``: w's greedy
 phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*``: flow-matching loss on the
@@ -50,9 +50,12 @@ import torch
 from train_f5.effect import ARMS, WORD_SPLITS, EffectSettings, mean_interval, run_effect
 
 
-#: the default run's arms: the question the benchmark asks (does the penalty move what the judge hears?) inside the
-#: 5-minute rule for a default run (the four arms of ``train_f5.effect.DEFAULT_ARMS`` took about 7 minutes alone)
+#: the default run: the question the benchmark asks (does the penalty move what the judge hears?) inside the 5-minute
+#: rule for a default run (the four arms of ``train_f5.effect.DEFAULT_ARMS`` at 120 updates: 7.0 min on 2026-12-05's
+#: machine; plain and penalty at 120 updates: 5.5 min on 2026-12-07's, alone, at 80: 5.0); the docs' tables name
+#: their runs
 BENCHMARK_ARMS = ("plain", "penalty")
+BENCHMARK_STEPS = 60
 
 
 def _num(x) -> str:
@@ -71,7 +74,8 @@ def main(argv=None) -> int:
     defaults = EffectSettings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=defaults.steps)
+    ap.add_argument("--steps", type=int, default=BENCHMARK_STEPS,
+                    help=f"updates an arm (the docs' tables: {defaults.steps})")
     ap.add_argument("--leak-weight", type=float, default=defaults.leak_weight)
     ap.add_argument("--paired-weight", type=float, default=defaults.paired_weight)
     ap.add_argument("--margin-weight", type=float, default=defaults.margin_weight,

@@ -16,8 +16,10 @@ are part of what it costs):
   span (~98% of 8 s items at 0.6 sites/s) vocoded whole and scored;
 - ``cropped``: ``leak.crop=true``: only crops around the sites inside the infilled span (Whisper's 1 s margin);
 - ``bridge``: ``leak.mel_bridge=true``: F5's mels through the shipped mel bridge, no vocoder;
+- ``bridge_cropped``: ``leak.mel_bridge=true leak.crop=true``: every item bridged, Whisper's encoder on crops around
+  the sites only (``LeakPenalty.cropped``);
 - each again with the penalty under bf16 autocast (``leak.bf16=true``): ``whole_bf16``, ``cropped_bf16``,
-  ``bridge_bf16``.
+  ``bridge_bf16``, ``bridge_cropped_bf16``.
 
 The penalty's modules: recognizer wb's architecture (multilingual Whisper base encoder, own length, run to the state
 the shipped head reads) with random weights (``penalty_overhead.whisper_architecture``: a device machine has no
@@ -29,8 +31,8 @@ the item (the penalty scores those centred in F5's random infilled span).
 ``share_ARM = (median step with ARM - median step without) / median step without``; ``oom`` for an arm that ran
 out of GPU memory (the other arms still run).
 
-Last line: ``share_whole=… share_cropped=… share_bridge=… share_whole_bf16=… share_cropped_bf16=…
-share_bridge_bf16=… step_ms=… max_memory_gib=… items=… frames=… device=…`` (``step_ms``: the step without the
+Last line: ``share_whole=… share_cropped=… share_bridge=… share_bridge_cropped=… share_whole_bf16=…
+share_cropped_bf16=… share_bridge_bf16=… share_bridge_cropped_bf16=… step_ms=… max_memory_gib=… items=… frames=… device=…`` (``step_ms``: the step without the
 penalty; ``device``: the CUDA device's name, spaces as ``_``). Without CUDA it measures nothing and its last line is
 ``cuda=0``, unless ``--smoke``: a tiny DiT, two 2 s items, one step per arm on the CPU, the same last line: a check
 that the script runs (what a lent GPU would run), not a figure. On a device machine: ``train_f5/device_prepare.sh``
@@ -59,7 +61,7 @@ F5_BATCH_FRAMES = 38_400  # F5TTS_v1_Base.yaml: batch_size_per_gpu (frame-wise)
 FRAME_RATE = MEL_SAMPLE_RATE / MEL_HOP  # 93.75 mel frames a second
 #: issue 40's bound on the cropped penalty's wall-clock share of an F5 v1 Base step on a GPU
 TARGET_SHARE_CROPPED = 0.05
-PENALTY_ARMS = ("whole", "cropped", "bridge")
+PENALTY_ARMS = ("whole", "cropped", "bridge", "bridge_cropped")
 ARMS = ("none", *PENALTY_ARMS, *(f"{arm}_bf16" for arm in PENALTY_ARMS))
 TEXT_VOCAB = 2545  # F5's pinyin vocabulary size, as penalty_overhead.f5_step_flops (embeddings cost no time to speak of)
 
@@ -117,9 +119,9 @@ def build_arms(transformer, penalties: dict, lookup: Callable, arms: Sequence[st
         if kind == "none":
             models[arm] = LeakAwareCFM(transformer, **common)
             continue
-        penalty = penalties["bridged" if kind == "bridge" else "vocoded"]
+        penalty = penalties["bridged" if kind.startswith("bridge") else "vocoded"]
         models[arm] = LeakAwareCFM(transformer, **common, leak_penalty=penalty, leak_weight=1.0, site_lookup=lookup,
-                                   leak_crop=kind == "cropped", leak_bf16=bf16)
+                                   leak_crop=kind in ("cropped", "bridge_cropped"), leak_bf16=bf16)
     return models
 
 

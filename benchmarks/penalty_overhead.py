@@ -557,12 +557,13 @@ def bridge_cropped_parts_flops(penalty: LeakPenalty, batch: int, frames: int,
     from leakloss.vocoder import mel_lengths_to_samples
 
     out = {k: v for k, v in bridge_parts_flops(penalty, batch, frames).items() if k == "mel bridge"}
-    samples = int(mel_lengths_to_samples(frames))
+    encoder = penalty.recognizer.frames
+    limit = encoder.encoder.config.max_source_positions  # the code clamps items to the encoder's 30 s
+    samples = min(int(mel_lengths_to_samples(frames)), limit * penalty.frame_hop_samples)
     item = int(penalty.recognizer.frame_count(samples, penalty.conv_layer))
-    heard = int(penalty.recognizer.frame_count(samples + penalty.tail_samples, penalty.conv_layer))
+    heard = min(int(penalty.recognizer.frame_count(samples + penalty.tail_samples, penalty.conv_layer)), limit)
     crops, _, stops = penalty.crop_plan(sites, [item] * batch, [heard] * batch)
     sizes = [stop - c.start for c, stop in zip(crops, stops)]
-    encoder = penalty.recognizer.frames
     out["whisper encoder"] = out["raw-conv head"] = 0
     with FakeTensorMode(allow_non_fake_inputs=True):
         for group in (length_groups(sizes) if sizes else []):

@@ -345,6 +345,7 @@ class LeakPenalty(FrozenScorer):
         where no crop reached. The loss is the whole computation's but for what Whisper's global attention hears
         beyond the margin (exact where a crop holds its item; measured in the tests and docs/penalty.md). The
         input rules are :meth:`forward`'s for mels through a bridge."""
+        self.freeze()  # as forward: a parent's requires_grad_(True) never reaches these weights
         if self.mel_bridge is None:
             raise PenaltyInputError("cropped() crops a mel bridge's log mel; this penalty vocodes mels (crop those "
                                     "with integrations.f5_tts.cropped_penalty, or load it with mel_bridge=True)")

@@ -103,6 +103,27 @@ def test_no_site_inside_an_item_scores_nothing_and_a_zero_length_item_contribute
     assert float(empty) == 0.0
 
 
+def test_a_30_s_item_with_a_site_at_its_end_shares_a_length_group_with_a_longer_crop(penalty):
+    # the end crop's offset + the group's longest crop ran past the encoder's 1,500 positions: a ValueError that
+    # would stop a fine-tune on F5's longest clips
+    mels = _mels(2812, 12)[None]  # 30.0 s
+    sites = [[TimedSite(10.0, 10.1, "deletion", "ʌ->∅"), TimedSite(28.72, 28.8, "deletion", "ʌ->∅")]]
+    crops, _, stops = penalty.crop_plan(sites, [1500], [1500])
+    assert [stop - c.start for c, stop in zip(crops, stops)] == [124, 123]  # one length group, the longer first
+    _, both = penalty.cropped(mels, None, sites)
+    _, end = penalty.cropped(mels, None, [sites[0][1:]])
+    assert both.site_active.tolist() == [True, True]
+    torch.testing.assert_close(both.site_probs[1:], end.site_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_a_parent_that_asks_for_gradients_does_not_unfreeze_the_penalty(penalty):
+    pen = copy.deepcopy(penalty)
+    pen.requires_grad_(True)
+    loss, _ = pen.cropped(_mels(380, 13)[None].requires_grad_(True), None, [FAR])
+    loss.backward()
+    assert not any(p.requires_grad or p.grad is not None for p in pen.parameters())
+
+
 def test_a_penalty_without_a_bridge_and_bad_input_are_refused(penalty, fake_w):
     vocoding = LeakPenalty(fake_w, RawConvHead(in_channels=8, width=8, kernel=3), mel_to_wave=torch.nn.Identity())
     with pytest.raises(PenaltyInputError, match="crops a mel bridge"):

@@ -279,9 +279,13 @@ class WhisperFrames(nn.Module):
         if offsets is None:
             h = x + enc.embed_positions.weight[:f]
         else:
-            if bool((offsets < 0).any()) or int(offsets.max()) + f > enc.config.max_source_positions:
-                raise ValueError(f"offsets + {f} frames must lie in 0..{enc.config.max_source_positions}")
-            h = x + enc.embed_positions.weight[offsets.to(x.device)[:, None] + torch.arange(f, device=x.device)]
+            limit = enc.config.max_source_positions
+            valid = frames if frames is not None else torch.full_like(offsets, f)
+            if bool((offsets < 0).any()) or int((offsets + valid.to(offsets.device)).max()) > limit:
+                raise ValueError(f"offsets + valid frames must lie in 0..{limit}")
+            # an item's padding frames (masked: no valid frame attends there) may run past the last position
+            positions = (offsets.to(x.device)[:, None] + torch.arange(f, device=x.device)).clamp(max=limit - 1)
+            h = x + enc.embed_positions.weight[positions]
         raw = [h]
         layers = enc.layers if upto is None else enc.layers[:upto]
         for layer in layers:

@@ -152,6 +152,11 @@ def test_a_crop_encoded_at_its_offset_gets_its_frames_positions(fake):
         assert torch.equal(fake.encode_mel(mel, layer=1, offsets=torch.tensor([0])), fake.encode_mel(mel, layer=1))
     with pytest.raises(ValueError, match="offsets"):
         fake.encode_mel(mel, layer=0, offsets=torch.tensor([1_450]))  # past the 1,500 positions
+    # a crop ending at the last position, padded to a longer one of its batch: its padding runs past, masked
+    both = fake.encode_mel(torch.cat([mel[..., :120], mel[..., :120]]), layer=1, frames=torch.tensor([60, 50]),
+                           offsets=torch.tensor([0, 1_450]))
+    alone = fake.encode_mel(mel[..., :100], layer=1, frames=torch.tensor([50]), offsets=torch.tensor([1_450]))
+    torch.testing.assert_close(both[1:, :50], alone[:, :50], atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("samples", [1, 319, 320, 321, 23_456, 16_000 * 12 + 7, W.N_SAMPLES - 321])

@@ -18,20 +18,20 @@ def test_bad_arguments_are_refused(argv, monkeypatch, capsys):
     assert exc.value.code == 2 and "need --seeds" in capsys.readouterr().err
 
 
-def test_the_default_run_trains_the_plain_and_penalty_arms(monkeypatch, tmp_path):
-    # the four arms took about 7 minutes alone: over the 5-minute rule for a benchmark's default run
+def test_the_default_run_trains_the_plain_and_penalty_arms_60_updates(monkeypatch, tmp_path):
+    # the four arms took 7 minutes or more alone, plain and penalty at 120 updates 5.5: over the 5-minute rule
     bench = load_benchmark("finetune_effect")
     (tmp_path / "model.safetensors").write_bytes(b"")
     seen = {}
 
     def stop(settings, **kwargs):
-        seen["arms"] = settings.arms
+        seen["arms"], seen["steps"] = settings.arms, settings.steps
         raise SystemExit(0)
 
     monkeypatch.setattr(bench, "run_effect", stop)
     with pytest.raises(SystemExit):
         bench.main(["--base-dir", str(tmp_path)])
-    assert seen["arms"] == ("plain", "penalty")
+    assert seen["arms"] == ("plain", "penalty") and seen["steps"] == 60
     with pytest.raises(SystemExit):
         bench.main(["--base-dir", str(tmp_path), "--arms", "plain", "penalty", "paired", "reward"])
     assert seen["arms"] == ("plain", "penalty", "paired", "reward")
