@@ -32,10 +32,10 @@ the item (the penalty scores those centred in F5's random infilled span).
 out of GPU memory (the other arms still run).
 
 Last line: ``share_whole=… share_cropped=… share_bridge=… share_bridge_cropped=… share_whole_bf16=…
-share_cropped_bf16=… share_bridge_bf16=… share_bridge_cropped_bf16=… step_ms=… max_memory_gib=… items=… frames=… device=…`` (``step_ms``: the step without the
-penalty; ``device``: the CUDA device's name, spaces as ``_``). Without CUDA it measures nothing and its last line is
-``cuda=0``, unless ``--smoke``: a tiny DiT, two 2 s items, one step per arm on the CPU, the same last line: a check
-that the script runs (what a lent GPU would run), not a figure. On a device machine: ``train_f5/device_prepare.sh``
+share_cropped_bf16=… share_bridge_bf16=… share_bridge_cropped_bf16=… step_ms=… max_memory_gib=… items=… frames=…
+device=…`` (``step_ms``: the step without the penalty; ``device``: the CUDA device's name, spaces as ``_``).
+Without CUDA it measures nothing and its last line is ``cuda=0``, unless ``--smoke``: a tiny DiT, two 2 s items, one
+step per arm on the CPU, the same last line: a check that the script runs (what a lent GPU would run), not a figure. On a device machine: ``train_f5/device_prepare.sh``
 makes the checkout small enough to travel and prints the command (docs/penalty.md, "The GPU check").
 """
 

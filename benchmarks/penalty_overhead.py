@@ -988,7 +988,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{bridge_cropped[-1]:.4f} (" + ", ".join(f"{k} {v / f5:.4f}" for k, v in parts_bc.items()) + ")")
         bridge_cropped_share = statistics.mean(bridge_cropped)
         print(f"mel bridge, encoder on crops (leak.mel_bridge=true leak.crop=true; "
-              f"{bridged.crop_context_s * 1000:.0f} ms each side of a site): mean share over {args.crop_draws} draws {bridge_cropped_share:.4f}, "
+              f"{bridged.crop_context_s * 1000:.0f} ms each side of a site): mean share over {args.crop_draws} draws "
+              f"{bridge_cropped_share:.4f}, "
               f"{'within' if bridge_cropped_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
               f"{TARGET_SHARE_CROPPED:.0%} target")
 

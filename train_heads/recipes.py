@@ -49,7 +49,8 @@ class Context:
 def short_vowel_negatives(cfg: DictConfig, recognizer, layer: int | None = None) -> ConvTable:
     """Correct Nepali vowels read fast by every training teacher voice (its own share of the training
     sentences): a deleted vowel and a 40-60 ms retained one are what the reference-free head must tell
-    apart. ``data.short_vowel_teacher_voices`` caps the voices (the first ones; null: all). ``data.short_vowel_kinds`` adds quality sites' vowels; ``data.short_vowel_nasalised`` adds the
+    apart. ``data.short_vowel_teacher_voices`` caps the voices (the first ones; null: all).
+    ``data.short_vowel_kinds`` adds quality sites' vowels; ``data.short_vowel_nasalised`` adds the
     deletion sites read with a nasalised vowel (anusvara schwas such as स्वयंसेविका's are a contrast the
     pairs almost never contain; without them the head flags short nasal vowels)."""
     from leakloss.speech.corpus import builtin_sentences, split_sentences
