@@ -75,6 +75,28 @@ def embedded_penalty():
     return LeakPenalty.load()
 
 
+def espeak_mel_batch(recognizer, sentences: int = 12):
+    """The first ``sentences`` built-in sentences read by the espeak teacher voices in turn, as F5 mels
+    ``[b, n, 100]`` with their lengths, and the sites ``recognizer`` places on each reading (at least 8 in all)."""
+    import torchaudio.functional as AF
+
+    from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
+    from leakloss.site_placement import place_sites
+    from leakloss.speech.corpus import builtin_sentences
+    from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
+    from leakloss.vocoder import log_mel
+
+    mels, sites = [], []
+    for i, text in enumerate(builtin_sentences()[:sentences]):
+        reading = speak_text(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)])
+        sites.append(place_sites(reading.waveform, text, recognizer))
+        mels.append(log_mel(AF.resample(reading.waveform, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0])
+    lengths = torch.tensor([m.shape[0] for m in mels])
+    x = torch.stack([torch.nn.functional.pad(m, (0, 0, 0, int(lengths.max()) - m.shape[0])) for m in mels])
+    assert sum(map(len, sites)) >= 8
+    return x, lengths, sites
+
+
 def load_benchmark(name: str):
     """``benchmarks/NAME.py`` imported as a module (benchmarks are scripts, not a package), registered in
     ``sys.modules`` as ``NAME_under_test`` so that its dataclasses and pickles resolve."""

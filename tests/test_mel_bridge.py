@@ -309,6 +309,19 @@ def test_float64_gradcheck_through_bridge_encoder_and_head(fake_w):
                                     fast_mode=True)
 
 
+def random_batch(items, raw_sites, seed: int):
+    """Hypothesis draws -> ``(mels [b, n, 100]`` (padding below the floor, requiring grad), ``lengths``, sites):
+    ``items`` of ``(frames, level, sites)``, ``raw_sites`` of ``(start, duration, is_deletion)``."""
+    n_max = max(n for n, _, _ in items)
+    mels = torch.full((len(items), n_max, 100), math.log(MEL_FLOOR))
+    for i, (n, level, _) in enumerate(items):
+        mels[i, :n] = _mels(n, seed + i, level)
+    lengths = torch.tensor([n for n, _, _ in items])
+    sites = [[TimedSite(s, s + d, "deletion" if q else "quality", "ʌ->∅" if q else "ʌi̯->ɛː")
+              for s, d, q in raw_sites[:k]] for _, _, k in items]
+    return mels.requires_grad_(True), lengths, sites
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 190), st.floats(-12.0, 6.0), st.integers(0, 3)), min_size=1, max_size=3),
        st.lists(st.tuples(st.floats(0.0, 2.2), st.floats(0.005, 0.3), st.booleans()), max_size=4),
@@ -316,14 +329,8 @@ def test_float64_gradcheck_through_bridge_encoder_and_head(fake_w):
 def test_property_random_lengths_sites_and_levels(penalty, items, raw_sites, seed):
     """Any lengths (0 to 2 s), levels (below the floor to loud), sites (inside, across and past the end): a finite
     loss >= 0, finite gradient, none to the padding, probabilities in [0, 1], sites past an item inactive."""
-    n_max = max(n for n, _, _ in items)
-    mels = torch.full((len(items), n_max, 100), math.log(MEL_FLOOR))
-    for i, (n, level, _) in enumerate(items):
-        mels[i, :n] = _mels(n, seed + i, level)
-    mels.requires_grad_(True)
-    lengths = torch.tensor([n for n, _, _ in items])
-    sites = [[TimedSite(s, s + d, "deletion" if q else "quality", "ʌ->∅" if q else "ʌi̯->ɛː")
-              for s, d, q in raw_sites[:k]] for _, _, k in items]
+    mels, lengths, sites = random_batch(items, raw_sites, seed)
+    n_max = mels.shape[1]
     loss, parts = penalty(mels=mels, mel_lengths=lengths, sites=sites)
     loss.backward()
     assert math.isfinite(float(loss.detach())) and float(loss.detach()) >= 0 and torch.isfinite(mels.grad).all()

@@ -13,21 +13,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leakloss.constants import MEL_FLOOR
 from leakloss.heads import RawConvHead
 from leakloss.mel_bridge import MelBridge
 from leakloss.penalty import LeakPenalty, PenaltyInputError
 from leakloss.timing import TimedSite
+from tests.test_mel_bridge import SITES, _mels, random_batch
 
-SITES = [TimedSite(0.2, 0.3, "deletion", "ʌ->∅"), TimedSite(0.5, 0.62, "quality", "ʌi̯->ɛː")]
 FAR = [TimedSite(0.15, 0.25, "deletion", "ʌ->∅"), TimedSite(3.1, 3.2, "deletion", "ʌ->∅")]  # two crops at 1 s
-
-
-def _mels(n: int, seed: int, level: float = 0.0) -> torch.Tensor:
-    """``[n, 100]`` speech-level log mels: a random spectral envelope that moves over time."""
-    g = torch.Generator().manual_seed(seed)
-    env = torch.randn(1, 100, generator=g).cumsum(-1) * 0.3
-    return env + torch.randn(n, 100, generator=g) * 0.8 + level - 2.0
 
 
 @pytest.fixture(scope="module")
@@ -154,14 +146,8 @@ def test_float64_gradcheck_through_bridge_cropped_encoder_and_head(fake_w):
 def test_property_random_lengths_sites_and_levels(penalty, items, raw_sites, seed):
     """Any lengths (0 to 4 s), levels, sites (inside, across and past the end): a finite loss >= 0, a finite
     gradient, none to the padding, probabilities in [0, 1], as many sites out as went in (inside their items)."""
-    n_max = max(n for n, _, _ in items)
-    mels = torch.full((len(items), n_max, 100), math.log(MEL_FLOOR))
-    for i, (n, level, _) in enumerate(items):
-        mels[i, :n] = _mels(n, seed + i, level)
-    mels.requires_grad_(True)
-    lengths = torch.tensor([n for n, _, _ in items])
-    sites = [[TimedSite(s, s + d, "deletion" if q else "quality", "ʌ->∅" if q else "ʌi̯->ɛː")
-              for s, d, q in raw_sites[:k]] for _, _, k in items]
+    mels, lengths, sites = random_batch(items, raw_sites, seed)
+    n_max = mels.shape[1]
     loss, parts = penalty.cropped(mels, lengths, sites)
     if loss.requires_grad:
         loss.backward()
@@ -188,27 +174,14 @@ def test_on_real_speech_the_shipped_crop_tracks_the_whole_computation():
     """Eight espeak teacher readings of built-in sentences as F5 mels, sites placed by wb, the shipped head and
     bridge: the cropped loss within 5% of the whole one, each site's probability within 0.15 (measured 2026-12-07:
     loss 1-4%, sites at most 0.05 apart, gradient cosine 0.94; espeak readings vary a little between runs)."""
-    import torchaudio.functional as AF
-
     from leakloss.acoustic.recognizer import RecognizerLoadError
-    from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
-    from leakloss.penalty import place_sites
-    from leakloss.speech.corpus import builtin_sentences
-    from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
-    from leakloss.vocoder import log_mel
+    from tests.conftest import espeak_mel_batch
 
     try:
         pen = LeakPenalty.load(mel_bridge=True)
     except (RecognizerLoadError, FileNotFoundError) as err:
         pytest.skip(f"the shipped penalty's recognizer is not loadable here: {err}")
-    mels, sites = [], []
-    for i, text in enumerate(builtin_sentences()[:8]):
-        reading = speak_text(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)])
-        sites.append(place_sites(reading.waveform, text, pen.recognizer))
-        mels.append(log_mel(AF.resample(reading.waveform, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0])
-    lengths = torch.tensor([m.shape[0] for m in mels])
-    x = torch.stack([torch.nn.functional.pad(m, (0, 0, 0, int(lengths.max()) - m.shape[0])) for m in mels])
-    assert sum(map(len, sites)) >= 8
+    x, lengths, sites = espeak_mel_batch(pen.recognizer, sentences=8)
     with torch.no_grad():
         whole, w_parts = pen(mels=x, mel_lengths=lengths, sites=sites)
         crop, c_parts = pen.cropped(x, lengths, sites)

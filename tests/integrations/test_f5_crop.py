@@ -12,33 +12,22 @@ pytest.importorskip("f5_tts")
 pytest.importorskip("vocos")
 
 import torch  # noqa: E402
-import torchaudio.functional as AF  # noqa: E402
 
 from integrations.f5_tts import cropped_penalty, penalty_crop_context, tiny_f5  # noqa: E402
-from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE, SAMPLE_RATE  # noqa: E402
+from leakloss.constants import MEL_HOP, MEL_SAMPLE_RATE  # noqa: E402
 from leakloss.functional.crop import cropped_share, plan_crops  # noqa: E402
-from leakloss.vocoder import MelToWave, log_mel, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
-from tests.conftest import needs_embedded  # noqa: E402
+from leakloss.vocoder import MelToWave, mel_lengths_to_samples, silence_past_lengths  # noqa: E402
+from tests.conftest import espeak_mel_batch, needs_embedded  # noqa: E402
 
 pytestmark = needs_embedded
 FR = MEL_SAMPLE_RATE / MEL_HOP
 
 
 def _batch(head: str, sentences: int = 12):
-    from leakloss.penalty import LeakPenalty, place_sites
-    from leakloss.speech.corpus import builtin_sentences
-    from leakloss.speech.synth import TRAIN_TEACHER_VOICES, speak_text
+    from leakloss.penalty import LeakPenalty
 
     penalty, vocoder = LeakPenalty.load(head=head), MelToWave.embedded()
-    mels, sites = [], []
-    for i, text in enumerate(builtin_sentences()[:sentences]):
-        reading = speak_text(text, TRAIN_TEACHER_VOICES[i % len(TRAIN_TEACHER_VOICES)])
-        sites.append(place_sites(reading.waveform, text, penalty.recognizer))
-        mels.append(log_mel(AF.resample(reading.waveform, SAMPLE_RATE, MEL_SAMPLE_RATE)[None])[0])
-    lengths = torch.tensor([m.shape[0] for m in mels])
-    x = torch.stack([torch.nn.functional.pad(m, (0, 0, 0, int(lengths.max()) - m.shape[0])) for m in mels])
-    assert sum(map(len, sites)) >= 8
-    return penalty, vocoder, x, lengths, sites
+    return (penalty, vocoder, *espeak_mel_batch(penalty.recognizer, sentences))
 
 
 @pytest.fixture(scope="module")
