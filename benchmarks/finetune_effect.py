@@ -13,9 +13,9 @@ costs the most); its keys print ``nan`` when it is not run.
                                          [--words test|validation] [--arms plain penalty ...]
 
 Default: one seed, the plain and penalty arms, 60 updates an arm (the penalty on the last 40; ``BENCHMARK_ARMS``,
-``BENCHMARK_STEPS``), under 5 minutes on 2 idle cores: a quick look. The tables of docs/f5_base.md name their runs:
-``--steps 120 --arms plain penalty paired reward`` (7 minutes or more), ``--seeds 3`` (95% t-intervals over seeds),
-``--test-words 48``.
+``BENCHMARK_STEPS``), under 5 minutes on 2 idle cores: a quick look. The runs of docs/f5_base.md before 2026-12-07
+used the default of their day: add ``--steps 120 --arms plain penalty paired reward`` (7 minutes or more) to repeat
+them; ``--seeds 3`` gives 95% t-intervals over seeds.
 ``flagged_*``: share of the judged test words (scored, a site decided) with a flagged site; ``nan`` when the
 judge could score none (every reading quarantined: the model does not say the words). ``per_*``: w's greedy
 phone error rate (coarse) against the held-out teacher voice's phones; ``flow_*``: flow-matching loss on the

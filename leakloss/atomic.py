@@ -218,8 +218,8 @@ def created_folder(path: str | Path) -> Iterator[Path]:
     """Create folder ``path`` (and its parents) for a block that writes into it; when the block fails, remove
     what this call created, so a failed output leaves no empty folder behind (a folder there before is kept)."""
     created = outermost_missing(path)
-    Path(path).mkdir(parents=True, exist_ok=True)
     try:
+        Path(path).mkdir(parents=True, exist_ok=True)  # inside: parents made before a failing last part go too
         yield Path(path)
     except BaseException:
         if created is not None:

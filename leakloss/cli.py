@@ -719,6 +719,9 @@ def evaluate(
     for p in summary["problems"]:
         err_console.print(f"[yellow]not scored[/] {escape(p['system'])}: {escape(p['reading'])}: {escape(p['reason'])}",
                           soft_wrap=True)
+    for p in summary["without_audio"]:
+        err_console.print(f"[yellow]page without audio[/] {escape(p['system'])}: {escape(p['reading'])}: "
+                          f"{escape(p['reason'])}", soft_wrap=True)
     console.print((Path(summary["index"]).parent / "comparison" / "comparison.md").read_text(encoding="utf-8"),
                   markup=False)
     console.print(f"report: {escape(str(summary['index']))}", soft_wrap=True)

@@ -405,7 +405,9 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
     """Score every reading of every system and write the report (see the module docstring).
 
     Returns:
-        ``{"index", "comparison", "problems": [{"system", "reading", "reason"}], "scoring": {system: summary}}``.
+        ``{"index", "comparison", "problems": [{"system", "reading", "reason"}] (readings not scored),
+        "without_audio": [{"system", "reading", "reason"}] (scored readings whose audio changed since: their pages
+        have no audio), "scoring": {system: summary}}``.
 
     Raises:
         EvaluateError: a bad system, test set or output folder, or a system with no reading to score.
@@ -451,6 +453,7 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
     origin = ("the shipped reference-free head decided every site (no reference compared)" if reference_free
               else "each reading was compared with the embedded teacher's readings of its text, synthesised in two "
                    "voices (no references were given)")
+    without_audio: list[dict] = []  # scored readings whose audio changed (or went) since: pages without audio
     with atomic_directory(out / "report", owned=REPORT_FILES) as tmp:
         write_comparison(comparison, tmp / "comparison")
         links = []
@@ -458,17 +461,21 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
             for item in system.items:
                 result = load_result(dirs[system.name] / f"{item['id']}.json")
                 wave, reason = _scored_audio(item["query"], result)
-                if reason is not None:  # the page says there is no audio; the index says why
-                    problems.append({"system": system.name, "reading": item["id"], "reason": reason})
+                if reason is not None:  # scored and counted; its page says there is no audio, the index says why
+                    without_audio.append({"system": system.name, "reading": item["id"], "reason": reason})
                 href = f"reports/{system.name}/{item['id']}.html"
                 (tmp / "reports" / system.name).mkdir(parents=True, exist_ok=True)
                 write_report(tmp / href, render_report(result, wave, title=f"{system.name} · {item['id']}"))
                 links.append({"href": href, "text": f"{system.name} · {item['id']} · {result['status']} · {item['text']}"})
         summary = {"systems": {s.name: str(s.source) for s in readings}, "references": origin,
-                   "problems": problems, "scoring": scoring}
+                   "problems": problems, "without_audio": without_audio, "scoring": scoring}
         write_text_atomic(tmp / "evaluation.json", json.dumps(summary, ensure_ascii=False, indent=1))
-        write_index(tmp, comparison, links, title="leakloss evaluation", problems=problems,
+        after = [{"kind": "table", "title": "Report pages without audio (scored and counted)",
+                  "columns": ["system", "reading", "why"],
+                  "rows": [[p["system"], p["reading"], p["reason"]] for p in without_audio]}] if without_audio else []
+        write_index(tmp, comparison, links, title="leakloss evaluation", problems=problems, after=after,
                     intro=f"{len(readings)} system(s) scored word by word: {origin}. Counted: key words of scored "
                           "readings (every tested word where a reading has no key word). A flag is a candidate for a "
                           "listener, not a verdict.")
-    return {"index": out / "report" / "index.html", "comparison": comparison, "problems": problems, "scoring": scoring}
+    return {"index": out / "report" / "index.html", "comparison": comparison, "problems": problems,
+            "without_audio": without_audio, "scoring": scoring}

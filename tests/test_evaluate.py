@@ -383,10 +383,14 @@ def test_a_reading_replaced_while_it_was_scored_gets_a_report_without_audio_and_
 
     monkeypatch.setattr(Scorer, "score", score)
     summary = evaluate({"mine": folder}, tmp_path / "out", **_kwargs(models))
-    assert any(p["reading"] == "s0" and "changed since it was scored" in p["reason"] for p in summary["problems"])
+    assert [p["reading"] for p in summary["without_audio"]] == ["s0"] and not summary["problems"]
+    assert "changed since it was scored" in summary["without_audio"][0]["reason"]
+    assert summary["comparison"]["systems"]["mine"]["readings"] == 1  # scored and counted, not "not scored"
     page = (tmp_path / "out" / "report" / "reports" / "mine" / "s0.html").read_text(encoding="utf-8")
     assert "no audio" in page and "data:audio" not in page
+    index = (tmp_path / "out" / "report" / "index.html").read_text(encoding="utf-8")
+    assert "Report pages without audio" in index and "Readings not scored" not in index
     monkeypatch.setattr(Scorer, "score", real)
     again = evaluate({"mine": folder}, tmp_path / "out", **_kwargs(models))
     assert again["scoring"]["mine"]["processed"] == 1  # the changed file is scored again, not taken as done
-    assert not any("changed since" in p["reason"] for p in again["problems"])
+    assert again["without_audio"] == []

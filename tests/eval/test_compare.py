@@ -460,13 +460,14 @@ def test_systems_or_readings_scored_by_different_scorers_are_said_not_comparable
     assert "Not comparable" not in md
 
 
-def test_markdown_text_escapes_links_and_its_own_escapes():
+def test_markdown_text_escapes_links_and_leaves_lone_brackets():
     from leakloss.eval.compare import markdown_text
 
-    # a system name that was a link in a Markdown viewer, and a backslash that would have undone an escape
-    assert markdown_text("[see](javascript:alert(1))") == "\\[see\\](javascript:alert(1))"
-    assert markdown_text("a\\|b") == "a\\\\\\|b"
-    assert markdown_text("![x](http://e/i.png)") == "!\\[x\\](http://e/i.png)"
+    # a system name that was a link (or an image) in a Markdown viewer; brackets alone print as they are
+    assert markdown_text("[see](javascript:alert(1))") == "[see]\\(javascript:alert(1))"
+    assert markdown_text("![x](http://e/i.png)") == "![x]\\(http://e/i.png)"
+    assert markdown_text("[a][ref]") == "[a]\\[ref]"
+    assert markdown_text("f5[v1]; OSError: [Errno 2]") == "f5[v1]; OSError: [Errno 2]"
 
 
 def test_the_bootstrap_does_not_depend_on_the_result_files_names(tmp_path):
