@@ -55,9 +55,9 @@ def test_schwa_cuts_are_cached_apart(w_and_clips, tmp_path):
 def test_augmented_copies_are_aligned_afresh_in_their_clips_split_and_reproducible(w_and_clips):
     rec, clips = w_and_clips
     plain = real_speech_conv_table(rec, clips[:1], progress=False, schwa_cuts=True)
-    more = real_speech_conv_table(rec, clips[:1], progress=False, schwa_cuts=True, augment_copies=2)
-    again = real_speech_conv_table(rec, clips[:1], progress=False, schwa_cuts=True, augment_copies=2)
-    assert len(plain) < len(more) <= 3 * len(plain)  # a copy whose words no longer align gives no row
+    more = real_speech_conv_table(rec, clips[:1], progress=False, schwa_cuts=True, augment_copies=1)
+    again = real_speech_conv_table(rec, clips[:1], progress=False, schwa_cuts=True, augment_copies=1)
+    assert len(plain) < len(more) <= 2 * len(plain)  # a copy whose words no longer align gives no row
     copies = [m for m in more.meta if "~" in m["pair_id"]]
     assert copies and {m["split"] for m in more.meta} == {plain.meta[0]["split"]}
     assert {m["sentence_id"] for m in copies} == {clips[0].id}

@@ -41,7 +41,7 @@ def test_a_time_budget_that_trains_nothing_is_refused(budget, tmp_path):
 
 @pytest.mark.slow
 def test_whisper_frame_on_w_end_to_end(tmp_path):
-    """A tiny run on recognizer w (espeak pairs of 8 sentences, 3 real training-speaker clips with one augmented
+    """A tiny run on recognizer w (espeak pairs of 6 sentences, 2 real training-speaker clips with one augmented
     copy each, short vowels of one sentence by one teacher voice, 2 epochs): a
     loadable head whose card names w and its frames, and a LeakPenalty that loads on it by itself."""
     from leakloss.acoustic.recognizer import Recognizer, RecognizerLoadError
@@ -52,9 +52,9 @@ def test_whisper_frame_on_w_end_to_end(tmp_path):
         pytest.skip(f"recognizer w not loadable here: {err}")
     out = subprocess.run(
         [sys.executable, "-m", "train_heads", "experiment=whisper_frame", "recognizer.a=w", "recognizer.b=w",
-         "data.max_sentences=8", "data.short_vowel_sentences=1", "data.short_vowel_train_sentences=1",
+         "data.max_sentences=6", "data.short_vowel_sentences=1", "data.short_vowel_train_sentences=1",
          "data.short_vowel_teacher_voices=1",
-         "data.recorded_voices=[]", "data.heldout_recorded_voices=[]", "data.real_speech_clips=3",
+         "data.recorded_voices=[]", "data.heldout_recorded_voices=[]", "data.real_speech_clips=2",
          # every path once, at its smallest (the suite's slowest test otherwise: 170 s on 2 cores, 127-149 s with
          # every teacher voice's short vowels)
          "heads.rawconv.recipe.real_augment_copies=1",
