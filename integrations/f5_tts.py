@@ -724,7 +724,8 @@ def penalty_crop_context(penalty: nn.Module, vocoder: nn.Module) -> "CropContext
 
     rec = getattr(penalty, "recognizer", None)
     if rec is None or not hasattr(penalty, "head"):
-        raise ValueError("leak_crop needs a LeakPenalty-like penalty (recognizer, head, conv_layer, pad_s)")
+        raise ValueError("leak_crop needs a LeakPenalty-like penalty (recognizer, head, conv_layer, pad_s, "
+                         "crop_context_s)")
     hop_s = rec.frame_hop_s(penalty.conv_layer)
     # what one frame depends on: a wav2vec2 conv stack's receptive field; for Whisper's global attention, its
     # configured crop margin (leakloss.acoustic.whisper_recognizer.WHISPER_CROP_MARGIN_S)

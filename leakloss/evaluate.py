@@ -306,8 +306,10 @@ def _scored_audio(path: str | Path, result: dict):
     from leakloss.audio import load_audio
     from leakloss.batch import file_sha1
 
-    recorded = (result.get("input_sha1") or {}).get("query")
-    if recorded is not None and file_sha1(path) != recorded:
+    recorded, now = (result.get("input_sha1") or {}).get("query"), file_sha1(path)
+    if recorded is not None and now is None:
+        return None, "its audio is gone or cannot be read since it was scored: its page has no audio"
+    if recorded is not None and now != recorded:
         return None, "its audio changed since it was scored (rerun to score it again): its page has no audio"
     try:
         return load_audio(path)[0], None

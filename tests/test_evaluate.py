@@ -394,3 +394,16 @@ def test_a_reading_replaced_while_it_was_scored_gets_a_report_without_audio_and_
     again = evaluate({"mine": folder}, tmp_path / "out", **_kwargs(models))
     assert again["scoring"]["mine"]["processed"] == 1  # the changed file is scored again, not taken as done
     assert again["without_audio"] == []
+
+
+def test_a_reading_removed_after_it_was_scored_is_told_as_gone_not_as_changed(tmp_path):
+    from leakloss.batch import file_sha1
+    from leakloss.evaluate import _scored_audio
+
+    clip = write_clip(tmp_path / "a.wav")
+    result = {"input_sha1": {"query": file_sha1(clip), "refs": []}}
+    wave, reason = _scored_audio(clip, result)
+    assert wave is not None and reason is None
+    clip.unlink()
+    wave, reason = _scored_audio(clip, result)
+    assert wave is None and "gone or cannot be read" in reason
