@@ -105,9 +105,6 @@ def _rate(flags: Sequence[bool], clusters: Sequence[str] | None) -> dict:
     if not flags:
         return {"count": 0, "total": 0, "rate": None, "wilson": None, "bootstrap": None,
                 "text": format_count(0, 0)}
-    if clusters is not None:  # the bootstrap draws clusters by position: sort them, not the result files' names
-        order = sorted(range(len(flags)), key=lambda i: str(clusters[i]))
-        flags, clusters = [flags[i] for i in order], [clusters[i] for i in order]
     r = rate_with_interval(list(flags), clusters, n_resamples=N_RESAMPLES, seed=SEED)
     return {**r, "wilson": _interval_dict(r["wilson"]), "bootstrap": _interval_dict(r["bootstrap"])}
 

@@ -243,9 +243,7 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         alpha, alpha_note = None, str(exc)
 
     scored = [u for u in units if u["status"] == "scored"]
-    # in listener order, not the CSV's: the bootstrap draws clusters by their order of first appearance, and the
-    # same labels in another row order (a sorted spreadsheet) gave another interval
-    judged = sorted((u for u in scored if u["decision"] in TESTED), key=lambda u: u["listener"])
+    judged = [u for u in scored if u["decision"] in TESTED]  # any row order: the bootstrap sorts its clusters
     detection: dict = {"n": 0, "note": "no labelled word was judged by the scorer"}
     if judged:
         pred = [u["decision"] == "flagged" for u in judged]

@@ -82,13 +82,15 @@ def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> Int
 
 
 def _group_clusters(clusters: Sequence[Hashable], n: int) -> list[np.ndarray]:
-    """Indices of each cluster, clusters in order of first appearance (hash-order free)."""
+    """Indices of each cluster, clusters sorted by their names (``str``; ties in order of first appearance): a
+    resample draws clusters by position, so the same data in another row order (a sorted spreadsheet, result files
+    named otherwise) gives the same interval."""
     if len(clusters) != n:
         raise ValueError(f"clusters has {len(clusters)} entries but there are {n} values")
     groups: dict[Hashable, list[int]] = {}
     for i, c in enumerate(clusters):
         groups.setdefault(c, []).append(i)
-    return [np.asarray(ix, dtype=np.int64) for ix in groups.values()]
+    return [np.asarray(groups[c], dtype=np.int64) for c in sorted(groups, key=str)]
 
 
 def _check_resamplable(groups: list[np.ndarray]) -> None:
