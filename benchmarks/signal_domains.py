@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 
 from leakloss.constants import SAMPLE_RATE
-from leakloss.eval.stats import roc_auc
+from leakloss.eval.stats import Interval, roc_auc, wilson_interval
 from leakloss.pairs.splice import delete_span, sham_span
 from leakloss.schema import JUDGED_REWARD_STATUSES
 from leakloss.text.sites import hindi_ward
@@ -335,15 +335,25 @@ def real_domain(signal: Signal, aligner_name: str, limit: int | None) -> dict:
                 contrast_cuts.append(probs[0])
                 contrast_shams.append(probs[1])
     out["auc_site"] = auc_or_nan(cuts, shams)
-    out["false_sites"] = sum(p >= FALSE_SITE_P for p in intact) / len(intact) if intact else math.nan
+    out["false_sites"], interval = false_site_rate(intact)
     print(f"real schwas placed by {aligner.name} ({unaligned} clips not aligned): intact {len(intact)} sites, "
-          f"{sum(p >= FALSE_SITE_P for p in intact)} with p >= {FALSE_SITE_P}; cut/sham {len(cuts)} pairs (mean p "
+          f"{sum(p >= FALSE_SITE_P for p in intact)} with p >= {FALSE_SITE_P}"
+          + (f" (95% Wilson {interval.low:.3f}-{interval.high:.3f})" if interval else "") + "; cut/sham {len(cuts)} pairs (mean p "
           f"cut {_mean(cuts):.3f}, sham {_mean(shams):.3f}, AUC {out['auc_site']:.3f}), {unscored} unscored; of them "
           f"at testable contrast sites {len(contrast_cuts)} (AUC {auc_or_nan(contrast_cuts, contrast_shams):.3f})",
           flush=True)
     if not cuts:
         warn("real: no schwa could be cut and scored: auc_site_real is nan")
     return out
+
+
+def false_site_rate(probs: Sequence[float]) -> tuple[float, Interval | None]:
+    """Share of intact sites at or above :data:`FALSE_SITE_P`, with its 95% Wilson interval (nan and None without
+    sites): a few dozen sites cannot resolve a 2% rate, and the interval says how far from it the share may be."""
+    if not probs:
+        return math.nan, None
+    flagged = sum(p >= FALSE_SITE_P for p in probs)
+    return flagged / len(probs), wilson_interval(flagged, len(probs))
 
 
 def _median(xs) -> str:

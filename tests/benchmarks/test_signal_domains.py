@@ -127,3 +127,13 @@ def test_false_short_vowels_pools_fresh_syntheses(bench, monkeypatch):
     assert len(calls) == 3 * len(bench.FAST_RATES)  # every reading drawn afresh each time
     assert one["false_short_vowels"] == pytest.approx(4 / 7)  # draws 1, 3, 5, 7 of 7 loud
     assert pooled["false_short_vowels"] == pytest.approx(11 / 21)
+
+
+def test_false_site_rate_counts_the_flag_threshold_and_gives_its_interval(bench):
+    share, interval = bench.false_site_rate([0.1, 0.5, 0.49, 0.9])
+    assert share == 0.5  # 0.5 itself is flagged (p >= FALSE_SITE_P)
+    assert interval.low < 0.5 < interval.high
+    share, interval = bench.false_site_rate([0.2] * 32 + [0.7])  # 1 of 33: the interval holds 2% and far above it
+    assert share == pytest.approx(1 / 33) and interval.low < 0.02 and interval.high > 0.1
+    share, interval = bench.false_site_rate([])
+    assert math.isnan(share) and interval is None
