@@ -26,17 +26,22 @@ _TEMP_NAME_BYTES = NAME_MAX - 20
 
 def file_name_problem(path: str | Path, utf8: bool = True) -> str | None:
     """Why ``path`` cannot be a file name leakloss reads or writes, or None: a part longer than :data:`NAME_MAX`
-    bytes (``Path.exists()`` raised ENAMETOOLONG) or, with ``utf8``, a byte that is not UTF-8 (a Latin-1 name on a
-    Linux disk is read fine, but a result naming it could not be written, after the scoring)."""
+    bytes (``Path.exists()`` raised ENAMETOOLONG), a lone surrogate (``os.fsencode`` raised UnicodeEncodeError) or,
+    with ``utf8``, a byte that is not UTF-8 (a Latin-1 name on a Linux disk is read fine, but a result naming it
+    could not be written, after the scoring)."""
     text = str(path)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         if utf8:
             return f"{text!r}: its name is not valid UTF-8; rename it"  # repr: the message itself stays printable
-    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > NAME_MAX), None)
+    try:
+        encoded = [os.fsencode(part) for part in Path(text).parts]
+    except UnicodeEncodeError:  # a lone surrogate (a JSON "\ud800"): no file system name holds it
+        return f"{text!r}: its name holds a lone surrogate (not valid Unicode); no file can be named so"
+    long = next((part for part in encoded if len(part) > NAME_MAX), None)
     if long is not None:
-        return f"{text[:40]}...: a file name longer than {NAME_MAX} bytes ({len(os.fsencode(long))})"
+        return f"{text[:40]}...: a file name longer than {NAME_MAX} bytes ({len(long)})"
     return None
 
 

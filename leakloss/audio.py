@@ -371,20 +371,20 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE, *,
         raise AudioError(f"max_duration_s must be a number of seconds > 0 or None, got {max_duration_s!r}")
     if (problem := path_problem(p, utf8=False)) is not None:  # Path.exists() raised ENAMETOOLONG; a link loop
         raise AudioError(f"audio file {problem}")
-    if not p.exists():
-        raise AudioError(f"{name} does not exist")
-    if p.is_dir():
-        raise AudioError(f"{name} is a folder, not an audio file")
-    try:
+    try:  # exists() and is_file() raise on EACCES; opening a write-only file raises PermissionError
+        if not p.exists():
+            raise AudioError(f"{name} does not exist")
+        if p.is_dir():
+            raise AudioError(f"{name} is a folder, not an audio file")
         size = p.stat().st_size
+        if not p.is_file():  # a pipe or device has size 0: "empty" was the wrong reason
+            raise AudioError(f"{name} is not a regular file (a pipe, device or socket): give an audio file")
+        if size == 0:
+            raise AudioError(f"{name} is empty (0 bytes)")
+        # libsndfile quietly reads a WAV cut short as a shorter clip: half a sentence would be scored.
+        problem = _wav_truncation(p, size)
     except OSError as exc:
         raise AudioError(f"{name} cannot be accessed: {exc.strerror or exc}") from exc
-    if not p.is_file():  # a pipe or device has size 0: "empty" was the wrong reason
-        raise AudioError(f"{name} is not a regular file (a pipe, device or socket): give an audio file")
-    if size == 0:
-        raise AudioError(f"{name} is empty (0 bytes)")
-    # libsndfile quietly reads a WAV cut short as a shorter clip: half a sentence would be scored.
-    problem = _wav_truncation(p, size)
     if problem:
         raise AudioError(f"{name} is truncated: {problem} (the file was cut short, e.g. by an interrupted copy)")
     try:

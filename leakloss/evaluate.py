@@ -177,11 +177,11 @@ def _reading_problem(audio: Path, text: str) -> str | None:
     from leakloss.audio import AudioError, load_audio
     from leakloss.batch import _text_problem as text_problem
 
-    if not audio.is_file():
-        return f"audio {audio} is missing"
     try:
+        if not audio.is_file():
+            return f"audio {audio} is missing"
         load_audio(audio)
-    except AudioError as err:
+    except (AudioError, OSError) as err:  # is_file() raises on EACCES; load_audio says why as AudioError
         return f"audio {audio} is unreadable: {err}"
     problem = text_problem(text)
     return None if problem is None else problem.replace("field 'text'", "the text")
@@ -210,6 +210,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     Raises:
         EvaluateError: the path is neither a metadata.csv, a folder with one, nor (with a test set) a folder.
     """
+    from leakloss.atomic import path_problem
     from leakloss.batch import _id_problem
     from leakloss.textfile import text_lines
 
@@ -232,13 +233,19 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             where = f"{metadata}:{n}"
             if n == 1 and audio.strip().lower() in ("audio_file", "audio", "file"):
                 continue  # F5's header
+            named = metadata.parent / audio.strip()
             if not sep or not audio.strip():
                 system.problems.append({"reading": where, "reason": "not an 'audio|text' line"})
+                if audio.strip() and path_problem(named, utf8=False) is None:  # a bare file name: listed here,
+                    refused.add(named.resolve())  # not also as audio "no line names"
+                continue
+            if (problem := path_problem(named, utf8=False)) is not None:  # a NUL raised in resolve() and is_file()
+                system.problems.append({"reading": where, "reason": f"audio {problem}"})
                 continue
             if (extra := _extra_field(text)) is not None:  # audio|text|spk1, id|text|normalized: the extra field
                 system.problems.append({"reading": where, "reason": f"a field after the text ({extra!r}): evaluate "
                                         "reads 'audio|text' lines"})  # was scored as part of the text
-                refused.add((metadata.parent / audio.strip()).resolve())
+                refused.add(named.resolve())
                 continue
             text = text.strip()
             matches = by_text.get(_text_words(text), [])
@@ -248,9 +255,9 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                        f"its text is the sentence of ids {', '.join(matches)} of the test set: name its audio by "
                        "its id (a folder of WAVs named by the ids) to tell which; not scored")
                 system.problems.append({"reading": f"{where} ({audio.strip()})", "reason": why})
-                refused.add((metadata.parent / audio.strip()).resolve())
+                refused.add(named.resolve())
                 continue
-            rows.append((f"{where} ({audio.strip()})", metadata.parent / audio.strip(), text, sid))
+            rows.append((f"{where} ({audio.strip()})", named, text, sid))
         if metadata.name == METADATA:  # a system's own folder (a metadata file of another name may share one)
             system.problems += _unlisted_audio(metadata, {a.resolve() for _, a, _, _ in rows} | refused)
         # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
@@ -263,8 +270,12 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         for sid, entry in testset.items():
             # the suffix in any case (ne-001.WAV was "missing"), in AUDIO_SUFFIXES' order
             named = [f for f in files if f.stem == sid]
-            audio = min((f for f in named if f.suffix.lower() in AUDIO_SUFFIXES),
-                        key=lambda f: AUDIO_SUFFIXES.index(f.suffix.lower()), default=None)
+            readable = [f for f in named if f.suffix.lower() in AUDIO_SUFFIXES]
+            if len(readable) > 1:  # ne-001.wav and ne-001.WAV: which one is the reading is not ours to guess
+                system.problems.append({"reading": ", ".join(str(f) for f in readable), "reason": f"{len(readable)} "
+                                        f"audio files for id {sid!r}: keep one; not scored"})
+                continue
+            audio = readable[0] if readable else None
             named = [f for f in named if f.suffix.lower() in OTHER_AUDIO_SUFFIXES] if audio is None else named
             if audio is None and named:  # ne-001.mp3: not "missing", and not silently passed over
                 system.problems.append({"reading": str(named[0]), "reason": f"not a supported audio format "
@@ -275,8 +286,11 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         ids = [sid for *_, sid in rows]
         known = set(testset)
         for f in files:
-            if f.suffix.lower() in AUDIO_SUFFIXES and f.stem not in known:
+            if f.suffix.lower() in AUDIO_SUFFIXES + OTHER_AUDIO_SUFFIXES and f.stem not in known:
                 system.problems.append({"reading": str(f), "reason": "its name is no id of the test set"})
+        for f in sorted(f for f in path.iterdir() if f.is_dir()):  # never read: said, not passed over
+            system.problems.append({"reading": str(f), "reason": "a folder: evaluate reads the audio files named by "
+                                    "the test set's ids in the system's folder itself, not in its subfolders"})
     elif path.is_dir():
         raise EvaluateError(f"system {name!r}: {path} has no {METADATA}; give one (audio|text lines) or --testset "
                             "with WAVs named by its ids")

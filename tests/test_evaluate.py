@@ -296,6 +296,57 @@ def test_test_set_audio_in_any_case_and_formats_it_cannot_read_are_told(tmp_path
     assert [p["reason"].endswith("n2.wav is missing") for p in system.problems] == [True]
 
 
+def test_test_set_ids_with_two_audio_files_other_names_and_subfolders_are_told_not_guessed(tmp_path):
+    # ne-001.wav beside ne-001.WAV: the upper-case one was scored, the other never named; a stray .mp3 and a
+    # subfolder were passed over without a word
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT}\tनेकपा\n",
+                                      encoding="utf-8")
+    (tmp_path / "wavs" / "old").mkdir(parents=True)
+    for name in ("n1.wav", "n1.WAV", "n2.flac"):
+        write_clip(tmp_path / "wavs" / name)
+    (tmp_path / "wavs" / "stray.mp3").write_bytes(b"ID3 not read")
+    system = read_system("mine", tmp_path / "wavs", read_testset(tmp_path / "set.tsv"))
+    assert [i["query"].rsplit("/", 1)[-1] for i in system.items] == ["n2.flac"]
+    reasons = [p["reason"] for p in system.problems]
+    assert len(reasons) == 3
+    assert "2 audio files for id 'n1': keep one; not scored" in reasons[0]
+    assert "n1.WAV" in system.problems[0]["reading"] and "n1.wav" in system.problems[0]["reading"]
+    assert reasons[1] == "its name is no id of the test set" and system.problems[1]["reading"].endswith("stray.mp3")
+    assert "a folder" in reasons[2] and system.problems[2]["reading"].endswith("old")
+
+
+def test_a_metadata_line_with_a_nul_or_a_bare_file_name_is_one_problem_each(tmp_path):
+    # a NUL in an audio path raised ValueError (embedded null byte) in resolve(); a line 'a.wav' without its text
+    # was listed twice, once as audio "no line names"
+    folder = tmp_path / "sys"
+    folder.mkdir()
+    write_clip(folder / "a.wav")
+    write_clip(folder / "b.wav")
+    system = read_system("mine", _metadata(folder, ["a.wav", f"x\x00.wav|{TEXT}", f"b.wav|{TEXT}"]))
+    assert [i["id"] for i in system.items] == ["b"]
+    reasons = {p["reading"].rsplit("/", 1)[-1]: p["reason"] for p in system.problems}
+    assert reasons == {"metadata.csv:2": "not an 'audio|text' line",  # line 1 is F5's header
+                       "metadata.csv:3": reasons["metadata.csv:3"]} and "NUL" in reasons["metadata.csv:3"]
+
+
+def test_an_audio_file_that_cannot_be_accessed_is_unreadable_not_a_stop(tmp_path, monkeypatch):
+    # load_audio let PermissionError escape (its docstring promises AudioError): evaluate stopped the whole run
+    import leakloss.audio
+
+    folder = tmp_path / "sys"
+    folder.mkdir()
+    write_clip(folder / "a.wav")
+
+    def denied(path, size):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(leakloss.audio, "_wav_truncation", denied)
+    with pytest.raises(leakloss.audio.AudioError, match="cannot be accessed: Permission denied"):
+        leakloss.audio.load_audio(folder / "a.wav")
+    system = read_system("mine", _metadata(folder, [f"a.wav|{TEXT}"]))
+    assert system.items == [] and "unreadable" in system.problems[0]["reason"]
+
+
 def test_a_key_word_that_is_no_word_of_its_text_is_refused_and_one_with_its_danda_is_the_word(tmp_path):
     # a misspelt key word vanished from the count without a word (the others of its sentence still counted)
     (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा, आए।\n", encoding="utf-8")
