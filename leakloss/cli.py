@@ -416,6 +416,14 @@ def _check_paths(named, utf8: bool = True) -> None:
             fail(f"{what} {problem}")
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file ``path`` can be written: its folder exists and is writable, it is not a folder, device or pipe
     (nor a link to one; a symlink to a file or to nothing is replaced by the output, never written through)."""
@@ -653,7 +661,8 @@ def compare(
     dirs = {}
     for item in results:
         name, _, folder = str(item).partition("=") if "=" in str(item) else (None, "", str(item))
-        _check_paths([("results", folder or None)], utf8=False)  # before resolve(), which raised on a link loop
+        # before resolve(), which raised on a link loop; UTF-8: the comparison names each results folder
+        _check_paths([("results", folder or None)])
         if name is None:  # a bare folder is named by its last part; "." and ".." by the folder they stand for
             name = item.name if item.name not in ("", ".", "..") else item.resolve().name
         if not name or not folder:  # Path("") would be the current folder
@@ -663,6 +672,8 @@ def compare(
             fail(f"{folder} is not a folder of results{hint}")
         if name in dirs:
             fail(f"two systems are named {name!r}: name them apart as NAME=DIR")
+        if not _is_utf8(name):  # a folder named by bytes that are not UTF-8: the comparison could not be written
+            fail(f"system name {name!r} is not valid UTF-8: name it as NAME=DIR")
         dirs[name] = Path(folder)
     try:
         result = compare_results(dirs)
@@ -725,6 +736,13 @@ def evaluate(
     console.print((Path(summary["index"]).parent / "comparison" / "comparison.md").read_text(encoding="utf-8"),
                   markup=False)
     console.print(f"report: {escape(str(summary['index']))}", soft_wrap=True)
+    # readings whose scoring failed: told one by one and in the exit status, as score-batch does (a rerun retries)
+    failures = [(system, f) for system, run in summary["scoring"].items() for f in run.get("failures", [])]
+    for system, f in failures:
+        err_console.print(f"[red]failed[/] {escape(system)}: {escape(f['id'])}: {escape(f['reason'])}", soft_wrap=True)
+    if failures:
+        err_console.print(f"{len(failures)} reading(s) failed; rerun the same command to retry them")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -737,7 +755,8 @@ def listeners(
     from leakloss.eval.listeners import ListenerDataError, listener_agreement, write_listener_report
     from leakloss.schema import ResultError
 
-    _check_paths([("labels", labels), ("results", results), ("--out", out)], utf8=False)
+    _check_paths([("--out", out)], utf8=False)
+    _check_paths([("labels", labels), ("results", results)])  # the report names both: UTF-8
     _check_output_folder(out, "--out")
     try:
         result = listener_agreement(labels, results)

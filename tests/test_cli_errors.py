@@ -183,6 +183,28 @@ def test_a_command_interrupted_anywhere_says_so_and_exits_130(tmp_path, monkeypa
     assert "interrupted before it finished: rerun the command to finish" in r.stderr
 
 
+def test_evaluate_tells_each_failed_reading_and_exits_1(tmp_path, monkeypatch):
+    # readings whose scoring failed were only a row of comparison.md, and evaluate exited 0 (score-batch: 1)
+    import leakloss.evaluate
+
+    (tmp_path / "report" / "comparison").mkdir(parents=True)
+    (tmp_path / "report" / "comparison" / "comparison.md").write_text("| system |\n", encoding="utf-8")
+    index = tmp_path / "report" / "index.html"
+
+    def evaluated(*args, **kwargs):
+        return {"index": str(index), "problems": [], "without_audio": [],
+                "scoring": {"s1": {"failures": [{"id": "r7", "reason": "the recognizer ran out of memory"}]},
+                            "s2": {"failures": []}}}
+
+    monkeypatch.setattr(leakloss.evaluate, "evaluate", evaluated)
+    (tmp_path / "sys").mkdir()
+    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "failed s1: r7: the recognizer ran out of memory" in r.stderr
+    assert "1 reading(s) failed; rerun the same command to retry them" in r.stderr
+    assert f"report: {index}" in r.stdout  # the report was written: it says where
+
+
 def test_score_batch_interrupted_says_what_it_finished_and_exits_130(tmp_path, models, monkeypatch):
     """Ctrl-C ended it with Lightning's bare exit status 1: no summary, no word that a rerun continues, and
     SIGINT left ignored in the calling process."""
@@ -411,6 +433,25 @@ def test_compare_refuses_two_systems_of_one_name(tmp_path):
     r = runner.invoke(app, ["compare", f"X={tmp_path / 'a'}", f"X={tmp_path / 'b'}", "--out", str(tmp_path / "out")])
     assert_clean_error(r, "two systems are named 'X'")
     assert_clean_error(runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a")]), "two systems are named 'a'")
+
+
+def test_compare_and_listeners_refuse_results_and_labels_whose_names_are_not_utf8(tmp_path):
+    """The comparison and the listener report name their inputs: a results folder named by Latin-1 bytes was a
+    UnicodeEncodeError (or matplotlib's TypeError) traceback after the work, and listeners left an empty --out."""
+    import os
+
+    from tests.eval.test_compare import reading, write_dir
+
+    bad = os.fsdecode(str(tmp_path).encode() + b"/res\xff")
+    write_dir(Path(bad), [reading("flagged", "s1")])
+    (tmp_path / "labels.csv").write_text("word,reading,listener,label\n", encoding="utf-8")
+    out = tmp_path / "out"
+    for args in (["compare", bad], ["compare", f"sys={bad}"], ["listeners", str(tmp_path / "labels.csv"), bad]):
+        assert_clean_error(runner.invoke(app, [*args, "--out", str(out)]), "not valid UTF-8")
+        assert not out.exists()
+    named = os.fsdecode(b"s\xff")  # a good folder under a name that is not UTF-8
+    assert_clean_error(runner.invoke(app, ["compare", f"{named}={tmp_path}", "--out", str(out)]), "not valid UTF-8")
+    assert not out.exists()
 
 
 def test_compare_of_the_current_folder_names_the_system_by_it(tmp_path, monkeypatch):

@@ -104,6 +104,16 @@ def test_path_problem_names_loops_and_passes_real_and_absent_paths(tmp_path):
     assert "NUL" in path_problem(f"{tmp_path}/a\x00b")
     assert "not valid UTF-8" in path_problem(tmp_path / os.fsdecode(b"q\xff.wav"))
     assert path_problem(tmp_path / os.fsdecode(b"q\xff.wav"), utf8=False) is None
+    # a lone surrogate (a JSON manifest's "\ud800.wav") raised UnicodeEncodeError in os.fsencode: rerank's traceback
+    assert "lone surrogate" in path_problem(tmp_path / "\ud800.wav", utf8=False)
+    assert "not valid UTF-8" in path_problem(tmp_path / "\ud800.wav")
+
+
+def test_load_audio_refuses_a_lone_surrogate_name_as_audio_error(tmp_path):
+    from leakloss.audio import AudioError, load_audio
+
+    with pytest.raises(AudioError, match="lone surrogate"):
+        load_audio(tmp_path / "\ud800.wav")
 
 
 # --- property: random names at score's path arguments ------------------------------------------------------------

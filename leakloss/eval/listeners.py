@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
-from leakloss.atomic import write_files_atomic
+from leakloss.atomic import created_folder, write_files_atomic
 from leakloss.eval.compare import OutputFolderError, check_output_folder, markdown_text
 from leakloss.eval.stats import (
     Interval,
@@ -390,9 +390,11 @@ def write_listener_report(result: dict, out_dir: str | Path) -> dict[str, Path]:
     if labels and any(Path(labels).resolve() == p.resolve() for p in paths.values()):
         raise OutputFolderError(
             f"the output folder {out} would write over the labels file {labels}; give another folder")
-    out.mkdir(parents=True, exist_ok=True)
+    # everything is made before the folder: a failure leaves no empty folder behind
     text = json.dumps(result, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
-    # as one unit: a folder in the way of the md had left a new json beside an old md
-    write_files_atomic({paths["json"]: text.encode("utf-8"), paths["md"]: _markdown(result).encode("utf-8")})
+    files = {paths["json"]: text.encode("utf-8"), paths["md"]: _markdown(result).encode("utf-8")}
+    with created_folder(out):
+        # as one unit: a folder in the way of the md had left a new json beside an old md
+        write_files_atomic(files)
     return paths
 
