@@ -1158,7 +1158,7 @@ def _global_site_stats(name: str, records: list[SiteRecord], keys: set[str]) -> 
 
 
 #: parts that count sites or items: summed over the ranks, not averaged
-_COUNT_PARTS = ("active_sites", "nonfinite_items", "quiet_items")
+_COUNT_PARTS = ("active_sites", "nonfinite_items", "quiet_items", "infeasible_sites")
 #: each term's per-item parts (``[b]``, one value per item of its last call), logged as their mean over the items:
 #: under DDP the mean over every rank's items, from each rank's sum and item count (:func:`item_totals`), not the mean
 #: of the ranks' means (wrong where the ranks hold different numbers of items: frame batches)

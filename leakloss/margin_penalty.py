@@ -7,7 +7,8 @@ Contract (unlike :class:`leakloss.penalty.LeakPenalty`, which reads audio and si
 (:meth:`PathMarginPenalty.plan`: the text's testable sites, the words aligned by the recognizer, the scorer's three
 crops of each site's word), then scored with gradient: for each site and crop the scorer's margin
 ``fit_hindi - fit_nepali`` (:func:`leakloss.acoustic.features.evidence_from_log_probs`), and the loss is the mean over
-sites and crops of ``tau * softplus(margin / tau)`` (:func:`leakloss.functional.margin.site_margin_loss`). A plan
+sites and crops of ``tau * softplus(margin / tau)`` (:func:`leakloss.functional.margin.site_margin_loss`); a crop
+where a path cannot be aligned is left out (its fit is a floor), and a site with none is counted as infeasible. A plan
 may be made once and reused while the audio changes (``plans=``), as sites are.
 
 Why it exists: descending the frame head (``LeakPenalty``) moves an independent judge little, because small spectral
@@ -62,7 +63,7 @@ class MarginParts(NamedTuple):
 
     penalty: Tensor  # scalar: mean hinge over the scored sites
     per_kind: dict  # "deletion"/"quality" -> scalar mean hinge of that kind's scored sites (kinds scored only)
-    site_margins: Tensor  # [n] each scored site's margin, mean over its crops (flattened over items)
+    site_margins: Tensor  # [n] each scored site's margin, mean over its crops that align (flattened over items)
     site_kinds: tuple[str, ...]  # [n]
     active_sites: int  # sites scored (the loss is their mean)
     item_status: tuple[MarginStatus, ...]  # [b]
@@ -71,6 +72,9 @@ class MarginParts(NamedTuple):
     # [n] each scored site's hinge, mean over its crops: what ``penalty`` and ``per_kind`` average (last, so that
     # parts built by position before 2026-12-07 still build)
     site_hinges: Tensor | None = None
+    # sites of scored items left out: no crop of theirs aligns both paths (a crop shorter than the Nepali path), so
+    # their margin is a floored constant the audio cannot lower; a crop of that kind in a scored site is left out too
+    infeasible_sites: int = 0
 
 
 def _listed(value: object, name: str) -> object:
@@ -193,7 +197,7 @@ class PathMarginPenalty(FrozenScorer):
         clean = at_least_fp32(clean)  # before the gradient scale: a quiet fp16 item's gradient overflowed fp16 (inf)
         scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
         heard = scale_gradient(clean, scale)
-        margins, kinds, status = [], [], []
+        margins, feasible, kinds, status, infeasible = [], [], [], [], 0
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
@@ -215,7 +219,12 @@ class PathMarginPenalty(FrozenScorer):
             lp = log_probs[0, : int(frames[0])]
             evidence, _ = evidence_from_log_probs(lp, plan.specs, self.recognizer.blank, self.recognizer.frame_rate)
             for spec in plan.specs:
-                margins.append(evidence[spec.key].margin)
+                site = evidence[spec.key]
+                if not any(site.feasible):  # no crop where both paths align: its floored fits are no evidence
+                    infeasible += 1
+                    continue
+                margins.append(site.margin)
+                feasible.append(site.feasible)
                 kinds.append(spec.kind)
             status.append("ok")
         # a plan made on non-finite audio (e.g. a ground truth that could not be vocoded) counts as non-finite too
@@ -223,13 +232,15 @@ class PathMarginPenalty(FrozenScorer):
         quiet = sum(float(scale[i]) < 1 and not bad[i] for i in range(b))  # a masked item reads as silence: not quiet
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
-            parts = MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet, empty)
+            parts = MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet, empty, infeasible)
             return (clean * 0.0).sum(), parts
         stacked = torch.stack(margins)  # [n, c]
+        crops = torch.tensor(feasible, dtype=torch.bool, device=stacked.device)  # [n, c]
         active = torch.ones(stacked.shape[0], dtype=torch.bool, device=stacked.device)
-        loss, per_site = site_margin_loss(stacked, active, self.tau)
+        loss, per_site = site_margin_loss(stacked, active, self.tau, crops)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
-        parts = MarginParts(loss.detach(), per_kind, stacked.detach().mean(-1), tuple(kinds), len(kinds),
-                            tuple(status), nonfinite, quiet, per_site.detach())
+        site_margins = (stacked.detach() * crops).sum(-1) / crops.sum(-1)  # over the crops it is scored on
+        parts = MarginParts(loss.detach(), per_kind, site_margins, tuple(kinds), len(kinds),
+                            tuple(status), nonfinite, quiet, per_site.detach(), infeasible)
         return loss, parts

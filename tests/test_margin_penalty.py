@@ -235,3 +235,26 @@ def test_a_masked_item_counts_as_non_finite_not_as_quiet(term, readings):
 def test_plan_refuses_what_is_not_one_float_wave(term, readings, wave, match):
     with pytest.raises(PenaltyInputError, match=match):
         term.plan(wave(readings["hindi"]), TEXT)
+
+
+def test_a_crop_where_a_path_cannot_align_is_left_out_not_scored_as_hindi(term, readings):
+    # a crop shorter than the Nepali path floors its fit at LOG_FLOOR: its margin (~ +20-30 a frame) was averaged
+    # in as a confident Hindi reading, a cost the audio cannot lower that swamped the term
+    from dataclasses import replace
+
+    plan = term.plan(readings["hindi"], TEXT)
+    (spec,) = plan.specs
+    first = spec.crops[0][0]
+    one_frame = (first, first + 1)
+    mixed = plan._replace(specs=(replace(spec, crops=(spec.crops[0], one_frame, spec.crops[2])),))
+    kept = plan._replace(specs=(replace(spec, crops=(spec.crops[0], spec.crops[2])),))
+    none = plan._replace(specs=(replace(spec, crops=(one_frame,) * 3),))
+    loss_mixed, parts_mixed, grad = run(term, readings["hindi"][None], None, plans=[mixed])
+    loss_kept, parts_kept, _ = run(term, readings["hindi"][None], None, plans=[kept])
+    assert parts_mixed.active_sites == 1 and parts_mixed.infeasible_sites == 0
+    assert math.isclose(float(loss_mixed), float(loss_kept), rel_tol=1e-5)  # the one-frame crop counts nothing
+    torch.testing.assert_close(parts_mixed.site_margins, parts_kept.site_margins)
+    assert float(parts_mixed.site_margins[0]) < 10 and torch.isfinite(grad).all()
+    loss_none, parts_none, grad_none = run(term, readings["hindi"][None], None, plans=[none])
+    assert parts_none.item_status == ("ok",) and parts_none.active_sites == 0 and parts_none.infeasible_sites == 1
+    assert float(loss_none) == 0.0 and float(grad_none.abs().max()) == 0.0

@@ -34,12 +34,16 @@ def _check_tau(tau: float) -> None:
         raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
 
 
-def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -> tuple[Tensor, Tensor]:
-    """``margins [n, c]``, ``active [n]`` bool -> ``(loss, per_site [n])``: each site's hinge averaged over its crops,
-    the loss their mean over the active sites. A site with a non-finite margin or no crop is inactive. An inactive
-    site contributes exactly 0 with a gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN
-    there cannot leak in); with no active site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero
-    gradient of the right shape."""
+def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU, crops: Tensor | None = None
+                     ) -> tuple[Tensor, Tensor]:
+    """``margins [n, c]``, ``active [n]`` bool -> ``(loss, per_site [n])``: each site's hinge averaged over its crops
+    (``crops [n, c]`` bool: only those; default all), the loss their mean over the active sites. A site with a
+    non-finite margin or no crop is inactive. An inactive site, and a crop left out, contributes exactly 0 with a
+    gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN there cannot leak in); with no active
+    site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero gradient of the right shape.
+
+    ``crops`` is for crops where a path cannot be aligned (``SiteEvidence.feasible``): their fit is a floor, not a
+    fit, so their margin is a constant the audio cannot lower."""
     for name, value in (("margins", margins), ("active", active)):
         if not isinstance(value, Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
@@ -49,10 +53,18 @@ def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU) -
     if active.dtype != torch.bool or active.shape != margins.shape[:1]:
         raise ValueError(f"active must be bool [{margins.shape[0]}] (one flag per site), got {active.dtype} "
                          f"{tuple(active.shape)}")
+    if crops is None:
+        crops = torch.ones(margins.shape, dtype=torch.bool, device=margins.device)
+    elif not isinstance(crops, Tensor) or crops.dtype != torch.bool or crops.shape != margins.shape:
+        raise ValueError(f"crops must be bool {list(margins.shape)} (one flag per site and crop), got "
+                         f"{getattr(crops, 'dtype', type(crops).__name__)} {tuple(getattr(crops, 'shape', ()))}")
     zero = torch.zeros((), dtype=margins.dtype, device=margins.device)
-    active = active & torch.isfinite(margins).all(-1) & (margins.shape[1] > 0)
-    safe = torch.where(active[:, None], margins, zero)
-    per_site = torch.where(active, margin_hinge(safe, tau).mean(-1) if margins.shape[1] else safe.sum(-1), zero)
+    crops = crops.to(margins.device)
+    active = active & torch.isfinite(margins).all(-1) & crops.any(-1)
+    used = crops & active[:, None]
+    safe = torch.where(used, margins, zero)
+    hinges = torch.where(used, margin_hinge(safe, tau), zero).sum(-1)
+    per_site = torch.where(active, hinges / used.sum(-1).clamp_min(1).to(margins.dtype), zero)
     n = active.sum()
     if not bool(n > 0):
         return safe.sum() * 0.0, per_site

@@ -79,3 +79,28 @@ def test_shapes_are_checked():
         site_margin_loss(torch.zeros(3, 2), torch.ones(3))
     with pytest.raises(ValueError, match=r"active must be bool \[3\]"):
         site_margin_loss(torch.zeros(3, 2), torch.ones(2, dtype=torch.bool))
+
+
+def test_crops_left_out_count_nothing_and_get_no_gradient():
+    # a crop where a path cannot align has a floored fit (LOG_FLOOR): its margin (~ +20-30 nats a frame for a
+    # deletion site) was averaged in, a cost the audio cannot lower that swamped the term
+    margins = torch.tensor([[0.3, 25.0, -0.2], [25.0, 25.0, 25.0], [-1.0, -2.0, -3.0]], dtype=torch.float64,
+                           requires_grad=True)
+    crops = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    loss, per_site = site_margin_loss(margins, torch.ones(3, dtype=torch.bool), crops=crops)
+    loss.backward()
+    want0 = np.mean([naive_hinge(0.3, MARGIN_TAU), naive_hinge(-0.2, MARGIN_TAU)])
+    want2 = np.mean([naive_hinge(v, MARGIN_TAU) for v in (-1.0, -2.0, -3.0)])
+    np.testing.assert_allclose(per_site.detach().numpy(), [want0, 0.0, want2], rtol=1e-10)
+    assert math.isclose(float(loss), (want0 + want2) / 2, rel_tol=1e-10)  # the site with no crop is inactive
+    assert torch.equal(margins.grad[~crops], torch.zeros(int((~crops).sum()), dtype=torch.float64))
+    assert bool((margins.grad[crops] != 0).all())
+    all_in, _ = site_margin_loss(margins.detach(), torch.ones(3, dtype=torch.bool),
+                                 crops=torch.ones(3, 3, dtype=torch.bool))
+    default, _ = site_margin_loss(margins.detach(), torch.ones(3, dtype=torch.bool))
+    assert float(all_in) == float(default)
+    active = torch.tensor([True, False, True])
+    assert torch.autograd.gradcheck(lambda m: site_margin_loss(m, active, crops=crops)[0],
+                                    (torch.randn(3, 3, dtype=torch.float64, requires_grad=True),))
+    with pytest.raises(ValueError, match=r"crops must be bool \[3, 3\]"):
+        site_margin_loss(margins.detach(), torch.ones(3, dtype=torch.bool), crops=torch.ones(3, 2, dtype=torch.bool))
