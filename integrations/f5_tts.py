@@ -759,7 +759,8 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     # zero gradient, counted in nonfinite_items); its NaN made the pooled RMS NaN, a PenaltyInputError mid-run
     mels, bad = mask_nonfinite_items(mels, mel_lengths)
     mels = silence_past_lengths(mels, mel_lengths)
-    crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=mels.shape[1])
+    n_frames = mels.shape[1]
+    crops, shifted = plan_crops(sites, [int(n) for n in mel_lengths], frame_rate, ctx, padded_frames=n_frames)
     if out_sites is not None:
         out_sites[:] = shifted
     if not crops:
@@ -779,9 +780,14 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
             for row, i in enumerate(group):
                 pieces[i] = waves[row, : int(lengths[row])]
                 c, p = crops[i], pads[row]
-                valid = min(c.mel_end, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
-                a = int(mel_lengths_to_samples(p))
-                context[i] = vocoded[row, a: a + int(mel_lengths_to_samples(valid))]
+                # the moments leave out the vocoder context next to an edge the group's zero padding may touch (the
+                # right edge of a crop inside its item, the left edge of one aligned to the batch's end): its samples
+                # moved with the other crops' lengths, so an item's loss depended on its batch
+                lead = ctx.vocoder_frames if c.mel_end == n_frames and c.mel_start > 0 else 0
+                trail = ctx.vocoder_frames if c.mel_end < n_frames else 0
+                valid = min(c.mel_end - trail, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
+                a = int(mel_lengths_to_samples(p + lead))
+                context[i] = vocoded[row, a: max(a, int(mel_lengths_to_samples(p + valid)))]
         return pieces, context
 
     def moments(context: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

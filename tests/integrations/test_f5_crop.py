@@ -69,19 +69,19 @@ def whisper_crop_gap(whisper_batch):
 
 
 def test_the_cropped_whisper_penalty_tracks_the_full_loss(whisper_crop_gap):
-    # measured 2026-12-04: 1.6-1.9%, the 1 s margin each side (WHISPER_CROP_MARGIN_S) standing in for the whole
-    # utterance that Whisper's attention sees
+    # measured 2026-12-04: 1.6-1.9% on the output states; on state 4 (2026-12-07) 3.8-4.2% over 6 draws: the 1 s
+    # margin each side (WHISPER_CROP_MARGIN_S) stands in for the whole utterance that Whisper's attention sees
     rel, _ = whisper_crop_gap
     assert rel < 0.05
 
 
-@pytest.mark.xfail(strict=False, reason="known gap (2026-12-04): on Whisper states the cropped penalty's gradient "
-                   "is often not the full one's (output states: cosine -0.38 and -0.78 in two runs, above 0.9 in a "
-                   "third: espeak's readings vary between runs; the head on state 4 since 2026-12-06: 0.84, 0.96, "
-                   "0.97 in three draws, one item at 0.28), though the losses agree within 2-4%")
-def test_the_cropped_whisper_penalty_gradient_points_as_the_full_one(whisper_crop_gap):
+def test_the_cropped_whisper_penalty_gradient_points_roughly_as_the_full_one(whisper_crop_gap):
+    # A known gap, bounded rather than hoped away (it was a non-strict xfail, which could not fail): on Whisper
+    # states the crop is another function of the audio (global attention), so its gradient is not the full one's.
+    # On the output states cosines were -0.38 and -0.78 in two runs; on state 4, the shipped head's, 0.67, 0.84,
+    # 0.90, 0.91, 0.93, 0.96, 0.97 over seven espeak draws (2026-12-06/07). Below 0.5 would be a regression.
     _, cosine = whisper_crop_gap
-    assert cosine > 0.9
+    assert cosine > 0.5
 
 
 def test_context_comes_from_the_modules(batch):
@@ -155,6 +155,23 @@ def test_crops_do_not_see_the_batch_padding(batch):
         dirty, dirty_parts = cropped_penalty(penalty, vocoder, noisy, lengths, sites, FR, ctx)
     assert float(dirty) == pytest.approx(float(clean), rel=1e-5)
     assert dirty_parts.site_probs.tolist() == pytest.approx(clean_parts.site_probs.tolist(), abs=1e-5)
+
+
+def test_an_items_cropped_loss_does_not_depend_on_its_batch(batch):
+    """The pooled mean and RMS took samples next to crop edges that the group's zero padding reaches, so an item's
+    loss moved with the lengths of the other items' crops (an outside review: RMS 0.0187194 -> 0.0186832)."""
+    penalty, vocoder, x, lengths, sites = batch
+    ctx = penalty_crop_context(penalty, vocoder)
+    with torch.no_grad():
+        _, together = cropped_penalty(penalty, vocoder, x, lengths, sites, FR, ctx)
+        alone = []
+        for i in range(x.shape[0]):
+            n = int(lengths[i])
+            _, parts = cropped_penalty(penalty, vocoder, x[i: i + 1, :n], lengths[i: i + 1], sites[i: i + 1], FR, ctx)
+            if parts is not None:
+                alone += parts.site_probs.tolist()
+    assert len(alone) == len(together.site_probs) > 0
+    assert together.site_probs.tolist() == pytest.approx(alone, abs=1e-5)
 
 
 def test_leak_aware_cfm_crop_flag_keeps_the_loss(batch):
