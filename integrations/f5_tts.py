@@ -527,11 +527,10 @@ class LeakAwareCFM(CFM):
                 return self._cropped_penalty(mels, mel_lengths, sites, frame_rate)
             # a penalty with a mel bridge reads the mels itself; else vocode here when given a vocoder
             if self.mel_to_wave is not None and getattr(self.leak_penalty, "mel_bridge", None) is None:
-                # x1_hat past an item's length must not reach its samples
-                waves = self.mel_to_wave(silence_past_lengths(mels, mel_lengths))
-                wave_lengths = mel_lengths_to_samples(mel_lengths).clamp(max=waves.shape[-1])
-                waves = waves[:, : int(wave_lengths.max())]  # the silent tail is context, not part of any item
-                return self.leak_penalty(waves=waves, wave_lengths=wave_lengths, sites=sites)
+                # as the other terms: x1_hat past an item's length never reaches its samples, and an item the vocoder
+                # cannot hear finitely is vocoded as silence and masked (its backward gave the batch a NaN gradient)
+                waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
+                return self.leak_penalty(waves=nan_items(waves, bad), wave_lengths=wave_lengths, sites=sites)
             return self.leak_penalty(mels=mels, mel_lengths=mel_lengths, sites=sites)
 
     def _scored_items(self, text: torch.Tensor | list, span: torch.Tensor,

@@ -249,6 +249,26 @@ def test_random_nonfinite_mels_are_masked_never_an_error(few, poison):
         assert not inp.grad[item].any()
 
 
+def test_leak_aware_cfm_whole_item_path_masks_mels_the_vocoder_overflows_on(few):
+    """The uncropped vocoder path vocoded x1_hat as it was: a finite 1e30 frame blew up inside the vocoder and its
+    backward (0 * inf) gave the whole batch a NaN gradient; the paired and margin terms' vocode_items masked it."""
+    penalty, vocoder, x, lengths, sites = few
+    texts = ["t0", "t1", "t2"]
+    model = tiny_f5(leak_penalty=penalty, leak_weight=1.0, mel_to_wave=vocoder, sites_in_span_only=False,
+                    site_lookup=dict(zip(texts, sites)).__getitem__, audio_drop_prob=0.0, cond_drop_prob=0.0)
+    poisoned = x.clone()
+    poisoned[1, 40, 5] = 1e30
+    for mels, masked in ((x, 0), (poisoned, 1)):
+        inp = mels.clone().requires_grad_(True)
+        span = torch.ones(inp.shape[:2], dtype=torch.bool)
+        loss, parts = model._leak_penalty(inp, lengths, span, texts, torch.ones(3))
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(inp.grad).all() and inp.grad.any()
+        assert int(parts.nonfinite_items) == masked
+        if masked:
+            assert not inp.grad[1].any()
+
+
 def test_the_quiet_rule_is_the_items_not_each_crops(embedded_penalty):
     # a quiet item of two crops was counted twice, and a quiet crop of a loud item had its gradient scaled down
     # (by the crop's own RMS), which the whole-item computation never does
