@@ -747,6 +747,8 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
     sites per crop, in the order of ``parts.site_probs``. An item with NaN/Inf among its valid frames (or whose
     crops overflow in the vocoder) is masked as ``LeakPenalty(mels=...)`` masks it: zero contribution, zero
     gradient, its sites inactive, counted in ``parts.nonfinite_items`` (items, not crops); never an error.
+    ``parts.frame_counts`` is per item (the frames scored over its crops), ``parts.frame_probs`` one row per crop
+    (its scored region), in the order of ``out_sites``.
 
     As the whole-item path, the crops come from :func:`silence_past_lengths` of ``mels``: what the batch pads an
     item with never reaches its crops, and a crop at an item's end sees the same silent tail."""
@@ -821,6 +823,10 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
                           wave_mean=mean[item])
     if hasattr(parts, "nonfinite_items"):  # items, not crops, as the whole-item path counts them
         parts = parts._replace(nonfinite_items=bad.sum().detach())
+    if isinstance(getattr(parts, "frame_counts", None), torch.Tensor) and parts.frame_counts.shape == item.shape:
+        # [b] as documented (logged as a mean over items): the frames scored of each item, over its crops
+        per_item = torch.zeros(int(mels.shape[0]), dtype=parts.frame_counts.dtype, device=parts.frame_counts.device)
+        parts = parts._replace(frame_counts=per_item.index_add(0, item.to(per_item.device), parts.frame_counts))
     quiet_rms = getattr(penalty, "quiet_rms", None)
     if hasattr(parts, "quiet_items") and quiet_rms is not None:  # the penalty's rule on the pooled RMS, per item
         cropped = torch.zeros_like(bad).index_fill(0, item, True)

@@ -229,7 +229,8 @@ class PathMarginPenalty(FrozenScorer):
             status.append("ok")
         # a plan made on non-finite audio (e.g. a ground truth that could not be vocoded) counts as non-finite too
         nonfinite = sum(bad[i] or status[i] == "not_finite" for i in range(b))
-        quiet = sum(float(scale[i]) < 1 and not bad[i] for i in range(b))  # a masked item reads as silence: not quiet
+        # only scored items: a masked one reads as silence, and silent, empty or unplanned ones get no gradient
+        quiet = sum(float(scale[i]) < 1 and status[i] == "ok" for i in range(b))
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
             parts = MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet, empty, infeasible)

@@ -161,7 +161,7 @@ class PairedPosteriorPenalty(FrozenScorer):
         flat = per_site[active].detach()
         parts = self._parts(loss, flat, flat_active, index, frames)
         return loss, parts._replace(nonfinite_items=bad.sum().detach(),
-                                    quiet_items=((quiet < 1) & ~bad).sum().detach())
+                                    quiet_items=((quiet < 1) & ~bad & (lengths > 0)).sum().detach())  # 0 samples: not quiet
 
     def _checked(self, waves, wave_lengths, ref_waves, sites) -> tuple[Tensor, Tensor, Tensor]:
         for name, value in (("waves", waves), ("ref_waves", ref_waves)):

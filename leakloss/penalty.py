@@ -260,8 +260,12 @@ class LeakPenalty(FrozenScorer):
             feats, _ = self.recognizer.frame_features(chunk, heard, self.conv_layer, normalize=False)
             n = self.recognizer.frame_count(item_lengths, self.conv_layer).to(frames.device)
             g = min(self._frames(max(longest, 1)), logits.shape[-1], feats.shape[-1])
-            logits = logits.index_copy(0, index, torch.nn.functional.pad(
-                self.head(feats).float()[..., :g], (0, logits.shape[-1] - g)))
+            item_logits = self.head(feats).float()[..., :g]
+            # past an item's own frames the group's padding was heard: 0 there, as documented (forward masks them;
+            # a direct caller got head outputs on the silent padding)
+            own = torch.arange(g, device=item_logits.device)[None, :] < n.to(item_logits.device)[:, None]
+            item_logits = torch.where(own, item_logits, torch.zeros((), device=item_logits.device))
+            logits = logits.index_copy(0, index, torch.nn.functional.pad(item_logits, (0, logits.shape[-1] - g)))
             frames = frames.index_copy(0, index, n)
         return logits, frames
 
@@ -317,7 +321,9 @@ class LeakPenalty(FrozenScorer):
         if waves.requires_grad:
             waves = scale_gradient(waves, quiet)
         logits, frames = self.frame_logits(waves, wave_lengths, wave_rms, wave_mean)
-        return self._site_loss(logits, frames, bad, sites, source, quiet=((quiet < 1) & ~bad).sum().detach())
+        heard = wave_lengths > 0 if wave_lengths is not None else torch.full_like(bad, t > 0)  # 0 samples: not quiet
+        return self._site_loss(logits, frames, bad, sites, source,
+                               quiet=((quiet < 1) & ~bad & heard.to(bad.device)).sum().detach())
 
     def _site_loss(self, logits: Tensor, frames: Tensor, bad: Tensor, sites: Sequence[Sequence[TimedSite]],
                    source: Tensor, quiet: Tensor) -> tuple[Tensor, LeakParts]:

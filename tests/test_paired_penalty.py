@@ -222,3 +222,10 @@ def test_on_a_whisper_recognizer_a_cut_vowel_costs_and_the_sham_cut_does_not(nam
         assert torch.isfinite(batch.grad).all() and batch.grad[0].abs().sum() > 0
     assert all(c > 10 * s for c, s in zip(cuts, shams)), (cuts, shams)
     assert all(c > 0.05 for c in cuts), cuts
+
+
+def test_an_empty_item_is_not_counted_quiet(paired):
+    gen, ref = _pair()
+    waves, refs = torch.stack([gen, gen]), torch.stack([ref, ref])
+    _, parts = paired(waves, torch.tensor([0, gen.numel()]), refs, [SITES, SITES])
+    assert int(parts.quiet_items) == 0

@@ -897,3 +897,24 @@ def test_load_refuses_a_recognizer_without_a_conv_stack_at_once():
     # the shipped head reads Whisper base states (512 channels): tiny.en's 384 are refused at load too
     with pytest.raises(RecognizerLoadError, match=r"recognizer w.*384 channels, the head reads 512"):
         LeakPenalty.load(recognizer="w")
+
+
+def test_an_empty_item_is_not_counted_quiet(penalty):
+    # item_rms of 0 samples is 0, below quiet_rms: a zero-length item was counted among the quiet items
+    torch.manual_seed(4)
+    waves = torch.randn(2, 16000) * 0.1
+    _, _, parts = _grad_and_loss(penalty, waves, [SITES, SITES], wave_lengths=torch.tensor([0, 16000]))
+    assert int(parts.quiet_items) == 0
+    _, _, parts = _grad_and_loss(penalty, waves * 1e-7, [SITES, SITES], wave_lengths=torch.tensor([0, 16000]))
+    assert int(parts.quiet_items) == 1
+
+
+def test_frame_logits_are_zero_past_each_items_frames(penalty):
+    # documented, but within a length group every row was filled to the group's longest item
+    torch.manual_seed(5)
+    waves = torch.randn(2, 8500) * 0.1
+    logits, frames = penalty.frame_logits(waves, torch.tensor([8000, 8500]))
+    assert int(frames[0]) < int(frames[1])
+    assert not logits[0, int(frames[0]):].any() and logits[1, : int(frames[1])].any()
+    alone, n = penalty.frame_logits(waves[:1, :8000])
+    torch.testing.assert_close(logits[0, : int(n[0])], alone[0, : int(n[0])], rtol=1e-4, atol=1e-5)

@@ -172,6 +172,8 @@ def test_an_items_cropped_loss_does_not_depend_on_its_batch(batch):
                 alone += parts.site_probs.tolist()
     assert len(alone) == len(together.site_probs) > 0
     assert together.site_probs.tolist() == pytest.approx(alone, abs=1e-5)
+    # frame_counts per item, as LeakParts documents (it was one per crop, logged as a mean over items)
+    assert together.frame_counts.shape == (x.shape[0],) and int(together.frame_counts.sum()) > 0
 
 
 def test_leak_aware_cfm_crop_flag_keeps_the_loss(batch):
