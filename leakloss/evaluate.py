@@ -451,6 +451,8 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         raise EvaluateError(f"system(s) {', '.join(map(repr, empty))}: no reading to score ({listed or 'none listed'})")
     scoring, dirs = {}, {}
     created = outermost_missing(out)  # what this call creates (out, or a missing parent of it)
+    # in an --out that exists: the folders this run makes there
+    made = [m for m in (outermost_missing(out / "manifests"), outermost_missing(out / "results")) if m is not None]
     try:
         _score_systems(readings, out, sets, scoring, dirs, accelerator=accelerator, devices=devices,
                        strategy=strategy, progress=progress, reference_free=reference_free, **scorer_kwargs)
@@ -458,10 +460,14 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
         raise
     except BaseException:
         # refused before any reading was scored (bad heads, an unusable accelerator): no folder left behind
-        if created is not None and not any((out / "results").rglob("*.json")):
+        if not any((out / "results").rglob("*.json")):
             import shutil
 
-            shutil.rmtree(created, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            else:  # an --out that was there keeps what it held, not this run's manifests
+                for folder in made:
+                    shutil.rmtree(folder, ignore_errors=True)
         raise
     # this run's readings only: results/NAME/ also keeps earlier runs' (a reading since removed or not scored)
     comparison = compare_results(dirs, files={s.name: [dirs[s.name] / f"{i['id']}.json" for i in s.items]

@@ -458,3 +458,18 @@ def test_a_reading_removed_after_it_was_scored_is_told_as_gone_not_as_changed(tm
     clip.unlink()
     wave, reason = _scored_audio(clip, result)
     assert wave is None and "gone or cannot be read" in reason
+
+
+def test_a_run_refused_before_scoring_leaves_an_existing_out_as_it_was(tmp_path, models):
+    # a bad --devices in an existing (empty) --out left out/manifests/NAME.jsonl behind
+    from leakloss.batch import BatchError
+
+    (tmp_path / "sys").mkdir()
+    write_clip(tmp_path / "sys" / "s0.wav")
+    folder = _metadata(tmp_path / "sys", [f"s0.wav|{TEXT}"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises((BatchError, EvaluateError, ValueError)):
+        evaluate({"mine": folder}, out, devices="many", **_kwargs(models))
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
