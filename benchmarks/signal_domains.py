@@ -336,9 +336,9 @@ def real_domain(signal: Signal, aligner_name: str, limit: int | None) -> dict:
                 contrast_shams.append(probs[1])
     out["auc_site"] = auc_or_nan(cuts, shams)
     out["false_sites"], interval = false_site_rate(intact)
+    wilson = f" (95% Wilson {interval.low:.3f}-{interval.high:.3f})" if interval else ""
     print(f"real schwas placed by {aligner.name} ({unaligned} clips not aligned): intact {len(intact)} sites, "
-          f"{sum(p >= FALSE_SITE_P for p in intact)} with p >= {FALSE_SITE_P}"
-          + (f" (95% Wilson {interval.low:.3f}-{interval.high:.3f})" if interval else "") + "; cut/sham {len(cuts)} pairs (mean p "
+          f"{sum(p >= FALSE_SITE_P for p in intact)} with p >= {FALSE_SITE_P}{wilson}; cut/sham {len(cuts)} pairs (mean p "
           f"cut {_mean(cuts):.3f}, sham {_mean(shams):.3f}, AUC {out['auc_site']:.3f}), {unscored} unscored; of them "
           f"at testable contrast sites {len(contrast_cuts)} (AUC {auc_or_nan(contrast_cuts, contrast_shams):.3f})",
           flush=True)

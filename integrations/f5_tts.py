@@ -781,20 +781,20 @@ def cropped_penalty(penalty: nn.Module, vocoder: nn.Module, mels: torch.Tensor, 
             for row, i in enumerate(group):
                 pieces[i] = waves[row, : int(lengths[row])]
                 c, p = crops[i], pads[row]
-                # the moments leave out the vocoder context next to an edge the group's zero padding may touch (the
-                # right edge of a crop inside its item, the left edge of one aligned to the batch's end): its samples
-                # moved with the other crops' lengths, so an item's loss depended on its batch
-                lead = ctx.vocoder_frames if c.mel_end == n_frames and c.mel_start > 0 else 0
+                # the moments leave out the vocoder context before a crop's right edge: the group's zero padding,
+                # as long as the other crops make it, reaches those samples, so an item's loss depended on its batch.
+                # (A crop aligned to the batch's end, whose left edge gets the padding, never occurs here: the silent
+                # tail past every item is longer than the vocoder context.)
                 trail = ctx.vocoder_frames if c.mel_end < n_frames else 0
                 valid = min(c.mel_end - trail, int(mel_lengths[c.item])) - c.mel_start  # not the item's padding
-                a = int(mel_lengths_to_samples(p + lead))
+                a = int(mel_lengths_to_samples(p))
                 context[i] = vocoded[row, a: max(a, int(mel_lengths_to_samples(p + valid)))]
         return pieces, context
 
     def moments(context: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         # The penalty centres each utterance and divides it by its RMS, which is not vocoded here: pool both over
-        # everything that was (all crops of the item, their vocoder context included), with gradient as the full
-        # computation has them.
+        # nearly everything that was (all crops of the item, their vocoder context but the trailing one), with
+        # gradient as the full computation has them.
         return pooled_moments(torch.nn.utils.rnn.pad_sequence(context, batch_first=True),
                               torch.tensor([w.numel() for w in context], device=mels.device), item,
                               int(mels.shape[0]))
@@ -1173,6 +1173,8 @@ _COUNT_PARTS = ("active_sites", "nonfinite_items", "quiet_items", "infeasible_si
 #: each term's per-item parts (``[b]``, one value per item of its last call), logged as their mean over the items:
 #: under DDP the mean over every rank's items, from each rank's sum and item count (:func:`item_totals`), not the mean
 #: of the ranks' means (wrong where the ranks hold different numbers of items: frame batches)
+#: (on the cropped path ``leak/frame_counts`` counts the frames scored inside an item's crops, whole items all their
+#: frames: compare the curve within one ``leak.crop`` setting)
 PER_ITEM_PARTS = {"leak": ("frame_counts",), "paired": ("frame_counts",), "margin": ()}
 
 

@@ -144,6 +144,17 @@ def _word_form(text: str) -> str:
 UNLISTED_SHOWN = 10
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as a problem names it: a file name that is not UTF-8 (Latin-1 bytes on a Linux disk) with its bytes
+    escaped, so that the terminal, the JSON and the report can print it."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _unlisted_audio(metadata: Path, listed: set[Path]) -> list[dict]:
     """Audio files in the metadata's folder, or in its subfolders that hold audio it lists, that no line names:
     each a problem (the first :data:`UNLISTED_SHOWN`, then one line counting the rest); a WAV without a transcript
@@ -152,7 +163,8 @@ def _unlisted_audio(metadata: Path, listed: set[Path]) -> list[dict]:
     folders = {root} | {a.parent for a in listed if a.parent.is_relative_to(root)}
     unlisted = [f for folder in sorted(folders) if folder.is_dir() for f in sorted(folder.iterdir())
                 if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file() and f.resolve() not in listed]
-    out = [{"reading": str(f), "reason": f"no line of {metadata.name} names it"} for f in unlisted[:UNLISTED_SHOWN]]
+    out = [{"reading": shown_path(f), "reason": f"no line of {metadata.name} names it"}
+           for f in unlisted[:UNLISTED_SHOWN]]
     if len(unlisted) > UNLISTED_SHOWN:
         out.append({"reading": str(root), "reason": f"{len(unlisted) - UNLISTED_SHOWN} more audio files no line of "
                     f"{metadata.name} names"})
@@ -268,17 +280,17 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     elif path.is_dir() and testset is not None:
         files = sorted(f for f in path.iterdir() if f.is_file())
         for sid, entry in testset.items():
-            # the suffix in any case (ne-001.WAV was "missing"), in AUDIO_SUFFIXES' order
+            # the suffix in any case (ne-001.WAV was "missing"); two readable files of one id are refused, not picked
             named = [f for f in files if f.stem == sid]
             readable = [f for f in named if f.suffix.lower() in AUDIO_SUFFIXES]
             if len(readable) > 1:  # ne-001.wav and ne-001.WAV: which one is the reading is not ours to guess
-                system.problems.append({"reading": ", ".join(str(f) for f in readable), "reason": f"{len(readable)} "
+                system.problems.append({"reading": ", ".join(map(shown_path, readable)), "reason": f"{len(readable)} "
                                         f"audio files for id {sid!r}: keep one; not scored"})
                 continue
             audio = readable[0] if readable else None
             named = [f for f in named if f.suffix.lower() in OTHER_AUDIO_SUFFIXES] if audio is None else named
             if audio is None and named:  # ne-001.mp3: not "missing", and not silently passed over
-                system.problems.append({"reading": str(named[0]), "reason": f"not a supported audio format "
+                system.problems.append({"reading": shown_path(named[0]), "reason": f"not a supported audio format "
                                         f"({', '.join(AUDIO_SUFFIXES)})"})
                 continue
             audio = audio or path / f"{sid}.wav"
@@ -287,9 +299,9 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         known = set(testset)
         for f in files:
             if f.suffix.lower() in AUDIO_SUFFIXES + OTHER_AUDIO_SUFFIXES and f.stem not in known:
-                system.problems.append({"reading": str(f), "reason": "its name is no id of the test set"})
+                system.problems.append({"reading": shown_path(f), "reason": "its name is no id of the test set"})
         for f in sorted(f for f in path.iterdir() if f.is_dir()):  # never read: said, not passed over
-            system.problems.append({"reading": str(f), "reason": "a folder: evaluate reads the audio files named by "
+            system.problems.append({"reading": shown_path(f), "reason": "a folder: evaluate reads the audio files named by "
                                     "the test set's ids in the system's folder itself, not in its subfolders"})
     elif path.is_dir():
         raise EvaluateError(f"system {name!r}: {path} has no {METADATA}; give one (audio|text lines) or --testset "

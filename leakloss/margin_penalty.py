@@ -8,7 +8,8 @@ Contract (unlike :class:`leakloss.penalty.LeakPenalty`, which reads audio and si
 crops of each site's word), then scored with gradient: for each site and crop the scorer's margin
 ``fit_hindi - fit_nepali`` (:func:`leakloss.acoustic.features.evidence_from_log_probs`), and the loss is the mean over
 sites and crops of ``tau * softplus(margin / tau)`` (:func:`leakloss.functional.margin.site_margin_loss`); a crop
-where a path cannot be aligned is left out (its fit is a floor), and a site with none is counted as infeasible. A plan
+where a path cannot be aligned is left out (its fit is a floor), and a site where no crop aligns both paths is not
+scored (counted in ``infeasible_sites``). A plan
 may be made once and reused while the audio changes (``plans=``), as sites are.
 
 Why it exists: descending the frame head (``LeakPenalty``) moves an independent judge little, because small spectral
@@ -69,7 +70,7 @@ class MarginParts(NamedTuple):
     item_status: tuple[MarginStatus, ...]  # [b]
     nonfinite_items: int  # items left out for NaN/Inf among their valid samples (or in the audio their plan was made on)
     quiet_items: int  # items quieter than quiet_rms, whose gradient was scaled down
-    # [n] each scored site's hinge, mean over its crops: what ``penalty`` and ``per_kind`` average (last, so that
+    # [n] each scored site's hinge, mean over its crops that align: what ``penalty`` and ``per_kind`` average (last, so that
     # parts built by position before 2026-12-07 still build)
     site_hinges: Tensor | None = None
     # sites of scored items left out: no crop of theirs aligns both paths (a crop shorter than the Nepali path), so
@@ -197,7 +198,7 @@ class PathMarginPenalty(FrozenScorer):
         clean = at_least_fp32(clean)  # before the gradient scale: a quiet fp16 item's gradient overflowed fp16 (inf)
         scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
         heard = scale_gradient(clean, scale)
-        margins, feasible, kinds, status, infeasible = [], [], [], [], 0
+        margins, feasible, kinds, status, infeasible, scored_items = [], [], [], [], 0, set()
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
@@ -226,11 +227,12 @@ class PathMarginPenalty(FrozenScorer):
                 margins.append(site.margin)
                 feasible.append(site.feasible)
                 kinds.append(spec.kind)
+                scored_items.add(i)
             status.append("ok")
         # a plan made on non-finite audio (e.g. a ground truth that could not be vocoded) counts as non-finite too
         nonfinite = sum(bad[i] or status[i] == "not_finite" for i in range(b))
-        # only scored items: a masked one reads as silence, and silent, empty or unplanned ones get no gradient
-        quiet = sum(float(scale[i]) < 1 and status[i] == "ok" for i in range(b))
+        # only items with a scored site: a masked one reads as silence, and the others get no gradient
+        quiet = sum(float(scale[i]) < 1 for i in scored_items)
         if not margins:  # nothing scored: zero, on the input's graph, with a zero gradient (no overflow: x * 0 first)
             empty = torch.zeros(0, dtype=waves.dtype, device=waves.device)
             parts = MarginParts(zero.detach(), {}, empty, (), 0, tuple(status), nonfinite, quiet, empty, infeasible)
@@ -241,7 +243,8 @@ class PathMarginPenalty(FrozenScorer):
         loss, per_site = site_margin_loss(stacked, active, self.tau, crops)
         per_kind = {k: per_site.detach()[[j for j, kind in enumerate(kinds) if kind == k]].mean()
                     for k in KINDS if k in kinds}
-        site_margins = (stacked.detach() * crops).sum(-1) / crops.sum(-1)  # over the crops it is scored on
+        kept = torch.where(crops, stacked.detach(), torch.zeros((), dtype=stacked.dtype, device=stacked.device))
+        site_margins = kept.sum(-1) / crops.sum(-1)  # over the crops it is scored on
         parts = MarginParts(loss.detach(), per_kind, site_margins, tuple(kinds), len(kinds),
                             tuple(status), nonfinite, quiet, per_site.detach(), infeasible)
         return loss, parts

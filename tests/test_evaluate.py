@@ -473,3 +473,16 @@ def test_a_run_refused_before_scoring_leaves_an_existing_out_as_it_was(tmp_path,
     with pytest.raises((BatchError, EvaluateError, ValueError)):
         evaluate({"mine": folder}, out, devices="many", **_kwargs(models))
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_file_name_that_is_not_utf8_is_named_printably_among_the_problems(tmp_path):
+    import os
+
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\n", encoding="utf-8")
+    (tmp_path / "wavs").mkdir()
+    write_clip(tmp_path / "wavs" / "n1.wav")
+    os.link(tmp_path / "wavs" / "n1.wav", os.fsdecode(str(tmp_path / "wavs").encode() + b"/x\xff.wav"))
+    system = read_system("mine", tmp_path / "wavs", read_testset(tmp_path / "set.tsv"))
+    (problem,) = system.problems
+    assert problem["reading"].endswith("x\\udcff.wav") and problem["reason"] == "its name is no id of the test set"
+    problem["reading"].encode("utf-8")  # the terminal, the JSON and the report can print it

