@@ -137,13 +137,10 @@ def test_an_out_dir_holding_other_files_is_refused_before_any_work(tmp_path, mod
 @pytest.mark.parametrize("module, args, message", [
     ("train_recognizers", ["batch_size=0"], "error: batch_size must be a whole number >= 1, got 0"),
     ("train_recognizers", ["roles=[bogus]"], "error: roles must be a list of"),
-    # the architecture: a traceback after the corpus was built, or a 0-layer model saved
-    ("train_recognizers", ["recognizer_arch.arch.hidden_size=0"],
-     "error: recognizer_arch.arch: ValueError: hidden_size must be a whole number >= 1, got 0"),
+    # the architecture: a traceback after the corpus was built, or a 0-layer model saved (its other refusals, in
+    # process: test_bad_architectures_are_refused_by_name)
     ("train_recognizers", ["recognizer_arch.arch.num_heads=5"],
      "error: recognizer_arch.arch: ValueError: hidden_size (256) must be divisible by num_heads (5)"),
-    ("train_recognizers", ["recognizer_arch.arch.num_layers=-1"],
-     "error: recognizer_arch.arch: ValueError: num_layers must be a whole number >= 1, got -1"),
     ("train_recognizers.whisper", ["recorded_voices=[nobody]"], "error: unknown recorded voice 'nobody'"),
 ])
 def test_entry_points_print_one_error_line_and_exit_2(tmp_path, module, args, message):
@@ -152,6 +149,18 @@ def test_entry_points_print_one_error_line_and_exit_2(tmp_path, module, args, me
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(message), r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": 0}, "hidden_size must be a whole number >= 1, got 0"),
+    ({"num_layers": -1}, "num_layers must be a whole number >= 1, got -1"),
+    ({"num_heads": 5}, r"hidden_size \(256\) must be divisible by num_heads \(5\)"),
+])
+def test_bad_architectures_are_refused_by_name(change, message):
+    from leakloss.acoustic.recognizer_training import RecognizerArchitecture
+
+    with pytest.raises(ValueError, match=message):
+        RecognizerArchitecture(**change)
 
 
 def test_a_run_that_took_no_step_saves_nothing(tmp_path):
