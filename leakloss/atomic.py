@@ -24,17 +24,24 @@ NAME_MAX = 255
 _TEMP_NAME_BYTES = NAME_MAX - 20
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: False for a lone surrogate, which a JSON ``"\ud800"`` or a file name
+    that is not UTF-8 (Latin-1 bytes on a Linux disk, decoded with ``surrogateescape``) leaves in a str."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def file_name_problem(path: str | Path, utf8: bool = True) -> str | None:
     """Why ``path`` cannot be a file name leakloss reads or writes, or None: a part longer than :data:`NAME_MAX`
     bytes (``Path.exists()`` raised ENAMETOOLONG), a lone surrogate (``os.fsencode`` raised UnicodeEncodeError) or,
     with ``utf8``, a byte that is not UTF-8 (a Latin-1 name on a Linux disk is read fine, but a result naming it
     could not be written, after the scoring)."""
     text = str(path)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        if utf8:
-            return f"{text!r}: its name is not valid UTF-8; rename it"  # repr: the message itself stays printable
+    if utf8 and not is_utf8(text):
+        return f"{text!r}: its name is not valid UTF-8; rename it"  # repr: the message itself stays printable
     try:
         encoded = [os.fsencode(part) for part in Path(text).parts]
     except UnicodeEncodeError:  # a lone surrogate (a JSON "\ud800"): no file system name holds it

@@ -33,7 +33,7 @@ from typing import Sequence
 import lightning as L
 from torch.utils.data import Dataset
 
-from leakloss.atomic import in_the_way, path_problem, write_text_atomic
+from leakloss.atomic import in_the_way, is_utf8, path_problem, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result, reference_origin
 from leakloss.textfile import parse_json, text_lines
 
@@ -61,11 +61,7 @@ class BatchConfigError(BatchError):
 # --- the manifest ------------------------------------------------------------------------------
 
 def _unicode_problem(value: str) -> str | None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (a lone surrogate)"
-    return None
+    return None if is_utf8(value) else "is not valid Unicode (a lone surrogate)"
 
 
 def _path_problem(value: object, what: str) -> str | None:

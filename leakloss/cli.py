@@ -416,14 +416,6 @@ def _check_paths(named, utf8: bool = True) -> None:
             fail(f"{what} {problem}")
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_output_path(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file ``path`` can be written: its folder exists and is writable, it is not a folder, device or pipe
     (nor a link to one; a symlink to a file or to nothing is replaced by the output, never written through)."""
@@ -653,6 +645,7 @@ def compare(
     out: Path = typer.Option(Path("comparison"), "--out"),
 ) -> None:
     """Per system: flagged key words with 95% intervals (Wilson, cluster bootstrap by sentence)."""
+    from leakloss.atomic import is_utf8
     from leakloss.eval.compare import compare_results, write_comparison
     from leakloss.schema import ResultError
 
@@ -672,7 +665,7 @@ def compare(
             fail(f"{folder} is not a folder of results{hint}")
         if name in dirs:
             fail(f"two systems are named {name!r}: name them apart as NAME=DIR")
-        if not _is_utf8(name):  # a folder named by bytes that are not UTF-8: the comparison could not be written
+        if not is_utf8(name):  # a folder named by bytes that are not UTF-8: the comparison could not be written
             fail(f"system name {name!r} is not valid UTF-8: name it as NAME=DIR")
         dirs[name] = Path(folder)
     try:

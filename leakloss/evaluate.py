@@ -147,12 +147,10 @@ UNLISTED_SHOWN = 10
 def shown_path(path: Path) -> str:
     """``path`` as a problem names it: a file name that is not UTF-8 (Latin-1 bytes on a Linux disk) with its bytes
     escaped, so that the terminal, the JSON and the report can print it."""
+    from leakloss.atomic import is_utf8
+
     text = str(path)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return text if is_utf8(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _unlisted_audio(metadata: Path, listed: set[Path]) -> list[dict]:
