@@ -101,12 +101,17 @@ def test_short_vowel_rows_of_the_feature_table_and_rawconv_validate(monkeypatch)
             return type("E", (), {"alignment": AlignmentResult(True, out)})()
 
     monkeypatch.setattr(features, "EvidenceExtractor", EvenSplit)
+    marked = []  # the rows mark the vowel's segment, as sites are placed at inference (not its CTC spike)
+    real_mask = features.site_frame_mask
+    monkeypatch.setattr(features, "site_frame_mask",
+                        lambda *a, segments=False: marked.append(segments) or real_mask(*a, segments=segments))
     rec = build_tiny_recognizer(conv=8)
     short = features.short_vowel_conv_table(rec, ["नेकपा र अरू दलका"], min_s=0.0, max_s=10.0, rates=(260,),
                                             progress=False)
     assert len(short) > 0
     assert {m["pair_kind"] for m in short.meta} == {SHORT_VOWEL}
     assert {m["role"] for m in short.meta} == {"control"}
+    assert len(marked) == len(short) and all(marked)
     # a held-out word gives no training row (नेकपा's vowels were training negatives of the shipped frame head)
     assert "नेकपा" in {m["word"] for m in short.meta}
     kept = features.short_vowel_conv_table(rec, ["नेकपा र अरू दलका"], min_s=0.0, max_s=10.0, rates=(260,),

@@ -51,6 +51,20 @@ def at_hearing_level(wave: Tensor) -> Tensor:
 EDGE_TOLERANCE_S = 1e-9
 
 
+def frame_centres(n_frames: int, hop_s: float, offset_s: float = 0.0, device=None) -> Tensor:
+    """``[n_frames]`` float64 centres (seconds) of frames ``hop_s`` apart, the first starting at ``offset_s``.
+
+    float64: aligned site edges +- a pad fall exactly on frame centres (10 ms grid, 20 ms frames), and in float32
+    about a quarter of first frames rounded out of their site, by where the site sat."""
+    return offset_s + (torch.arange(n_frames, device=device, dtype=torch.float64) + 0.5) * hop_s
+
+
+def span_frames(centres: Tensor, start: float, end: float, pad_s: float) -> Tensor:
+    """Boolean mask of the ``centres`` (:func:`frame_centres`) within ``[start - pad_s, end + pad_s]``, edges
+    included (to :data:`EDGE_TOLERANCE_S`): the one rule for a site's frames, at inference and in training rows."""
+    return (centres >= start - pad_s - EDGE_TOLERANCE_S) & (centres <= end + pad_s + EDGE_TOLERANCE_S)
+
+
 def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: float, pad_s: float = 0.02,
                frame_lengths: Tensor | None = None, device=None) -> tuple[Tensor, list[tuple[int, TimedSite]]]:
     """Boolean ``[n, g]`` masks of each site's frames (centre within the site ± ``pad_s``, edges included) and the
@@ -67,12 +81,10 @@ def site_masks(sites: Sequence[Sequence[TimedSite]], n_frames: int, *, hop_s: fl
     index = [(b, s) for b, item in enumerate(sites) for s in item]
     if frame_lengths is not None and len(frame_lengths) != len(sites):
         raise ValueError(f"frame_lengths must have one length per item: {len(frame_lengths)} for {len(sites)} items")
-    # float64 and a 1 ns tolerance: aligned site edges +- pad_s fall exactly on frame centres (10 ms grid, 20 ms
-    # frames), and in float32 about a quarter of first frames rounded out of their site, by where the site sat
-    centers = (torch.arange(n_frames, device=device, dtype=torch.float64) + 0.5) * hop_s
+    centers = frame_centres(n_frames, hop_s, device=device)
     masks = torch.zeros(len(index), n_frames, dtype=torch.bool, device=device)
     for row, (b, s) in enumerate(index):
-        m = (centers >= s.start - pad_s - EDGE_TOLERANCE_S) & (centers <= s.end + pad_s + EDGE_TOLERANCE_S)
+        m = span_frames(centers, s.start, s.end, pad_s)
         if frame_lengths is not None:
             m &= torch.arange(n_frames, device=device) < frame_lengths[b]
         masks[row] = m

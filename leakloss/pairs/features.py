@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION, EvidenceExtractor, site_feature_vector
 from leakloss.constants import RECOGNIZER_HEARING_PEAK, SAMPLE_RATE
+from leakloss.functional.leak import frame_centres, span_frames
 from leakloss.pairs.schema import PairRecord, read_manifest, resolve
 from leakloss.schema import KINDS, SHORT_VOWEL
 
@@ -227,13 +228,14 @@ def _load_table(cache: Path) -> tuple[FeatureTable, dict]:
 def site_frame_mask(alignment, word_index_in_list: int, site_position: int, start_s: float, n_frames: int,
                     hop_s: float, segments: bool = False) -> torch.Tensor:
     """Frames (of a crop starting at ``start_s``) inside the site phone's aligned span ± 20 ms (``segments``: its
-    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`, not its CTC spike)."""
+    segment, :meth:`leakloss.acoustic.align.AlignmentResult.phone_segments`, not its CTC spike), edges included
+    as the penalty includes them (:func:`leakloss.functional.leak.span_frames`; until 2026-12-07 float32 centres
+    and no tolerance, which left out about a quarter of first frames)."""
     if segments:
         a, b = alignment.phone_segments(word_index_in_list)[site_position]
     else:
         a, b = alignment.word(word_index_in_list).phone_spans[site_position]
-    t = start_s + (torch.arange(n_frames) + 0.5) * hop_s
-    return (t >= a - SITE_PAD_S) & (t <= b + SITE_PAD_S)
+    return span_frames(frame_centres(n_frames, hop_s, start_s), a, b, SITE_PAD_S)
 
 
 def word_frames(word, duration_s: float, hop_s: float, n_frames: int) -> tuple[int, int]:
@@ -252,6 +254,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
     manifest = Path(manifest)
     what = "conv" + ",".join(kinds) + ("" if layer is None else f"|layer{layer}")  # None: the key it always had
     what += "|segments" if segments else ""
+    what += "|masks-v2"  # v2 (2026-12-07): site frames with their edges, as the penalty marks them
     cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, what)}.pt" if cache_dir else None
     if cache is not None and cache.exists():
         return _load_conv_table(cache)
@@ -319,7 +322,8 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                            cache_dir: str | Path | None = None, progress: bool = True,
                            layer: int | None = None, exclude_words: Sequence[str] = ()) -> ConvTable:
     """Retained Nepali schwas that last 40-60 ms (fast teacher voices): correct readings the raw-conv
-    head must not flag. Durations come from espeak's phoneme events. ``nasalise`` reads every deletion
+    head must not flag. Durations come from espeak's phoneme events; a row marks the vowel's aligned segment (as
+    sites are placed at inference; its CTC spike until 2026-12-07). ``nasalise`` reads every deletion
     site's vowel nasalised instead (training negatives for the rare anusvara sites). With ``"quality"`` in
     ``kinds`` the Nepali vowels of quality sites read fast are kept too (any duration). The sites of
     ``exclude_words`` give no row (training rows: the held-out words, :data:`leakloss.pairs.build.DEFAULT_HELDOUT_WORDS`,
@@ -332,7 +336,7 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(sentences).encode())
-        h.update(f"{recognizer.name}|{FEATURE_SCHEMA_VERSION}|{base}|{rates}|{min_s}|{max_s}|{split}|{nasalise}|{sorted(kinds)}|v1".encode())
+        h.update(f"{recognizer.name}|{FEATURE_SCHEMA_VERSION}|{base}|{rates}|{min_s}|{max_s}|{split}|{nasalise}|{sorted(kinds)}|v2".encode())
         if layer is not None:  # None: the key it always had (the recognizer's default frames)
             h.update(f"|layer{layer}".encode())
         h.update(_excluded_key(excluded))
@@ -370,7 +374,9 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
                         continue
                     g0, g1 = word_frames(e.alignment.word(k), reading.duration, hop_s, f.shape[-1])
                     feats.append(f[:, g0:g1].contiguous())
-                    masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s))
+                    # the vowel's segment, as sites are placed at inference (v1 marked its CTC spike)
+                    masks.append(site_frame_mask(e.alignment, k, site.position, g0 * hop_s, g1 - g0, hop_s,
+                                                 segments=True))
                     meta.append({"pair_id": f"short-{rate}{'-nasal' if nasalise else ''}-{w.word}",
                                  "pair_kind": SHORT_VOWEL, "kind": site.kind, "contrast": site.contrast,
                                  "split": split, "word": w.word, "role": "control", "sentence_id": text[:20]})
@@ -410,7 +416,7 @@ def real_speech_conv_table(recognizer, clips, *, kinds: tuple[str, ...] = KINDS,
     cache = None
     if cache_dir is not None:
         h = hashlib.sha256("\n".join(f"{c.id}|{c.text}" for c in clips).encode())
-        h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v2".encode())  # v2: phone segments
+        h.update(f"{recognizer.name}|{sorted(kinds)}|{layer}|{dev_every}|v3".encode())  # v2: phone segments; v3: masks with their edges
         if schwa_cuts:
             h.update(b"|schwa_cuts-v2")
         if augment_copies:
