@@ -87,6 +87,8 @@ def output_folder_problem(path: str | Path) -> str | None:
             return f"{path} is a file: give a folder"
         if not os.access(path, os.W_OK | os.X_OK):
             return f"{path} is a folder that is not writable"
+        if (why := write_probe_problem(path)) is not None:  # /proc: os.access says yes to root
+            return f"{path} is a folder where nothing can be created: {why}"
         return None
     parent = next((p for p in path.parents if p.exists()), Path("."))
     if not parent.is_dir():

@@ -33,7 +33,7 @@ from typing import Sequence
 import lightning as L
 from torch.utils.data import Dataset
 
-from leakloss.atomic import in_the_way, is_utf8, path_problem, write_text_atomic
+from leakloss.atomic import in_the_way, is_utf8, output_folder_problem, path_problem, write_text_atomic
 from leakloss.schema import STATUSES, ResultError, load_result, reference_origin
 from leakloss.textfile import parse_json, text_lines
 
@@ -234,11 +234,8 @@ def _check_out_dir(out_dir: Path) -> None:
         raise BatchConfigError(f"--out {problem}")
     if out_dir.exists() and not out_dir.is_dir():
         raise BatchConfigError(f"--out {out_dir} is a file, not a folder: give a folder for the <id>.json results")
-    existing = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise BatchConfigError(f"--out {out_dir}: {existing} is a file, not a folder")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise BatchConfigError(f"--out {out_dir}: folder {existing} is not writable")
+    if (problem := output_folder_problem(out_dir)) is not None:  # a write probe: os.access says yes to root
+        raise BatchConfigError(f"--out {problem}")
 
 
 def _make_trainer(accelerator: str, devices, strategy: str, progress: bool) -> L.Trainer:

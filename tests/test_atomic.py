@@ -25,6 +25,13 @@ def test_a_file_or_a_folder_under_a_file_is_a_problem(tmp_path):
         f"{tmp_path / 'f' / 'a' / 'b'} cannot be created: {tmp_path / 'f'} is not a folder"
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir() or os.geteuid() != 0,
+                    reason="needs Linux /proc and root (whom os.access lets write anywhere)")
+def test_an_existing_folder_nothing_can_be_created_in_is_a_problem():
+    # os.access says yes to root in /proc; only the parent of a missing folder was probed
+    assert "/proc is a folder where nothing can be created" in output_folder_problem("/proc")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def test_a_read_only_folder_is_a_problem(tmp_path):
     ro = tmp_path / "ro"

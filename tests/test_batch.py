@@ -4,6 +4,7 @@ failures are retried on a rerun, and only a valid, non-failed result file counts
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -154,6 +155,16 @@ def test_out_pointing_at_a_file_is_an_error(tmp_path, models):
     (tmp_path / "out").write_text("not a folder")
     with pytest.raises(BatchConfigError, match="not a folder"):
         score_batch(manifest, tmp_path / "out", **_kwargs(models))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir() or os.geteuid() != 0,
+                    reason="needs Linux /proc and root (whom os.access lets write anywhere)")
+@pytest.mark.parametrize("out", ["/proc", "/proc/x/y"])
+def test_out_where_nothing_can_be_created_is_an_error_before_any_work(tmp_path, models, out):
+    # os.access says yes to root in /proc: the check passed and the results failed to write after the scoring
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("x")])
+    with pytest.raises(BatchConfigError, match=r"--out /proc.* (nothing can be created|cannot be created)"):
+        score_batch(manifest, Path(out), **_kwargs(models))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
