@@ -425,6 +425,12 @@ def _score_systems(readings: list[SystemReadings], out: Path, sets: dict[str, di
                     write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
 
 
+def _result_stamps(folder: Path) -> dict[str, int]:
+    """Each result file under ``folder`` with its modification time (ns): what a run wrote there, told apart from
+    what an earlier run left."""
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*.json")} if folder.is_dir() else {}
+
+
 def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path | None = None,
              reference_free: bool = False, progress: bool = True, accelerator: str = "cpu", devices: str = "1",
              strategy: str = "auto", **scorer_kwargs) -> dict:
@@ -462,15 +468,19 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
     scoring, dirs = {}, {}
     created = outermost_missing(out)  # what this call creates (out, or a missing parent of it)
     # in an --out that exists: the folders this run makes there
-    made = [m for m in (outermost_missing(out / "manifests"), outermost_missing(out / "results")) if m is not None]
+    made = [m for m in (outermost_missing(out / "manifests"), outermost_missing(out / "results"),
+                        *(outermost_missing(out / "results" / s.name) for s in readings)) if m is not None]
+    manifests_before = {m: m.read_text(encoding="utf-8") if m.is_file() else None  # what this run will rewrite
+                        for m in (out / "manifests" / f"{s.name}.jsonl" for s in readings)}
+    results_before = _result_stamps(out / "results")
     try:
         _score_systems(readings, out, sets, scoring, dirs, accelerator=accelerator, devices=devices,
                        strategy=strategy, progress=progress, reference_free=reference_free, **scorer_kwargs)
     except EvaluateInterrupted:
         raise
     except BaseException:
-        # refused before any reading was scored (bad heads, an unusable accelerator): no folder left behind
-        if not any((out / "results").rglob("*.json")):
+        # refused before this run scored a reading (bad heads, an unusable accelerator): --out as it was
+        if _result_stamps(out / "results") == results_before:
             import shutil
 
             if created is not None:
@@ -478,6 +488,11 @@ def evaluate(systems: dict[str, Path], out: str | Path, *, testset: str | Path |
             else:  # an --out that was there keeps what it held, not this run's manifests
                 for folder in made:
                     shutil.rmtree(folder, ignore_errors=True)
+                for manifest, text in manifests_before.items():
+                    if text is None:
+                        manifest.unlink(missing_ok=True)
+                    elif manifest.is_file() and manifest.read_text(encoding="utf-8") != text:
+                        write_text_atomic(manifest, text)
         raise
     # this run's readings only: results/NAME/ also keeps earlier runs' (a reading since removed or not scored)
     comparison = compare_results(dirs, files={s.name: [dirs[s.name] / f"{i['id']}.json" for i in s.items]

@@ -475,6 +475,24 @@ def test_a_run_refused_before_scoring_leaves_an_existing_out_as_it_was(tmp_path,
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+def test_a_run_refused_before_scoring_keeps_an_earlier_runs_results_and_manifests(tmp_path, models):
+    # an --out holding an earlier run's results kept this failed run's manifests (new and rewritten)
+    from leakloss.batch import BatchError
+
+    (tmp_path / "sys").mkdir()
+    write_clip(tmp_path / "sys" / "s0.wav")
+    folder = _metadata(tmp_path / "sys", [f"s0.wav|{TEXT}"])
+    out = tmp_path / "out"
+    (out / "results" / "old").mkdir(parents=True)
+    (out / "results" / "old" / "r.json").write_text("{}")
+    (out / "manifests").mkdir()
+    (out / "manifests" / "mine.jsonl").write_text("earlier\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises((BatchError, EvaluateError, ValueError)):
+        evaluate({"mine": folder, "new": folder}, out, devices="many", **_kwargs(models))
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_a_file_name_that_is_not_utf8_is_named_printably_among_the_problems(tmp_path):
     import os
 
