@@ -7,10 +7,12 @@ Synthesis also keeps state that no call resets: the pitch-flutter phase (a ``sta
 wavegen) runs on from one utterance to the next, so the same text and voice came out different (pitch, and
 length by a few ms) depending on what the process had said before. Each synthesis therefore runs in a freshly
 loaded copy of the library (:func:`_fresh_library`; about 3 ms a call on an idle machine): a reading no longer
-depends on the process's history. Text-to-phonemes keeps one loaded instance (no audio, no flutter). Not fixed
-here: the breathy variants (``f2``, ``f5``) still come out in one of a few versions per process (seen 2 in 3 runs;
-not the C library's ``rand``, which espeak does not call here; an uninitialised read in the library is suspected),
-so their readings, and figures over them, can differ between runs.
+depends on the process's history. Text-to-phonemes keeps one loaded instance (no audio, no flutter).
+
+The breathy variants (``f2``, ``f5``) draw their breath noise from espeak's own random generator, whose state at
+load differed from process to process: the same reading came out another way in every run (until 2026-12-07).
+Each synthesis now seeds it (``espeak_ng_SetRandSeed``) from what is asked (:func:`_noise_seed`: text, voice,
+rate, pitch, range), so a reading is the same in any process and different readings keep different noise.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ class EspeakLibrary:
             ctypes.c_void_p, ctypes.c_void_p,
         ]
         lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        self._seed = getattr(lib, "espeak_ng_SetRandSeed", None)  # espeak-ng >= 1.52
+        if self._seed is not None:
+            self._seed.argtypes, self._seed.restype = [ctypes.c_long], None
         lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
         data = espeakng_loader.get_data_path().encode()
         rate = lib.espeak_Initialize(
@@ -142,6 +147,8 @@ class EspeakLibrary:
             self._lib.espeak_SetParameter(PARAM_PITCH, int(pitch), 0)
             self._lib.espeak_SetParameter(PARAM_RANGE, int(pitch_range), 0)
             self._chunks, self._events, self._words = [], [], 0
+            if self._seed is not None:  # the breath noise: the same for the same request, in any process
+                self._seed(_noise_seed(text, voice, rate, pitch, pitch_range, phonemes))
             data = text.encode("utf-8") + b"\0"
             flags = _CHARS_UTF8 | (_PHONEMES if phonemes else 0)
             err = self._lib.espeak_Synth(data, len(data), 0, 1, 0, flags, None, None)
@@ -172,6 +179,14 @@ class EspeakLibrary:
         self._lib.espeak_Terminate()
         handle, self._lib = self._lib._handle, None
         _ctypes.dlclose(handle)
+
+
+def _noise_seed(text: str, voice: str, rate: int, pitch: int, pitch_range: int, phonemes: bool) -> int:
+    """A stable seed for espeak's random generator from a synthesis request (CRC-32: the same in every process,
+    unlike ``hash``)."""
+    import zlib
+
+    return zlib.crc32(f"{voice}|{int(rate)}|{int(pitch)}|{int(pitch_range)}|{bool(phonemes)}|{text}".encode())
 
 
 _LIBRARY: EspeakLibrary | None = None

