@@ -57,8 +57,10 @@ EvidenceStatus = Literal["ok", "bad_input", "silent", "alignment_failed", "no_te
 #: Where the sites of one reading stand for the penalty (``leakloss.penalty.SitePlacement``): ``placed``;
 #: ``no_testable_site`` (the text has none); ``not_finite`` (NaN/Inf samples); ``too_short`` (under one
 #: recognizer frame); ``silent`` (peak under ``leakloss.acoustic.features.SILENCE_PEAK``: nothing to place on, heard at
-#: one level it would be noise made loud); ``alignment_failed``.
-PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "silent", "alignment_failed"]
+#: one level it would be noise made loud); ``alignment_failed``; ``bad_text`` (a text the frontend rejects: a dataset's
+#: placement records it and goes on, where placing one reading raises).
+PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short", "silent", "alignment_failed",
+                          "bad_text"]
 #: One reading's reward (``leakloss.reward.RewardResult``): ``scored``; ``no_testable_site`` (intelligible,
 #: nothing to leak: 1.0); the rest get the worst reward by rule: ``unintelligible`` (failed the word check),
 #: ``not_finite``, ``too_short``, ``silent`` (peak under ``leakloss.acoustic.features.SILENCE_PEAK``: heard at

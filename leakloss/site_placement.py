@@ -136,14 +136,26 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     another recognizer, frontend, lexicon or confidence floor is another key), and reused: a training run
     aligns each utterance once, not once per step. Items whose alignment fails get ``[]`` (they then
     contribute zero to the penalty), and a warning counts them by status (``alignment_failed``, ``too_short``,
-    ``not_finite``; texts without a testable site are not failures), placed now or read from the cache (each row
-    keeps its status; rows written before 2026-12-07 have none and are not counted: delete the file to recount).
-    The file is rewritten atomically when anything new was placed.
+    ``not_finite``, ``bad_text``: a text the frontend rejects; texts without a testable site are not failures),
+    placed now or read from the cache (each row keeps its status; rows written before 2026-12-07 have none and are
+    not counted: delete the file to recount). The file is rewritten atomically when anything new was placed.
+
+    Every item is checked before any is placed: one that is not a ``(float tensor [t], str)`` pair raises
+    :class:`leakloss.penalty.PenaltyInputError` naming its index (a caller's bug, not a status).
     """
     import json
 
+    from leakloss.penalty import PenaltyInputError
+    from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
 
+    items = list(items)
+    for i, item in enumerate(items):  # before hours of alignment, not after
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise PenaltyInputError(f"items[{i}] must be a (wave16k [samples], text) pair, got {type(item).__name__}")
+        check_wave(item[0], f"items[{i}] wave")
+        if not isinstance(item[1], str):
+            raise PenaltyInputError(f"items[{i}] text must be a string, got {type(item[1]).__name__}")
     finder = finder or SiteFinder()
     cache = Path(cache) if cache is not None else None
     known: dict[str, tuple[list[TimedSite], str | None]] = {}  # key -> (sites, placement status if recorded)
@@ -166,7 +178,10 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     for wave, text in items:
         key = site_key(wave, text, placement)
         if key not in known:
-            placed = locate_sites(wave, text, recognizer, finder)
+            try:
+                placed = locate_sites(wave, text, recognizer, finder)
+            except TextError:  # one rejected text must not lose the others' placements
+                placed = SitePlacement([], "bad_text")
             known[key] = (list(placed.sites), placed.status)
             added += 1
         sites, status = known[key]

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -918,3 +919,41 @@ def test_frame_logits_are_zero_past_each_items_frames(penalty):
     assert not logits[0, int(frames[0]):].any() and logits[1, : int(frames[1])].any()
     alone, n = penalty.frame_logits(waves[:1, :8000])
     torch.testing.assert_close(logits[0, : int(n[0])], alone[0, : int(n[0])], rtol=1e-4, atol=1e-5)
+
+
+def test_a_rejected_text_in_a_dataset_is_a_status_and_the_other_placements_are_kept(tmp_path, monkeypatch):
+    # one text over the frontend's word limit raised TextTooLongError: every placement of the run was lost, uncached
+    import leakloss.site_placement as placement_module
+    from leakloss.site_placement import SitePlacement, place_dataset_sites
+    from leakloss.text.normalize import TextError
+
+    def fake_locate(wave, text, recognizer, finder=None, words=None):
+        if text == "bad":
+            raise TextError("word 0 has 101 characters (limit 100)")
+        return SitePlacement([TimedSite(0.1, 0.2, "deletion", "ʌ->∅", text)], "placed")
+
+    monkeypatch.setattr(placement_module, "locate_sites", fake_locate)
+    rec = type("Rec", (), {"name": "a@test"})()
+    cache = tmp_path / "sites.jsonl"
+    items = [(torch.zeros(1600), "घर"), (torch.ones(1600), "bad")]
+    with pytest.warns(UserWarning, match=r"1 of 2 items could not be placed .*\(bad_text: 1\)"):
+        placed = place_dataset_sites(items, rec, cache)
+    assert placed[1] == [] and len(placed[0]) == 1
+    assert len(cache.read_text(encoding="utf-8").splitlines()) == 2
+
+
+@pytest.mark.parametrize("items, match", [
+    ([(torch.zeros(1600), "घर"), (np.zeros(1600, np.float32), "घर")], r"items\[1\] wave"),
+    ([(torch.zeros(1600), 5)], r"items\[0\] text must be a string"),
+    ([(torch.zeros(1600), "घर", 1)], r"items\[0\] must be a \(wave16k"),
+    (["घर"], r"items\[0\] must be a \(wave16k"),
+])
+def test_a_malformed_dataset_item_is_a_typed_error_before_any_placement(tmp_path, monkeypatch, items, match):
+    # a numpy wave was an AttributeError from the cache key, after the items before it had been aligned
+    import leakloss.site_placement as placement_module
+    from leakloss.penalty import PenaltyInputError
+    from leakloss.site_placement import place_dataset_sites
+
+    monkeypatch.setattr(placement_module, "locate_sites", lambda *a, **k: pytest.fail("placed before the check"))
+    with pytest.raises(PenaltyInputError, match=match):
+        place_dataset_sites(items, type("Rec", (), {"name": "a@test"})(), tmp_path / "s.jsonl")
