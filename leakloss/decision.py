@@ -96,7 +96,8 @@ def combine_references(decisions: Sequence[SiteDecision]) -> SiteDecision:
 
 
 def word_decision(site_decisions: Sequence[SiteDecision]) -> Decision:
-    """A word is flagged if any site is; then uncertain; no_change only if every site says so."""
+    """A word is flagged if any site is; then uncertain; unscored if no site was scored; else no_change: every
+    scored site says so (an unscored site beside them, e.g. one whose reference did not qualify, is left out)."""
     if not site_decisions:
         return "not_tested"
     for d in ("flagged", "uncertain"):

@@ -85,6 +85,8 @@ def _audio_tensor(audio: object) -> Tensor:
     """``audio`` as a float tensor ``[t]`` or ``[channels, t]`` (a numpy array is converted), else ValueError.
     Empty and NaN/Inf audio pass: the reward says why it cannot be judged (``too_short``, ``not_finite``)."""
     if isinstance(audio, np.ndarray):
+        if audio.dtype.kind not in "biufc":  # strings, objects: torch.from_numpy's TypeError
+            raise ValueError(f"reward audio must be an array of numbers, got dtype {audio.dtype}")
         audio = torch.from_numpy(np.ascontiguousarray(audio, dtype=audio.dtype.newbyteorder("=")))
     if not isinstance(audio, Tensor):
         raise ValueError(f"reward audio must be a tensor or numpy array of samples, got {type(audio).__name__}")
@@ -162,7 +164,10 @@ class LeakRewardProvider(RewardProvider):
                 raise ValueError(f"setup max_per: {err}") from None
 
     def supports_language(self, lang: str | None) -> bool:
-        """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified."""
+        """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified; anything but a string or None is
+        not a language (False)."""
+        if not (lang is None or isinstance(lang, str)):
+            return False
         return lang is None or lang.lower().split("-")[0].split("_")[0] in ("ne", "npi", "nep", "nepali")
 
     def _penalty(self) -> LeakPenalty:
@@ -172,9 +177,22 @@ class LeakRewardProvider(RewardProvider):
         return self.penalty
 
     def score(self, batch: Sequence[RewardInput]) -> list[RewardResult]:
-        """Each input's :class:`leakloss.reward.RewardResult` (status, phone error rate, reason)."""
+        """Each input's :class:`leakloss.reward.RewardResult` (status, phone error rate, reason).
+
+        Raises:
+            ValueError: before any scoring, an input whose audio or sample rate is not usable, or whose text is
+                neither a string nor None, whatever its text (naming the input).
+        """
         results: list[RewardResult | None] = [None] * len(batch)
         todo = []
+        for i, item in enumerate(batch):  # a caller's bug is an error for every input, not hidden by a missing text
+            try:
+                _audio_tensor(item.audio)
+                _check_rate(item.sample_rate)
+            except ValueError as err:
+                raise ValueError(f"input {i}: {err}") from None
+            if item.text is not None and not isinstance(item.text, str):
+                raise ValueError(f"input {i}: text must be a string or None, got {type(item.text).__name__}")
         for i, item in enumerate(batch):
             if not item.text:
                 results[i] = RewardResult(WORST_REWARD, "no_word", reason="no text given")
@@ -229,6 +247,10 @@ def choose(text: str, results: Sequence[RewardResult | None], not_scored: Mappin
         ValueError: a ``None`` result without its reason in ``not_scored``, or a reason for a scored candidate.
     """
     results, not_scored = list(results), dict(not_scored or {})
+    strays = [i for i, r in enumerate(results) if r is not None and not isinstance(r, RewardResult)]
+    if strays:
+        raise ValueError(f"candidate(s) {strays} of {text!r:.40}: each result must be a RewardResult or None, got "
+                         f"{type(results[strays[0]]).__name__}")
     unexplained = [i for i, r in enumerate(results) if (r is None) != (i in not_scored)]
     if unexplained or not set(not_scored) <= set(range(len(results))):
         raise ValueError(f"candidate(s) {unexplained or sorted(set(not_scored) - set(range(len(results))))} of "
@@ -271,11 +293,18 @@ def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[s
 
     Raises:
         ValueError: before any scoring, a candidate that is not a float wave of those shapes (naming its
-            text and index), a text's candidates that are not a list of waves, or a bad ``sample_rate``.
+            text and index), a text's candidates that are not a list of waves, an entry that is not a
+            ``(text, waves)`` pair or a text that is not a string, or a bad ``sample_rate``.
     """
     pairs = list(candidates_by_text.items()) if isinstance(candidates_by_text, Mapping) else list(candidates_by_text)
     _check_rate(sample_rate)
-    for k, (text, waves) in enumerate(pairs):  # every wave checked before any is scored: no work thrown away
+    for k, pair in enumerate(pairs):  # every wave checked before any is scored: no work thrown away
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"entry {k} must be a (text, [wave, ...]) pair, got {type(pair).__name__} "
+                             f"{pair!r:.40}")
+        text, waves = pair
+        if not isinstance(text, str):
+            raise ValueError(f"text {k} must be a string, got {type(text).__name__}")
         if isinstance(waves, (Tensor, np.ndarray, str, bytes)) or not isinstance(waves, Sequence):
             raise ValueError(f"text {k} ({text!r:.40}): its candidates must be a list of waves, got "
                              f"{type(waves).__name__} (one wave: [wave])")

@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -208,3 +209,42 @@ def test_choose_places_candidates_that_were_not_scored():
         choose(TEXT, [None, scored])  # a candidate dropped without a word
     with pytest.raises(ValueError, match="not_scored with its reason"):
         choose(TEXT, [scored], {0: "why"})
+
+
+@pytest.mark.parametrize("pairs, message", [
+    ([(TEXT, [torch.zeros(16_000)]), (5, [torch.zeros(16_000)])], r"text 1 must be a string, got int"),
+    ([(TEXT, [torch.zeros(16_000)]), (b"x", [torch.zeros(16_000)])], r"text 1 must be a string, got bytes"),
+    (["ab"], r"entry 0 must be a \(text, \[wave, \.\.\.\]\) pair"),
+    ([(TEXT, [torch.zeros(16_000)], 1)], r"entry 0 must be a \(text, \[wave, \.\.\.\]\) pair"),
+    ([(TEXT, [np.array(["0.1", "0.2"])])], r"candidate 0: reward audio must be an array of numbers"),
+])
+def test_rerank_refuses_a_malformed_entry_before_any_scoring(monkeypatch, pairs, message):
+    # a text of another type was refused after the texts before it were scored; a wrong shape was an unpacking error
+    monkeypatch.setattr(LeakRewardProvider, "score", lambda *a, **k: pytest.fail("scored before the check"))
+    with pytest.raises(ValueError, match=message):
+        rerank(pairs)
+
+
+@pytest.mark.parametrize("text", [None, "", TEXT])
+def test_the_provider_refuses_unusable_audio_whatever_the_text(monkeypatch, text):
+    # without a text the audio was never looked at: a caller's int16 PCM got "no text given" instead of the error
+    monkeypatch.setattr(LeakRewardProvider, "_penalty", lambda self: pytest.fail("loaded before the check"))
+    provider = LeakRewardProvider()
+    with pytest.raises(ValueError, match=r"input 1: reward audio must be real float"):
+        provider.score([RewardInput(torch.zeros(100), TEXT), RewardInput(torch.zeros(100, dtype=torch.int16), text)])
+    with pytest.raises(ValueError, match=r"input 0: sample_rate must be"):
+        provider.score([RewardInput(torch.zeros(100), text, sample_rate=3)])
+    with pytest.raises(ValueError, match=r"input 0: text must be a string or None, got int"):
+        provider.score([RewardInput(torch.zeros(100), 5)])
+
+
+def test_choose_refuses_a_result_that_is_not_a_reward_result():
+    from leakloss.rewards import choose
+
+    with pytest.raises(ValueError, match=r"must be a RewardResult or None, got dict"):
+        choose(TEXT, [{"reward": 1.0}])
+
+
+@pytest.mark.parametrize("lang, supported", [(None, True), ("ne-NP", True), ("hi", False), (5, False), (b"ne", False)])
+def test_supports_language_is_a_yes_or_no_for_any_value(lang, supported):
+    assert LeakRewardProvider().supports_language(lang) is supported
