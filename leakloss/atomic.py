@@ -207,7 +207,10 @@ def foreign_entries(path: str | Path, owned: Sequence[str]) -> list[str]:
 
 def replace_problem(path: str | Path, owned: Sequence[str]) -> str | None:
     """Why an output folder ``path`` must not be replaced (None: absent, empty, or holding only ``owned``
-    files, e.g. an earlier run's output): a mistaken ``out_dir=.`` would delete the folder's other files."""
+    files, e.g. an earlier run's output): a mistaken ``out_dir=.`` would delete the folder's other files; a file
+    there is not replaced either (:func:`atomic_directory` refuses it, after the work)."""
+    if Path(path).exists() and not Path(path).is_dir():
+        return f"{path} is a file, not a folder: it is not replaced"
     foreign = foreign_entries(path, owned)
     if not foreign:
         return None

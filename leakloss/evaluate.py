@@ -236,6 +236,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         except (OSError, UnicodeDecodeError) as err:
             raise EvaluateError(f"system {name!r}: cannot read {metadata}: {err}") from err
         refused: set[Path] = set()  # audio of lines refused by name: said once, with the line's reason
+        ambiguous: set[str] = set()  # test-set ids of a repeated sentence that a line read: said with that line
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -260,6 +261,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             text = text.strip()
             matches = by_text.get(_text_words(text), [])
             sid = matches[0] if len(matches) == 1 else ""
+            ambiguous.update(matches if len(matches) > 1 else ())
             if testset is not None and not sid:  # its key words are unknown: counted, it would mix another measure in
                 why = ("its text is no sentence of the test set (--testset): not scored" if not matches else
                        f"its text is the sentence of ids {', '.join(matches)} of the test set: name its audio by "
@@ -270,6 +272,10 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             rows.append((f"{where} ({audio.strip()})", named, text, sid))
         if metadata.name == METADATA:  # a system's own folder (a metadata file of another name may share one)
             system.problems += _unlisted_audio(metadata, {a.resolve() for _, a, _, _ in rows} | refused)
+        if testset is not None:  # a sentence the system did not read is said, as a missing WAV of a folder is
+            read = {sid for *_, sid in rows}
+            system.problems += [{"reading": sid, "reason": f"no line of {metadata.name} reads this test-set sentence: "
+                                 "not scored"} for sid in testset if sid not in read | ambiguous]
         # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
         # each by its path in the metadata's folder, separators as "__"
         stems = Counter(audio.stem for _, audio, _, sid in rows if not sid)

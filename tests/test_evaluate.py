@@ -375,6 +375,19 @@ def test_metadata_texts_match_test_set_sentences_by_their_words_and_others_are_n
                                         encoding="utf-8")
     system = read_system("mine", folder, read_testset(tmp_path / "twice.tsv"))
     assert not system.items and "the sentence of ids n1, n2 of the test set" in system.problems[0]["reason"]
+    assert not any(p["reading"] in ("n1", "n2") for p in system.problems)  # said with the line, not again
+
+
+def test_a_test_set_sentence_no_metadata_line_reads_is_listed(tmp_path):
+    # a metadata system that read 1 of the set's 2 sentences was scored on that one: the other was dropped unsaid
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\tआज घर जाऊँ।\tघर\n",
+                                      encoding="utf-8")
+    folder = _metadata(tmp_path / "sys", [f"a.wav|{TEXT}"])
+    write_clip(folder / "a.wav")
+    system = read_system("mine", folder, read_testset(tmp_path / "set.tsv"))
+    assert [i["id"] for i in system.items] == ["n1"]
+    assert system.problems == [{"reading": "n2", "reason": "no line of metadata.csv reads this test-set sentence: "
+                                "not scored"}]
 
 
 def test_key_words_typed_with_a_zero_width_joiner_still_match():
@@ -504,3 +517,17 @@ def test_a_file_name_that_is_not_utf8_is_named_printably_among_the_problems(tmp_
     (problem,) = system.problems
     assert problem["reading"].endswith("x\\udcff.wav") and problem["reason"] == "its name is no id of the test set"
     problem["reading"].encode("utf-8")  # the terminal, the JSON and the report can print it
+
+
+def test_a_file_where_the_report_goes_is_refused_before_scoring(tmp_path, monkeypatch):
+    # OUT/report as a file passed the early check and was refused by the report's writer, after every reading
+    import leakloss.batch
+
+    monkeypatch.setattr(leakloss.batch, "score_batch", lambda *a, **k: pytest.fail("scored before the check"))
+    folder = _metadata(tmp_path / "sys", [f"r1.wav|{TEXT}"])
+    write_clip(folder / "r1.wav")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report").write_text("mine")
+    with pytest.raises(EvaluateError, match="report is a file, not a folder: it is not replaced"):
+        evaluate({"a": folder}, tmp_path / "out")
+    assert (tmp_path / "out" / "report").read_text() == "mine"
