@@ -693,7 +693,8 @@ def evaluate(
     heads: Optional[Path] = typer.Option(None, "--heads"),
 ) -> None:
     """Score every reading of one or more TTS systems (no references needed) and write their comparison, word
-    reports with players and an index page (OUT/report/index.html). Resumable."""
+    reports with players and an index page (OUT/report/index.html). Resumable. Exit status 1 when a reading
+    failed or was not scored (each listed; the report is written), 2 on bad input."""
     from leakloss.acoustic.recognizer import RecognizerLoadError
     from leakloss.batch import BatchError
     from leakloss.evaluate import EvaluateError, EvaluateInterrupted, evaluate as run_evaluate, parse_system
@@ -708,7 +709,9 @@ def evaluate(
             if name in parsed:
                 fail(f"two systems are named {name!r}: name them apart as NAME=PATH")
             parsed[name] = path
-        if testset is not None and not testset.is_file():
+        if testset is not None and testset.is_dir():
+            fail(f"--testset {testset}: a folder, not a test set file")
+        if testset is not None and not testset.exists():  # a pipe (<(leakloss testset)) is read as a file
             fail(f"--testset {testset}: no such file")
         summary = run_evaluate(parsed, out, testset=testset, reference_free=reference_free, accelerator=accelerator,
                                devices=devices, strategy=strategy, heads_dir=heads)
@@ -735,6 +738,10 @@ def evaluate(
         err_console.print(f"[red]failed[/] {escape(system)}: {escape(f['id'])}: {escape(f['reason'])}", soft_wrap=True)
     if failures:
         err_console.print(f"{len(failures)} reading(s) failed; rerun the same command to retry them")
+    if summary["problems"]:  # a TTS job that lost half its WAVs must not pass a CI step (score-batch: exit 1 too)
+        err_console.print(f"{len(summary['problems'])} reading(s) not scored (listed above as 'not scored'); the "
+                          "report counts the others")
+    if failures or summary["problems"]:
         raise typer.Exit(1)
 
 

@@ -838,3 +838,50 @@ def test_a_synthesised_reference_not_used_is_not_called_a_ref_of_the_users():
                                              "quarantined"]
     assert _result_warnings({"reference_checks": checks}) == ["--ref /cache/teacher0.wav not used: the query was "
                                                               "quarantined"]
+
+
+def test_evaluate_exits_1_when_a_reading_was_not_scored(tmp_path, monkeypatch):
+    # a missing WAV was printed as "not scored" and evaluate exited 0: a TTS job that lost readings passed CI
+    import leakloss.evaluate
+
+    (tmp_path / "report" / "comparison").mkdir(parents=True)
+    (tmp_path / "report" / "comparison" / "comparison.md").write_text("| system |\n", encoding="utf-8")
+
+    def evaluated(*args, **kwargs):
+        return {"index": str(tmp_path / "report" / "index.html"), "without_audio": [], "scoring": {"s1": {}},
+                "problems": [{"system": "s1", "reading": "ne-002", "reason": "audio ne-002.wav is missing"}]}
+
+    monkeypatch.setattr(leakloss.evaluate, "evaluate", evaluated)
+    (tmp_path / "sys").mkdir()
+    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "not scored s1: ne-002: audio ne-002.wav is missing" in r.stderr
+    assert "1 reading(s) not scored" in r.stderr
+
+
+def test_evaluate_reads_a_test_set_from_a_pipe(tmp_path, monkeypatch):
+    # <(leakloss testset) was "no such file": only a regular file passed the check
+    import os
+    import threading
+
+    import leakloss.evaluate
+
+    seen = {}
+
+    def evaluated(systems, out, testset=None, **kwargs):
+        seen["sets"] = leakloss.evaluate.read_testset(testset)
+        raise leakloss.evaluate.EvaluateError("stop here")
+
+    monkeypatch.setattr(leakloss.evaluate, "evaluate", evaluated)
+    fifo = tmp_path / "set.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("id\ttext\tkey_words\nn1\tघर जाऊँ\tघर\n", encoding="utf-8"))
+    writer.start()
+    (tmp_path / "sys").mkdir()
+    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out"), "--testset", str(fifo)])
+    writer.join(timeout=10)
+    assert r.exit_code == 2 and "error: stop here" in r.stderr, r.output
+    assert list(seen["sets"]) == ["n1"]
+    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out"), "--testset",
+                            str(tmp_path)])
+    assert r.exit_code == 2 and "a folder, not a test set file" in r.stderr

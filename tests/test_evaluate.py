@@ -203,8 +203,9 @@ def evaluated(systems, tmp_path_factory):
 @pytest.mark.slow
 def test_evaluate_with_no_references_separates_teacher_and_hindi_base(evaluated):
     out, r = evaluated
-    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output  # 1: a reading was not scored
     assert "lost.wav" in r.stderr and "missing" in r.stderr  # the bad line, by name, on the terminal
+    assert "1 reading(s) not scored" in r.stderr
     comparison = json.loads((out / "report" / "comparison" / "comparison.json").read_text(encoding="utf-8"))
     teacher, hindi = (comparison["systems"][n]["key_flagged"] for n in ("teacher", "hindi"))
     assert hindi["total"] and teacher["total"]
