@@ -338,8 +338,11 @@ def markdown_text(text: str) -> str:
     """``text`` (a system name, a word, a reason: data, not markup) as plain text in a Markdown table cell or
     line: a pipe would split a cell, a newline end the row, ``<``/``>`` passed raw HTML into the page
     (``<script>`` in a system name ran in a Markdown viewer), and ``[x](url)`` made a link (a backslash escape
-    after its ``]``: a viewer shows the text as it was)."""
-    escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    after its ``]``: a viewer shows the text as it was); control and bidi characters are shown as ``[U+001B]``
+    (:func:`leakloss.text.normalize.visible`): the file is printed to a terminal, which an ESC drives."""
+    from leakloss.text.normalize import visible
+
+    escaped = visible(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     # link and image syntax: "[x](javascript:...)" in a name was a link a reader could follow. Only "](" and "][" are
     # escaped: the file is also printed as it is to a terminal, where every escape shows ("f5[v1]" stays as it is)
     escaped = escaped.replace("](", "]\\(").replace("][", "]\\[")

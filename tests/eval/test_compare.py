@@ -470,6 +470,16 @@ def test_markdown_text_escapes_links_and_leaves_lone_brackets():
     assert markdown_text("f5[v1]; OSError: [Errno 2]") == "f5[v1]; OSError: [Errno 2]"
 
 
+def test_markdown_text_shows_terminal_escapes_and_bidi_controls_as_codes():
+    # comparison.md and listeners.md are printed to the terminal: an ESC in a result's word cleared the screen
+    from leakloss.eval.compare import markdown_text
+
+    shown = markdown_text("घर\x1b[2J\x1b]0;PWNED\x07 \u202eabc")
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert shown == "घर[U+001B]\\[2J[U+001B]]0;PWNED[U+0007] [U+202E]abc"  # "][" escaped as a link's would be
+    assert markdown_text("राष्\u200dट्रपतिको") == "राष्\u200dट्रपतिको"  # a joiner inside a word is the word's
+
+
 def test_the_bootstrap_does_not_depend_on_the_result_files_names(tmp_path):
     # clusters were resampled in the order of the files' names: renaming files moved the interval
     results = [reading("flagged" if i % 3 else "no_change", f"s{i}") for i in range(9)]
