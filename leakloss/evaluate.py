@@ -66,32 +66,41 @@ def parse_system(spec: str) -> tuple[str, Path]:
 
 
 def read_testset(path: str | Path) -> dict[str, dict]:
-    """A test set TSV -> ``{id: {"text", "key_words": [...]}}``.
+    """A test set TSV -> ``{id: {"text", "key_words": [...], "key_kinds": {word: [kind, ...]}}}``.
 
-    Columns by header (``id``, ``text`` and a key-word column whose name starts with ``key``, words separated by
-    commas or spaces); without a header: id, text, key words.
+    Columns by header (``id``, ``text``, a key-word column whose name starts with ``key``, words separated by
+    commas or spaces, and the optional ``sites`` column ``leakloss testset`` writes: JSON, each key word's sites as
+    ``[kind, contrast, position]``); without a header: id, text, key words. ``key_kinds`` holds the contrast kinds
+    the ``sites`` column names for each key word (a ``--kind quality`` set: quality only), and is empty without it:
+    a key word then counts by all its sites.
 
     Raises:
-        EvaluateError: unreadable, no rows, a row without id or text, a repeated id, or a key word that is not a word
-            of its text (a misspelt key word had vanished from the count without a word).
+        EvaluateError: unreadable, no rows, a row without id or text, a repeated id, a key word that is not a word
+            of its text (a misspelt key word had vanished from the count without a word), or a ``sites`` cell that
+            is not that JSON.
     """
     from leakloss.textfile import text_lines
 
     path = Path(path)
     try:  # (line number in the file, line): comments and blank lines are not rows, but count in the numbers
-        lines = [(n, ln) for n, ln in enumerate(text_lines(path.read_text(encoding="utf-8-sig")), 1)
-                 if ln.strip() and not ln.startswith("#")]
+        numbered = [(n, ln) for n, ln in enumerate(text_lines(path.read_text(encoding="utf-8-sig")), 1) if ln.strip()]
     except (OSError, UnicodeDecodeError) as err:
         raise EvaluateError(f"cannot read test set {path}: {err}") from err
-    if not lines:
+    lines = [(n, ln) for n, ln in numbered if not ln.startswith("#")]
+    # `leakloss testset` writes its header as a comment ("#id\ttext\tkey_words\tsites")
+    commented = numbered[0][1][1:] if numbered and numbered[0][1].startswith("#") else ""
+    if {"id", "text"} <= {c.strip().lower() for c in commented.split("\t")}:
+        lines.insert(0, (numbered[0][0], commented))
+    if not lines or (commented and len(lines) == 1):
         raise EvaluateError(f"test set {path} has no rows")
     head = [c.strip().lower() for c in lines[0][1].split("\t")]
     if "id" in head and "text" in head:
         id_col, text_col = head.index("id"), head.index("text")
         key_col = next((i for i, c in enumerate(head) if c.startswith("key")), None)
+        sites_col = head.index("sites") if "sites" in head else None
         rows = lines[1:]
     else:
-        id_col, text_col, key_col = 0, 1, 2
+        id_col, text_col, key_col, sites_col = 0, 1, 2, None
         rows = lines
     out: dict[str, dict] = {}
     for n, line in rows:
@@ -112,8 +121,27 @@ def read_testset(path: str | Path) -> dict[str, dict]:
             if len(form) != 1 or form[0] not in words:
                 raise EvaluateError(f"{path}:{n}: key word {key!r} is not a word of the text")
             key_words.append(form[0])
-        out[sid] = {"text": text, "key_words": key_words}
+        cell = cells[sites_col].strip() if sites_col is not None and sites_col < len(cells) else ""
+        out[sid] = {"text": text, "key_words": key_words, "key_kinds": _key_kinds(cell, key_words, f"{path}:{n}")}
     return out
+
+
+def _key_kinds(cell: str, key_words: list[str], where: str) -> dict[str, list[str]]:
+    """A test set's ``sites`` cell -> the contrast kinds it names for each key word (``{}`` for an empty cell)."""
+    from leakloss.schema import KINDS
+
+    if not cell:
+        return {}
+    try:
+        sites = json.loads(cell)
+        kinds = {_word_form(word): sorted({str(site[0]) for site in listed}) for word, listed in sites.items()}
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+        raise EvaluateError(f"{where}: the sites cell is not {{word: [[kind, contrast, position], ...]}} JSON") from None
+    for word, named in kinds.items():
+        if word not in key_words or not named or not set(named) <= set(KINDS):
+            raise EvaluateError(f"{where}: the sites cell names {word!r} with kinds {named}: each must be a key word "
+                                f"with kinds among {', '.join(KINDS)}")
+    return kinds
 
 
 def _text_words(text: str) -> tuple[str, ...]:
@@ -347,16 +375,25 @@ def _scored_audio(path: str | Path, result: dict):
         return None, f"its audio cannot be read for the report ({type(err).__name__}: {err}): its page has no audio"
 
 
-def mark_key_words(result: dict, key_words: list[str]) -> bool:
+def mark_key_words(result: dict, key_words: list[str], key_kinds: dict[str, list[str]] | None = None) -> bool:
     """Mark ``result``'s key words (``"key": true``) as the demo does; a reading whose key words have no tested
-    site marks none (every tested word then counts). Returns whether ``result`` changed."""
+    site marks none (every tested word then counts). ``key_kinds``: the contrast kinds a key word is counted by
+    (:func:`read_testset`), written as its ``"key_kinds"``: a ``--kind quality`` set's key word flagged for a
+    deletion is not a quality flag (:func:`leakloss.eval.compare.key_units`). Returns whether ``result`` changed."""
     before = json.dumps(result["words"], ensure_ascii=False)
     keys = {_word_form(k) for k in key_words}
+    kinds = {_word_form(k): v for k, v in (key_kinds or {}).items()}
     for w in result["words"]:
-        w["key"] = _word_form(w["word"]) in keys
+        form = _word_form(w["word"])
+        w["key"] = form in keys
+        if w["key"] and form in kinds:
+            w["key_kinds"] = list(kinds[form])
+        else:
+            w.pop("key_kinds", None)
     if not any(w["key"] and w["sites"] for w in result["words"]):
         for w in result["words"]:
             w.pop("key", None)
+            w.pop("key_kinds", None)
     return json.dumps(result["words"], ensure_ascii=False) != before
 
 
@@ -427,7 +464,7 @@ def _score_systems(readings: list[SystemReadings], out: Path, sets: dict[str, di
             path = results / f"{item['id']}.json"
             if entry is not None and path.is_file():
                 result = load_result(path)
-                if mark_key_words(result, entry["key_words"]):
+                if mark_key_words(result, entry["key_words"], entry.get("key_kinds")):
                     write_text_atomic(path, json.dumps(result, ensure_ascii=False, indent=1))
 
 

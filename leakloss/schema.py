@@ -236,6 +236,10 @@ def _check_word(word: object, where: str) -> None:
     _check_one_of(word, "decision", DECISIONS, where)
     if "key" in word and not isinstance(word["key"], bool):
         raise ResultError(f"{where}.key must be true or false, got {word['key']!r}")
+    if "key_kinds" in word and not (isinstance(word["key_kinds"], list) and word["key_kinds"]
+                                    and all(k in KINDS for k in word["key_kinds"])):
+        raise ResultError(f"{where}.key_kinds must be a non-empty list of {', '.join(KINDS)}, got "
+                          f"{word['key_kinds']!r:.80}")
     sites = word.get("sites")
     if not isinstance(sites, list):
         raise ResultError(f"{where}.sites must be a list (empty when nothing was tested), got {sites!r}")

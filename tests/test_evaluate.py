@@ -532,3 +532,34 @@ def test_a_file_where_the_report_goes_is_refused_before_scoring(tmp_path, monkey
     with pytest.raises(EvaluateError, match="report is a file, not a folder: it is not replaced"):
         evaluate({"a": folder}, tmp_path / "out")
     assert (tmp_path / "out" / "report").read_text() == "mine"
+
+
+def test_the_shipped_test_set_is_read_with_its_commented_header_and_each_key_words_kinds(tmp_path):
+    # `leakloss testset` writes "#id\ttext\tkey_words\tsites": the header was skipped as a comment, so the sites
+    # column (each key word's contrast kinds) was never read and a --kind quality set counted deletion flags
+    from leakloss.testset import format_testset, load_testset
+
+    (tmp_path / "q.tsv").write_text(format_testset(load_testset("quality")), encoding="utf-8")
+    quality = read_testset(tmp_path / "q.tsv")
+    assert len(quality) == len(load_testset("quality"))
+    assert {k for e in quality.values() for kinds in e["key_kinds"].values() for k in kinds} == {"quality"}
+    (tmp_path / "all.tsv").write_text(format_testset(load_testset()), encoding="utf-8")
+    both = read_testset(tmp_path / "all.tsv")
+    assert {k for e in both.values() for kinds in e["key_kinds"].values() for k in kinds} == {"deletion", "quality"}
+    assert all(set(e["key_kinds"]) == set(e["key_words"]) for e in both.values())
+    (tmp_path / "bad.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tनेकपा\t{{\"नेकपा\": [[\"vowel\"]]}}\n",
+                                      encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r"bad.tsv:2: the sites cell names"):
+        read_testset(tmp_path / "bad.tsv")
+    (tmp_path / "junk.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tनेकपा\tnot json\n", encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r"junk.tsv:2: the sites cell is not"):
+        read_testset(tmp_path / "junk.tsv")
+
+
+def test_mark_key_words_writes_the_kinds_a_key_word_counts_by():
+    result = {"words": [{"word": "नेकपा", "sites": [{"kind": "deletion"}, {"kind": "quality"}]},
+                        {"word": "आए", "sites": [{"kind": "deletion"}], "key_kinds": ["deletion"]}]}
+    assert mark_key_words(result, ["नेकपा"], {"नेकपा": ["quality"]})
+    assert result["words"][0]["key_kinds"] == ["quality"] and "key_kinds" not in result["words"][1]
+    assert not mark_key_words(result, ["नेकपा"], {"नेकपा": ["quality"]})  # unchanged the second time
+    assert mark_key_words(result, ["नेकपा"]) and "key_kinds" not in result["words"][0]

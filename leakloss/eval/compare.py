@@ -86,12 +86,25 @@ def key_units(result: Mapping) -> tuple[list[Mapping], bool]:
 
     Returns:
         ``(words, marked)``: the ``"key": true`` words if any (``marked=True``), else every
-        word with a decision other than ``not_tested`` (``marked=False``).
+        word with a decision other than ``not_tested`` (``marked=False``). A key word with ``"key_kinds"`` (a test
+        set of one contrast kind, :func:`leakloss.evaluate.mark_key_words`) counts by its sites of those kinds
+        only: its ``sites`` cut to them, its ``decision`` theirs (:func:`leakloss.decision.word_decision`).
     """
-    keys = [w for w in result["words"] if w.get("key")]
+    keys = [_counted_by_kinds(w) for w in result["words"] if w.get("key")]
     if keys:
         return keys, True
     return [w for w in result["words"] if w["decision"] != "not_tested"], False
+
+
+def _counted_by_kinds(word: Mapping) -> Mapping:
+    """``word`` as it counts: with ``"key_kinds"``, its sites of those kinds and their word decision."""
+    from leakloss.decision import word_decision
+
+    kinds = word.get("key_kinds")
+    if not kinds:
+        return word
+    sites = [s for s in word["sites"] if s["kind"] in kinds]
+    return {**word, "sites": sites, "decision": word_decision([s["decision"] for s in sites])}
 
 
 def _interval_dict(iv: Interval | None) -> dict | None:

@@ -502,3 +502,27 @@ def test_a_judged_words_sites_of_a_kind_none_decided_are_counted_beside_the_kind
     assert s["by_kind_undecided"] == {"deletion": 0, "quality": 1}
     md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
     assert "| a | 1 of 1 (100.0%) [20.7–100.0] | 0 | 0 of 1 (0.0%) [0.0–79.3] | 1 |" in md
+
+
+def test_a_key_word_of_a_one_kind_test_set_counts_by_its_sites_of_that_kind(tmp_path):
+    # a --kind quality set's key word flagged for its deletion site raised the quality set's "key words flagged"
+    r = reading("no_change", "s1", kinds=("deletion", "quality"))
+    key = r["words"][1]
+    key["sites"][0]["decision"], key["decision"] = "flagged", "flagged"  # the deletion site flagged, quality not
+    key["key_kinds"] = ["quality"]
+    units, marked = key_units(r)
+    assert marked and units[0]["decision"] == "no_change" and [s["kind"] for s in units[0]["sites"]] == ["quality"]
+    assert r["words"][1]["decision"] == "flagged"  # the result itself is left as it is
+    summary = compare_results({"q": write_dir(tmp_path / "q", [r])})["systems"]["q"]
+    assert summary["key_flagged"]["count"] == 0 and summary["key_flagged"]["total"] == 1
+    assert summary["by_kind"]["deletion"]["total"] == 0 and summary["by_kind"]["quality"]["total"] == 1
+    key["key_kinds"] = ["deletion", "quality"]  # both kinds: the word as the scorer decided it
+    assert key_units(r)[0][0]["decision"] == "flagged"
+
+
+@pytest.mark.parametrize("kinds", [[], ["vowel"], "quality", [None]])
+def test_key_kinds_that_are_not_contrast_kinds_are_refused(tmp_path, kinds):
+    r = reading("flagged", "s1")
+    r["words"][1]["key_kinds"] = kinds
+    with pytest.raises(ResultError, match="key_kinds must be a non-empty list"):
+        compare_results({"q": write_dir(tmp_path / "q", [r])})
