@@ -183,22 +183,23 @@ def test_a_command_interrupted_anywhere_says_so_and_exits_130(tmp_path, monkeypa
     assert "interrupted before it finished: rerun the command to finish" in r.stderr
 
 
-def test_evaluate_tells_each_failed_reading_and_exits_1(tmp_path, monkeypatch):
-    # readings whose scoring failed were only a row of comparison.md, and evaluate exited 0 (score-batch: 1)
+def _evaluate_reporting(tmp_path, monkeypatch, **summary):
+    """``leakloss evaluate`` run on a stub of the library's evaluate that returns ``summary`` (its report written)."""
     import leakloss.evaluate
 
     (tmp_path / "report" / "comparison").mkdir(parents=True)
     (tmp_path / "report" / "comparison" / "comparison.md").write_text("| system |\n", encoding="utf-8")
-    index = tmp_path / "report" / "index.html"
-
-    def evaluated(*args, **kwargs):
-        return {"index": str(index), "problems": [], "without_audio": [],
-                "scoring": {"s1": {"failures": [{"id": "r7", "reason": "the recognizer ran out of memory"}]},
-                            "s2": {"failures": []}}}
-
-    monkeypatch.setattr(leakloss.evaluate, "evaluate", evaluated)
+    full = {"index": str(tmp_path / "report" / "index.html"), "problems": [], "without_audio": [], **summary}
+    monkeypatch.setattr(leakloss.evaluate, "evaluate", lambda *args, **kwargs: full)
     (tmp_path / "sys").mkdir()
-    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+    return runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+
+
+def test_evaluate_tells_each_failed_reading_and_exits_1(tmp_path, monkeypatch):
+    # readings whose scoring failed were only a row of comparison.md, and evaluate exited 0 (score-batch: 1)
+    index = tmp_path / "report" / "index.html"
+    r = _evaluate_reporting(tmp_path, monkeypatch, scoring={
+        "s1": {"failures": [{"id": "r7", "reason": "the recognizer ran out of memory"}]}, "s2": {"failures": []}})
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert "failed s1: r7: the recognizer ran out of memory" in r.stderr
     assert "1 reading(s) failed; rerun the same command to retry them" in r.stderr
@@ -842,18 +843,8 @@ def test_a_synthesised_reference_not_used_is_not_called_a_ref_of_the_users():
 
 def test_evaluate_exits_1_when_a_reading_was_not_scored(tmp_path, monkeypatch):
     # a missing WAV was printed as "not scored" and evaluate exited 0: a TTS job that lost readings passed CI
-    import leakloss.evaluate
-
-    (tmp_path / "report" / "comparison").mkdir(parents=True)
-    (tmp_path / "report" / "comparison" / "comparison.md").write_text("| system |\n", encoding="utf-8")
-
-    def evaluated(*args, **kwargs):
-        return {"index": str(tmp_path / "report" / "index.html"), "without_audio": [], "scoring": {"s1": {}},
-                "problems": [{"system": "s1", "reading": "ne-002", "reason": "audio ne-002.wav is missing"}]}
-
-    monkeypatch.setattr(leakloss.evaluate, "evaluate", evaluated)
-    (tmp_path / "sys").mkdir()
-    r = runner.invoke(app, ["evaluate", f"s1={tmp_path / 'sys'}", "--out", str(tmp_path / "out")])
+    r = _evaluate_reporting(tmp_path, monkeypatch, scoring={"s1": {}}, problems=[
+        {"system": "s1", "reading": "ne-002", "reason": "audio ne-002.wav is missing"}])
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert "not scored s1: ne-002: audio ne-002.wav is missing" in r.stderr
     assert "1 reading(s) not scored" in r.stderr
