@@ -2,8 +2,9 @@
 
 The held-out sentences are read by the held-out teacher voice at seven fast rates; every retained schwa
 at a deletion site that lasts 40-60 ms is a correct reading the head must not flag (issue target: at most
-1%). espeak-ng's output depends on the state its previous call left (two identical calls can differ by
-tens of milliseconds), so one synthesis of the table is one sample: this script pools several.
+1%). One synthesis of the table is one sample of the held-out voice's breath noise: this script pools several,
+each with its own draw (``Voice.noise_draw``; espeak is seeded per request since 2026-12-07, so a repeated request
+is the same reading, where each synthesis had been another draw by the clock).
 
 Last line: ``short_vowel_flag_rate=… flagged=… short_vowels=… syntheses=…`` (the rate is ``nan`` when no short
 vowel was found, not 0).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 import torch
 
@@ -22,6 +24,7 @@ from leakloss.heads import load_head
 from leakloss.pairs.features import short_vowel_conv_table
 from leakloss.scorer import SHIPPED_HEADS
 from leakloss.speech.corpus import builtin_sentences, split_sentences
+from leakloss.speech.synth import HELDOUT_TEACHER_VOICE
 from train_heads.evaluate import rawconv_scores
 
 
@@ -40,7 +43,8 @@ def main() -> None:
     start = time.time()
     for i in range(args.syntheses):
         # the frames the head was trained on (its card's layer: wb's head reads encoder state 4, not the output)
-        table = short_vowel_conv_table(recognizer, held, progress=False, layer=card.features.get("layer"))
+        table = short_vowel_conv_table(recognizer, held, progress=False, layer=card.features.get("layer"),
+                                       voice=replace(HELDOUT_TEACHER_VOICE, noise_draw=i))
         f = int((rawconv_scores(head, table) >= card.thresholds["flag"]).sum())
         flagged, total = flagged + f, total + len(table)
         print(f"synthesis {i + 1}: {f} of {len(table)} short vowels flagged  [{time.time() - start:.0f}s]", flush=True)

@@ -34,9 +34,11 @@ Figures (each from running the signal; a domain whose voices or data are absent 
   >= 0.5 (the sites the signal's own placement finds are counted and printed beside: recognizer A aligns none);
 - ``false_short_vowels``: share of retained schwas at deletion sites lasting 40-60 ms (the held-out teacher voice
   at seven fast rates, as in ``short_vowels.py``; window: espeak's own times) at or above the penalty's flag
-  threshold, pooled over ``--short-vowel-syntheses`` fresh syntheses of each reading (default 5, as
-  ``short_vowels.py``): espeak-ng's output depends on the state its previous call left, so one synthesis is one
-  draw (a borderline vowel's probability moved 0.44 -> 0.89 between runs; measured 2026-12-06).
+  threshold, pooled over ``--short-vowel-syntheses`` syntheses of each reading (default 5, as
+  ``short_vowels.py``), each with its own draw of the held-out voice's breath noise (``Voice.noise_draw``: espeak
+  is seeded per request since 2026-12-07, so the same request repeated is the same reading; until then each
+  synthesis was another draw by the clock): one synthesis is one draw (a borderline vowel's probability moved
+  0.44 -> 0.89 between runs; measured 2026-12-06).
 
 Readings by Festival/flite are cached under ``$LEAKLOSS_CACHE`` (default ``.cache/leakloss``) ``/signal_domains``,
 keyed by a hash of voice and phones; every score is computed afresh.
@@ -410,7 +412,7 @@ def short_vowel_domain(signal: Signal, held: list[str], words_of: dict, synthese
                 continue
             for rate in FAST_RATES:
                 voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch,
-                              base.pitch_range)
+                              base.pitch_range, noise_draw=draw)  # espeak is seeded: each draw its own noise
                 reading = speak_phones([w.nepali for w in words], voice)
                 sites = short_vowel_sites(reading, words, *SHORT_VOWEL_S)
                 drawn = [p for p in signal.site_probs(reading.waveform, sites) if p is not None]
@@ -448,7 +450,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--real-limit", type=int, default=None)
     parser.add_argument("--twin", action="store_true", help="also print flite's slt (kept out, another family)")
     parser.add_argument("--short-vowel-syntheses", type=int, default=5,
-                        help="fresh espeak syntheses pooled for false_short_vowels (espeak's output varies by call)")
+                        help="espeak syntheses pooled for false_short_vowels, each another draw of the breath noise")
     args = parser.parse_args(argv)
     if args.short_vowel_syntheses < 1:
         parser.error(f"--short-vowel-syntheses must be at least 1, got {args.short_vowel_syntheses}")

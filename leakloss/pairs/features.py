@@ -353,7 +353,8 @@ def short_vowel_conv_table(recognizer, sentences, *, min_s: float = 0.04, max_s:
         if nasalise:
             words = _nasalised_sites(words)
         for rate in rates:
-            voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch, base.pitch_range)
+            voice = Voice(f"{base.name}-r{rate}", base.language, base.variant, rate, base.pitch, base.pitch_range,
+                          base.noise_draw)
             reading = speak_phones([w.nepali for w in words], voice)
             e = extractor.extract(reading.waveform, [w.nepali for w in words], words)
             if e.alignment is None or not e.alignment.ok:

@@ -12,7 +12,8 @@ depends on the process's history. Text-to-phonemes keeps one loaded instance (no
 The breathy variants (``f2``, ``f5``) draw their breath noise from espeak's own random generator, whose state at
 load differed from process to process: the same reading came out another way in every run (until 2026-12-07).
 Each synthesis now seeds it (``espeak_ng_SetRandSeed``) from what is asked (:func:`_noise_seed`: text, voice,
-rate, pitch, range), so a reading is the same in any process and different readings keep different noise.
+rate, pitch, range; a voice's ``noise_draw`` picks another), so a reading is the same in any process and
+different readings keep different noise.
 """
 
 from __future__ import annotations
@@ -129,16 +130,17 @@ class EspeakLibrary:
             self._voice = name
 
     def synthesize(
-        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool
+        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool, noise_draw: int = 0
     ) -> tuple[np.ndarray, list[PhonemeEvent]]:
         """Speak ``text`` (or ``[[mnemonics]]`` when ``phonemes``); int16 samples at ``sample_rate``, the same
-        whatever was spoken before (a freshly loaded library speaks it: see the module's note)."""
+        whatever was spoken before (a freshly loaded library speaks it: see the module's note); ``noise_draw``
+        picks another seed of the breath noise."""
         with self.lock, _fresh_library() as fresh:
             return fresh.synthesize_here(text, voice, rate=rate, pitch=pitch, pitch_range=pitch_range,
-                                         phonemes=phonemes)
+                                         phonemes=phonemes, noise_draw=noise_draw)
 
     def synthesize_here(
-        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool
+        self, text: str, voice: str, *, rate: int, pitch: int, pitch_range: int, phonemes: bool, noise_draw: int = 0
     ) -> tuple[np.ndarray, list[PhonemeEvent]]:
         """:meth:`synthesize` on this loaded instance, whose flutter phase is wherever its last call left it."""
         with self.lock:
@@ -148,7 +150,7 @@ class EspeakLibrary:
             self._lib.espeak_SetParameter(PARAM_RANGE, int(pitch_range), 0)
             self._chunks, self._events, self._words = [], [], 0
             if self._seed is not None:  # the breath noise: the same for the same request, in any process
-                self._seed(_noise_seed(text, voice, rate, pitch, pitch_range, phonemes))
+                self._seed(_noise_seed(text, voice, rate, pitch, pitch_range, phonemes, noise_draw))
             data = text.encode("utf-8") + b"\0"
             flags = _CHARS_UTF8 | (_PHONEMES if phonemes else 0)
             err = self._lib.espeak_Synth(data, len(data), 0, 1, 0, flags, None, None)
@@ -181,12 +183,14 @@ class EspeakLibrary:
         _ctypes.dlclose(handle)
 
 
-def _noise_seed(text: str, voice: str, rate: int, pitch: int, pitch_range: int, phonemes: bool) -> int:
-    """A stable seed for espeak's random generator from a synthesis request (CRC-32: the same in every process,
-    unlike ``hash``)."""
+def _noise_seed(text: str, voice: str, rate: int, pitch: int, pitch_range: int, phonemes: bool,
+                noise_draw: int = 0) -> int:
+    """A stable seed for espeak's random generator from a synthesis request and its draw (CRC-32: the same in every
+    process, unlike ``hash``)."""
     import zlib
 
-    return zlib.crc32(f"{voice}|{int(rate)}|{int(pitch)}|{int(pitch_range)}|{bool(phonemes)}|{text}".encode())
+    draw = f"|draw{int(noise_draw)}" if noise_draw else ""
+    return zlib.crc32(f"{voice}|{int(rate)}|{int(pitch)}|{int(pitch_range)}|{bool(phonemes)}|{text}{draw}".encode())
 
 
 _LIBRARY: EspeakLibrary | None = None

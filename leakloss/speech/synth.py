@@ -22,7 +22,10 @@ from leakloss.text.phones import clean_espeak_ipa, espeak_phoneme_input
 
 @dataclass(frozen=True)
 class Voice:
-    """One speaker setting: espeak language + variant, speed (words/min), pitch and pitch range (0-100)."""
+    """One speaker setting: espeak language + variant, speed (words/min), pitch and pitch range (0-100).
+
+    ``noise_draw``: which draw of the breathy variants' breath noise (espeak seeds it per request, so one setting
+    says a text one way; another draw is another noise realisation, for pooling several, as a benchmark does)."""
 
     name: str
     language: str
@@ -30,11 +33,13 @@ class Voice:
     rate: int
     pitch: int
     pitch_range: int
+    noise_draw: int = 0
 
     def __post_init__(self) -> None:
         # espeak's own bounds: past 450 words/min its phone times come back out of order, at 0 or below it speaks at
         # its default rate, far above it gives no audio (a raw reshape error)
-        for field_name, low, high in (("rate", 80, 450), ("pitch", 0, 100), ("pitch_range", 0, 100)):
+        for field_name, low, high in (("rate", 80, 450), ("pitch", 0, 100), ("pitch_range", 0, 100),
+                                      ("noise_draw", 0, 2**31 - 1)):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"voice {self.name!r}: {field_name} must be a whole number in [{low}, {high}], "
@@ -125,7 +130,8 @@ def speak_phones(words: list[list[str]], voice: Voice) -> Reading:
     text = " ".join(f"[[{espeak_phoneme_input(w)}]]" for w in words if w)
     lib = library()
     audio, events = lib.synthesize(
-        text, voice.espeak_name, rate=voice.rate, pitch=voice.pitch, pitch_range=voice.pitch_range, phonemes=True
+        text, voice.espeak_name, rate=voice.rate, pitch=voice.pitch, pitch_range=voice.pitch_range,
+        noise_draw=voice.noise_draw, phonemes=True,
     )
     return _to_reading(audio, events, lib.sample_rate, n_words=sum(1 for w in words if w))
 
@@ -144,7 +150,8 @@ def speak_text(text: str, voice: Voice) -> Reading:
     check_speakable(text)
     lib = library()
     audio, events = lib.synthesize(
-        text, voice.espeak_name, rate=voice.rate, pitch=voice.pitch, pitch_range=voice.pitch_range, phonemes=False
+        text, voice.espeak_name, rate=voice.rate, pitch=voice.pitch, pitch_range=voice.pitch_range,
+        noise_draw=voice.noise_draw, phonemes=False,
     )
     return _to_reading(audio, events, lib.sample_rate, n_words=None)
 
@@ -157,6 +164,6 @@ def speak_mnemonics(mnemonics: str, voice: Voice) -> Reading:
     lib = library()
     audio, events = lib.synthesize(
         " ".join(f"[[{w}]]" for w in mnemonics.split()), voice.espeak_name, rate=voice.rate, pitch=voice.pitch,
-        pitch_range=voice.pitch_range, phonemes=True,
+        pitch_range=voice.pitch_range, noise_draw=voice.noise_draw, phonemes=True,
     )
     return _to_reading(audio, events, lib.sample_rate, n_words=len(mnemonics.split()))

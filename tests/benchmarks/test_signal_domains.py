@@ -106,14 +106,16 @@ def test_short_vowel_sites_keeps_40_to_60_ms_retained_schwas(bench):
 
 
 def test_false_short_vowels_pools_fresh_syntheses(bench, monkeypatch):
-    """Each synthesis is a new draw (espeak's output depends on its previous call): every one is scored and pooled."""
+    """Each synthesis is its own draw of the breath noise (espeak is seeded per request: a repeated request would
+    be the same reading): every one is scored and pooled."""
     from leakloss.speech import synth
 
     words = [WordSites(0, "x", ["k", "ʌ", "r"], sites=[DELETION])]
-    calls = []
+    calls, draws = [], []
 
     def fake_speak(phones, voice):  # draw k: the schwa is loud (flagged by FakePenalty) on every other draw
         calls.append(voice.rate)
+        draws.append(voice.noise_draw)
         wave = torch.zeros(8000)
         wave[800:1600] = 1.0 if len(calls) % 2 else 0.0
         return Reading(wave, ["k", "ʌ", "r"], [0.0, 0.05, 0.10], [0, 0, 0])
@@ -125,6 +127,7 @@ def test_false_short_vowels_pools_fresh_syntheses(bench, monkeypatch):
     calls.clear()
     pooled = bench.short_vowel_domain(signal, ["t"], {"t": words}, syntheses=3)
     assert len(calls) == 3 * len(bench.FAST_RATES)  # every reading drawn afresh each time
+    assert sorted(set(draws)) == [0, 1, 2]  # with another noise draw: seeded, the same draw repeats one reading
     assert one["false_short_vowels"] == pytest.approx(4 / 7)  # draws 1, 3, 5, 7 of 7 loud
     assert pooled["false_short_vowels"] == pytest.approx(11 / 21)
 
