@@ -14,7 +14,6 @@ Shapes: t samples (16 kHz unless said), d mel bins, n mel frames.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import unicodedata
@@ -29,12 +28,13 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
+from leakloss.acoustic.features import SILENCE_PEAK
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.leak import at_hearing_level
 from leakloss.site_placement import (PLACED_OR_NOTHING_TO_PLACE, SITE_CACHE_VERSION, SitePlacement,
                                      placement_id, row_status, site_key)
-from leakloss.textfile import text_lines
+from leakloss.textfile import parse_json, text_lines
 from leakloss.timing import TimedSite
 
 SITES_FILE = "leak_sites.jsonl"
@@ -93,7 +93,9 @@ def open_prepared(data_dir: str | os.PathLike) -> Prepared:
         if column not in rows.column_names:
             raise PreparedDatasetError(f"{data_dir / 'raw.arrow'} has no {column!r} column (columns: {rows.column_names})")
     try:
-        durations = json.loads((data_dir / "duration.json").read_text(encoding="utf-8"))["duration"]
+        durations = parse_json((data_dir / "duration.json").read_text(encoding="utf-8"))["duration"]
+        if not isinstance(durations, list):  # {"duration": 5} was a TypeError from len(), a dict a KeyError
+            raise TypeError(f"'duration' is a {type(durations).__name__}, not a list")
     except (ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
         raise PreparedDatasetError(f"{data_dir / 'duration.json'} is not F5's {{'duration': [...]}}: {err}") from err
     if len(durations) != len(rows):
@@ -110,7 +112,9 @@ def open_prepared(data_dir: str | os.PathLike) -> Prepared:
 
 
 def _is_duration(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    from leakloss.checks import is_finite_number
+
+    return is_finite_number(value) and value >= 0  # an int of 400 digits was an OverflowError in math.isfinite
 
 
 def check_row_fields(arrow: Path, audio_paths: Sequence[object], texts: Sequence[object], max_listed: int = 5) -> None:
@@ -193,9 +197,16 @@ def read_vocab(path: str | os.PathLike) -> dict[str, int]:
         raise PreparedDatasetError(f"no vocab file at {path} (the vocab.txt the dataset and checkpoint use)")
     try:
         with path.open(encoding="utf-8") as f:
-            return {line[:-1] if line.endswith("\n") else line: i for i, line in enumerate(f)}
+            tokens = [line[:-1] if line.endswith("\n") else line for line in f]
     except UnicodeDecodeError as err:
         raise PreparedDatasetError(f"{path} is not UTF-8 text (one token a line): {err}") from err
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if token in vocab:  # collapsed, the model had fewer embeddings than ids and the export renumbered them
+            raise PreparedDatasetError(f"{path}: token {token!r} is on lines {vocab[token] + 1} and {i + 1}: each "
+                                       "token once (its line number is its id)")
+        vocab[token] = i
+    return vocab
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,7 +227,7 @@ def load_audio(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
 
 
 def to_16k(wave: torch.Tensor, rate: int) -> torch.Tensor:
-    return wave if rate == SAMPLE_RATE else resample(wave, rate, SAMPLE_RATE)
+    return wave if rate == SAMPLE_RATE or not wave.numel() else resample(wave, rate, SAMPLE_RATE)
 
 
 
@@ -230,7 +241,7 @@ def _parse_row(line: str | bytes) -> dict | None:
     a damaged one (not JSON, not an object, a key that is not text, sites that are not TimedSite fields).
     A None row is not placed: its item is placed again, never a traceback mid-run."""
     try:
-        row = json.loads(line)
+        row = parse_json(line)  # a line nested too deeply or with a 5,000-digit number is damaged, not a traceback
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     if not isinstance(row, dict) or row.get("version") != SITE_CACHE_VERSION or not isinstance(row.get("key"), str):
@@ -281,7 +292,7 @@ class SiteCache:
             return None
         with self.path.open("rb") as f:  # opened per lookup: safe across forks and threads
             f.seek(offset)
-            return json.loads(f.readline())
+            return parse_json(f.readline())
 
     def sites(self, key: str | None) -> list[TimedSite]:
         """The sites of ``key`` (``[]`` for unknown keys and for items placed without sites)."""
@@ -349,10 +360,15 @@ def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, reco
 def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder,
                              duration_s: float | None = None) -> SitePlacement:
     """:func:`leakloss.site_placement.locate_sites` after the recognizer: ``log_probs [f, v]`` of one utterance ->
-    its sites, or the status that says why there are none."""
+    its sites, or the status that says why there are none (``bad_text``: a text the frontend rejects, counted as
+    :func:`leakloss.site_placement.place_dataset_sites` counts it; it was a traceback mid-placement)."""
     from leakloss.site_placement import place_on_log_probs
+    from leakloss.text.normalize import TextError
 
-    words = [w for w in finder(text) if w.skipped is None]
+    try:
+        words = [w for w in finder(text) if w.skipped is None]
+    except TextError:
+        return SitePlacement([], "bad_text")
     if not any(w.testable_sites for w in words):
         return SitePlacement([], "no_testable_site")
     return place_on_log_probs(log_probs, n_frames, words, recognizer, duration_s=duration_s)
@@ -384,8 +400,10 @@ def _collate_placement(items: list[dict]) -> dict:
     waves = torch.zeros(len(todo), length)
     for row, it in enumerate(todo):  # heard at one level, as locate_sites hears a reading
         waves[row, : it["wave"].numel()] = at_hearing_level(it["wave"])
+    peaks = [float(it["wave"].abs().max()) if it["wave"].numel() else 0.0 for it in todo]  # before the level
     return {"items": [{k: v for k, v in it.items() if k != "wave"} for it in items], "todo": [it["key"] for it in todo],
-            "waves": waves, "lengths": torch.tensor([it["wave"].numel() for it in todo], dtype=torch.long)}
+            "waves": waves, "lengths": torch.tensor([it["wave"].numel() for it in todo], dtype=torch.long),
+            "peaks": peaks}
 
 
 class SitePlacer(L.LightningModule):
@@ -406,13 +424,19 @@ class SitePlacer(L.LightningModule):
         if batch["todo"]:
             with torch.no_grad():
                 log_probs, frames = self.recognizer(batch["waves"].to(self.device), batch["lengths"].to(self.device))
-            by_key = {key: (log_probs[row].cpu(), int(frames[row]), int(batch["lengths"][row]) / SAMPLE_RATE)
-                      for row, key in enumerate(batch["todo"])}
+            by_key = {key: (log_probs[row].cpu(), int(frames[row]), int(batch["lengths"][row]) / SAMPLE_RATE,
+                            batch["peaks"][row]) for row, key in enumerate(batch["todo"])}
         for item in batch["items"]:
             if item["key"] not in by_key:
                 continue
-            lp, n, duration = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
-            placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder, duration_s=duration)
+            lp, n, duration, peak = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
+            if n < 1:  # the statuses locate_sites gives such audio (an empty clip was alignment_failed)
+                placed = SitePlacement([], "too_short")
+            elif peak < SILENCE_PEAK:
+                placed = SitePlacement([], "silent")
+            else:
+                placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder,
+                                                  duration_s=duration)
             rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in placed.sites],
                          "status": placed.status, "audio_path": item["audio_path"], "text": item["text"],
                          "recognizer": self.recognizer.name})

@@ -372,6 +372,9 @@ CHOICE_SETTINGS = {"batch_size_type": ("frame", "sample"), "mixed_precision": ("
 #: true/false settings (``leak.crop`` may also be null); a missing one reads as its default (a run resumed from a card
 #: written before it existed). A string such as ``no`` would have been truthy: refused.
 FLAG_SETTINGS = {"leak.mel_bridge": False, "leak.bf16": False, "leak.sites_in_span_only": True, "leak.crop": None}
+#: settings that name a file or folder, and whether null is allowed (the data's vocab.txt; the shipped head)
+PATH_VALUE_SETTINGS = {"data.dir": False, "out_dir": False, "f5.checkpoint": False, "f5.vocoder": False,
+                       "f5.vocab": True, "leak.head": True}
 OPTIONAL_SETTINGS = frozenset({"num_warmup_updates", "num_threads", "save_every"})  # null: a tenth of the
 # updates; torch's; at the end only
 
@@ -383,6 +386,14 @@ def check_settings(cfg: DictConfig) -> None:
     from leakloss.atomic import output_folder_problem
     from leakloss.checks import check_number
 
+    for key, nullable in PATH_VALUE_SETTINGS.items():  # data.dir=null or f5.vocab=5: a TypeError after the placement
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if parent is None or leaf not in parent or OmegaConf.is_missing(parent, leaf):
+            continue  # ??? is said by OmegaConf's own error where the value is read
+        value = parent[leaf]
+        if not ((isinstance(value, str) and value.strip()) or (value is None and nullable)):
+            raise FinetuneError(f"{key} must be a path{' or null' if nullable else ''}, got {value!r:.60}")
     for key, low in WHOLE_NUMBER_SETTINGS.items():
         value = OmegaConf.select(cfg, key)
         if value is None and key in OPTIONAL_SETTINGS:
@@ -402,6 +413,8 @@ def check_settings(cfg: DictConfig) -> None:
             raise FinetuneError(str(err)) from err
     if cfg.learning_rate == 0:  # trained nothing and exported the base's weights with a fine-tune's card
         raise FinetuneError("learning_rate must be > 0, got 0: the run would change no weight")
+    if cfg.ema_decay == 1:  # ema_pytorch freezes the average at update 100: the export would be that, not the run
+        raise FinetuneError("ema_decay must be < 1, got 1: the exported average would stop moving after update 100")
     for key, choices in CHOICE_SETTINGS.items():
         value = OmegaConf.select(cfg, key)
         if value not in choices:
@@ -825,6 +838,23 @@ def interrupted_message(cfg: DictConfig) -> str:
             "updates) is what rerunning the same command resumes from")
 
 
+def error_line(err: BaseException) -> str:
+    """The one line that says what went wrong: the first of the message (OmegaConf adds full_key/object_type lines),
+    or for an error a DataLoader worker raised (``Caught X in DataLoader worker process 0.`` and its traceback)
+    the worker's own message, which names the file."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    if lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+        last = lines[-1]
+        prefix = f"{type(err).__module__}.{type(err).__name__}: "
+        for shown in (prefix, f"{type(err).__name__}: "):
+            if last.startswith(shown):
+                return last[len(shown):]
+        return last
+    return lines[0]
+
+
 def main() -> None:
     import hydra
 
@@ -837,7 +867,7 @@ def main() -> None:
         try:
             result = run(cfg)
         except (FinetuneError, PreparedDatasetError, MissingMandatoryValue) as err:
-            print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # OmegaConf adds full_key/object_type lines
+            print(f"error: {error_line(err)}", file=sys.stderr)
             sys.exit(2)
         except TrainingDivergedError as err:  # nothing of the diverged run was saved
             print(f"\nerror: {err}", file=sys.stderr)  # on a line of its own, after F5's progress bar

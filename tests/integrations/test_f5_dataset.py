@@ -105,7 +105,8 @@ def test_resume_places_only_what_is_missing(data, rec_a):
     assert not list(data.glob(SITES_FILE + ".part*"))
 
 
-@pytest.mark.parametrize("damage", ["[1]", "\udcff", "not json", "bad_site", "key_not_text"])
+@pytest.mark.parametrize("damage", ["[1]", "\udcff", "not json", "bad_site", "key_not_text", "[" * 100_000,
+                                    "1" * 5000])
 def test_damaged_cache_lines_are_placed_again_not_a_traceback(data, rec_a, damage, capsys):
     # `[1]`: AttributeError, non-UTF-8 bytes: UnicodeDecodeError, a site without times: TypeError, mid-run
     place_prepared_sites(data, rec_a, batch_size=8)
@@ -248,3 +249,61 @@ def test_ctrl_c_and_sigterm_during_a_lightning_call_reach_the_caller_as_keyboard
         run_interruptibly(trainer, lambda: None)
     trainer._signal_connector.received_sigterm = False
     assert run_interruptibly(trainer, lambda: 7) == 7
+
+
+@pytest.mark.parametrize("duration, message", [
+    ('{"duration": 5}', "'duration' is a int, not a list"),
+    ('{"duration": {"a": 1}}', "'duration' is a dict, not a list"),
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_a_malformed_duration_json_is_a_prepared_dataset_error(data, duration, message):
+    # {"duration": 5} was a TypeError from len(), a dict a KeyError, deep nesting a RecursionError: tracebacks
+    (data / "duration.json").write_text(duration, encoding="utf-8")
+    with pytest.raises(PreparedDatasetError, match=message):
+        open_prepared(data)
+
+
+def test_a_duration_too_large_for_a_float_is_named(data):
+    rows = json.loads((data / "duration.json").read_text(encoding="utf-8"))["duration"]
+    rows[1] = 10 ** 400  # an OverflowError in math.isfinite
+    (data / "duration.json").write_text(json.dumps({"duration": rows}), encoding="utf-8")
+    with pytest.raises(PreparedDatasetError, match=r"1 of 20 durations are not finite numbers of seconds >= 0: entry 1"):
+        open_prepared(data)
+
+
+def test_a_vocab_with_a_repeated_token_is_refused(tmp_path):
+    # collapsed, "c" got id 4 of a 4-entry vocab: an embedding index out of range mid-training, renumbered on export
+    from integrations.f5_dataset import read_vocab
+
+    (tmp_path / "vocab.txt").write_text(" \na\nb\na\nc\n", encoding="utf-8")
+    with pytest.raises(PreparedDatasetError, match=r"token 'a' is on lines 2 and 4"):
+        read_vocab(tmp_path / "vocab.txt")
+    (tmp_path / "vocab.txt").write_text(" \na\nb\n", encoding="utf-8")
+    assert read_vocab(tmp_path / "vocab.txt") == {" ": 0, "a": 1, "b": 2}
+
+
+def test_a_text_the_frontend_rejects_is_placed_as_bad_text():
+    # a word over 100 characters raised TextTooLongError mid-placement: a traceback
+    import torch
+
+    from integrations.f5_dataset import placement_from_log_probs
+
+    placed = placement_from_log_probs(torch.zeros(5, 3), 5, "नेकपा " + "क" * 101, None, SiteFinder())
+    assert placed.status == "bad_text" and placed.sites == []
+
+
+def test_empty_and_silent_clips_get_the_statuses_locate_sites_gives(rec_a):
+    # an empty 24 kHz clip was a reshape error in the resampler; silence and emptiness were "alignment_failed"
+    import torch
+
+    from integrations.f5_dataset import SitePlacer, _collate_placement
+    from leakloss.penalty import locate_sites
+
+    assert to_16k(torch.zeros(0), 24_000).numel() == 0
+    text = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
+    quiet = torch.randn(16_000) * 1e-5
+    items = [{"index": i, "audio_path": f"{i}.wav", "text": text, "key": str(i), "wave": w}
+             for i, w in enumerate([torch.zeros(0), quiet])]
+    rows = SitePlacer(rec_a).predict_step(_collate_placement(items))
+    assert [r["status"] for r in rows] == ["too_short", "silent"]
+    assert [locate_sites(w, text, rec_a).status for w in (torch.zeros(1), quiet)] == ["too_short", "silent"]

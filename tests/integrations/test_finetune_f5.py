@@ -1042,3 +1042,35 @@ def test_a_read_only_data_dir_whose_site_cache_is_complete_is_used_and_left_unto
                                             rf"lacks 1 of {placed.items} items .*copy the prepared folder somewhere "
                                             "writable"):
         prepare(_cfg(data, base_ckpt))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.dir=null", r"data.dir must be a path, got None"),
+    ("out_dir=null", r"out_dir must be a path, got None"),
+    ("f5.vocab=5", r"f5.vocab must be a path or null, got 5"),
+    ("f5.vocab=[a]", r"f5.vocab must be a path or null"),
+    ("f5.checkpoint=5", r"f5.checkpoint must be a path, got 5"),
+    ("f5.vocoder=5", r"f5.vocoder must be a path, got 5"),
+    ("leak.head=5", r"leak.head must be a path or null, got 5"),
+    ("ema_decay=1.0", r"ema_decay must be < 1, got 1"),
+])
+def test_path_settings_of_another_type_and_a_frozen_average_are_refused_before_any_data_is_read(tmp_path, override,
+                                                                                               message):
+    # each was a TypeError from Path() after the site placement (out_dir=null: after the model was built); ema 1
+    # froze the exported average at update 100 under a card that said the whole run
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(tmp_path / "absent", tmp_path / "none.safetensors", override))
+
+
+def test_an_error_a_placement_worker_raised_is_told_by_its_own_message():
+    # with leak.placement_workers >= 1 the one error line was "Caught PreparedDatasetError in DataLoader worker
+    # process 0.": no file, no reason
+    from integrations.f5_dataset import PreparedDatasetError
+    from integrations.finetune_f5 import error_line
+
+    wrapped = PreparedDatasetError("Caught PreparedDatasetError in DataLoader worker process 0.\nOriginal Traceback "
+                                   "(most recent call last):\n  File \"x.py\", line 1, in f\n"
+                                   "integrations.f5_dataset.PreparedDatasetError: /d/a.wav: holds NaN/Inf samples\n")
+    assert error_line(wrapped) == "/d/a.wav: holds NaN/Inf samples"
+    assert error_line(FinetuneError("first\nfull_key: x")) == "first"
+    assert error_line(FinetuneError("")) == "FinetuneError"
