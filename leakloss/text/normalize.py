@@ -9,8 +9,10 @@ Normal form (what :func:`normalize_devanagari` returns):
   bidirectional controls and the other invisible format characters (:data:`OTHER_INVISIBLE`) removed; a zero-width
   space read as a space.
 * ``अ`` + ``ा`` (a common typing error for आ) folded to ``आ``, and likewise अो, अौ, आे, आै, एे to ओ, औ, ओ, औ, ऐ; ``ा`` + ``े``/``ै`` to ``ो``/``ौ``; a
-  doubled vowel sign or virama written once; a virama directly before a vowel sign dropped; ASCII ``:`` after a Devanagari letter is
-  the visarga typed on a Latin keyboard and becomes ``ः``.
+  doubled vowel sign or virama written once; a virama directly before a vowel sign dropped; ASCII ``:`` between a
+  Devanagari letter and a Devanagari letter (``दु:ख``) is the visarga typed on a Latin keyboard and becomes ``ः``; a
+  colon before a space, a digit or the end is punctuation (``उदाहरण: यो``; a word-final visarga typed as ``अत:``
+  is read as अत and a colon: type ``ः``).
 * Devanagari digits are kept as they are; runs of whitespace become one space; ends stripped.
 """
 
@@ -84,9 +86,11 @@ def visible(text: str) -> str:
 _INVISIBLE = dict.fromkeys(map(ord, "\u200c\u200d\u00ad\ufeff\u2060" + BIDI_CONTROLS + OTHER_INVISIBLE), None) \
     | {0x200B: " "}
 _WS = re.compile(r"\s+")
-# ASCII colon used as visarga: only directly after a Devanagari letter/sign and not before a digit. A run
-# of colons is one visarga (as a doubled sign is one), taken in one pass: one colon a pass was quadratic.
-_COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):+(?![0-9\u0966-\u096f])")
+# ASCII colon used as visarga: only between a Devanagari letter/sign and a Devanagari letter (दु:ख). A colon
+# before a space, a digit or the end is punctuation ("उदाहरण: यो", "समय: १०:३०"): made visarga, it changed the
+# word's phones and glued "नाम:राम"-like words (until 2026-12-07, when only a digit after it kept it). A run of
+# colons is one visarga (as a doubled sign is one), taken in one pass: one colon a pass was quadratic.
+_COLON_VISARGA = re.compile(r"(?<=[\u0900-\u0963\u0971-\u097f]):+(?=[\u0904-\u0939\u0958-\u0961\u0972-\u097f])")
 
 _DOUBLED_SIGN = re.compile(r"([\u0900-\u0903\u093c\u093e-\u094d])\1+")
 _VIRAMA_MATRA = re.compile(r"\u094d([\u093e-\u094c])")

@@ -77,7 +77,7 @@ def test_signs_without_a_letter_are_skipped_with_a_reason():
 @pytest.mark.parametrize("text, expected", [
     ("हा्ेइन", "होइन"),  # removing the virama joined ा+े: was left as हाेइन, and pronounce() normalised it again
     ("अ्ा", "आ"),
-    ("क::", "कः"),
+    ("क::ख", "कःख"),
 ])
 def test_folds_that_make_other_folds_reach_the_normal_form(text, expected):
     assert normalize_devanagari(text) == expected
@@ -101,10 +101,22 @@ def test_a_run_of_colons_after_a_letter_is_one_visarga_in_a_few_passes(monkeypat
     calls = []
     fold = normalize._fold_once
     monkeypatch.setattr(normalize, "_fold_once", lambda text: calls.append(1) or fold(text))
-    assert normalize.normalize_devanagari("क" + ":" * 10_000) == "कः"
+    assert normalize.normalize_devanagari("क" + ":" * 10_000 + "ख") == "कःख"
     assert len(calls) <= 3
-    assert normalize.normalize_devanagari("क:::5") == "कः:5"  # the colon before a digit stays, as before
+    assert normalize.normalize_devanagari("क:::5") == "क:::5"  # colons before a digit stay
     assert normalize.normalize_devanagari("क:५") == "क:५"
+
+
+@pytest.mark.parametrize("text, normal", [
+    ("दु:ख", "दुःख"),  # between letters: the visarga typed on a Latin keyboard
+    ("उदाहरण: यो", "उदाहरण: यो"),  # before a space: punctuation (was उदाहरणः, with its own phones and a false site)
+    ("समय: १०:३०", "समय: १०:३०"),
+    ("भन्नुभयो:", "भन्नुभयो:"),
+])
+def test_a_colon_is_visarga_only_between_devanagari_letters(text, normal):
+    from leakloss.text.normalize import normalize_devanagari
+
+    assert normalize_devanagari(text) == normal
 
 
 @pytest.mark.parametrize("text, tokens", [
