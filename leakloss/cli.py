@@ -224,6 +224,10 @@ def sites(
         err_console.print(f"[dim]no text given; using the example: {escape(text)}[/]")
     if not text.strip():
         fail("the text is empty")
+    from leakloss.batch import _unicode_problem
+
+    if bad := _unicode_problem(text):  # a byte that is not UTF-8 in argv: echoed into the JSON, or a traceback
+        fail(f"the text {bad}")
     if min_confidence not in CONFIDENCE_ORDER:
         fail(f"--min-confidence must be one of {', '.join(CONFIDENCE_ORDER)}, got {min_confidence!r}")
     try:
@@ -301,8 +305,13 @@ def recognize(
         fail(str(err))
     for w in info.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
-    log_probs, frames = model(wave[None])
-    phones = model.greedy(wave[None])[0]
+    import torch
+
+    from leakloss.acoustic.recognizer_io import greedy_phones
+
+    with torch.no_grad():
+        log_probs, frames = model(wave[None])  # one pass: the frames and the phones (greedy() ran a second)
+    phones = greedy_phones(log_probs, frames, model.phoneset)[0]
     if as_json:
         _echo_json({"phones": phones, "frames": int(frames[0]), "recognizer": recognizer})
     else:

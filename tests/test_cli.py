@@ -264,6 +264,23 @@ def test_recognize_listens_with_the_real_speech_recognizer_unless_told(tmp_path)
     assert r.exit_code == 0 and json_module.loads(r.stdout)["recognizer"] == "a"
 
 
+def test_recognize_runs_the_recognizer_once(tmp_path, monkeypatch):
+    # the frames came from one pass and the phones from greedy(), a second: twice the compute on every file
+    import numpy as np
+    import soundfile as sf
+
+    from leakloss.acoustic.recognizer import Recognizer
+
+    sf.write(tmp_path / "q.wav", (0.1 * np.sin(np.arange(16000) * 0.05)).astype("float32"), 16000)
+    model = Recognizer.load("a")
+    passes = []
+    real = type(model).forward
+    monkeypatch.setattr(type(model), "forward", lambda self, *a, **k: passes.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(Recognizer, "load", lambda *a, **k: model)
+    r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json", "--recognizer", "a"])
+    assert r.exit_code == 0 and len(passes) == 1, r.output
+
+
 _SLEEPER = """
 import os, signal, sys, time
 from pathlib import Path

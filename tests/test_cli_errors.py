@@ -545,6 +545,9 @@ def test_training_commands_refuse_bad_overrides_before_starting(command, overrid
 def test_small_cli_input_checks(tmp_path):
     r = runner.invoke(app, ["sites", "नेकपा", "--min-confidence", "bogus"])
     assert r.exit_code == 2 and "--min-confidence must be one of low, medium, high" in r.output
+    for extra in ([], ["--json"]):  # a byte that is not UTF-8 in argv: written raw into the JSON, or a traceback
+        r = runner.invoke(app, ["sites", "क\udcff", *extra])
+        assert r.exit_code == 2 and "error: the text is not valid Unicode" in r.output, r.output
     r = runner.invoke(app, ["compare", "x="])
     assert r.exit_code == 2 and "NAME=DIR with both parts" in r.output
     bom = tmp_path / "text.txt"
