@@ -358,10 +358,12 @@ def sites_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, reco
 
 
 def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, recognizer, finder,
-                             duration_s: float | None = None) -> SitePlacement:
+                             duration_s: float | None = None, peak: float | None = None) -> SitePlacement:
     """:func:`leakloss.site_placement.locate_sites` after the recognizer: ``log_probs [f, v]`` of one utterance ->
-    its sites, or the status that says why there are none (``bad_text``: a text the frontend rejects, counted as
-    :func:`leakloss.site_placement.place_dataset_sites` counts it; it was a traceback mid-placement)."""
+    its sites, or the status that says why there are none, in ``locate_sites``' order: the text (``bad_text``: one
+    the frontend rejects, counted as :func:`leakloss.site_placement.place_dataset_sites` counts it; it was a
+    traceback mid-placement; ``no_testable_site``), then the audio (``too_short`` under one frame, ``silent``: a
+    ``peak`` under :data:`~leakloss.acoustic.features.SILENCE_PEAK`, measured before the audio was levelled)."""
     from leakloss.site_placement import place_on_log_probs
     from leakloss.text.normalize import TextError
 
@@ -371,6 +373,10 @@ def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, 
         return SitePlacement([], "bad_text")
     if not any(w.testable_sites for w in words):
         return SitePlacement([], "no_testable_site")
+    if n_frames < 1:
+        return SitePlacement([], "too_short")
+    if peak is not None and peak < SILENCE_PEAK:
+        return SitePlacement([], "silent")
     return place_on_log_probs(log_probs, n_frames, words, recognizer, duration_s=duration_s)
 
 
@@ -430,13 +436,9 @@ class SitePlacer(L.LightningModule):
             if item["key"] not in by_key:
                 continue
             lp, n, duration, peak = by_key.pop(item["key"])  # a duplicate clip in one batch is placed once
-            if n < 1:  # the statuses locate_sites gives such audio (an empty clip was alignment_failed)
-                placed = SitePlacement([], "too_short")
-            elif peak < SILENCE_PEAK:
-                placed = SitePlacement([], "silent")
-            else:
-                placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder,
-                                                  duration_s=duration)
+            # empty and silent clips get locate_sites' statuses (both were "alignment_failed")
+            placed = placement_from_log_probs(lp, n, item["text"], self.recognizer, self.finder, duration_s=duration,
+                                              peak=peak)
             rows.append({"version": SITE_CACHE_VERSION, "key": item["key"], "sites": [vars(s) for s in placed.sites],
                          "status": placed.status, "audio_path": item["audio_path"], "text": item["text"],
                          "recognizer": self.recognizer.name})

@@ -89,9 +89,10 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     lines = [(n, ln) for n, ln in numbered if not ln.startswith("#")]
     # `leakloss testset` writes its header as a comment ("#id\ttext\tkey_words\tsites")
     commented = numbered[0][1][1:] if numbered and numbered[0][1].startswith("#") else ""
-    if {"id", "text"} <= {c.strip().lower() for c in commented.split("\t")}:
+    header_in_comment = {"id", "text"} <= {c.strip().lower() for c in commented.split("\t")}
+    if header_in_comment:
         lines.insert(0, (numbered[0][0], commented))
-    if not lines or (commented and len(lines) == 1):
+    if not lines or (header_in_comment and len(lines) == 1):
         raise EvaluateError(f"test set {path} has no rows")
     head = [c.strip().lower() for c in lines[0][1].split("\t")]
     if "id" in head and "text" in head:
@@ -122,26 +123,21 @@ def read_testset(path: str | Path) -> dict[str, dict]:
                 raise EvaluateError(f"{path}:{n}: key word {key!r} is not a word of the text")
             key_words.append(form[0])
         cell = cells[sites_col].strip() if sites_col is not None and sites_col < len(cells) else ""
-        out[sid] = {"text": text, "key_words": key_words, "key_kinds": _key_kinds(cell, key_words, f"{path}:{n}")}
+        out[sid] = {"text": text, "key_words": key_words,
+                    "key_kinds": _key_kinds(sid, text, keys, cell, f"{path}:{n}") if cell else {}}
     return out
 
 
-def _key_kinds(cell: str, key_words: list[str], where: str) -> dict[str, list[str]]:
-    """A test set's ``sites`` cell -> the contrast kinds it names for each key word (``{}`` for an empty cell)."""
-    from leakloss.schema import KINDS
+def _key_kinds(sid: str, text: str, keys: str, cell: str, where: str) -> dict[str, list[str]]:
+    """The contrast kinds a test set's ``sites`` cell names for each key word, read as ``leakloss testset`` reads
+    its own lines (:func:`leakloss.testset.parse_line`: one entry per key word, ``[kind, contrast, position]``)."""
+    from leakloss.testset import TestSetError, parse_line
 
-    if not cell:
-        return {}
     try:
-        sites = json.loads(cell)
-        kinds = {_word_form(word): sorted({str(site[0]) for site in listed}) for word, listed in sites.items()}
-    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
-        raise EvaluateError(f"{where}: the sites cell is not {{word: [[kind, contrast, position], ...]}} JSON") from None
-    for word, named in kinds.items():
-        if word not in key_words or not named or not set(named) <= set(KINDS):
-            raise EvaluateError(f"{where}: the sites cell names {word!r} with kinds {named}: each must be a key word "
-                                f"with kinds among {', '.join(KINDS)}")
-    return kinds
+        item = parse_line("\t".join((sid, text, keys.replace(",", " "), cell)), where)
+    except TestSetError as err:
+        raise EvaluateError(str(err)) from None
+    return {_word_form(k.word): sorted({s.kind for s in k.sites}) for k in item.key_words}
 
 
 def _text_words(text: str) -> tuple[str, ...]:
@@ -264,7 +260,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         except (OSError, UnicodeDecodeError) as err:
             raise EvaluateError(f"system {name!r}: cannot read {metadata}: {err}") from err
         refused: set[Path] = set()  # audio of lines refused by name: said once, with the line's reason
-        ambiguous: set[str] = set()  # test-set ids of a repeated sentence that a line read: said with that line
+        said: set[str] = set()  # test-set ids a listed line reads (refused, or a repeated sentence): said with it
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -278,6 +274,8 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                 if audio.strip() and path_problem(named, utf8=False) is None:  # a bare file name: listed here,
                     refused.add(named.resolve())  # not also as audio "no line names"
                 continue
+            # a line refused below still speaks for its sentence: not listed again as unread (an extra field cut)
+            said.update(by_text.get(_text_words(text.split("|")[0].strip()), []))
             if (problem := path_problem(named, utf8=False)) is not None:  # a NUL raised in resolve() and is_file()
                 system.problems.append({"reading": where, "reason": f"audio {problem}"})
                 continue
@@ -289,7 +287,6 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             text = text.strip()
             matches = by_text.get(_text_words(text), [])
             sid = matches[0] if len(matches) == 1 else ""
-            ambiguous.update(matches if len(matches) > 1 else ())
             if testset is not None and not sid:  # its key words are unknown: counted, it would mix another measure in
                 why = ("its text is no sentence of the test set (--testset): not scored" if not matches else
                        f"its text is the sentence of ids {', '.join(matches)} of the test set: name its audio by "
@@ -303,7 +300,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
         if testset is not None:  # a sentence the system did not read is said, as a missing WAV of a folder is
             read = {sid for *_, sid in rows}
             system.problems += [{"reading": sid, "reason": f"no line of {metadata.name} reads this test-set sentence: "
-                                 "not scored"} for sid in testset if sid not in read | ambiguous]
+                                 "not scored"} for sid in testset if sid not in read | said]
         # a reading is known by its file name; where two share one (spk1/utt1.wav, spk2/utt1.wav; x.wav, x.flac),
         # each by its path in the metadata's folder, separators as "__"
         stems = Counter(audio.stem for _, audio, _, sid in rows if not sid)

@@ -85,9 +85,12 @@ def _audio_tensor(audio: object) -> Tensor:
     """``audio`` as a float tensor ``[t]`` or ``[channels, t]`` (a numpy array is converted), else ValueError.
     Empty and NaN/Inf audio pass: the reward says why it cannot be judged (``too_short``, ``not_finite``)."""
     if isinstance(audio, np.ndarray):
-        if audio.dtype.kind not in "biufc":  # strings, objects: torch.from_numpy's TypeError
-            raise ValueError(f"reward audio must be an array of numbers, got dtype {audio.dtype}")
-        audio = torch.from_numpy(np.ascontiguousarray(audio, dtype=audio.dtype.newbyteorder("=")))
+        try:  # strings, objects, longdouble: torch.from_numpy's TypeError
+            if audio.dtype.kind not in "biufc":
+                raise TypeError(audio.dtype)
+            audio = torch.from_numpy(np.ascontiguousarray(audio, dtype=audio.dtype.newbyteorder("=")))
+        except TypeError:
+            raise ValueError(f"reward audio must be an array of numbers torch reads, got dtype {audio.dtype}") from None
     if not isinstance(audio, Tensor):
         raise ValueError(f"reward audio must be a tensor or numpy array of samples, got {type(audio).__name__}")
     if not audio.is_floating_point():

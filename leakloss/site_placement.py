@@ -140,8 +140,9 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     placed now or read from the cache (each row keeps its status; rows written before 2026-12-07 have none and are
     not counted: delete the file to recount). The file is rewritten atomically when anything new was placed.
 
-    Every item is checked before any is placed: one that is not a ``(float tensor [t], str)`` pair raises
-    :class:`leakloss.penalty.PenaltyInputError` naming its index (a caller's bug, not a status).
+    An item that is not a ``(float tensor [t], str)`` pair raises :class:`leakloss.penalty.PenaltyInputError` naming
+    its index (a caller's bug, not a status) before anything is placed for it; ``items`` is read once, one item at a
+    time (a lazy dataset is never held whole), and what was placed before the bad item is cached.
     """
     import json
 
@@ -149,13 +150,6 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
     from leakloss.text.normalize import TextError
     from leakloss.text.sites import SiteFinder
 
-    items = list(items)
-    for i, item in enumerate(items):  # before hours of alignment, not after
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise PenaltyInputError(f"items[{i}] must be a (wave16k [samples], text) pair, got {type(item).__name__}")
-        check_wave(item[0], f"items[{i}] wave")
-        if not isinstance(item[1], str):
-            raise PenaltyInputError(f"items[{i}] text must be a string, got {type(item[1]).__name__}")
     finder = finder or SiteFinder()
     cache = Path(cache) if cache is not None else None
     known: dict[str, tuple[list[TimedSite], str | None]] = {}  # key -> (sites, placement status if recorded)
@@ -175,30 +169,39 @@ def place_dataset_sites(items: Sequence[tuple[Tensor, str]], recognizer, cache: 
                           stacklevel=2)
     out, added, failed = [], 0, {}
     placement = placement_id(recognizer, finder)
-    for wave, text in items:
-        key = site_key(wave, text, placement)
-        if key not in known:
-            try:
-                placed = locate_sites(wave, text, recognizer, finder)
-            except TextError:  # one rejected text must not lose the others' placements
-                placed = SitePlacement([], "bad_text")
-            known[key] = (list(placed.sites), placed.status)
-            added += 1
-        sites, status = known[key]
-        if status is not None and status not in PLACED_OR_NOTHING_TO_PLACE:  # counted when reused too
-            failed[status] = failed.get(status, 0) + 1
-        out.append(list(sites))
+    try:  # one pass (a lazy dataset holds one wave at a time); what was placed is cached even if an item is bad
+        for i, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise PenaltyInputError(f"items[{i}] must be a (wave16k [samples], text) pair, got "
+                                        f"{type(item).__name__}")
+            wave, text = item
+            check_wave(wave, f"items[{i}] wave")  # a numpy wave was an AttributeError in the cache key
+            if not isinstance(text, str):
+                raise PenaltyInputError(f"items[{i}] text must be a string, got {type(text).__name__}")
+            key = site_key(wave, text, placement)
+            if key not in known:
+                try:
+                    placed = locate_sites(wave, text, recognizer, finder)
+                except TextError:  # one rejected text must not lose the others' placements
+                    placed = SitePlacement([], "bad_text")
+                known[key] = (list(placed.sites), placed.status)
+                added += 1
+            sites, status = known[key]
+            if status is not None and status not in PLACED_OR_NOTHING_TO_PLACE:  # counted when reused too
+                failed[status] = failed.get(status, 0) + 1
+            out.append(list(sites))
+    finally:
+        if cache is not None and added:
+            from leakloss.atomic import write_text_atomic
+
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v],
+                     **({"status": status} if status is not None else {})} for k, (v, status) in known.items())
+            write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     if failed:  # never silently: these items train without the penalty
         import warnings
 
         counts = ", ".join(f"{status}: {n}" for status, n in sorted(failed.items()))
-        warnings.warn(f"{sum(failed.values())} of {len(items)} items could not be placed and get no sites "
+        warnings.warn(f"{sum(failed.values())} of {len(out)} items could not be placed and get no sites "
                       f"({counts}); they contribute nothing to the penalty", stacklevel=2)
-    if cache is not None and added:
-        from leakloss.atomic import write_text_atomic
-
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        rows = ({"version": SITE_CACHE_VERSION, "key": k, "sites": [vars(site) for site in v],
-                 **({"status": status} if status is not None else {})} for k, (v, status) in known.items())
-        write_text_atomic(cache, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return out

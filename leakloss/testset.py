@@ -64,7 +64,11 @@ def check_kind(kind: str | None) -> None:
         raise TestSetError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def _parse_line(line: str, where: str) -> TestItem:
+def parse_line(line: str, where: str) -> TestItem:
+    """One line of a test-set file (``id``, ``text``, key words, sites JSON) -> its item.
+
+    Raises:
+        TestSetError: a malformed line, named by ``where``."""
     cols = line.split("\t")
     if len(cols) != len(COLUMNS):
         raise TestSetError(f"{where}: expected {len(COLUMNS)} tab-separated columns ({', '.join(COLUMNS)}), got {len(cols)}")
@@ -100,7 +104,7 @@ def parse_testset(text: str, source: str = TESTSET_FILE) -> list[TestItem]:
     for lineno, line in enumerate(text_lines(text), 1):
         if not line.strip() or line.startswith("#"):
             continue
-        item = _parse_line(line, f"{source}:{lineno}")
+        item = parse_line(line, f"{source}:{lineno}")
         if item.id in first:
             raise TestSetError(f"{source}:{lineno}: id {item.id!r} already on line {first[item.id]}")
         first[item.id] = lineno

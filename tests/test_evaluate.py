@@ -389,6 +389,11 @@ def test_a_test_set_sentence_no_metadata_line_reads_is_listed(tmp_path):
     assert [i["id"] for i in system.items] == ["n1"]
     assert system.problems == [{"reading": "n2", "reason": "no line of metadata.csv reads this test-set sentence: "
                                 "not scored"}]
+    # a line refused for its own fault is the one problem of its sentence, not also "no line reads it"
+    _metadata(folder, [f"a.wav|{TEXT}|spk1", "b.wav|आज घर जाऊँ।"])
+    write_clip(folder / "b.wav")
+    system = read_system("mine", folder, read_testset(tmp_path / "set.tsv"))
+    assert [p["reason"].split(" (")[0] for p in system.problems] == ["a field after the text"]
 
 
 def test_key_words_typed_with_a_zero_width_joiner_still_match():
@@ -489,8 +494,10 @@ def test_a_run_refused_before_scoring_leaves_an_existing_out_as_it_was(tmp_path,
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-def test_a_run_refused_before_scoring_keeps_an_earlier_runs_results_and_manifests(tmp_path, models):
-    # an --out holding an earlier run's results kept this failed run's manifests (new and rewritten)
+@pytest.mark.parametrize("order", [("mine", "new"), ("new", "mine")])
+def test_a_run_refused_before_scoring_keeps_an_earlier_runs_results_and_manifests(tmp_path, models, order):
+    # an --out holding an earlier run's results kept this failed run's manifests: the first system's is written
+    # before the refusal, a rewritten one ("mine") or a new one ("new")
     from leakloss.batch import BatchError
 
     (tmp_path / "sys").mkdir()
@@ -503,7 +510,7 @@ def test_a_run_refused_before_scoring_keeps_an_earlier_runs_results_and_manifest
     (out / "manifests" / "mine.jsonl").write_text("earlier\n")
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises((BatchError, EvaluateError, ValueError)):
-        evaluate({"mine": folder, "new": folder}, out, devices="many", **_kwargs(models))
+        evaluate({name: folder for name in order}, out, devices="many", **_kwargs(models))
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
@@ -549,11 +556,16 @@ def test_the_shipped_test_set_is_read_with_its_commented_header_and_each_key_wor
     assert all(set(e["key_kinds"]) == set(e["key_words"]) for e in both.values())
     (tmp_path / "bad.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tनेकपा\t{{\"नेकपा\": [[\"vowel\"]]}}\n",
                                       encoding="utf-8")
-    with pytest.raises(EvaluateError, match=r"bad.tsv:2: the sites cell names"):
+    with pytest.raises(EvaluateError, match=r"bad.tsv:2: key word 'नेकपा' needs \[kind, contrast, position\]"):
         read_testset(tmp_path / "bad.tsv")
-    (tmp_path / "junk.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tनेकपा\tnot json\n", encoding="utf-8")
-    with pytest.raises(EvaluateError, match=r"junk.tsv:2: the sites cell is not"):
-        read_testset(tmp_path / "junk.tsv")
+    for cell in ("not json", "[" * 100_000, '{"नेकपा": [["quality", "x", 1]], "नेकपा ": [["deletion", "x", 1]]}'):
+        (tmp_path / "junk.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tनेकपा\t{cell}\n",
+                                           encoding="utf-8")
+        with pytest.raises(EvaluateError, match=r"junk.tsv:2: sites"):  # deep nesting was a RecursionError
+            read_testset(tmp_path / "junk.tsv")
+    # a comment first and one row: read (a comment that is no header was taken for one, and the set had "no rows")
+    (tmp_path / "one.tsv").write_text(f"# my notes\nn1\t{TEXT}\tनेकपा\n", encoding="utf-8")
+    assert list(read_testset(tmp_path / "one.tsv")) == ["n1"]
 
 
 def test_mark_key_words_writes_the_kinds_a_key_word_counts_by():

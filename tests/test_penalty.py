@@ -948,12 +948,33 @@ def test_a_rejected_text_in_a_dataset_is_a_status_and_the_other_placements_are_k
     ([(torch.zeros(1600), "घर", 1)], r"items\[0\] must be a \(wave16k"),
     (["घर"], r"items\[0\] must be a \(wave16k"),
 ])
-def test_a_malformed_dataset_item_is_a_typed_error_before_any_placement(tmp_path, monkeypatch, items, match):
-    # a numpy wave was an AttributeError from the cache key, after the items before it had been aligned
+def test_a_malformed_dataset_item_is_a_typed_error_naming_it(tmp_path, monkeypatch, items, match):
+    # a numpy wave was an AttributeError from the cache key
     import leakloss.site_placement as placement_module
     from leakloss.penalty import PenaltyInputError
-    from leakloss.site_placement import place_dataset_sites
+    from leakloss.site_placement import SitePlacement, place_dataset_sites
 
-    monkeypatch.setattr(placement_module, "locate_sites", lambda *a, **k: pytest.fail("placed before the check"))
+    monkeypatch.setattr(placement_module, "locate_sites", lambda *a, **k: SitePlacement([], "no_testable_site"))
     with pytest.raises(PenaltyInputError, match=match):
         place_dataset_sites(items, type("Rec", (), {"name": "a@test"})(), tmp_path / "s.jsonl")
+
+
+def test_dataset_items_are_read_once_and_what_was_placed_before_a_bad_one_is_cached(tmp_path, monkeypatch):
+    # list(items) held a lazy dataset's every wave at once; a bad item lost the placements made before it
+    import leakloss.site_placement as placement_module
+    from leakloss.penalty import PenaltyInputError
+    from leakloss.site_placement import SitePlacement, place_dataset_sites
+
+    monkeypatch.setattr(placement_module, "locate_sites", lambda wave, text, *a, **k: SitePlacement(
+        [TimedSite(0.1, 0.2, "deletion", "ʌ->∅", text)], "placed"))
+    held = []
+
+    def lazy():
+        for i in range(3):
+            held.append(i)
+            yield (torch.full((1600,), float(i)), "घर") if i < 2 else (np.zeros(1600, np.float32), "घर")
+
+    cache = tmp_path / "sites.jsonl"
+    with pytest.raises(PenaltyInputError, match=r"items\[2\] wave"):
+        place_dataset_sites(lazy(), type("Rec", (), {"name": "a@test"})(), cache)
+    assert held == [0, 1, 2] and len(cache.read_text(encoding="utf-8").splitlines()) == 2

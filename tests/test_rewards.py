@@ -217,6 +217,7 @@ def test_choose_places_candidates_that_were_not_scored():
     (["ab"], r"entry 0 must be a \(text, \[wave, \.\.\.\]\) pair"),
     ([(TEXT, [torch.zeros(16_000)], 1)], r"entry 0 must be a \(text, \[wave, \.\.\.\]\) pair"),
     ([(TEXT, [np.array(["0.1", "0.2"])])], r"candidate 0: reward audio must be an array of numbers"),
+    ([(TEXT, [np.zeros(100, np.longdouble)])], r"candidate 0: reward audio must be an array of numbers torch reads"),
 ])
 def test_rerank_refuses_a_malformed_entry_before_any_scoring(monkeypatch, pairs, message):
     # a text of another type was refused after the texts before it were scored; a wrong shape was an unpacking error

@@ -45,13 +45,15 @@ def adversarial_key(manifest: Path, recognizer_name: str, head_path: Path, **set
     ``NAME.json`` name the same two files, as :func:`leakloss.heads.load_head` reads them), the recognizer, the
     feature schema and every setting."""
     from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
+    from leakloss.pairs.features import SITE_MASK_VERSION
 
     head_path = Path(head_path)
     base = head_path.with_suffix("") if head_path.suffix in (".safetensors", ".json") else head_path
     h = hashlib.sha256(Path(manifest).read_bytes())
     for suffix in (".safetensors", ".json"):
         h.update(base.with_suffix(suffix).read_bytes())
-    h.update(json.dumps({"recognizer": recognizer_name, "features": FEATURE_SCHEMA_VERSION, **settings, "v": 1},
+    h.update(json.dumps({"recognizer": recognizer_name, "features": FEATURE_SCHEMA_VERSION, **settings, "v": 1,
+                         "masks": SITE_MASK_VERSION},
                         sort_keys=True).encode())
     return h.hexdigest()[:16]
 

@@ -31,6 +31,9 @@ from leakloss.schema import KINDS, SHORT_VOWEL
 from leakloss.acoustic.recognizer import DEFAULT_CONV_LAYER as CONV_LAYER  # noqa: F401, I001  (one home; importable here)
 CONV_PAD_S = 0.06
 SITE_PAD_S = 0.02
+#: the rule of a frame row's site mask (:func:`site_frame_mask`), in every frame-row table's cache key: 2 since
+#: 2026-12-07 (float64 centres, both edges, as the penalty marks them; 1: float32, a quarter of first frames out)
+SITE_MASK_VERSION = 2
 
 
 @dataclass
@@ -254,7 +257,7 @@ def conv_feature_table(manifest: str | Path, recognizer, *, kinds: tuple[str, ..
     manifest = Path(manifest)
     what = "conv" + ",".join(kinds) + ("" if layer is None else f"|layer{layer}")  # None: the key it always had
     what += "|segments" if segments else ""
-    what += "|masks-v2"  # v2 (2026-12-07): site frames with their edges, as the penalty marks them
+    what += f"|masks-v{SITE_MASK_VERSION}"
     cache = Path(cache_dir) / f"conv-{_key(manifest, recognizer.name, what)}.pt" if cache_dir else None
     if cache is not None and cache.exists():
         return _load_conv_table(cache)

@@ -75,7 +75,20 @@ def espeak_version() -> str:
     (``espeak_Info``, read without initialising it) and of that wheel (its voice data); ``seeded``: the breath
     noise is seeded per request since 2026-12-07 (:mod:`leakloss.speech._espeak`), so readings cached before are
     not served."""
-    return f"espeak-ng {_espeak_library_version()}; espeakng-loader {package_version('espeakng-loader')}; seeded"
+    seeded = "; seeded" if _espeak_seeds() else ""
+    return f"espeak-ng {_espeak_library_version()}; espeakng-loader {package_version('espeakng-loader')}{seeded}"
+
+
+def _espeak_seeds() -> bool:
+    """Whether the library has ``espeak_ng_SetRandSeed`` (espeak-ng >= 1.52), which the synthesis seeds with."""
+    try:
+        import ctypes
+
+        import espeakng_loader
+
+        return hasattr(ctypes.CDLL(espeakng_loader.get_library_path()), "espeak_ng_SetRandSeed")
+    except Exception:  # noqa: BLE001 - no wheel, no library: a key never fails
+        return False
 
 
 def _espeak_library_version() -> str:

@@ -159,7 +159,9 @@ def parse_word(word: str) -> tuple[Unit, ...]:
             cons = ch
             i += 1
             if i < n and word[i] == NUKTA:
-                cons = ch + NUKTA if ch + NUKTA in CONSONANTS else ch
+                if ch + NUKTA not in CONSONANTS:  # ल़: no such letter; its nukta was dropped, read "high" as ल
+                    raise TextError(f"{word!r}: nukta on {ch!r}, which has no nukta form")
+                cons = ch + NUKTA
                 i += 1
             vowel = INHERENT
             if i < n and (word[i] in MATRAS or word[i] == VIRAMA):
@@ -188,7 +190,9 @@ def parse_word(word: str) -> tuple[Unit, ...]:
         while i < n and word[i] in (ANUSVARA, CHANDRABINDU, VISARGA):
             if word[i] == VISARGA:
                 visarga = True
-            elif vowel != VIRAMA:
+            elif vowel == VIRAMA:  # क्ं: no vowel to nasalise; the sign was dropped and the word read "high"
+                raise TextError(f"{word!r}: nasal sign {word[i]!r} after a virama")
+            else:
                 nasal = ANUSVARA if ANUSVARA in (nasal, word[i]) else CHANDRABINDU
             i += 1
         units.append(Unit(cons, vowel, nasal, visarga))

@@ -302,8 +302,10 @@ def test_empty_and_silent_clips_get_the_statuses_locate_sites_gives(rec_a):
     assert to_16k(torch.zeros(0), 24_000).numel() == 0
     text = "आज नेकपा र अरू दलका प्रतिनिधि बैठकमा आए।"
     quiet = torch.randn(16_000) * 1e-5
-    items = [{"index": i, "audio_path": f"{i}.wav", "text": text, "key": str(i), "wave": w}
-             for i, w in enumerate([torch.zeros(0), quiet])]
+    cases = [(torch.zeros(0), text, "too_short"), (quiet, text, "silent"),  # the text first, as locate_sites
+             (quiet, "OK 123", "no_testable_site"), (torch.zeros(0), "नेकपा " + "क" * 101, "bad_text")]
+    items = [{"index": i, "audio_path": f"{i}.wav", "text": t, "key": str(i), "wave": w}
+             for i, (w, t, _) in enumerate(cases)]
     rows = SitePlacer(rec_a).predict_step(_collate_placement(items))
-    assert [r["status"] for r in rows] == ["too_short", "silent"]
-    assert [locate_sites(w, text, rec_a).status for w in (torch.zeros(1), quiet)] == ["too_short", "silent"]
+    assert [r["status"] for r in rows] == [want for *_, want in cases]
+    assert [locate_sites(w, t, rec_a).status for w, t, _ in cases[:3]] == ["too_short", "silent", "no_testable_site"]

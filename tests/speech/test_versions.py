@@ -40,3 +40,16 @@ def test_espeak_version_names_the_library_and_its_wheel():
     assert version.startswith("espeak-ng ") and "; espeakng-loader " in version
     assert versions.UNKNOWN not in version  # the wheel is a dependency: both are readable here
     assert versions.espeak_version() == version
+
+
+def test_the_espeak_key_says_seeded_only_where_the_library_seeds(monkeypatch):
+    # a library without espeak_ng_SetRandSeed reads unseeded: its readings must not be cached as seeded ones
+    monkeypatch.setattr(versions, "_espeak_seeds", lambda: False)
+    versions.espeak_version.cache_clear()
+    try:
+        assert not versions.espeak_version().endswith("; seeded")
+        monkeypatch.setattr(versions, "_espeak_seeds", lambda: True)
+        versions.espeak_version.cache_clear()
+        assert versions.espeak_version().endswith("; seeded")
+    finally:
+        versions.espeak_version.cache_clear()

@@ -177,3 +177,14 @@ def test_a_default_ignorable_character_inside_a_word_changes_nothing(left, mark,
     assert normalize_devanagari(left + mark + right) == normalize_devanagari(left + right)
     assert [(t.text, t.skipped) for t in split_words(left + mark + right)] == \
         [(t.text, t.skipped) for t in split_words(left + right)]
+
+
+@pytest.mark.parametrize("word, reason", [
+    ("ल़", "nukta on 'ल', which has no nukta form"),  # read "high" as ल, its nukta dropped
+    ("क्ं", "nasal sign 'ं' after a virama"),  # read "high" as k, its nasal dropped
+])
+def test_a_sign_the_parser_cannot_place_skips_the_word_with_its_reason(word, reason):
+    from leakloss.text.sites import SiteFinder
+
+    assert [(w.word, w.skipped) for w in SiteFinder()(f"नेकपा {word}")] == [
+        ("नेकपा", None), (word, f"cannot be pronounced: {reason}")]
