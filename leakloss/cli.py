@@ -328,8 +328,8 @@ def score(
                                         "head decides each site (labelled so in the result and the report)"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write the JSON result here ('-' = stdout)"),
     html_out: Optional[Path] = typer.Option(None, "--html", help="write a listenable HTML report here"),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads (default: "
-                                         "shipped, on wb; leakloss/assets/heads_w: on w)"),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="folder with deletion/quality heads, or a shipped "
+                                         "set by name: wb (the default), w (on Whisper tiny.en), espeak (on A/B)"),
     recognizer_a: Optional[str] = typer.Option(None, help="recognizer of the quality head: embedded a/b/w/wb, a "
                                                "directory or hub id (default: the one the head was trained on)"),
     recognizer_b: Optional[str] = typer.Option(None, help="recognizer of the deletion head (default: the head's own)"),
@@ -869,17 +869,17 @@ def rerank(
 
 @app.command("heads")
 def heads_cmd(
-    folder: Optional[Path] = typer.Option(None, "--dir", help="a folder of exported heads (default: shipped)"),
+    folder: Optional[Path] = typer.Option(None, "--dir", help="a folder of exported heads, or a shipped set by "
+                                          "name: wb (the default), w, espeak"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Cards of the shipped (or --dir) heads, held-out table included."""
     from dataclasses import asdict
 
-    from leakloss.heads import HeadLoadError, load_head
-    from leakloss.scorer import SHIPPED_HEADS
+    from leakloss.heads import HeadLoadError, heads_folder, load_head
 
     _check_paths([("--dir", folder)], utf8=False)
-    folder = folder or SHIPPED_HEADS
+    folder = heads_folder(folder)  # a folder, or a shipped set by name (wb, w, espeak)
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         fail(f"no heads (*.safetensors) in {folder}")

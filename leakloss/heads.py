@@ -16,6 +16,7 @@ Shapes: b batch, d features (57), c conv channels, g conv frames (5 ms).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,20 @@ SHIPPED_HEADS = _ASSETS / "heads"
 W_HEADS = _ASSETS / "heads_w"
 #: The espeak-only heads on recognizers A/B (and A's raw-conv head).
 ESPEAK_HEADS = _ASSETS / "heads_espeak"
+#: The scorer's shipped head sets by the name of their recognizer: ``--heads w`` wherever the command runs (the
+#: folder ``leakloss/assets/heads_w`` is found only from the repository's root, and not in an installed wheel).
+SHIPPED_HEAD_SETS = {"wb": SHIPPED_HEADS, "w": W_HEADS, "espeak": ESPEAK_HEADS}
+
+
+def heads_folder(value: str | os.PathLike | None) -> Path:
+    """The folder of a head set: ``None`` the shipped one (on wb), a name of :data:`SHIPPED_HEAD_SETS` that is no
+    folder here the shipped set of that name, anything else the folder given."""
+    if value is None:
+        return SHIPPED_HEADS
+    path = Path(value)
+    if str(value) in SHIPPED_HEAD_SETS and not path.exists():
+        return SHIPPED_HEAD_SETS[str(value)]
+    return path
 
 
 class HeadLoadError(ValueError):

@@ -38,7 +38,7 @@ from leakloss.audio import AudioError, AudioInfo, load_audio, prepare_waveform
 from leakloss.constants import SAMPLE_RATE
 from leakloss.decision import (check_thresholds, combine_references, failed_gates, gates_pass, reference_qualifies, site_decision,
                                word_decision)
-from leakloss.heads import SHIPPED_HEADS, load_head
+from leakloss.heads import SHIPPED_HEADS, heads_folder, load_head  # noqa: F401  (SHIPPED_HEADS: importable here)
 from leakloss.schema import KINDS
 from leakloss.text.phones import canonical
 
@@ -241,7 +241,7 @@ class Scorer:
         from leakloss.acoustic.recognizer import EMBEDDED
         from leakloss.heads import check_recognizer as check_head_recognizer
 
-        heads_dir = Path(heads_dir) if heads_dir is not None else SHIPPED_HEADS
+        heads_dir = heads_folder(heads_dir)  # a folder, or a shipped set by name (wb, w, espeak)
         self.heads, self.cards = {}, {}
         for kind in KINDS:
             self.heads[kind], self.cards[kind] = load_head(heads_dir / f"{kind}.safetensors")

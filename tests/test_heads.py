@@ -319,3 +319,19 @@ def test_normalisation_fitted_on_one_row_or_frame_is_finite():
     conv.fit_normalisation(torch.randn(1, 4, 6), mask)
     assert torch.isfinite(mlp.std).all() and torch.isfinite(conv.std).all()
     assert torch.isfinite(mlp(torch.randn(3, 57))).all()
+
+
+def test_a_shipped_head_set_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    # --heads leakloss/assets/heads_w worked only from the repository's root (and not from an installed wheel)
+    from typer.testing import CliRunner
+
+    from leakloss.cli import app
+    from leakloss.heads import ESPEAK_HEADS, SHIPPED_HEADS, W_HEADS, heads_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert heads_folder(None) == SHIPPED_HEADS and heads_folder("wb") == SHIPPED_HEADS
+    assert heads_folder("w") == W_HEADS and heads_folder("espeak") == ESPEAK_HEADS
+    (tmp_path / "w").mkdir()  # a folder of that name here is what the user means
+    assert heads_folder("w") == type(tmp_path)("w")
+    r = CliRunner().invoke(app, ["heads", "--dir", "espeak", "--json"])
+    assert r.exit_code == 0 and "deletion" in r.stdout, r.output
