@@ -14,9 +14,9 @@ word (Festival: ``lex.add.entry``, so the voice's own duration and intonation mo
 as a phone string (flite ``-p``). The label is always what the voice *said*, read back from its
 segments: Italian ``a`` standing in for Nepali ``ʌ`` is labelled ``aː``, not ``ʌ``.
 
-The three NSK Indic voices (``festvox-hi-nsk``, ``festvox-mr-nsk``, ``festvox-te-nsk``, and the
-``festival-hi/mr/te`` packages that pull them in) are kept for independent evaluation: this module
-refuses them (:class:`ExcludedVoiceError`) and never lists them.
+The NSK Indic voices and the packages that pull them in (the one list that names them:
+:data:`EXCLUDED_PACKAGES`) are kept for independent evaluation: this module refuses them
+(:class:`ExcludedVoiceError`) and never lists them.
 
 Voice phone -> inventory label (``-`` = dropped from the target; silence symbols are skipped):
 
@@ -140,7 +140,8 @@ def check_allowed(name: str) -> None:
     """Raise :class:`ExcludedVoiceError` for an NSK voice or package (in any case, with any spaces around it)."""
     if name.strip().casefold() in EXCLUDED_PACKAGES or _EXCLUDED_NAME.search(name):
         raise ExcludedVoiceError(
-            f"{name!r} is an NSK Indic voice (festvox-hi/mr/te-nsk): kept for independent evaluation, never used here")
+            f"{name!r} is an NSK Indic voice (leakloss.speech.festival.EXCLUDED_PACKAGES): kept for independent "
+            "evaluation, never used here")
 
 
 #: The voices this module knows (all installable from Debian bookworm; none is NSK).
