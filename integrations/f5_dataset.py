@@ -14,6 +14,7 @@ Shapes: t samples (16 kHz unless said), d mel bins, n mel frames.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import unicodedata
@@ -28,7 +29,6 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from leakloss.acoustic.features import SILENCE_PEAK
 from leakloss.audio import resample
 from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.leak import at_hearing_level
@@ -364,19 +364,16 @@ def placement_from_log_probs(log_probs: torch.Tensor, n_frames: int, text: str, 
     the frontend rejects, counted as :func:`leakloss.site_placement.place_dataset_sites` counts it; it was a
     traceback mid-placement; ``no_testable_site``), then the audio (``too_short`` under one frame, ``silent``: a
     ``peak`` under :data:`~leakloss.acoustic.features.SILENCE_PEAK`, measured before the audio was levelled)."""
-    from leakloss.site_placement import place_on_log_probs
+    from leakloss.site_placement import place_on_log_probs, unplaceable
     from leakloss.text.normalize import TextError
 
     try:
         words = [w for w in finder(text) if w.skipped is None]
     except TextError:
         return SitePlacement([], "bad_text")
-    if not any(w.testable_sites for w in words):
-        return SitePlacement([], "no_testable_site")
-    if n_frames < 1:
-        return SitePlacement([], "too_short")
-    if peak is not None and peak < SILENCE_PEAK:
-        return SitePlacement([], "silent")
+    # load_audio refuses NaN/Inf samples: a placed clip is finite
+    if (unplaced := unplaceable(words, n_frames, math.inf if peak is None else peak)) is not None:
+        return unplaced
     return place_on_log_probs(log_probs, n_frames, words, recognizer, duration_s=duration_s)
 
 

@@ -44,20 +44,33 @@ def locate_sites(wave: Tensor, text: str, recognizer, finder=None, words=None) -
     check_wave(wave, "wave")
     if words is None:
         words = [w for w in (finder or SiteFinder())(text) if w.skipped is None]
-    if not any(w.testable_sites for w in words):
-        return SitePlacement([], "no_testable_site")
-    if not bool(torch.isfinite(wave).all()):
-        return SitePlacement([], "not_finite")
-    if int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0]) < 1:
-        return SitePlacement([], "too_short")
-    from leakloss.acoustic.features import SILENCE_PEAK
-
-    if float(wave.detach().abs().max()) < SILENCE_PEAK:  # heard at one level, it would be noise made loud
-        return SitePlacement([], "silent")
+    finite = bool(torch.isfinite(wave).all())
+    frames = int(recognizer.frame_lengths(torch.tensor([wave.shape[0]]))[0])
+    peak = float(wave.detach().abs().max()) if finite and wave.numel() else 0.0
+    if (unplaced := unplaceable(words, frames, peak, finite)) is not None:
+        return unplaced
     with torch.no_grad():
         log_probs, frames = recognizer(at_hearing_level(wave)[None])  # where sites lie must not move with the gain
     n = int(frames[0])
     return place_on_log_probs(log_probs[0], n, words, recognizer, duration_s=wave.shape[0] / SAMPLE_RATE)
+
+
+def unplaceable(words, frames: int, peak: float, finite: bool = True) -> SitePlacement | None:
+    """Why no site can be placed on a reading before it is aligned, in the one order every placement path keeps:
+    ``words`` (the finder's) have no testable site, its samples are not ``finite``, it is shorter than one recognizer
+    frame (``frames``), or silent (``peak`` under :data:`leakloss.acoustic.features.SILENCE_PEAK`, measured before
+    the audio is brought to a hearing level: made loud, noise would be aligned); None when it can be aligned."""
+    from leakloss.acoustic.features import SILENCE_PEAK
+
+    if not any(w.testable_sites for w in words):
+        return SitePlacement([], "no_testable_site")
+    if not finite:
+        return SitePlacement([], "not_finite")
+    if frames < 1:
+        return SitePlacement([], "too_short")
+    if peak < SILENCE_PEAK:
+        return SitePlacement([], "silent")
+    return None
 
 
 def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer,
