@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+#: the library's seed of its own random generator (espeak-ng >= 1.52), which draws the breathy variants' noise
+SEED_FUNCTION = "espeak_ng_SetRandSeed"
 # enum values from speak_lib.h
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INIT_PHONEME_EVENTS = 0x0001
@@ -90,7 +92,7 @@ class EspeakLibrary:
             ctypes.c_void_p, ctypes.c_void_p,
         ]
         lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
-        self._seed = getattr(lib, "espeak_ng_SetRandSeed", None)  # espeak-ng >= 1.52
+        self._seed = getattr(lib, SEED_FUNCTION, None)  # espeak-ng >= 1.52
         if self._seed is not None:
             self._seed.argtypes, self._seed.restype = [ctypes.c_long], None
         lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]

@@ -79,25 +79,30 @@ def espeak_version() -> str:
     return f"espeak-ng {_espeak_library_version()}; espeakng-loader {package_version('espeakng-loader')}{seeded}"
 
 
-def _espeak_seeds() -> bool:
-    """Whether the library has ``espeak_ng_SetRandSeed`` (espeak-ng >= 1.52), which the synthesis seeds with."""
+def _espeak_library():
+    """The library ``espeakng-loader`` ships, loaded without initialising it, or None (no wheel, no library)."""
     try:
         import ctypes
 
         import espeakng_loader
 
-        return hasattr(ctypes.CDLL(espeakng_loader.get_library_path()), "espeak_ng_SetRandSeed")
-    except Exception:  # noqa: BLE001 - no wheel, no library: a key never fails
-        return False
+        return ctypes.CDLL(espeakng_loader.get_library_path())
+    except Exception:  # noqa: BLE001 - a key never fails
+        return None
+
+
+def _espeak_seeds() -> bool:
+    """Whether the library has the seed function the synthesis seeds its noise with (espeak-ng >= 1.52)."""
+    from leakloss.speech._espeak import SEED_FUNCTION
+
+    return hasattr(_espeak_library(), SEED_FUNCTION)
 
 
 def _espeak_library_version() -> str:
     try:
         import ctypes
 
-        import espeakng_loader
-
-        info = ctypes.CDLL(espeakng_loader.get_library_path()).espeak_Info
+        info = _espeak_library().espeak_Info
         info.restype, info.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
         return _one_line((info(None) or b"").decode("utf-8", "replace"))
     except Exception:  # noqa: BLE001 - no wheel, no library, no symbol: a key never fails
