@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from leakloss.functional.leak import at_least_fp32
 from leakloss.timing import TimedSite
 
 
@@ -126,8 +127,9 @@ def plan_crops(sites: Sequence[Sequence[TimedSite]], n_frames: Sequence[int], fr
             else:
                 windows.append([lo, hi, [s]])
         for lo, hi, members in windows:
-            back = min(lo, ctx.vocoder_frames)
-            back -= back % ctx.phase  # lo is on the grid (a multiple of phase), so is lo - back
+            # at least the vocoder's context, rounded up to the phase (lo is on the grid, a multiple of phase, so
+            # lo - back is too); rounding down left a frame or two of context out
+            back = min(lo, ctx.vocoder_frames + (-ctx.vocoder_frames) % ctx.phase)
             crops.append(Crop(b, lo - back, min(limit, hi + ctx.vocoder_frames), lo, hi))
             offset = lo / frame_rate
             shifted.append([replace(s, start=s.start - offset, end=s.end - offset) for s in members])
@@ -175,10 +177,10 @@ def trim_waves(waves: Tensor, crops: Sequence[Crop], samples: Callable[[int], in
 
 def pooled_moments(waves: Tensor, lengths: Tensor, item: Tensor, n_items: int) -> tuple[Tensor, Tensor]:
     """Mean and std per item over the valid samples of all its crops: ``waves [c, t]``, ``lengths [c]``,
-    ``item [c]`` (the item of each crop) -> ``(mean [n_items], std [n_items])`` (0 for an item without
-    crops), with gradient. The cropped penalty's stand-in for the whole item's mean and RMS
-    (:func:`leakloss.functional.leak.rms_normalize`)."""
-    x = waves.float()
+    ``item [c]`` (the item of each crop) -> ``(mean [n_items], std [n_items])`` (mean 0 and std 1e-6 for an
+    item without crops: the std's floor), with gradient. The cropped penalty's stand-in for the whole item's mean and RMS
+    (:func:`leakloss.functional.leak.rms_normalize`); fp32, or fp64 for fp64 waves."""
+    x = at_least_fp32(waves)
     mask = (torch.arange(x.shape[-1], device=x.device)[None] < lengths[:, None]).to(x.dtype)
     count = x.new_zeros(n_items).index_add(0, item, lengths.to(x.dtype)).clamp(min=1)
     mean = x.new_zeros(n_items).index_add(0, item, (x * mask).sum(-1)) / count

@@ -202,6 +202,7 @@ def item_rms(waves: Tensor, lengths: Tensor | None = None) -> Tensor:
         if lengths is None:
             lengths = torch.full((x.shape[0],), t, device=x.device)
         mask = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]
+        x = torch.where(mask, x, x.new_zeros(()))  # selected, not multiplied: NaN in the padding is not the item's
         n = lengths.to(x.device).clamp(min=1).to(x.dtype)
         m = (x * mask).abs().amax(-1).clamp(min=1.0) if x.numel() else x.new_ones(x.shape[0])
         scaled = x / m[:, None]
@@ -225,7 +226,9 @@ def rms_normalize(waves: Tensor, lengths: Tensor | None = None, rms: Tensor | No
     t = x.shape[-1]
     if lengths is None:
         lengths = torch.full((x.shape[0],), t, device=x.device)
-    mask = (torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]).to(x.dtype)
+    valid = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]
+    x = torch.where(valid, x, x.new_zeros(()))  # selected, not multiplied: NaN in the padding is not the item's
+    mask = valid.to(x.dtype)
     n = lengths.to(x.device).clamp(min=1).to(x.dtype)
     # (x / m)^2 cannot overflow; m = 1 for anything within full scale
     m = (x.detach() * mask).abs().amax(-1).clamp(min=1.0) if x.numel() else x.new_ones(x.shape[0])

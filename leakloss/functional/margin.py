@@ -26,7 +26,8 @@ def margin_hinge(margins: Tensor, tau: float = MARGIN_TAU) -> Tensor:
     if not isinstance(margins, Tensor):
         raise TypeError(f"margins must be a tensor, got {type(margins).__name__}")
     _check_tau(tau)
-    return tau * F.softplus(margins / tau)
+    # threshold 40, not torch's 20: past it softplus is x itself, off by e^-20 relative at 20 (float64 sees it)
+    return tau * F.softplus(margins / tau, threshold=40.0)
 
 
 def _check_tau(tau: float) -> None:

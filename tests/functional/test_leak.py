@@ -84,6 +84,21 @@ def test_rms_normalize_gradcheck():
     torch.autograd.gradcheck(lambda w: rms_normalize(w, torch.tensor([9, 5])), (x,))
 
 
+def test_nonfinite_padding_is_not_the_item_s():
+    # x * mask turned a NaN past an item's length into a NaN RMS, a NaN scale and a NaN normalised item
+    x = torch.randn(2, 12, dtype=torch.float64)
+    lengths = torch.tensor([8, 12])
+    dirty = x.clone()
+    dirty[0, 9], dirty[0, 11] = float("nan"), float("inf")
+    torch.testing.assert_close(item_rms(dirty, lengths), item_rms(x, lengths))
+    torch.testing.assert_close(quiet_gradient_scale(dirty, lengths), quiet_gradient_scale(x, lengths))
+    w = dirty.clone().requires_grad_(True)
+    out = rms_normalize(w, lengths)
+    torch.testing.assert_close(out, rms_normalize(x, lengths))
+    out.sum().backward()
+    assert torch.isfinite(w.grad).all() and float(w.grad[0, 8:].abs().max()) == 0.0
+
+
 def test_quiet_gradient_scale():
     x = torch.randn(3, 16000)
     x = x / item_rms(x)[:, None] * torch.tensor([[0.1], [0.001], [0.0]])
