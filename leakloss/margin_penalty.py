@@ -25,11 +25,20 @@ louder than full scale is brought to it (detached), as site placement does; a qu
 1 / rms);
 with no scored site the loss is 0 with a zero gradient of the right shape.
 
-Shapes: b batch, t samples (16 kHz), n sites (all items, flattened), c crops (3).
+**Mels through the mel bridge** (``mel_bridge=``, a :class:`leakloss.mel_bridge.MelBridge`; Whisper recognizers run
+on their own length only): ``forward(mels=..., mel_lengths=..., plans=...)`` and ``plan(mel=..., text=...)`` hear a
+TTS's Vocos log mels straight through the bridge into the encoder, without the vocoder (which is about half the
+term's cost: docs/penalty.md). The same rules hold, with the mel's own: an item whose valid frames are all at or
+below the vocoder's floor is ``silent``, 0 frames ``too_short``; the bridge levels each item, so no quiet rule
+(``quiet_items`` 0); items are scored up to 30 s (:class:`~leakloss.penalty.PenaltyInputError` past it).
+
+Shapes: b batch, t samples (16 kHz), n mel frames (Vocos, 24 kHz / 256), n sites (all items, flattened), c crops (3).
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -37,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from leakloss.acoustic.features import SILENCE_PEAK, EvidenceExtractor, SiteSpec, evidence_from_log_probs
+from leakloss.constants import MEL_FLOOR, SAMPLE_RATE
 from leakloss.frozen import FrozenScorer
 from leakloss.functional.leak import (at_hearing_level, at_least_fp32, mask_nonfinite_items, quiet_gradient_scale,
                                      scale_gradient)
@@ -93,24 +103,37 @@ class PathMarginPenalty(FrozenScorer):
     """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval
     mode."""
 
-    def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None, quiet_rms: float = QUIET_RMS
-                 ) -> None:
+    def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None, quiet_rms: float = QUIET_RMS,
+                 mel_bridge: nn.Module | None = None) -> None:
+        """``mel_bridge``: hear mels (``forward(mels=...)``, ``plan(mel=...)``) through it (``ValueError`` unless the
+        recognizer is a Whisper encoder run on its own length)."""
         from leakloss.checks import check_number
 
         super().__init__()
         tau = check_number(tau, "tau must be a finite number > 0 (nats per frame)", low=0.0, low_inclusive=False)
         quiet_rms = check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
-        self.recognizer, self.tau, self.quiet_rms = recognizer, tau, quiet_rms
+        if mel_bridge is not None:
+            from leakloss.mel_bridge import check_bridge_recognizer
+
+            check_bridge_recognizer(mel_bridge, recognizer)
+        self.recognizer, self.tau, self.quiet_rms, self.mel_bridge = recognizer, tau, quiet_rms, mel_bridge
         self._finder = finder
         self.freeze()
 
     @classmethod
     def load(cls, recognizer: str = DEFAULT_MARGIN_RECOGNIZER, *, device: str | torch.device = "cpu",
-             tau: float = MARGIN_TAU) -> PathMarginPenalty:
-        """The term on a recognizer by name (``wb``, ``w``, ``a``, ``b``) or folder."""
+             tau: float = MARGIN_TAU, mel_bridge: nn.Module | bool | str | os.PathLike | None = None
+             ) -> PathMarginPenalty:
+        """The term on a recognizer by name (``wb``, ``w``, ``a``, ``b``) or folder. ``mel_bridge``: a
+        :class:`~leakloss.mel_bridge.MelBridge`, True for the shipped one, or a bridge's path (``.json`` +
+        ``.safetensors``)."""
         from leakloss.acoustic.recognizer import Recognizer
 
-        return cls(Recognizer.load(recognizer, device=device), tau=tau)
+        if mel_bridge is True or isinstance(mel_bridge, (str, os.PathLike)):
+            from leakloss.mel_bridge import MelBridge
+
+            mel_bridge = MelBridge.embedded(None if mel_bridge is True else mel_bridge)
+        return cls(Recognizer.load(recognizer, device=device), tau=tau, mel_bridge=mel_bridge or None).to(device)
 
     @property
     def finder(self):
@@ -132,55 +155,119 @@ class PathMarginPenalty(FrozenScorer):
             return MarginPlan((), "no_testable_site", "the text has no testable contrast site")
         return words
 
-    def _unscorable(self, words: list | MarginPlan | None, wave: Tensor) -> MarginPlan | None:
-        """Why an item (its valid samples ``wave [t]``) cannot be scored before the recognizer hears it (the same
-        checks in the same order for :meth:`plan` and :meth:`forward`, with or without a plan: ``words`` None),
-        or None."""
+    def _unscorable(self, words: list | MarginPlan | None, audio: Tensor, mel: bool = False) -> MarginPlan | None:
+        """Why an item (its valid samples ``audio [t]``, or with ``mel`` its valid mel frames ``[n, 100]``) cannot be
+        scored before the recognizer hears it (the same checks in the same order for :meth:`plan` and
+        :meth:`forward`, with or without a plan: ``words`` None), or None."""
         if isinstance(words, MarginPlan):
             return words
-        if not bool(torch.isfinite(wave).all()):
-            return MarginPlan((), "not_finite", "NaN or Inf samples")
-        if int(self.recognizer.frame_lengths(torch.tensor([wave.shape[-1]]))[0]) < 1:
+        if not bool(torch.isfinite(audio).all()):
+            return MarginPlan((), "not_finite", "NaN or Inf samples" if not mel else "NaN or Inf mel values")
+        if mel:
+            if audio.shape[0] < 1:
+                return MarginPlan((), "too_short", "no mel frame")
+            # a plan made on other audio must not score silence: all at the floor is what the vocoder renders silent
+            floor = float(torch.tensor(math.log(MEL_FLOOR), dtype=audio.dtype))  # the floor as the item holds it
+            if float(audio.detach().max()) <= floor:
+                return MarginPlan((), "silent", f"the mel is silent (every value at or below log({MEL_FLOOR:g}))")
+            return None
+        if int(self.recognizer.frame_lengths(torch.tensor([audio.shape[-1]]))[0]) < 1:
             return MarginPlan((), "too_short", "shorter than one recognizer frame")
-        if float(wave.detach().abs().max()) < SILENCE_PEAK:  # a plan made on other audio must not score silence
+        if float(audio.detach().abs().max()) < SILENCE_PEAK:  # a plan made on other audio must not score silence
             return MarginPlan((), "silent", f"audio is silent (peak below {SILENCE_PEAK:g})")
         return None
 
-    def _plan_on(self, wave: Tensor, words: list, recognized: tuple[Tensor, Tensor]) -> MarginPlan:
-        """The plan from the recognizer's (detached) output on ``wave``: the scorer's own alignment and crops (its
-        site specs only: no per-site evidence is computed)."""
-        located = EvidenceExtractor(self.recognizer).locate(wave.detach(), [w.nepali for w in words], words,
-                                                            recognized=(recognized[0].detach(), recognized[1]))
-        if not located.ok:  # "bad_input" is only a non-finite wave here, checked before
-            status = "not_finite" if located.status == "bad_input" else located.status
-            return MarginPlan((), status, located.reason)
+    def _plan_on(self, seconds: float, words: list, recognized: tuple[Tensor, Tensor]) -> MarginPlan:
+        """The plan from the recognizer's (detached) output on ``seconds`` of audio: the scorer's own alignment and
+        crops (its site specs only: no per-site evidence is computed)."""
+        located = EvidenceExtractor(self.recognizer).locate_recognized(
+            (recognized[0].detach(), recognized[1]), seconds, [w.nepali for w in words], words)
+        if not located.ok:
+            return MarginPlan((), located.status, located.reason)
         return MarginPlan(tuple(located.specs), "ok", None, int(recognized[1][0]), str(self.recognizer.name))
 
-    def plan(self, wave: Tensor, text: str) -> MarginPlan:
-        """``wave [t]`` (16 kHz), its ``text`` -> the site specs (crop frames from the recognizer's alignment of the
-        text's Nepali phones, without gradient), or the status that says why there are none."""
+    def _bridged(self, mel: Tensor) -> tuple[tuple[Tensor, Tensor], float]:
+        """One item's valid mel frames ``[n, 100]`` (finite) -> the recognizer's ``(log_probs [1, f, v], frames
+        [1])`` on its bridged log mel (gradient flows to ``mel``), and the seconds it stands for."""
+        from leakloss.vocoder import mel_lengths_to_samples
+
+        limit = self.recognizer.frames.encoder.config.max_source_positions  # a 30.0 s F5 clip's last ms are cut
+        samples = min(int(mel_lengths_to_samples(mel.shape[0])), limit * self.recognizer.samples_per_frame)
+        frames = self.recognizer.frame_count(torch.tensor([samples], device=mel.device))
+        lengths = torch.tensor([mel.shape[0]], device=mel.device)
+        log_mel = self.mel_bridge.whisper_log_mel(mel[None], lengths, frames)
+        return (self.recognizer.mel_log_probs(log_mel, frames), frames), samples / SAMPLE_RATE
+
+    def _check_mels(self, mels: Tensor, mel_lengths: Tensor | None) -> Tensor:
+        """``mels [b, n, 100]`` and their lengths checked -> ``mel_lengths [b]`` long (``PenaltyInputError``)."""
+        from leakloss.constants import MEL_BINS
+        from leakloss.vocoder import mel_lengths_to_samples
+
+        if self.mel_bridge is None:
+            raise PenaltyInputError("mel input needs a mel bridge (PathMarginPenalty.load(mel_bridge=True)); or "
+                                    "vocode the mels and give waves")
+        if not isinstance(mels, Tensor) or mels.dim() != 3 or mels.shape[-1] != MEL_BINS \
+                or not mels.is_floating_point():
+            raise PenaltyInputError(f"mels must be float log magnitudes [batch, frames, {MEL_BINS}], got "
+                                    f"{getattr(mels, 'dtype', type(mels).__name__)} "
+                                    f"{tuple(getattr(mels, 'shape', ()))}")
+        b, n = mels.shape[:2]
+        lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device) if mel_lengths is not None \
+            else torch.full((b,), n, dtype=torch.long, device=mels.device)
+        limit = self.recognizer.frames.encoder.config.max_source_positions
+        # F5 trains on clips up to 30.0 s, whose centred mels run a few ms past the encoder's 30 s (cut in _bridged)
+        if b and int(self.recognizer.frame_count(mel_lengths_to_samples(lengths.max()))) > limit + 1:
+            raise PenaltyInputError(f"the mel bridge hears items up to {limit * self.recognizer.frame_hop_s():.0f} s; "
+                                    f"got {int(lengths.max())} mel frames (vocode longer items and give waves)")
+        return lengths
+
+    def plan(self, wave: Tensor | None = None, text: str | None = None, *, mel: Tensor | None = None) -> MarginPlan:
+        """``wave [t]`` (16 kHz), or with a mel bridge ``mel [n, 100]`` (Vocos log mel), and its ``text`` -> the
+        site specs (crop frames from the recognizer's alignment of the text's Nepali phones, without gradient),
+        or the status that says why there are none."""
         self.freeze()
-        check_wave(wave, "wave")
+        if (wave is None) == (mel is None):
+            raise PenaltyInputError("give the item's wave or (with a mel bridge) its mel, one of the two")
+        if mel is not None:
+            if not isinstance(mel, Tensor) or mel.dim() != 2:
+                raise PenaltyInputError(f"mel must be one item's [frames, bins] tensor, got "
+                                        f"{tuple(getattr(mel, 'shape', ())) or type(mel).__name__}")
+            self._check_mels(mel[None], None)
+        else:
+            check_wave(wave, "wave")
         words = self._words(text)
-        problem = self._unscorable(words, wave)
+        problem = self._unscorable(words, wave if mel is None else mel, mel=mel is not None)
         if problem is not None:
             return problem
-        audio = at_hearing_level(wave.detach()).float()  # one level: the alignment must not move with the gain
         with torch.no_grad():
-            recognized = self.recognizer(audio[None])
-        return self._plan_on(audio, words, recognized)
+            if mel is not None:
+                recognized, seconds = self._bridged(at_least_fp32(mel.detach()))
+            else:  # one level: the alignment must not move with the gain
+                audio = at_hearing_level(wave.detach()).float()
+                recognized, seconds = self.recognizer(audio[None]), audio.shape[-1] / SAMPLE_RATE
+        return self._plan_on(seconds, words, recognized)
 
-    def forward(self, waves: Tensor, texts: Sequence[str] | None = None, wave_lengths: Tensor | None = None,
-                plans: Sequence[MarginPlan] | None = None) -> tuple[Tensor, MarginParts]:
-        """``waves [b, t]`` 16 kHz (gradient flows to them), ``texts`` one per item (planned on the item itself, one
+    def forward(self, waves: Tensor | None = None, texts: Sequence[str] | None = None,
+                wave_lengths: Tensor | None = None, plans: Sequence[MarginPlan] | None = None, *,
+                mels: Tensor | None = None, mel_lengths: Tensor | None = None) -> tuple[Tensor, MarginParts]:
+        """``waves [b, t]`` 16 kHz (gradient flows to them), or with a mel bridge ``mels [b, n, 100]`` (Vocos log
+        mels; ``mel_lengths [b]`` valid frames), ``texts`` one per item (planned on the item itself, one
         recognizer pass) or ``plans`` one per item (from :meth:`plan`, e.g. made once on the ground truth or the
         unedited audio), ``wave_lengths [b]`` valid samples (default: all)."""
         self.freeze()
-        if not isinstance(waves, Tensor) or waves.dim() != 2 or not waves.is_floating_point():
+        if mels is not None or mel_lengths is not None:
+            if waves is not None or wave_lengths is not None:
+                raise PenaltyInputError("give waves (and wave_lengths) or mels (and mel_lengths), not both")
+            if mels is None:
+                raise PenaltyInputError("mel_lengths without mels")
+            mel_lengths = self._check_mels(mels, mel_lengths)
+            waves, wave_lengths = mels, mel_lengths  # one loop below; ``mel`` says how each item is heard
+        mel = mels is not None
+        if not isinstance(waves, Tensor) or waves.dim() != 2 + mel or not waves.is_floating_point():
             raise PenaltyInputError(f"waves must be a float tensor [batch, samples], got "
                                     f"{getattr(waves, 'dtype', type(waves).__name__)} "
                                     f"{tuple(getattr(waves, 'shape', ()))}")
-        b, t = waves.shape
+        b, t = waves.shape[:2]
         texts, plans = _listed(texts, "texts"), _listed(plans, "plans")  # a generator had no len(): a TypeError
         if plans is None:
             if texts is None or isinstance(texts, str) or len(texts) != b:
@@ -193,24 +280,32 @@ class PathMarginPenalty(FrozenScorer):
             else torch.full((b,), t, dtype=torch.long, device=waves.device)
         zero = torch.zeros((), dtype=waves.dtype, device=waves.device)
         clean, bad = mask_nonfinite_items(waves, lengths)  # selected before any arithmetic: a NaN item's gradient is 0
-        clean = torch.where(torch.arange(t, device=waves.device) < lengths[:, None], clean, zero)
+        if not mel:
+            clean = torch.where(torch.arange(t, device=waves.device) < lengths[:, None], clean, zero)
         bad = bad.tolist()
         clean = at_least_fp32(clean)  # before the gradient scale: a quiet fp16 item's gradient overflowed fp16 (inf)
-        scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
-        heard = scale_gradient(clean, scale)
+        if mel:  # the bridge levels each item: no quiet rule
+            scale = torch.ones(b, dtype=clean.dtype, device=clean.device)
+            heard = clean
+        else:
+            scale = quiet_gradient_scale(clean, lengths, self.quiet_rms)
+            heard = scale_gradient(clean, scale)
         margins, feasible, kinds, status, infeasible, scored_items = [], [], [], [], 0, set()
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
-            problem = self._unscorable(words, waves[i, :n] if bad[i] else clean[i, :n])
+            problem = self._unscorable(words, waves[i, :n] if bad[i] else clean[i, :n], mel)
             if problem is None and plans is not None and plans[i].status != "ok":
                 problem = plans[i]  # the recognizer is not run for an item its plan cannot score
             if problem is not None:
                 status.append(problem.status)
                 continue
-            audio = at_hearing_level(heard[i, :n])
-            log_probs, frames = self.recognizer(audio.float()[None])
-            plan = plans[i] if plans is not None else self._plan_on(audio, words, (log_probs.detach(), frames))
+            if mel:
+                (log_probs, frames), seconds = self._bridged(heard[i, :n])
+            else:
+                audio = at_hearing_level(heard[i, :n])
+                (log_probs, frames), seconds = self.recognizer(audio.float()[None]), n / SAMPLE_RATE
+            plan = plans[i] if plans is not None else self._plan_on(seconds, words, (log_probs.detach(), frames))
             if plan.status != "ok":
                 status.append(plan.status)
                 continue

@@ -92,6 +92,19 @@ class MelBridge(nn.Module):
         grid = to_whisper_grid(x, n_out).to(self.linear.weight.dtype)  # the convs in the weights' dtype
         return whisper_floor_scale(self.spectral(grid), out_lengths)
 
+    def whisper_log_mel(self, mels: Tensor, mel_lengths: Tensor, encoder_frames: Tensor) -> Tensor:
+        """``mels [g, n, 100]`` (finite; ``mel_lengths [g]`` valid frames), each heard on ``encoder_frames [g]``
+        20 ms encoder frames -> Whisper log-mel ``[g, 80, 2 max(encoder_frames)]``. Every item gets silence past
+        its length (not the convs' zero padding, which would sit nearer a short item than in a longer one's
+        group), for as many frames as the bridge's receptive field reads there; the extra frames are cut."""
+        from leakloss.functional.mel_bridge import bridge_frames
+        from leakloss.vocoder import silence_past_lengths
+
+        n_out, grid, needed = bridge_frames(int(encoder_frames.max()), self.receptive_frames)
+        longest = int(mel_lengths.max())
+        chunk = silence_past_lengths(mels[:, :longest], mel_lengths, tail_frames=max(needed - longest, 0))
+        return self(chunk, mel_lengths, grid, 2 * encoder_frames)[..., :n_out]
+
     @classmethod
     def embedded(cls, path: str | os.PathLike | None = None) -> "MelBridge":
         """The shipped bridge (``leakloss/assets/bridge``), or the one at ``path`` (``.json`` card +
@@ -146,6 +159,24 @@ class MelBridge(nn.Module):
         weights = save({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()})
         text = json.dumps({**self.card(), **card}, indent=1, ensure_ascii=False) + "\n"
         write_files_atomic({path.with_suffix(".safetensors"): weights, path.with_suffix(".json"): text.encode()})
+
+
+def check_bridge_recognizer(mel_bridge: object, recognizer: nn.Module) -> None:
+    """``ValueError`` unless ``mel_bridge`` is a :class:`MelBridge` that can feed ``recognizer``: a Whisper encoder
+    run on each item's own length that reads :data:`~leakloss.constants.WHISPER_MELS` bins."""
+    if not isinstance(mel_bridge, MelBridge):  # a path or another module failed in the first forward
+        raise ValueError(f"mel_bridge must be a leakloss.mel_bridge.MelBridge (MelBridge.embedded(path)), got "
+                         f"{type(mel_bridge).__name__}")
+    frames = getattr(recognizer, "frames", None)
+    name = getattr(recognizer, "name", type(recognizer).__name__)
+    if not callable(getattr(frames, "encode_mel", None)):
+        raise ValueError(f"the mel bridge feeds a Whisper encoder's log-mel; recognizer {name} has none")
+    if not frames.own_length:  # a 30 s padded window hears other states than the own-length bridge gives
+        raise ValueError(f"the mel bridge encodes each item on its own length; recognizer {name} pads to "
+                         "30 s (use the vocoder path)")
+    if frames.encoder.config.num_mel_bins != WHISPER_MELS:
+        raise ValueError(f"the mel bridge gives {WHISPER_MELS} mel bins; recognizer {name}'s encoder reads "
+                         f"{frames.encoder.config.num_mel_bins}")
 
 
 def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -127,26 +127,12 @@ class LeakPenalty(FrozenScorer):
         check_number(quiet_rms, "quiet_rms must be a finite number > 0", low=0.0, low_inclusive=False)
         check_frame_recognizer(recognizer, head, conv_layer)
         if mel_bridge is not None:
-            from leakloss.mel_bridge import MelBridge
+            from leakloss.mel_bridge import check_bridge_recognizer
 
-            if not isinstance(mel_bridge, MelBridge):  # a path or another module failed in the first forward
-                raise ValueError(f"mel_bridge must be a leakloss.mel_bridge.MelBridge (MelBridge.embedded(path)), got "
-                                 f"{type(mel_bridge).__name__}")
+            check_bridge_recognizer(mel_bridge, recognizer)
             if mel_to_wave is not None:
                 raise ValueError("give mel_to_wave (vocode mels) or mel_bridge (bridge them to Whisper's log-mel), "
                                  "not both")
-            frames = getattr(recognizer, "frames", None)
-            name = getattr(recognizer, "name", type(recognizer).__name__)
-            if not callable(getattr(frames, "encode_mel", None)):
-                raise ValueError(f"the mel bridge feeds a Whisper encoder's log-mel; recognizer {name} has none")
-            if not frames.own_length:  # a 30 s padded window hears other states than the own-length bridge gives
-                raise ValueError(f"the mel bridge encodes each item on its own length; recognizer {name} pads to "
-                                 "30 s (use the vocoder path)")
-            from leakloss.constants import WHISPER_MELS
-
-            if frames.encoder.config.num_mel_bins != WHISPER_MELS:
-                raise ValueError(f"the mel bridge gives {WHISPER_MELS} mel bins; recognizer {name}'s encoder reads "
-                                 f"{frames.encoder.config.num_mel_bins}")
         super().__init__()
         self.recognizer, self.head, self.mel_to_wave = recognizer, head.eval(), mel_to_wave
         self.mel_bridge = mel_bridge
@@ -365,8 +351,7 @@ class LeakPenalty(FrozenScorer):
         hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence).
         ``crop``: encode only windows of the bridged log mel around the sites (:meth:`cropped`)."""
         from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
-        from leakloss.functional.mel_bridge import bridge_frames
-        from leakloss.vocoder import mel_lengths_to_samples, silence_past_lengths
+        from leakloss.vocoder import mel_lengths_to_samples
 
         if mels.dim() != 3:
             raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
@@ -399,15 +384,10 @@ class LeakPenalty(FrozenScorer):
             item_mel_lengths = mel_lengths.index_select(0, index)
             heard = samples.index_select(0, index) + self.tail_samples
             enc_frames = self.recognizer.frame_count(heard, self.conv_layer).clamp(max=max_frames)
-            # the bridge's convs see past an item's last frame: every item gets silence there (not the convs' zero
-            # padding, which would sit nearer a short item than in a longer one's group); the extra frames are cut
-            n_out, grid, needed = bridge_frames(int(enc_frames.max()), self.mel_bridge.receptive_frames)
-            longest = int(item_mel_lengths.max())
-            chunk = mels.index_select(0, index)[:, :longest]
-            chunk = silence_past_lengths(chunk, item_mel_lengths, tail_frames=max(needed - longest, 0))
+            chunk = mels.index_select(0, index)
 
             def encode(chunk: Tensor) -> tuple[Tensor, Tensor]:
-                log_mel = self.mel_bridge(chunk, item_mel_lengths, grid, 2 * enc_frames)[..., :n_out]
+                log_mel = self.mel_bridge.whisper_log_mel(chunk, item_mel_lengths, enc_frames)
                 if crop:  # the encoder runs on the crops below; nothing here can blow up in it
                     return log_mel, log_mel.new_zeros(log_mel.shape[0], 1, 1)
                 return log_mel, self.recognizer.frames.encode_mel(log_mel, self.conv_layer, enc_frames)

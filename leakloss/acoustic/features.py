@@ -354,7 +354,19 @@ class EvidenceExtractor:
         if float(wave.detach().abs().max()) < self.silence_peak:
             return UtteranceEvidence("silent", f"audio is silent (peak below {self.silence_peak:g})", duration=duration)
         with torch.set_grad_enabled(wave.requires_grad):  # scoring needs no graph unless the caller asks
-            log_probs, frame_lengths = recognized if recognized is not None else rec(wave[None])
+            recognized = recognized if recognized is not None else rec(wave[None])
+        return self.locate_recognized(recognized, duration, word_phones, words, alignment)
+
+    def locate_recognized(self, recognized: tuple[Tensor, Tensor], duration: float,
+                          word_phones: Sequence[Sequence[str]], words: Sequence[WordSites],
+                          alignment: AlignmentResult | None = None) -> UtteranceEvidence:
+        """:meth:`locate` after the recognizer has heard the audio (``recognized``: its ``(log_probs [1, f, v],
+        frames [1])``; ``duration``: the audio's seconds), for audio that is not a wave (a TTS's mel heard through
+        :class:`leakloss.mel_bridge.MelBridge`): the caller has checked it is finite and not silent."""
+        if len(word_phones) != len(words):
+            return UtteranceEvidence("bad_input", f"{len(word_phones)} phone lists for {len(words)} words")
+        rec = self.recognizer
+        log_probs, frame_lengths = recognized
         n = int(frame_lengths[0])
         lp = log_probs[0, :n]
         if alignment is None:

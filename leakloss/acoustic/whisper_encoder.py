@@ -303,6 +303,12 @@ class WhisperFrames(nn.Module):
         raw, last = self._encode(mel, frames, offsets=offsets)
         return last if layer is None else (raw[:-1] + [last])[layer]
 
+    def mel_states(self, mel: Tensor, frames: Tensor | None = None) -> Tensor:
+        """``mel [b, 80, 2f]`` -> all hidden states ``[b, l, f, d]`` (embeddings, then each layer; the last with the
+        final layer norm). ``frames [b]``: valid frames of each item (see :meth:`_encode`)."""
+        raw, last = self._encode(mel, frames)
+        return torch.stack(raw[:-1] + [last], 1)
+
     @staticmethod
     def frame_lengths(lengths: Tensor) -> Tensor:
         """Valid encoder frames for ``lengths`` samples (one per started 20 ms; a 30 s window gives 1500)."""
@@ -339,8 +345,7 @@ class WhisperFrames(nn.Module):
         """All hidden states, ``[b, l, f, d]`` (embeddings, then each layer; the last with the final layer norm,
         as CTranslate2's output), cut to the longest input, and valid frames ``[b]``."""
         mel, n, lengths, window_frames = self._window_mels(waves, lengths)
-        raw, last = self._encode(mel, window_frames)
-        states = torch.stack(raw[:-1] + [last], 1)  # [b * n, l, f_window, d]
+        states = self.mel_states(mel, window_frames)  # [b * n, l, f_window, d]
         bn, n_states, f, d = states.shape
         states = states.reshape(bn // n, n, n_states, f, d).transpose(1, 2).reshape(bn // n, n_states, n * f, d)
         frames = self.frame_lengths(lengths)

@@ -144,6 +144,14 @@ class WhisperRecognizer(nn.Module):
 
     log_probs = forward
 
+    def mel_log_probs(self, log_mel: Tensor, frames: Tensor) -> Tensor:
+        """Whisper log-mel ``[b, 80, 2f]`` (e.g. :meth:`leakloss.mel_bridge.MelBridge.whisper_log_mel`'s) with
+        ``frames [b]`` valid encoder frames -> ``log_probs [b, f, v]`` fp32: :meth:`forward` after its front end.
+        Differentiable w.r.t. ``log_mel``."""
+        frames = frames.to(self.device)
+        states = self.frames.mel_states(log_mel.to(self.device), frames)
+        return torch.log_softmax(self.head(states, frames).float(), dim=-1)
+
     def conv_features(self, *args, **kwargs):
         raise NotImplementedError("the Whisper recognizer has no wav2vec2 conv stack; its frame features are "
                                   "frame_features (the encoder's hidden states)")
