@@ -77,7 +77,7 @@ from torch import Tensor
 from leakloss.eval.edits import BandGain, SampleDelta, VoicedInsert, descend, random_control
 from leakloss.heads import W_HEADS
 from leakloss.margin_penalty import PathMarginPenalty
-from leakloss.mel_bridge import MelPathPenalty
+from leakloss.mel_bridge import MelPathPenalty, vocos_mels
 from leakloss.penalty import LeakPenalty
 from leakloss.scorer import Scorer
 from leakloss.site_placement import locate_sites
@@ -222,9 +222,13 @@ def sentences(path: str | None, first_line: int = 1) -> list[str]:
 
 
 def planned_margin(term: PathMarginPenalty, plan):
-    """``descend``'s penalty interface (``waves=[k, t], sites=...``) for the margin term on one reading's plan."""
+    """``descend``'s penalty interface (``waves=[k, t], sites=...``) for the margin term on one reading's plan; with
+    a mel bridge the term hears each wave's Vocos mel through it, as an F5 fine-tune's mels."""
 
     def objective(waves: Tensor, sites=None):
+        if term.mel_bridge is not None:
+            mels, mel_lengths = vocos_mels(waves)
+            return term(mels=mels, mel_lengths=mel_lengths, plans=[plan] * waves.shape[0])
         return term(waves, plans=[plan] * waves.shape[0])
 
     return objective
@@ -263,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what is descended: the penalty's frame head (default) or the text-paired path-margin term "
                              "on the same recognizer (leakloss.margin_penalty)")
     parser.add_argument("--mel-bridge", action="store_true",
-                        help="descend the penalty's mel path through the shipped mel bridge (each edited reading's "
-                             "Vocos mel, as an F5 fine-tune with leak.mel_bridge=true scores it), not its wave")
+                        help="descend the term (frame head or margin) on each edited reading's Vocos mel through the "
+                             "shipped mel bridge, as an F5 fine-tune with leak.mel_bridge=true hears it, not its wave")
     parser.add_argument("--recognizer", default=None,
                         help="the penalty's recognizer (default: the one its head's card names)")
     parser.add_argument("--heads-dir", default=str(W_HEADS),
@@ -277,8 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.term == "margin" and args.mel_bridge:
-        parser.error("--mel-bridge is for the frame head (the margin term reads waves)")
     lr = args.lr or (1e-3 if args.domain == "wave" else 0.05)
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         scorer = Scorer(heads_dir=args.heads_dir, check_recognizer=args.check_recognizer)
     except (ValueError, OSError) as err:
         parser.error(f"the judge: {err}")
-    margin = PathMarginPenalty(penalty.recognizer) if args.term == "margin" else None
+    margin = PathMarginPenalty(penalty.recognizer, mel_bridge=penalty.mel_bridge) if args.term == "margin" else None
     judge = judge_recognizers(scorer)
     try:
         check_judge(penalty.recognizer.name, judge)
@@ -318,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         objective = MelPathPenalty(penalty) if args.mel_bridge else penalty
         if margin is not None:
-            plan = margin.plan(wave, text)  # the word crops, fixed while the edit changes the audio (as sites are)
+            # the word crops, fixed while the edit changes the audio (as sites are)
+            plan = margin.plan(text=text, mel=vocos_mels(wave[None])[0][0]) if args.mel_bridge else margin.plan(wave, text)
             if plan.status != "ok":
                 unplaced[f"margin plan {plan.status}"] += 1
                 continue
