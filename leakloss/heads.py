@@ -16,6 +16,7 @@ Shapes: b batch, d features (57), c conv channels, g conv frames (5 ms).
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from leakloss.checks import check_whole, nonfinite_tensors
+from leakloss.checks import check_whole, first_line, is_whole, nonfinite_tensors
 from leakloss.functional.leak import pooled_site_logits
 from leakloss.textfile import parse_json
 
@@ -202,7 +203,7 @@ def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
 
     from leakloss.atomic import write_bytes_atomic, write_text_atomic
 
-    path = Path(path).with_suffix("")
+    path = head_files_base(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     card.architecture = head.architecture()
     tensors = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
@@ -211,9 +212,24 @@ def save_head(path: str | Path, head: nn.Module, card: HeadCard) -> Path:
         raise ValueError(f"{path}: weights {', '.join(bad[:3])} hold NaN/Inf: a diverged head is not saved")
     data = save(tensors, metadata={"leakloss_head": card.head})  # both encoded before either file is touched
     text = json.dumps(asdict(card), ensure_ascii=False, indent=1)
-    write_bytes_atomic(path.with_suffix(".safetensors"), data)
-    write_text_atomic(path.with_suffix(".json"), text)
-    return path.with_suffix(".safetensors")
+    weights, card_path = head_files(path)
+    write_bytes_atomic(weights, data)
+    write_text_atomic(card_path, text)
+    return weights
+
+
+def head_files_base(path: str | Path) -> Path:
+    """``NAME``, ``NAME.safetensors`` or ``NAME.json`` -> ``NAME`` (a dotted name such as ``deletion.v2`` kept
+    whole: ``with_suffix`` made it ``deletion``, another head's files)."""
+    path = Path(path)
+    return path.with_suffix("") if path.suffix in (".safetensors", ".json") else path
+
+
+def head_files(path: str | Path) -> tuple[Path, Path]:
+    """A head's two files, ``NAME.safetensors`` and ``NAME.json``, for any of the names
+    :func:`head_files_base` takes."""
+    base = head_files_base(path)
+    return base.with_name(base.name + ".safetensors"), base.with_name(base.name + ".json")
 
 
 #: the card's thresholds that the scorer and the penalty read (``card.thresholds[...]``)
@@ -260,8 +276,7 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
             f"{path}: refusing to load a pickle-based file ({path.suffix}); heads load from .safetensors only. "
             "Export a Lightning checkpoint with `leakloss train-heads` (it writes NAME.safetensors + NAME.json)."
         )
-    base = path.with_suffix("") if path.suffix in (".safetensors", ".json") else path
-    st, js = base.with_suffix(".safetensors"), base.with_suffix(".json")
+    st, js = head_files(path)
     if not st.exists() or not js.exists():
         raise HeadLoadError(f"head files not found: expected {st} and {js}")
     try:
@@ -269,6 +284,8 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         card = HeadCard(**card_dict)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, OSError) as err:  # OSError: a folder named .json
         raise HeadLoadError(f"{js}: not a valid head card ({err})") from err
+    if "thresholds" not in card_dict:  # the dataclass' defaults were shown as the card's own
+        raise HeadLoadError(f"{js}: the card has no thresholds (every exported head writes its own)")
     for name in ("head", "recognizer", "feature_schema_version", "training_data_sha256", "notes"):
         if not isinstance(getattr(card, name), str):  # "recognizer": 12 was an AttributeError in the scorer
             raise HeadLoadError(f"{js}: field {name!r} must be a string, got {getattr(card, name)!r:.60}")
@@ -277,9 +294,9 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
             raise HeadLoadError(f"{js}: field {name!r} must be a JSON {'object' if kind is dict else 'array'}, "
                                 f"got {getattr(card, name)!r:.60}")
     if card.features and not (isinstance(card.features.get("source"), str)
-                              and isinstance(card.features.get("layer"), int)):  # the penalty loads by these two
-        raise HeadLoadError(f"{js}: field 'features' must name the frames' 'source' (a string) and 'layer' (an "
-                            f"integer), got {card.features!r:.80}")
+                              and is_whole(card.features.get("layer"), 0)):  # the penalty loads by these two
+        raise HeadLoadError(f"{js}: field 'features' must name the frames' 'source' (a string) and 'layer' (a "
+                            f"whole number >= 0), got {card.features!r:.80}")
     if card.head not in HEAD_NAMES:
         raise HeadLoadError(f"{js}: head must be one of {', '.join(HEAD_NAMES)}, got {card.head!r}")
     if not card.recognizer.strip():
@@ -298,17 +315,29 @@ def load_head(path: str | Path) -> tuple[nn.Module, HeadCard]:
         tensors = load_file(str(st))
     except (SafetensorError, OSError) as err:
         raise HeadLoadError(f"{st}: not a readable safetensors file ({err})") from err
+    not_float = sorted(k for k, v in tensors.items() if not v.is_floating_point())
+    if not_float:  # load_state_dict casts int or bool tensors silently
+        raise HeadLoadError(f"{st}: weights that are not floating point ({', '.join(not_float[:3])})")
     bad = nonfinite_tensors(tensors)
     if bad:
         raise HeadLoadError(f"{st}: weights {', '.join(bad[:3])} hold NaN/Inf (a diverged training)")
     try:  # the card's architecture builds the module: a wrong key, type or size is the card's fault
-        head = _build(card.architecture)
+        with torch.device("meta"):  # shapes first, without memory: a damaged card's sizes allocated gigabytes
+            shapes = {k: tuple(v.shape) for k, v in _build(card.architecture).state_dict().items()}
     except (TypeError, AttributeError, ValueError, KeyError, RuntimeError) as err:
-        raise HeadLoadError(f"{js}: the card's architecture cannot be built ({type(err).__name__}: {err})") from err
+        raise HeadLoadError(f"{js}: the card's architecture cannot be built ({type(err).__name__}: "
+                            f"{first_line(err)})") from err
+    wanted, held = sum(math.prod(v) for v in shapes.values()), sum(v.numel() for v in tensors.values())
+    if wanted != held:  # (names may differ: heads saved before ensembles are renamed as they load)
+        raise HeadLoadError(f"{st}: the card's architecture holds {wanted:,} weights, the file {held:,}")
+    head = _build(card.architecture)
     try:
         head.load_state_dict(tensors, strict=True)
     except RuntimeError as err:
-        raise HeadLoadError(f"{st}: tensors do not match the card's architecture ({err})") from err
+        raise HeadLoadError(f"{st}: tensors do not match the card's architecture ({first_line(err)})") from err
+    not_positive = sorted(k for k, v in tensors.items() if k.rsplit(".", 1)[-1] == "std" and not bool((v > 0).all()))
+    if not_positive:  # training floors the feature std at 1e-3: 0 or less is a damaged file (flipped, NaN inputs)
+        raise HeadLoadError(f"{st}: normalisation {', '.join(not_positive)} must be above 0")
     _check_card_fits(card, head, st, js)
     return head.eval(), card
 
@@ -351,10 +380,14 @@ def _checked_heldout(rows: object, where: Path) -> list[dict]:
 
 
 def check_recognizer(card: HeadCard, recognizer_name: str) -> None:
-    """Warn when a head was trained on other weights than the recognizer now loaded (ids carry a hash)."""
+    """Warn when a head was trained on other weights than the recognizer now loaded: ids carry a hash of the
+    weights (``wb@427360c1``), which decides where both have one (a copy in another folder is the same weights);
+    else the names do (a card that says ``wb`` under ``w@...``)."""
     import warnings
 
-    if "@" in card.recognizer and "@" in recognizer_name and card.recognizer != recognizer_name:
+    card_base, _, card_hash = card.recognizer.partition("@")
+    base, _, loaded_hash = str(recognizer_name).partition("@")
+    if (card_hash != loaded_hash) if card_hash and loaded_hash else (card_base != base):
         warnings.warn(f"the {card.head} head was trained on recognizer {card.recognizer}, but {recognizer_name} is "
                       "loaded: retrain the heads (python -m train_heads) for these weights", stacklevel=2)
 

@@ -42,10 +42,67 @@ def test_corrupt_or_mismatched_files(tmp_path):
     save_head(tmp_path / "g", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
     text = (tmp_path / "g.json").read_text().replace('"hidden": 8', '"hidden": 16')
     (tmp_path / "g.json").write_text(text)
-    with pytest.raises(HeadLoadError, match="do not match"):
+    with pytest.raises(HeadLoadError, match="architecture holds 1,059 weights, the file 587"):
         load_head(tmp_path / "g")
     with pytest.raises(HeadLoadError, match="not found"):
         load_head(tmp_path / "missing")
+
+
+def test_a_dotted_head_name_is_its_own_files(tmp_path):
+    # with_suffix made deletion.v2 into deletion: another head's files were loaded, and overwritten on save
+    save_head(tmp_path / "deletion", MLPHead(57, 8), HeadCard("deletion", {}, "a", "1"))
+    path = save_head(tmp_path / "deletion.v2", MLPHead(57, 16), HeadCard("deletion", {}, "a", "1"))
+    assert path == tmp_path / "deletion.v2.safetensors" and (tmp_path / "deletion.v2.json").is_file()
+    for name in ("deletion.v2", "deletion.v2.safetensors", "deletion.v2.json"):
+        assert load_head(tmp_path / name)[1].architecture["hidden"] == 16
+    assert load_head(tmp_path / "deletion")[1].architecture["hidden"] == 8
+
+
+def _edit_head(tmp_path, card_change=None, tensor_change=None):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    save_head(tmp_path / "h", MLPHead(57, 8), HeadCard("quality", {}, "a", "1"))
+    if card_change is not None:
+        card = json.loads((tmp_path / "h.json").read_text(encoding="utf-8"))
+        card_change(card)
+        (tmp_path / "h.json").write_text(json.dumps(card), encoding="utf-8")
+    if tensor_change is not None:
+        tensors = load_file(str(tmp_path / "h.safetensors"))
+        tensor_change(tensors)
+        save_file(tensors, str(tmp_path / "h.safetensors"))
+    return tmp_path / "h"
+
+
+@pytest.mark.parametrize("card_change, tensor_change, match", [
+    (lambda c: c.pop("thresholds"), None, "no thresholds"),  # the defaults were shown as the card's own
+    (lambda c: c["architecture"].update(hidden=4_000_000), None, "holds"),  # allocated 1.45 GB before refusing
+    (None, lambda t: t.update(std=-t["std"]), "std must be above 0"),  # flipped every score
+    (None, lambda t: t.update(std=torch.zeros_like(t["std"])), "std must be above 0"),
+    (None, lambda t: t.update(mean=(t["mean"] * 1000).long()), "not floating point"),  # cast silently
+    (None, lambda t: t.update(std=t["std"] > 0), "not floating point"),
+])
+def test_a_damaged_card_or_weights_are_refused_at_load(tmp_path, card_change, tensor_change, match):
+    with pytest.raises(HeadLoadError, match=match):
+        load_head(_edit_head(tmp_path, card_change, tensor_change))
+
+
+@pytest.mark.parametrize("card, loaded, warns", [
+    ("wb", "w@55714b26", True),  # no hash on the card: the names decide
+    ("a@8eb29e95", "a", False),  # a sharded folder has no hash: same name
+    ("wb@427360c1", "/copy/of/wb@427360c1", False),  # the same weights in another folder
+    ("wb@427360c1", "wb@00000000", True),
+])
+def test_check_recognizer_compares_hashes_where_both_have_one_else_names(card, loaded, warns):
+    import warnings
+
+    from leakloss.heads import check_recognizer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_recognizer(HeadCard("quality", {}, card, "1"), loaded)
+    assert bool(caught) is warns
 
 
 @pytest.mark.parametrize("change", [
