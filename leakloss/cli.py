@@ -313,7 +313,7 @@ def recognize(
         log_probs, frames = model(wave[None])  # one pass: the frames and the phones (greedy() ran a second)
     phones = greedy_phones(log_probs, frames, model.phoneset)[0]
     if as_json:
-        _echo_json({"phones": phones, "frames": int(frames[0]), "recognizer": recognizer})
+        _echo_json({"phones": phones, "frames": int(frames[0]), "recognizer": model.name})  # with its weights hash
     else:
         console.print(" ".join(phones))
 

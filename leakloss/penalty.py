@@ -175,7 +175,8 @@ class LeakPenalty(FrozenScorer):
         if not isinstance(module, RawConvHead):  # an MLP head failed later as "no attribute 'min_samples'"
             raise HeadLoadError(f"{head_path}: a {card.head} head; the leak penalty takes a raw-conv head "
                                 "(rawconv.safetensors)")
-        rec = Recognizer.load(card.recognizer if recognizer is None else recognizer, device=device)
+        # by name: weights other than the card's (another training of it) load, and check_recognizer says so
+        rec = Recognizer.load(card.recognizer.partition("@")[0] if recognizer is None else recognizer, device=device)
         features = card_frame_features(card)
         check_frame_recognizer(rec, module, features.get("layer"), features["source"], card.recognizer)
         check_recognizer(card, rec.name)

@@ -259,9 +259,9 @@ def test_recognize_listens_with_the_real_speech_recognizer_unless_told(tmp_path)
     sf.write(tmp_path / "q.wav", (0.1 * np.sin(np.arange(16000) * 0.05)).astype("float32"), 16000)
     r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json"])
     assert r.exit_code == 0, r.output
-    assert json_module.loads(r.stdout)["recognizer"] == "wb"
+    assert json_module.loads(r.stdout)["recognizer"].startswith("wb@")  # the id, with its weights hash
     r = runner.invoke(app, ["recognize", str(tmp_path / "q.wav"), "--json", "--recognizer", "a"])
-    assert r.exit_code == 0 and json_module.loads(r.stdout)["recognizer"] == "a"
+    assert r.exit_code == 0 and json_module.loads(r.stdout)["recognizer"].startswith("a@")
 
 
 def test_recognize_runs_the_recognizer_once(tmp_path, monkeypatch):

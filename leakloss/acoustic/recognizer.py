@@ -62,6 +62,8 @@ def resolve_recognizer_path(name: str) -> Path | str:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if base != name and Path(base).expanduser().is_dir():  # "folder@1f2e3d4c": the id a head's card writes
+        return Path(base).expanduser()
     if path.is_file():
         if path.suffix.lower() in PICKLE_SUFFIXES:
             raise RecognizerLoadError(
@@ -117,11 +119,11 @@ class Recognizer(nn.Module):
         folder = source if local else _hub_snapshot(str(source))
         from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, is_whisper_folder
 
-        base = str(name).split("@", 1)[0]
+        base, _, requested = str(name).partition("@")
         if base.startswith("embedded:"):  # "embedded:w" is w: its id must match the heads' cards ("w@...")
             base = base.split(":", 1)[1]
         if is_whisper_folder(folder):  # a CTC head on the Whisper encoder: same interface, its own loader
-            return WhisperRecognizer.load(folder, name=base, device=device)
+            return _as_requested(WhisperRecognizer.load(folder, name=base, device=device), requested, folder)
         weights = check_weights(folder)
         vocab = _read_vocab(folder)
         model = _load_model(folder)
@@ -137,7 +139,7 @@ class Recognizer(nn.Module):
             raise RecognizerLoadError(f"{folder / 'vocab.json'}: {err}") from err
         _check_vocab_fits(vocab, int(model.config.vocab_size), folder)  # after the blank check: a vocabulary without <pad> says so first
         recognizer.word_check_limits = read_word_check_limits(folder)  # calibrate writes them for any local folder
-        return recognizer.to(device)
+        return _as_requested(recognizer.to(device), requested, folder)
 
     @property
     def device(self) -> torch.device:
@@ -268,6 +270,20 @@ def _hub_snapshot(name: str) -> Path:
         ) from err
 
 
+def _as_requested(recognizer: nn.Module, requested: str, folder: Path) -> nn.Module:
+    """``recognizer``, unless the name asked for other weights (``a@deadbeef``: the id heads' cards write):
+    :class:`RecognizerLoadError` naming both (the weights' hash is the id's part after ``@``)."""
+    loaded = str(recognizer.name).partition("@")[2]
+    if requested and loaded and requested != loaded:
+        raise RecognizerLoadError(f"{folder}: asked for weights {requested}, the folder holds {loaded} "
+                                  f"({recognizer.name}); give the name without @... to take these")
+    return recognizer
+
+
+#: safetensors dtypes a recognizer's weights may have (an int or bool tensor was cast into the model silently)
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
 def check_weights(folder: Path) -> Path:
     """The safetensors weights of ``folder`` (``model.safetensors`` or the sharded index), checked readable.
 
@@ -300,9 +316,11 @@ def check_weights(folder: Path) -> Path:
     for shard in shards:
         try:
             with safe_open(str(shard), framework="pt") as fh:  # reads and checks the header against the size
-                fh.keys()
+                not_float = sorted(k for k in fh.keys() if fh.get_slice(k).get_dtype() not in FLOAT_DTYPES)
         except (SafetensorError, OSError) as err:
             raise RecognizerLoadError(f"{shard}: not a readable safetensors file ({err})") from err
+        if not_float:
+            raise RecognizerLoadError(f"{shard}: weights that are not floating point ({', '.join(not_float[:3])})")
     return weights
 
 
@@ -313,10 +331,13 @@ def quiet_loading() -> Iterator[None]:
     from transformers.utils import logging as hf_logging
 
     was_enabled, hub_was_disabled = hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
+    verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # also silences huggingface_hub's bars
+    hf_logging.set_verbosity_error()  # its load report table: what it says, the checks after loading raise
     try:
         yield
     finally:
+        hf_logging.set_verbosity(verbosity)
         if was_enabled:
             hf_logging.enable_progress_bar()
         if hub_was_disabled:
@@ -326,20 +347,27 @@ def quiet_loading() -> Iterator[None]:
 def _load_model(folder: Path) -> nn.Module:
     from transformers import Wav2Vec2ForCTC
 
-    from leakloss.checks import nonfinite_tensors
+    from leakloss.checks import first_line, nonfinite_tensors
 
     try:
         with quiet_loading():
             # use_safetensors: transformers must never fall back to a pickle beside the safetensors
+            # dtype float32: a config that says float16 was applied, and fp32 audio then failed in the first conv
             model, info = Wav2Vec2ForCTC.from_pretrained(folder, local_files_only=True, use_safetensors=True,
-                                                         output_loading_info=True)
+                                                         output_loading_info=True, dtype=torch.float32)
     except Exception as err:  # transformers raises many types (OSError, ValueError, RuntimeError...)
-        raise RecognizerLoadError(f"{folder}: the recognizer could not be loaded ({type(err).__name__}: {err})") from err
+        raise RecognizerLoadError(f"{folder}: the recognizer could not be loaded "
+                                  f"({type(err).__name__}: {first_line(err)})") from err
     # a file of another model (a head's tensors) loaded as "OK" with every weight freshly initialised
     missing = [k for k in info.get("missing_keys", []) if not k.endswith(_BENIGN_MISSING)]
     if missing:
         raise RecognizerLoadError(f"{folder}: model.safetensors lacks {len(missing)} of the model's weights "
                                   f"(e.g. {', '.join(missing[:3])}): not this recognizer's weights")
+    # weights the config has no place for (a config cut to fewer layers) were dropped, and the model ran as another
+    unexpected = [k for k in info.get("unexpected_keys", []) if not k.startswith(_BENIGN_UNEXPECTED)]
+    if unexpected:
+        raise RecognizerLoadError(f"{folder}: model.safetensors holds {len(unexpected)} weights config.json has no "
+                                  f"place for (e.g. {', '.join(sorted(unexpected)[:3])}): config and weights differ")
     bad = nonfinite_tensors(model.state_dict())
     if bad:
         raise RecognizerLoadError(f"{folder}: weights {', '.join(bad[:3])} hold NaN/Inf (a diverged training)")
@@ -348,3 +376,5 @@ def _load_model(folder: Path) -> nn.Module:
 
 #: weights a released wav2vec2 CTC checkpoint may leave out (used for pre-training masking only)
 _BENIGN_MISSING = ("masked_spec_embed",)
+#: weights a released checkpoint may hold beyond a CTC model (its pre-training quantizer and projections)
+_BENIGN_UNEXPECTED = ("quantizer.", "project_hid.", "project_q.", "wav2vec2.quantizer.")

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from leakloss.acoustic.whisper_encoder import SAMPLES_PER_FRAME, WhisperFrames, default_model_dir
 from leakloss.acoustic.whisper_models import WHISPER_SOURCES, model_dir
-from leakloss.checks import nonfinite_tensors
+from leakloss.checks import first_line, nonfinite_tensors
 from leakloss.constants import SAMPLE_RATE
 from leakloss.text.phoneset import PhoneSet
 
@@ -251,6 +251,10 @@ class WhisperRecognizer(nn.Module):
             state = load_file(str(folder / HEAD_FILE))
         except (SafetensorError, OSError) as err:
             raise RecognizerLoadError(f"{folder / HEAD_FILE}: not a readable safetensors file ({err})") from err
+        not_float = sorted(k for k, v in state.items() if not v.is_floating_point())
+        if not_float:  # load_state_dict casts int or bool tensors silently
+            raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights that are not floating point "
+                                      f"({', '.join(not_float[:3])})")
         bad = nonfinite_tensors(state)
         if bad:  # loaded, then NaN phones and a raw IndexError in the alignment
             raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights hold NaN/Inf ({', '.join(bad[:3])}; a diverged "
@@ -268,7 +272,13 @@ class WhisperRecognizer(nn.Module):
             digest = encoder_digest(encoder_dir)
         except (WhisperModelNotFoundError, CTranslate2FormatError, WhisperJoinError, ValueError) as err:
             raise RecognizerLoadError(f"{folder}: its encoder {encoder_name!r} cannot be loaded ({err})") from err
-        if config.get("encoder_sha256") and config["encoder_sha256"] != digest:
+        if not (folder / "card.json").is_file():  # save_whisper_recognizer writes one: without it, A's word check
+            raise RecognizerLoadError(f"{folder}: no card.json (written with the head: its training and word-check "
+                                      "limits); the folder is incomplete")
+        if not isinstance(config.get("encoder_sha256"), str) or not config["encoder_sha256"]:
+            raise RecognizerLoadError(f"{folder / 'config.json'}: no encoder_sha256 (the encoder the head was trained "
+                                      f"on), got {config.get('encoder_sha256')!r:.40}")
+        if config["encoder_sha256"] != digest:
             raise RecognizerLoadError(f"{folder}: the head was trained on encoder {config['encoder_sha256']}, "
                                       f"the installed one is {digest}")
         try:  # a config.json edited by hand: wrong keys or types must be a load error, not a TypeError
@@ -284,7 +294,8 @@ class WhisperRecognizer(nn.Module):
         try:
             head.load_state_dict(state)
         except RuntimeError as err:
-            raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights do not fit the config ({err})") from err
+            raise RecognizerLoadError(f"{folder / HEAD_FILE}: weights do not fit the config "
+                                      f"({first_line(err)})") from err
         _check_vocab_fits(vocab, int(head_cfg["vocab_size"]), folder)
         weights_hash = hashlib.sha256((folder / HEAD_FILE).read_bytes()).hexdigest()[:8]
         try:

@@ -259,3 +259,57 @@ def test_an_embedded_recognizer_named_with_its_prefix_gets_the_same_id():
     if not (EMBEDDED_DIR / "a" / "model.safetensors").exists():
         pytest.skip("embedded recognizer a not built")
     assert Recognizer.load("embedded:a").name == Recognizer.load("a").name
+
+
+def _damaged(saved_dir, tmp_path, config_change=None, tensor_change=None):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "copy"
+    shutil.copytree(saved_dir, folder)
+    if config_change is not None:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config_change(config)
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    if tensor_change is not None:
+        state = load_file(str(folder / "model.safetensors"))
+        tensor_change(state)
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def test_a_config_that_says_float16_still_loads_in_float32(saved_dir, tmp_path):
+    # transformers applied the config's dtype: fp32 audio then failed in the first conv (a traceback on the CLI)
+    folder = _damaged(saved_dir, tmp_path, lambda c: c.update(torch_dtype="float16", dtype="float16"))
+    rec = Recognizer.load(str(folder))
+    assert {p.dtype for p in rec.parameters()} == {torch.float32}
+    log_probs, _ = rec(torch.randn(1, 8000))
+    assert torch.isfinite(log_probs).all()
+
+
+@pytest.mark.parametrize("config_change, tensor_change, match", [
+    (None, lambda s: s.update(junk=torch.zeros(3)), "no place for"),  # extra weights dropped silently
+    (None, lambda s: s.update({k: (v * 1000).long() for k, v in list(s.items())[:1]}), "not floating point"),
+])
+def test_weights_that_do_not_fit_the_config_are_refused(saved_dir, tmp_path, config_change, tensor_change, match):
+    with pytest.raises(RecognizerLoadError, match=match):
+        Recognizer.load(str(_damaged(saved_dir, tmp_path, config_change, tensor_change)))
+
+
+def test_a_config_cut_to_fewer_layers_is_refused(tmp_path):
+    # the weights of the dropped layers were left out and the model ran as another under the same id
+    torch.manual_seed(0)
+    model = tiny_model(len(VOCAB))
+    model.config.num_hidden_layers = 2
+    two = Wav2Vec2ForCTC(model.config)
+    two.save_pretrained(tmp_path / "two", safe_serialization=True)
+    (tmp_path / "two" / "vocab.json").write_text(json.dumps(VOCAB, ensure_ascii=False), encoding="utf-8")
+    folder = _damaged(tmp_path / "two", tmp_path, lambda c: c.update(num_hidden_layers=1))
+    with pytest.raises(RecognizerLoadError, match="no place for"):
+        Recognizer.load(str(folder))
+
+
+def test_a_name_that_asks_for_other_weights_is_refused(saved_dir):
+    name = Recognizer.load(str(saved_dir)).name
+    assert Recognizer.load(name).name == name  # the folder@hash the heads' cards write
+    with pytest.raises(RecognizerLoadError, match="asked for weights deadbeef"):
+        Recognizer.load(f"{saved_dir}@deadbeef")

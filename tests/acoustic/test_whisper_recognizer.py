@@ -340,18 +340,51 @@ def test_head_weights_holding_nan_are_refused(folder, tmp_path):
         WhisperRecognizer.load(bad)
 
 
-def test_a_head_sized_for_another_encoder_is_refused_without_the_encoder_hash(folder, tmp_path, vocab):
-    # only the optional hash guarded it: an einsum error at the first forward
+def test_a_head_sized_for_another_encoder_is_refused_under_the_encoder_s_own_hash(folder, tmp_path, vocab):
+    # an einsum error at the first forward
     bad = _copy(folder, tmp_path)
     other = _tiny_head(7, len(vocab))  # base's 6 layers + 1, on tiny.en's 384 channels
     save_whisper_recognizer(other, vocab, tmp_path / "other", {})
     shutil.copy(tmp_path / "other" / HEAD_FILE, bad / HEAD_FILE)
     config = json.loads((bad / "config.json").read_text(encoding="utf-8"))
     config["head"]["n_states"] = 7
-    config.pop("encoder_sha256")
     (bad / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(RecognizerLoadError, match=r"the head reads 7 states of 384 channels; encoder 'tiny.en' "
                                                   r"gives 5 of 384"):
+        WhisperRecognizer.load(bad)
+
+
+@pytest.mark.parametrize("sha", [None, "", 12])
+def test_a_folder_without_its_encoder_hash_is_refused(folder, tmp_path, sha):
+    # the encoder identity check was skipped silently
+    bad = _copy(folder, tmp_path)
+    config = json.loads((bad / "config.json").read_text(encoding="utf-8"))
+    config["encoder_sha256"] = sha
+    if sha is None:
+        config.pop("encoder_sha256")
+    (bad / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(RecognizerLoadError, match="no encoder_sha256"):
+        WhisperRecognizer.load(bad)
+
+
+def test_a_folder_without_its_card_is_refused(folder, tmp_path):
+    # recognizer A's word-check limits were used in its place, silently
+    bad = _copy(folder, tmp_path)
+    (bad / "card.json").unlink()
+    with pytest.raises(RecognizerLoadError, match="no card.json"):
+        WhisperRecognizer.load(bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_head_weights_that_are_not_floating_point_are_refused(folder, tmp_path, dtype):
+    from safetensors.torch import load_file, save_file
+
+    bad = _copy(folder, tmp_path)
+    state = load_file(str(bad / HEAD_FILE))
+    key = next(iter(state))
+    state[key] = (state[key] * 1000).to(dtype)
+    save_file(state, str(bad / HEAD_FILE))
+    with pytest.raises(RecognizerLoadError, match="not floating point"):
         WhisperRecognizer.load(bad)
 
 
