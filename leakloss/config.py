@@ -177,6 +177,11 @@ def check_trainer(node, key: str = "trainer", **kwargs) -> None:
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
+    from leakloss.checks import is_whole
+
+    accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+    if not is_whole(accumulate, 1):  # 0 was a ZeroDivisionError inside the first epoch
+        raise SettingsError(f"{key}.accumulate_grad_batches must be a whole number >= 1, got {accumulate!r}")
     clip = getattr(trainer, "gradient_clip_val", None)
     if clip is not None:
         try:

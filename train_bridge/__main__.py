@@ -61,8 +61,10 @@ def check_settings(cfg: DictConfig) -> None:
         shown = list(lambdas) if OmegaConf.is_list(lambdas) else lambdas
         raise SettingsError(f"ridge_lambdas must be a list of numbers in (0, {RIDGE_LAMBDA_MAX:g}], got {shown!r}")
     roles = cfg.roles
-    if not OmegaConf.is_list(roles) or not roles or any(r not in CORPUS_ROLES for r in roles):
-        raise SettingsError(f"roles must be a list of {', '.join(CORPUS_ROLES)}, got {roles!r}")
+    allowed = [r for r in CORPUS_ROLES if r != "recorded"]  # recorded voices come through recorded_readings
+    if not OmegaConf.is_list(roles) or not roles or any(r not in allowed for r in roles):
+        raise SettingsError(f"roles must be a list of {', '.join(allowed)}, got {roles!r} (recorded voices: "
+                            "recorded_readings)")
     stem = output_stem(cfg)
     if stem.name in ("", ".", "..") or stem.is_dir() or stem.suffix:
         raise SettingsError(f"out={cfg.out}: give a file stem without '.' (out=models/bridge writes "

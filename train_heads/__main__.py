@@ -35,6 +35,10 @@ def main(cfg: DictConfig) -> None:
     except UntrainedError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # a traceback outside trainer.fit (pairs, features, setup)
+        print("\ninterrupted: nothing exported (exports are whole or absent); the pairs and features cached so far "
+              "are kept, and a rerun reuses them", file=sys.stderr)
+        sys.exit(130)
     print(json.dumps({"export_dir": str(result["export_dir"]), "minutes": round((time.time() - start) / 60, 1)}))
     print(result["heldout_markdown"])
 

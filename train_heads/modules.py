@@ -20,8 +20,16 @@ class _HeadModule(L.LightningModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.head(x)
 
+    #: the optimizer step at which the training loss first was not finite (None: never); the run stops there
+    diverged_at: int | None = None
+
     def training_step(self, batch, _):
-        return self._step(batch, "train")
+        loss = self._step(batch, "train")
+        if not torch.isfinite(loss):  # trained on to the last epoch and refused only at the export: stop here
+            self.diverged_at = int(self.global_step) + 1
+            self.trainer.should_stop = True
+            return None
+        return loss
 
     def validation_step(self, batch, _):
         self._step(batch, "val")

@@ -120,9 +120,22 @@ def check_settings(cfg: DictConfig) -> None:
     from leakloss.schema import KINDS
 
     roles = sorted(k for k in (cfg.get("recognizer") or {}))
+    for key in (f"heads.{name}.{flag}" for name in (cfg.get("heads") or {}) for flag in ("resume", "select_best")):
+        check_flag(cfg, key)  # resume=no was the string "no": true, and the run resumed
+    for key in ("progress", "data.short_vowel_nasalised"):
+        check_flag(cfg, key)
+    for key in TRAINER_KEYS_SET_PER_HEAD:  # accepted, then replaced by the pipeline's own value, unsaid
+        if key in (cfg.get("trainer") or {}):
+            raise SettingsError(f"trainer.{key} is set for each head by the pipeline; use heads.NAME.max_epochs / "
+                                "heads.NAME.max_minutes / logger= instead")
     for name, hcfg in (cfg.get("heads") or {}).items():
         if hcfg.get("kind") not in KINDS:  # kind=vowel exported no head for it, without a word
             raise SettingsError(f"heads.{name}.kind must be one of {', '.join(KINDS)}, got {hcfg.get('kind')!r}")
+        kinds = hcfg.get("kinds")
+        if kinds is not None and not (OmegaConf.is_list(kinds) and len(kinds) and set(kinds) <= set(KINDS)):
+            # kinds=[vowel] trained a frame head on short-vowel negatives only and exported it with exit 0
+            raise SettingsError(f"heads.{name}.kinds must be a non-empty list of {', '.join(KINDS)}, got {kinds!r}")
+        instantiate_setting(hcfg.recipe, f"heads.{name}.recipe")  # real_repeat=0 failed after the other heads
         if hcfg.get("recognizer") not in roles:  # was a KeyError after the recognizers loaded
             raise SettingsError(f"heads.{name}.recognizer must be one of {', '.join(roles)}, "
                                 f"got {hcfg.get('recognizer')!r}")
@@ -146,6 +159,38 @@ def check_settings(cfg: DictConfig) -> None:
 
     check_trainer(cfg.trainer)  # trainer=gpu without a GPU failed after the recognizers and features
     check_heldout_words(cfg)
+
+
+#: Lightning settings the pipeline gives each head's trainer itself (a trainer.KEY override was replaced)
+TRAINER_KEYS_SET_PER_HEAD = ("max_epochs", "max_time", "logger", "callbacks", "default_root_dir",
+                             "enable_checkpointing")
+
+
+def check_frame_layers(cfg: DictConfig, recognizers: dict) -> None:
+    """Each head's ``frame_layer`` (null: the recognizer's default) a layer its recognizer has, else
+    :class:`~leakloss.checks.SettingsError`."""
+    from leakloss.checks import SettingsError, is_whole
+
+    for name, hcfg in (cfg.get("heads") or {}).items():
+        layer = hcfg.get("frame_layer")
+        if layer is None:
+            continue
+        try:
+            if not is_whole(layer, 0):
+                raise ValueError(f"got {layer!r}")
+            recognizers[hcfg.recognizer].frame_channels(layer)
+        except ValueError as err:
+            raise SettingsError(f"heads.{name}.frame_layer must be a layer of recognizer "
+                                f"{recognizers[hcfg.recognizer].name}: {err}") from None
+
+
+def check_flag(cfg: DictConfig, key: str) -> None:
+    """``key`` (dotted; missing or null: not given) must be true or false (a string such as ``no`` read as true)."""
+    from leakloss.checks import SettingsError
+
+    value = OmegaConf.select(cfg, key, default=None)
+    if value is not None and not isinstance(value, bool):
+        raise SettingsError(f"{key} must be true or false, got {value!r}")
 
 
 def check_recorded_voices(cfg: DictConfig) -> None:
@@ -350,6 +395,7 @@ def run(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     torch.set_num_threads(cfg.num_threads)
     recognizers = {role: Recognizer.load(cfg.recognizer[role]) for role in ("a", "b")}
+    check_frame_layers(cfg, recognizers)  # before the pairs: 99 failed after them and the other heads
     manifest = build_pairs(cfg, recognizers)
     # site-feature tables on first use: a run of frame heads only (experiment=whisper_frame) never needs them
     tables = SiteTables(lambda role: site_feature_table(manifest, recognizers[role],
@@ -407,8 +453,12 @@ def run(cfg: DictConfig) -> dict:
         # the time budget stops between two batches; a resume finishes that epoch (Lightning's max_time skipped it)
         budget = TimeBudget(hcfg.get("max_minutes"),
                             save_to=resume_dir / "last.ckpt" if hcfg.get("resume", False) else None)
+        # checkpoints only where a callback above reads them (best epoch, resume): Lightning's default wrote a
+        # pickle per run that nothing read
+        checkpointing = any(type(c).__name__ == "ModelCheckpoint" for c in callbacks)
         trainer = instantiate(cfg.trainer, max_epochs=hcfg.max_epochs, logger=_logger(cfg, name),
-                              callbacks=callbacks + [budget], default_root_dir=str(head_dir), enable_checkpointing=True)
+                              callbacks=callbacks + [budget], default_root_dir=str(head_dir),
+                              enable_checkpointing=checkpointing)
         try:
             with warnings.catch_warnings():
                 if resume_from:  # the loader does resume mid-epoch (TimeBudget skips the trained batches), and the
@@ -439,6 +489,9 @@ def run(cfg: DictConfig) -> dict:
         if best is not None:
             keep_best_epoch(module, best, name, resume_dir, training)
         # a diverged head is found now, not after every other head trained and the export failed on it
+        if getattr(module, "diverged_at", None) is not None:
+            raise UntrainedError(f"head {name}: the training loss was not finite at step {module.diverged_at} "
+                                 f"(heads.{name}.module.lr too high?): nothing exported")
         check_trained(int(trainer.global_step), module.head.state_dict(), f"head {name}")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
             trainer.logger.experiment.finish()  # one W&B run per head

@@ -33,7 +33,7 @@ from leakloss.checks import (
     is_finite_number,
 )
 from leakloss.acoustic.whisper_training import check_resumable, check_run_folders, load_checkpoint, save_checkpoint
-from leakloss.config import config_dir, instantiate_setting
+from leakloss.config import check_trainer, config_dir, instantiate_setting
 from leakloss.speech.corpus import (
     ROLES, SentenceFileError, build_corpus, builtin_sentences, check_builtin_heldout, read_sentences,
     split_for_training,
@@ -54,6 +54,12 @@ def check_settings(cfg: DictConfig) -> None:
     except ValueError as err:
         raise SettingsError(str(err)) from None
     check_run_folders(cfg.out_dir, RECOGNIZER_FILES, cfg.checkpoint_dir)
+    written = OmegaConf.to_container(cfg.trainer, resolve=False)
+    for key, own in (("max_steps", "${max_steps}"), ("max_time", {"minutes": "${max_minutes}"})):
+        if written.get(key) != own:  # replaced by the run's budget left: trainer.max_steps=3 trained 24 steps
+            budget = "max_steps" if key == "max_steps" else "max_minutes"
+            raise SettingsError(f"trainer.{key} is the run's budget: set {budget} instead")
+    check_trainer(cfg.trainer)  # gradient_clip_val=nan, accumulate_grad_batches=0: tracebacks after the corpus
     if cfg.get("init_from"):
         folder = Path(cfg.init_from)
         try:

@@ -220,7 +220,10 @@ class Recognizer(nn.Module):
     default_frame_layer = DEFAULT_CONV_LAYER
 
     def _frame_layer(self, layer: int | None) -> int:
-        return self.default_frame_layer if layer is None else layer
+        layer = self.default_frame_layer if layer is None else layer
+        if not 0 <= layer < len(self.conv_strides):  # conv_dim[-1] was a silent "last layer"
+            raise ValueError(f"conv layer {layer} out of range 0..{len(self.conv_strides) - 1}")
+        return layer
 
     def frame_features(self, waves: Tensor, lengths: Tensor | None = None, layer: int | None = None,
                        normalize: bool = True) -> tuple[Tensor, Tensor]:

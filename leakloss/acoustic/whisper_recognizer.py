@@ -208,6 +208,7 @@ class WhisperRecognizer(nn.Module):
         return self.crop_margin_s
 
     def frame_channels(self, layer: int | None = None) -> int:
+        self._frame_layer(layer)  # out of range: ValueError, as the wav2vec2 recognizer's
         return int(self.frames.dim)
 
     @torch.no_grad()

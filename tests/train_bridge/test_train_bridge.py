@@ -75,6 +75,7 @@ def test_readings_are_drawn_per_voice_and_the_unseen_family_is_refused(tmp_path)
     ("ridge_lambdas=[1e308]", r"ridge_lambdas must be a list of numbers"),
     ("ridge_lambdas=[true]", r"ridge_lambdas must be a list of numbers"),  # the card said ridge_lambda: true
     ("roles=[bogus]", r"roles must be a list of teacher, hindi"),  # a ValueError traceback after the settings
+    ("roles=[recorded]", r"roles must be a list of .*\(recorded voices: recorded_readings\)"),  # a traceback
     ("+bridge.in_bins=101", r"in_bins must be at most a Vocos mel's 100 bins"),  # a reshape error after the audio
     ("bridge.frozen=true", r"bridge: it has nothing to train"),
     ("bridge.kernel=4", r"bridge: ValueError: context must be a whole number >= 0 and kernel odd"),

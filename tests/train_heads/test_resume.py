@@ -54,7 +54,7 @@ def _run(folder: Path, *overrides: str) -> dict:
     cfg = compose_config("train_heads", [
         "logger=csv", "~heads.quality", "~heads.rawconv", f"out_dir={folder / 'out'}",
         f"export_dir={folder / 'export'}", f"cache_dir={folder / 'cache'}", "progress=false",
-        "+heads.deletion.resume=true", "+heads.deletion.select_best=true", "heads.deletion.batch_size=15",
+        "heads.deletion.resume=true", "heads.deletion.select_best=true", "heads.deletion.batch_size=15",
         "heads.deletion.module.lr=0.03", *overrides])
     pipeline.run(cfg)
     head, card = load_head(folder / "export" / "deletion")
@@ -154,7 +154,7 @@ def test_a_time_budget_spent_mid_epoch_resumes_that_epoch(fake, tmp_path, monkey
             return step(self, batch, i)
 
         monkeypatch.setattr(MLPHeadModule, "training_step", timed_step)
-        return _run(folder, "heads.deletion.max_epochs=3", f"+heads.deletion.max_minutes={minutes}",
+        return _run(folder, "heads.deletion.max_epochs=3", f"heads.deletion.max_minutes={minutes}",
                     "heads.deletion.select_best=false")  # the last weights: what each run trained
 
     whole = run(tmp_path / "whole", 1000)

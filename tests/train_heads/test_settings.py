@@ -57,6 +57,18 @@ ROOT = Path(__file__).resolve().parents[2]
     (f"data.heldout_recorded_voices=[{_EXCLUDED}]", rf"data.heldout_recorded_voices: '{_EXCLUDED}' is an "),
     ("data.recorded_voices=fest-kal", r"data.recorded_voices must be a list of recorded voice names, got 'fest-kal'"),
     ("data.recorded_voices=[1]", r"data.recorded_voices must be a list of recorded voice names, got 1 in it"),
+    # a recipe's own settings: Hydra's report after the other heads had trained
+    ("+heads.rawconv.recipe.real_repeat=0", r"heads.rawconv.recipe: ValueError: real_repeat must be >= 1, got 0"),
+    # a frame head with no positive kind trained on short-vowel negatives only and exported with exit 0
+    ("heads.rawconv.kinds=[vowel]", r"heads.rawconv.kinds must be a non-empty list of deletion, quality"),
+    ("heads.rawconv.kinds=[]", r"heads.rawconv.kinds must be a non-empty list"),
+    # yes/no settings: a string read as true (resume=no resumed)
+    ("heads.rawconv.resume=no", r"heads.rawconv.resume must be true or false, got 'no'"),
+    ("heads.deletion.select_best=off", r"heads.deletion.select_best must be true or false, got 'off'"),
+    ("progress=nope", r"progress must be true or false, got 'nope'"),
+    # set for each head by the pipeline: accepted, then replaced without a word
+    ("+trainer.max_epochs=1", r"trainer.max_epochs is set for each head by the pipeline"),
+    ("+trainer.accumulate_grad_batches=0", r"trainer.accumulate_grad_batches must be a whole number >= 1, got 0"),
 ])
 def test_bad_settings_are_refused_before_any_model_loads(override, message, monkeypatch):
     import leakloss.acoustic.recognizer as recognizer
@@ -102,6 +114,19 @@ def test_a_file_where_a_head_logs_is_refused(tmp_path, monkeypatch):
                                          f"export_dir={tmp_path / 'export'}"])
     with pytest.raises(SettingsError, match=r"out_dir: .*deletion is a file; head deletion logs"):
         run(cfg)
+
+
+def test_a_frame_layer_the_recognizer_lacks_is_refused_before_the_pairs(tmp_path, monkeypatch):
+    # 99 (or -3 on wb) failed with a traceback after the pairs and the other heads
+    import train_heads.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "build_pairs", lambda *a, **k: pytest.fail("pairs built"))
+    for layer, message in ((99, r"conv layer 99 out of range"), (-3, r"got -3"), (True, r"got True")):
+        cfg = compose_config("train_heads", ["experiment=smoke", f"out_dir={tmp_path / 'o'}",
+                                             f"export_dir={tmp_path / 'e'}", f"++heads.rawconv.frame_layer={layer}"])
+        with pytest.raises(SettingsError, match=rf"heads.rawconv.frame_layer must be a layer of recognizer a@.*"
+                                                rf"{message}"):
+            run(cfg)
 
 
 @pytest.mark.parametrize("overrides", [

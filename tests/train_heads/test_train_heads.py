@@ -281,3 +281,22 @@ def test_the_embedded_pairs_are_built_anew_when_a_synthesizer_changes(tmp_path, 
     monkeypatch.setattr(build, "build_embedded_pairs", fake_build)
     monkeypatch.setattr(festival, "voice_version", lambda voice: "festival 9.9")
     assert folder() == espeak_only and folder("data.recorded_voices=[fest-kal]") != recorded
+
+
+def test_a_head_whose_loss_is_not_finite_stops_at_that_step():
+    # trained on to its last epoch and refused only at the export (the recognizer trainers stop at once)
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    from leakloss.heads import MLPHead
+    from train_heads.modules import MLPHeadModule
+
+    rows = [{"x": torch.full((57,), float("nan")), "y": torch.tensor(1.0)}] * 8
+    module = MLPHeadModule(MLPHead(57, 4))
+    before = {k: v.clone() for k, v in module.head.state_dict().items()}
+    trainer = L.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, DataLoader(rows, batch_size=4))
+    assert module.diverged_at == 1 and trainer.current_epoch <= 1 and trainer.global_step <= 1  # not 5 epochs
+    assert all(torch.equal(v, before[k]) for k, v in module.head.state_dict().items())  # no step on NaN

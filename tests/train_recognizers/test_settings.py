@@ -30,6 +30,12 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
     ("init_from=/nonexistent/rec", r"init_from=/nonexistent/rec: not a saved recognizer folder"),
     # trained on 29 of the 57 sentences calibration and the benchmarks hold out
     ("heldout_fraction=0.05", r"heldout_fraction=0.05 on the built-in sentences trains on some of the 0.1"),
+    # replaced by the budget left: trainer.max_steps=3 trained 24 steps, unsaid
+    ("trainer.max_steps=3", r"trainer.max_steps is the run's budget: set max_steps instead"),
+    ("trainer.max_time=null", r"trainer.max_time is the run's budget: set max_minutes instead"),
+    # tracebacks after the corpus was synthesised
+    ("trainer.gradient_clip_val=nan", r"trainer.gradient_clip_val must be a finite number >= 0"),
+    ("+trainer.accumulate_grad_batches=0", r"trainer.accumulate_grad_batches must be a whole number >= 1, got 0"),
 ])
 def test_wav2vec2_trainer_settings_that_cannot_work(override, message):
     from train_recognizers.__main__ import check_settings
