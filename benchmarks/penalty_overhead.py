@@ -92,9 +92,14 @@ crops (``--site-density`` sites/s, ``--window-margin`` each side).
 Run: ``OMP_NUM_THREADS=2 python benchmarks/penalty_overhead.py [--recognizer wb]`` (about 2 min for a, 4-5 min
 for wb on 2 busy cores; ``OMP_NUM_THREADS=1`` for one). The last line is ``penalty_flops_share=X.XXXX
 penalty_flops_share_cropped=Z.ZZZZ penalty_flops_share_default=D.DDDD penalty_flops_share_bridge=G.GGGG
-penalty_flops_share_bridge_cropped=C.CCCC margin_flops_share=M.MMMM wall_ratio=Y.YY scorer_speed_before=B.BB
+penalty_flops_share_bridge_cropped=C.CCCC margin_flops_share=M.MMMM margin_flops_share_bridge=N.NNNN wall_ratio=Y.YY scorer_speed_before=B.BB
 scorer_speed_after=A.AA recognizer=NAME`` (every item whole, every item cropped, then what ``finetune-f5`` runs by
-default, the mel bridge whole, the mel bridge with the encoder on crops, the path-margin term).
+default, the mel bridge whole, the mel bridge with the encoder on crops, the path-margin term through the vocoder
+and through the mel bridge).
+
+``margin_flops_share_bridge``
+    The path-margin term heard through the mel bridge (``leak.mel_bridge=true``, :func:`margin_bridge_parts_flops`):
+    the bridge, the Whisper encoder through all its layers and the phone head, every item whole; no vocoder.
 
 ``penalty_flops_share_bridge_cropped``
     ``leak.mel_bridge=true leak.crop=true`` (:meth:`leakloss.penalty.LeakPenalty.cropped`): every item's mels
@@ -356,6 +361,33 @@ def margin_parts_flops(recognizer: nn.Module, vocoder: MelToWave, batch: int, fr
     return out
 
 
+def margin_bridge_parts_flops(recognizer: nn.Module, bridge: nn.Module, batch: int, frames: int) -> dict[str, int]:
+    """Forward + backward (to the mel) FLOPs of each stage of the path-margin term heard through the mel bridge
+    (``PathMarginPenalty(mel_bridge=...)(mels=...)``, ``finetune-f5 leak.mel_bridge=true``) on ``[batch, frames,
+    100]`` mels, whole items: the bridge on the mels plus the silent frames its receptive field reads (as
+    :meth:`leakloss.mel_bridge.MelBridge.whisper_log_mel`), the Whisper encoder through all its layers on the items'
+    own 20 ms frames (no tail: the term hears the item alone) and the phone head; no vocoder, no resampler, no STFT."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from leakloss.functional.mel_bridge import bridge_frames
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    limit = recognizer.frames.encoder.config.max_source_positions
+    samples = min(int(mel_lengths_to_samples(frames)), limit * recognizer.samples_per_frame)
+    encoder_frames = int(recognizer.frame_count(samples))
+    n_out, grid, needed = bridge_frames(encoder_frames, bridge.receptive_frames)
+    out: dict[str, int] = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mel = torch.randn(batch, max(frames, needed), MEL_BINS)
+        lengths, out_lengths = torch.full((batch,), frames), torch.full((batch,), n_out)
+        out["mel bridge"], log_mel = counted(lambda m: bridge(m, lengths, grid, out_lengths)[..., :n_out], mel)
+        out["whisper encoder, all layers"], states = counted(lambda x: recognizer.frames.mel_states(x), log_mel)
+        head = recognizer.head
+        out["phone head"], _ = counted(lambda x: torch.log_softmax(head(x).float(), -1), states)
+    out["phone head"] += lstm_flops(head.lstm, batch, states.shape[2])
+    return out
+
+
 def recognizer_part(recognizer: nn.Module) -> str:
     """The name of the recognizer's stage in the printed breakdown."""
     return "whisper encoder" if recognizer.frame_source == WHISPER_FRAME_SOURCE else "recognizer convs"
@@ -573,6 +605,33 @@ def bridge_cropped_parts_flops(penalty: LeakPenalty, batch: int, frames: int,
             out["whisper encoder"] += flops
             out["raw-conv head"] += counted(penalty.head, states.float().transpose(1, 2))[0]
     return out, len(crops)
+
+
+def check_margin_bridge_stages(recognizer: nn.Module, bridge: nn.Module, frames: int = 188) -> tuple[int, int]:
+    """(FLOPs of the bridged margin term's forward + backward on one real ``frames``-frame item, counted on real
+    CPU tensors through ``PathMarginPenalty(mels=...)`` with a plan of one site, vs the sum of
+    :func:`margin_bridge_parts_flops` without its analytic LSTM count, which the flop counter cannot see on either
+    side)."""
+    from leakloss.acoustic.features import SiteSpec
+    from leakloss.margin_penalty import MarginPlan, PathMarginPenalty
+
+    term = PathMarginPenalty(recognizer, mel_bridge=bridge)
+    mel = torch.randn(1, frames, MEL_BINS) - 2.0
+    (_, enc), _ = term._bridged(mel[0])
+    ids = [frozenset({i}) for i in range(1, 4)]  # any three phone ids: the cost does not depend on them
+    spec = SiteSpec(key=(0, 0), kind="deletion", position=1, nepali=tuple(ids), hindi=(ids[0], ids[2]),
+                    hindi_side=ids[2], crops=((20, 40), (18, 42), (16, 44)))
+    plan = MarginPlan((spec,), "ok", None, int(enc[0]), str(recognizer.name))
+    x = mel.clone().requires_grad_(True)
+
+    def run() -> None:
+        loss, _ = term(mels=x, plans=[plan])
+        loss.backward()
+
+    whole, _ = count_flops(run)
+    parts = margin_bridge_parts_flops(recognizer, bridge, 1, frames)
+    lstm = lstm_flops(recognizer.head.lstm, 1, int(enc[0]))
+    return whole, sum(parts.values()) - lstm
 
 
 def check_against_full_penalty(penalty: LeakPenalty, frames: int = 188) -> tuple[int, int]:
@@ -994,7 +1053,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{TARGET_SHARE_CROPPED:.0%} target")
 
     # the text-paired path-margin term (leak.margin_weight): whole items, every state of the encoder
-    margin_share = math.nan
+    margin_share = margin_bridge_share = math.nan
     if recognizer.frame_source == WHISPER_FRAME_SOURCE:
         margin_parts = margin_parts_flops(recognizer, penalty.mel_to_wave, batch, args.utt_frames)
         margin_share = sum(margin_parts.values()) / f5
@@ -1007,6 +1066,26 @@ def main(argv: list[str] | None = None) -> None:
             scored = max(1, math.ceil(option * batch))
             alt = sum(margin_parts_flops(recognizer, penalty.mel_to_wave, scored, args.utt_frames).values()) / f5
             print(f"path-margin term on {scored} of {batch} items (leak.item_fraction {option:g}): share {alt:.4f}")
+        from leakloss.mel_bridge import MelBridge
+
+        bridge = MelBridge.embedded()
+        margin_bridge_parts = margin_bridge_parts_flops(recognizer, bridge, batch, args.utt_frames)
+        margin_bridge_share = sum(margin_bridge_parts.values()) / f5
+        print(f"path-margin term through the mel bridge (leak.mel_bridge=true), every item, whole: "
+              f"{sum(margin_bridge_parts.values()) / 1e12:.3f} TFLOP, share {margin_bridge_share:.4f}, "
+              f"{'within' if margin_bridge_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
+              f"{TARGET_SHARE_CROPPED:.0%} target")
+        for name, flops in margin_bridge_parts.items():
+            print(f"  {name:<28} {flops / 1e9:9.1f} GFLOP  {flops / f5:7.2%} of F5 step")
+        m_whole, m_summed = check_margin_bridge_stages(recognizer, bridge)
+        print(f"check, one 2 s item on real CPU tensors: PathMarginPenalty(mels=..., mel_bridge) fwd+bwd "
+              f"{m_whole / 1e9:.3f} GFLOP vs stages {m_summed / 1e9:.3f} GFLOP (the LSTM counted analytically on "
+              "the stages' side only)")
+        for option in args.fraction_sensitivity:
+            scored = max(1, math.ceil(option * batch))
+            alt = sum(margin_bridge_parts_flops(recognizer, bridge, scored, args.utt_frames).values()) / f5
+            print(f"path-margin term through the bridge on {scored} of {batch} items (leak.item_fraction "
+                  f"{option:g}): share {alt:.4f}")
 
     # site windows: vocode + score only crops around the sites
     crop_frames = math.ceil((args.site_duration + 2 * args.window_margin) * FRAME_RATE)
@@ -1085,7 +1164,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"penalty_flops_share={share:.4f} penalty_flops_share_cropped={cropped_share:.4f}"
           f" penalty_flops_share_default={default_share:.4f} penalty_flops_share_bridge={bridge_share:.4f}"
           f" penalty_flops_share_bridge_cropped={bridge_cropped_share:.4f}"
-          f" margin_flops_share={margin_share:.4f}"
+          f" margin_flops_share={margin_share:.4f} margin_flops_share_bridge={margin_bridge_share:.4f}"
           f" wall_ratio={wall['ratio']:.2f} scorer_speed_before={speed['before']:.2f}"
           f" scorer_speed_after={speed['after']:.2f} recognizer={rec_name}")
 

@@ -190,7 +190,7 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     figures = dict(pair.split("=", 1) for pair in out.out.strip().splitlines()[-1].split())
     assert list(figures) == ["penalty_flops_share", "penalty_flops_share_cropped", "penalty_flops_share_default",
                              "penalty_flops_share_bridge", "penalty_flops_share_bridge_cropped", "margin_flops_share",
-                             "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
+                             "margin_flops_share_bridge", "wall_ratio", "scorer_speed_before", "scorer_speed_after", "recognizer"]
     assert figures["recognizer"] == "wb"
     assert 0 < float(figures["penalty_flops_share_cropped"]) < float(figures["penalty_flops_share"])
     # the mel bridge path (the shipped bridge on the tiny encoder here), counted stage by stage as the penalty runs
@@ -199,6 +199,11 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     assert 0 < float(figures["penalty_flops_share_bridge_cropped"]) < float(figures["penalty_flops_share_bridge"])
     # the path-margin term hears every encoder state of every item: more than the penalty's encoder to its layer
     assert float(figures["margin_flops_share"]) > 0
+    # through the bridge (the shipped bridge on the tiny encoder: not cheaper than the tiny vocoder here)
+    assert 0 < float(figures["margin_flops_share_bridge"])
+    check = [line for line in out.out.splitlines() if "PathMarginPenalty(mels=..., mel_bridge)" in line]
+    whole, stages = (float(x) for x in re.findall(r"([\d.]+) GFLOP", check[0]))
+    assert whole == pytest.approx(stages, rel=1e-6)  # the bridged term's stages are what it runs
     check = [line for line in out.out.splitlines() if line.startswith("check, one 2 s item") and "bridged" in line]
     whole, stages = (float(x) for x in re.findall(r"([\d.]+) GFLOP", check[0]))
     assert whole == pytest.approx(stages, rel=0.01)
