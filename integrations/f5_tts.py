@@ -247,7 +247,9 @@ class LeakAwareCFM(CFM):
       first time an utterance (its site key, else its text, and its mel length) is scored and kept (the
       :data:`MARGIN_PLAN_CACHE` most recently used; shared with F5's EMA copy); with ``sites_in_span_only`` only
       sites whose word is centred in the infilled span are scored (:func:`plan_in_span`). Items whose plan cannot
-      be scored are not vocoded. Needs ``mel_to_wave``.
+      be scored are not vocoded. Needs ``mel_to_wave``, unless the term hears mels through a mel bridge
+      (``PathMarginPenalty(mel_bridge=...)``): then ``x1_hat``'s mels go straight into Whisper's log-mel and the
+      plans are made on the ground truth's mel, with no vocoder (docs/penalty.md).
       Same ``t**2`` weight, dropped-text rule, item choice, schedule and DDP normalisation as the other terms;
       whole items, never cropped; weight 0 monitors it.
 
@@ -309,9 +311,9 @@ class LeakAwareCFM(CFM):
         if paired_penalty is not None and mel_to_wave is None and getattr(paired_penalty, "mel_to_wave", None) is None:
             raise ValueError("a paired_penalty compares vocoded x1_hat with the vocoded ground truth: give mel_to_wave "
                              "(leakloss.vocoder.MelToWave)")
-        if margin_penalty is not None and mel_to_wave is None:
+        if margin_penalty is not None and mel_to_wave is None and getattr(margin_penalty, "mel_bridge", None) is None:
             raise ValueError("a margin_penalty hears vocoded x1_hat and plans on the vocoded ground truth: give "
-                             "mel_to_wave (leakloss.vocoder.MelToWave)")
+                             "mel_to_wave (leakloss.vocoder.MelToWave), or load it with a mel bridge")
         super().__init__(transformer, *args, **kwargs)
         self._shared = _Shared(leak_penalty, mel_to_wave, paired_penalty, margin_penalty)
         self.leak_weight = float(leak_weight)
@@ -605,9 +607,13 @@ class LeakAwareCFM(CFM):
             mels, mel_lengths = mels.index_select(0, pick), mel_lengths.index_select(0, pick)
         autocast = torch.autocast(x1_hat.device.type, dtype=torch.bfloat16, enabled=self.leak_bf16)
         with autocast:
-            waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
-            waves = nan_items(waves, bad)  # the term masks these items itself (status not_finite, zero gradient)
-            loss, parts = self.margin_penalty(waves=waves, wave_lengths=wave_lengths, plans=[plans[j] for j in scored])
+            if getattr(self.margin_penalty, "mel_bridge", None) is not None:  # no vocoder: mels into the bridge
+                loss, parts = self.margin_penalty(mels=mels, mel_lengths=mel_lengths, plans=[plans[j] for j in scored])
+            else:
+                waves, wave_lengths, bad = vocode_items(self.mel_to_wave, mels, mel_lengths)
+                waves = nan_items(waves, bad)  # the term masks these items itself (status not_finite, zero gradient)
+                loss, parts = self.margin_penalty(waves=waves, wave_lengths=wave_lengths,
+                                                  plans=[plans[j] for j in scored])
         if len(parts.item_status) != len(scored):
             raise RuntimeError(f"the margin term reported {len(parts.item_status)} item statuses for {len(scored)} items")
         heard = iter(parts.item_status)
@@ -630,6 +636,18 @@ class LeakAwareCFM(CFM):
                 cache.move_to_end(k)
         new = [j for j, plan in enumerate(plans) if plan is None]
         if not new:
+            return plans
+        if getattr(self.margin_penalty, "mel_bridge", None) is not None:  # planned on the truth's mel, bridged
+            with torch.no_grad(), torch.autocast(truth.device.type, enabled=False):
+                for j in new:
+                    mel = truth[j, : int(mel_lengths[j])].float()
+                    plans[j] = self.margin_penalty.plan(text=str(keys[j]), mel=mel)
+                    if plans[j].status == "not_finite":  # not cached: another batch may hold a finite copy
+                        plans[j] = MarginPlan((), "not_finite", "the ground truth's mel is not finite")
+                        continue
+                    cache[wanted[j]] = plans[j]
+                    while len(cache) > MARGIN_PLAN_CACHE:
+                        cache.popitem(last=False)
             return plans
         index = torch.tensor(new, device=truth.device)
         with torch.no_grad(), torch.autocast(truth.device.type, enabled=False):

@@ -261,3 +261,63 @@ def test_bad_margin_settings_are_refused(m2w, kwargs, message):
         _model(m2w, **kwargs)
     with pytest.raises(ValueError, match="margin_weight > 0 with a margin_penalty needs a site_lookup"):
         tiny_f5(256, margin_penalty=RecordingMargin(), margin_weight=1.0, mel_to_wave=m2w)
+
+
+class RecordingBridgedMargin(RecordingMargin):
+    """The stand-in heard through a mel bridge: plans on the ground truth's mel, scores x1_hat's mels (one
+    "frame" per mel frame here), no vocoder anywhere."""
+
+    mel_bridge = "a bridge"
+
+    def plan(self, wave=None, text=None, *, mel=None) -> MarginPlan:
+        assert wave is None and mel is not None
+        self.planned.append((mel.clone(), text))
+        specs = tuple(_spec(i, a, b) for i, (a, b) in enumerate(self.crops))
+        return MarginPlan(specs, "ok", None, mel.shape[0], self.recognizer.name)
+
+    def forward(self, waves=None, texts=None, wave_lengths=None, plans=None, *, mels=None, mel_lengths=None):
+        assert waves is None and wave_lengths is None
+        self.calls.append(dict(mels=mels, mel_lengths=mel_lengths, plans=plans))
+        specs = [(i, spec) for i, plan in enumerate(plans) for spec in plan.specs]
+        values = [mels[i, slice(*spec.crops[0])].pow(2).mean() for i, spec in specs]
+        loss = torch.stack(values).mean()
+        margins = torch.stack(values).detach()
+        kinds = tuple(spec.kind for _, spec in specs)
+        per_kind = {k: margins[[j for j, kind in enumerate(kinds) if kind == k]].mean() for k in KINDS if k in kinds}
+        return loss, MarginParts(loss.detach(), per_kind, margins, kinds, len(values),
+                                 tuple(p.status for p in plans), 0, 0, margins)
+
+
+def test_a_bridged_term_plans_on_the_ground_truth_mel_and_hears_x1_hat_s_mels_without_a_vocoder():
+    margin = RecordingBridgedMargin()
+    model = _model(None, margin_penalty=margin, margin_weight=5.0)  # no vocoder needed
+    flow = _model(None)
+    loss, seen = _run(model)
+    mel, text, lens = _batch()
+    assert [t for _, t in margin.planned] == text
+    for (planned, _), n, row in zip(margin.planned, lens.tolist(), mel):
+        assert planned.shape[0] == n and not planned.requires_grad
+        torch.testing.assert_close(planned, row[:n])
+    call = margin.calls[-1]
+    assert call["mels"].requires_grad and call["mel_lengths"].tolist() == lens.tolist()
+    t2 = float((seen["time"] ** 2).mean())
+    torch.testing.assert_close(loss.detach(), _run(flow)[0].detach() + 5.0 * t2 * model.last_margin_penalty)
+    _run(model, seed=1)
+    assert len(margin.planned) == 2  # cached
+
+
+def test_the_real_bridged_term_on_a_tiny_whisper_recognizer_adds_nothing_it_cannot_score(fake_w):
+    from leakloss.mel_bridge import MelBridge
+
+    mel, _, lens = _batch()
+    texts = ["नेकपा घर", "बैठक"]
+    torch.manual_seed(0)
+    term = PathMarginPenalty(fake_w, mel_bridge=MelBridge(hidden=8))
+    losses = []
+    for model in (_model(None), _model(None, margin_penalty=term, margin_weight=5.0)):
+        random.seed(0)
+        torch.manual_seed(0)
+        losses.append(model(mel, text=texts, lens=lens)[0])
+    assert torch.equal(losses[0], losses[1])
+    assert model.last_margin_parts.active_sites == 0 and len(model.last_margin_parts.item_status) == 2
+    assert set(model._shared.margin_plans) == {(texts[0], 48), (texts[1], 40)}
