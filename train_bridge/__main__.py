@@ -208,7 +208,9 @@ def run(cfg: DictConfig) -> dict:
     # the ridge start is the checkpoint to beat: if no evaluation beats it, it is what is saved (and what the card
     # describes), not unchecked Adam weights
     best_err, best_state, step = linear_err, {k: v.clone() for k, v in bridge.state_dict().items()}, 0
+    best_step = 0  # the Adam step of the weights kept (0: the ridge start)
     budget, fit_start = cfg.minutes * 60, time.time()
+    evaluated = 0
     while time.time() - fit_start < budget:
         batch = rng.sample(train, min(cfg.batch, len(train)))
         loss = mse_log10(bridge, batch)
@@ -219,13 +221,20 @@ def run(cfg: DictConfig) -> dict:
         loss.backward()
         opt.step()
         step += 1
-        if step % cfg.eval_every == 0:
+        last = time.time() - fit_start >= budget  # the steps after the last evaluation are evaluated too
+        if step % cfg.eval_every == 0 or last:
             with torch.no_grad():
                 err = float(mse_log10(bridge, held).sqrt())
+            evaluated = step
             print(f"step {step}  train {float(loss.detach()) ** 0.5:.3f}  held back {err:.3f}  {time.time() - fit_start:.0f}s",
                   flush=True)
             if err < best_err:
-                best_err, best_state = err, {k: v.clone() for k, v in bridge.state_dict().items()}
+                best_err, best_state, best_step = err, {k: v.clone() for k, v in bridge.state_dict().items()}, step
+    if evaluated != step:  # (a budget ending between the loop's check and the last step's)
+        with torch.no_grad():
+            err = float(mse_log10(bridge, held).sqrt())
+        if err < best_err:
+            best_err, best_state, best_step = err, {k: v.clone() for k, v in bridge.state_dict().items()}, step
     bridge.load_state_dict(best_state)
     stem = output_stem(cfg)
     check_trained(step, bridge.state_dict(), str(stem))
@@ -240,7 +249,8 @@ def run(cfg: DictConfig) -> dict:
                   "unit RMS x 0.05 (as WhisperRecognizer.frame_features hears it)",
         # the held-back readings also chose the ridge lambda and the checkpoint: a selection figure, not a test
         "heldback_rmse_log10": round(best_err, 4), "linear_only_heldback_rmse_log10": round(linear_err, 4),
-        "ridge_lambda": lam, "steps": step, "training_minutes": round((time.time() - fit_start) / 60, 1),
+        # steps: Adam steps run; kept_step: the step of the weights saved (0: the ridge start, no Adam step beat it)
+        "ridge_lambda": lam, "steps": step, "kept_step": best_step, "training_minutes": round((time.time() - fit_start) / 60, 1),
         "run_minutes": round((time.time() - start) / 60, 1), "seed": cfg.seed,
         "parameters": sum(p.numel() for p in bridge.parameters()),
         "trainer": f"ridge fit of the linear part, then Adam lr {cfg.lr}, batch {cfg.batch} readings, "
