@@ -269,4 +269,8 @@ if __name__ == "__main__":
     from leakloss.config import exit_on_bad_overrides
 
     exit_on_bad_overrides("train_recognizer")  # a mistyped override is one error line, not Hydra's report
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # outside the training loop (corpus, states, setup) it was a traceback
+        print("\ninterrupted: no recognizer saved; the corpus cached so far and the last checkpoint are kept (a rerun resumes)", file=sys.stderr)
+        sys.exit(130)

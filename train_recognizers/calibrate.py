@@ -153,4 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # a traceback; the card is written atomically, so it is as it was
+        print("\ninterrupted: the recognizer's card is unchanged", file=sys.stderr)
+        sys.exit(130)
