@@ -385,8 +385,11 @@ def check_recognizer(card: HeadCard, recognizer_name: str) -> None:
     else the names do (a card that says ``wb`` under ``w@...``)."""
     import warnings
 
-    card_base, _, card_hash = card.recognizer.partition("@")
-    base, _, loaded_hash = str(recognizer_name).partition("@")
+    def parts(name: str) -> tuple[str, str]:  # the name and its weights hash (after the last @; "" if none)
+        base, at, digest = name.rpartition("@")
+        return (base, digest) if at else (name, "")
+
+    (card_base, card_hash), (base, loaded_hash) = parts(card.recognizer), parts(str(recognizer_name))
     if (card_hash != loaded_hash) if card_hash and loaded_hash else (card_base != base):
         warnings.warn(f"the {card.head} head was trained on recognizer {card.recognizer}, but {recognizer_name} is "
                       "loaded: retrain the heads (python -m train_heads) for these weights", stacklevel=2)

@@ -100,8 +100,8 @@ def _listed(value: object, name: str) -> object:
 
 
 class PathMarginPenalty(FrozenScorer):
-    """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``; frozen, always in eval
-    mode."""
+    """``forward(waves, texts=None, wave_lengths=None, plans=None) -> (loss, MarginParts)``, or with a mel bridge
+    ``forward(mels=..., mel_lengths=..., texts=... | plans=...)``; frozen, always in eval mode."""
 
     def __init__(self, recognizer: nn.Module, tau: float = MARGIN_TAU, finder=None, quiet_rms: float = QUIET_RMS,
                  mel_bridge: nn.Module | None = None) -> None:
@@ -168,7 +168,7 @@ class PathMarginPenalty(FrozenScorer):
                 return MarginPlan((), "too_short", "no mel frame")
             # a plan made on other audio must not score silence: all at the floor is what the vocoder renders silent
             floor = float(torch.tensor(math.log(MEL_FLOOR), dtype=audio.dtype))  # the floor as the item holds it
-            if float(audio.detach().max()) <= floor:
+            if float(audio.detach()[..., : self.mel_bridge.in_bins].max()) <= floor:  # the bins the bridge reads
                 return MarginPlan((), "silent", f"the mel is silent (every value at or below log({MEL_FLOOR:g}))")
             return None
         if int(self.recognizer.frame_lengths(torch.tensor([audio.shape[-1]]))[0]) < 1:
@@ -294,7 +294,8 @@ class PathMarginPenalty(FrozenScorer):
         for i in range(b):
             n = int(lengths[i])
             words = self._words(texts[i]) if plans is None else None
-            problem = self._unscorable(words, waves[i, :n] if bad[i] else clean[i, :n], mel)
+            # the item as given (its dtype: a bf16 mel at the floor is silent in bf16, not after the fp32 cast)
+            problem = self._unscorable(words, waves[i, :n], mel)
             if problem is None and plans is not None and plans[i].status != "ok":
                 problem = plans[i]  # the recognizer is not run for an item its plan cannot score
             if problem is not None:

@@ -165,7 +165,7 @@ class LeakPenalty(FrozenScorer):
             RecognizerLoadError: the recognizer cannot be loaded, or does not offer the frame features the head
                 was trained on (e.g. recognizer w under recognizer A's head: :func:`check_frame_recognizer`).
         """
-        from leakloss.acoustic.recognizer import Recognizer
+        from leakloss.acoustic.recognizer import Recognizer, split_recognizer_id
         from leakloss.heads import check_recognizer
 
         if head is not None and head_path is not None:
@@ -176,7 +176,8 @@ class LeakPenalty(FrozenScorer):
             raise HeadLoadError(f"{head_path}: a {card.head} head; the leak penalty takes a raw-conv head "
                                 "(rawconv.safetensors)")
         # by name: weights other than the card's (another training of it) load, and check_recognizer says so
-        rec = Recognizer.load(card.recognizer.partition("@")[0] if recognizer is None else recognizer, device=device)
+        rec = Recognizer.load(split_recognizer_id(card.recognizer)[0] if recognizer is None else recognizer,
+                              device=device)
         features = card_frame_features(card)
         check_frame_recognizer(rec, module, features.get("layer"), features["source"], card.recognizer)
         check_recognizer(card, rec.name)

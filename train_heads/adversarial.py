@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from leakloss.constants import SAMPLE_RATE
+from leakloss.heads import head_files
 from leakloss.pairs.features import (
     ConvTable,
     load_pair_clip,
@@ -47,11 +48,9 @@ def adversarial_key(manifest: Path, recognizer_name: str, head_path: Path, **set
     from leakloss.acoustic.features import FEATURE_SCHEMA_VERSION
     from leakloss.pairs.features import SITE_MASK_VERSION
 
-    head_path = Path(head_path)
-    base = head_path.with_suffix("") if head_path.suffix in (".safetensors", ".json") else head_path
     h = hashlib.sha256(Path(manifest).read_bytes())
-    for suffix in (".safetensors", ".json"):
-        h.update(base.with_suffix(suffix).read_bytes())
+    for path in head_files(head_path):  # the files load_head reads (a dotted name kept whole)
+        h.update(path.read_bytes())
     h.update(json.dumps({"recognizer": recognizer_name, "features": FEATURE_SCHEMA_VERSION, **settings, "v": 1,
                          "masks": SITE_MASK_VERSION},
                         sort_keys=True).encode())

@@ -304,7 +304,8 @@ def head_run_identity(cfg: DictConfig, name: str, training_data_sha256: str, rec
     value}``: the head's settings but its budget (:data:`BUDGET_KEYS`), the data settings and the training data's
     sha256 (the manifest), the seeds, the recognizers (by name), the feature schema and the trainer settings that
     change the training (the logger, progress and threads may change between runs)."""
-    head = {k: v for k, v in OmegaConf.to_container(cfg.heads[name], resolve=True).items() if k not in BUDGET_KEYS}
+    head = {k: v for k, v in OmegaConf.to_container(cfg.heads[name], resolve=True).items() if k not in BUDGET_KEYS
+            and not (k == "select_best" and v is False)}  # its default since 2026-12-07: absent in older records
     data = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "manifest"}
     trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
                if k not in TRAINER_DISPLAY_KEYS}
@@ -490,8 +491,10 @@ def run(cfg: DictConfig) -> dict:
             keep_best_epoch(module, best, name, resume_dir, training)
         # a diverged head is found now, not after every other head trained and the export failed on it
         if getattr(module, "diverged_at", None) is not None:
-            raise UntrainedError(f"head {name}: the training loss was not finite at step {module.diverged_at} "
-                                 f"(heads.{name}.module.lr too high?): nothing exported")
+            if best is None or "kept" not in training:  # no finite epoch kept to fall back on
+                raise UntrainedError(f"head {name}: the training loss was not finite at step {module.diverged_at} "
+                                     f"(heads.{name}.module.lr too high?): nothing exported")
+            training["diverged_at_step"] = int(module.diverged_at)  # the best epoch before it is what is exported
         check_trained(int(trainer.global_step), module.head.state_dict(), f"head {name}")
         if trainer.logger and type(trainer.logger).__name__ == "WandbLogger":
             trainer.logger.experiment.finish()  # one W&B run per head

@@ -46,9 +46,21 @@ DEFAULT_CONV_LAYER = 4
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
+def split_recognizer_id(name: str) -> tuple[str, str]:
+    """``"a@1f2e3d4c"`` -> ``("a", "1f2e3d4c")``: a name and the hash of the weights it asks for (8 hex digits
+    after the last ``@``; ``""``: none). An existing folder is a name whatever it holds (``runs@v2``,
+    ``user@host/rec``)."""
+    import re
+
+    base, at, digest = name.rpartition("@")
+    if not at or not re.fullmatch(r"[0-9a-f]{8}", digest) or Path(name).expanduser().is_dir():
+        return name, ""
+    return base, digest
+
+
 def resolve_recognizer_path(name: str) -> Path | str:
     """``"a"``/``"b"`` -> the embedded directory; a directory -> itself; otherwise a hub id."""
-    base = name.split("@", 1)[0]  # "a@1f2e3d4c": an embedded id with its weights' hash (see Recognizer.load)
+    base = split_recognizer_id(name)[0]  # "a@1f2e3d4c": an id with its weights' hash (see Recognizer.load)
     if base in EMBEDDED or base.startswith("embedded:"):
         key = base.split(":", 1)[-1]
         path = EMBEDDED_DIR / key
@@ -119,7 +131,7 @@ class Recognizer(nn.Module):
         folder = source if local else _hub_snapshot(str(source))
         from leakloss.acoustic.whisper_recognizer import WhisperRecognizer, is_whisper_folder
 
-        base, _, requested = str(name).partition("@")
+        base, requested = split_recognizer_id(str(name))
         if base.startswith("embedded:"):  # "embedded:w" is w: its id must match the heads' cards ("w@...")
             base = base.split(":", 1)[1]
         if is_whisper_folder(folder):  # a CTC head on the Whisper encoder: same interface, its own loader
@@ -276,7 +288,7 @@ def _hub_snapshot(name: str) -> Path:
 def _as_requested(recognizer: nn.Module, requested: str, folder: Path) -> nn.Module:
     """``recognizer``, unless the name asked for other weights (``a@deadbeef``: the id heads' cards write):
     :class:`RecognizerLoadError` naming both (the weights' hash is the id's part after ``@``)."""
-    loaded = str(recognizer.name).partition("@")[2]
+    loaded = split_recognizer_id(str(recognizer.name))[1]
     if requested and loaded and requested != loaded:
         raise RecognizerLoadError(f"{folder}: asked for weights {requested}, the folder holds {loaded} "
                                   f"({recognizer.name}); give the name without @... to take these")
