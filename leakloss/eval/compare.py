@@ -178,6 +178,9 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
                     by_kind[kind][1].append(sentence)
                 elif of_kind:  # counted beside the kind's rate, never silently left out of it
                     kind_undecided[kind] += 1
+        for w in units:  # a word left undecided as a whole (e.g. unscored): each kind it has sites of
+            if w["decision"] not in TESTED:
+                kind_undecided.update({s["kind"] for s in w["sites"] if s["kind"] in KINDS})
 
     reasons = {
         s: dict(Counter(r.get("reason") or "no reason given" for _, r in by_status[s]).most_common())
@@ -199,6 +202,8 @@ def _system_summary(name: str, folder: Path, files: Sequence[Path] | None = None
         "scorers": dict(Counter(r["scorer"] for _, r in scored if r.get("scorer")).most_common()),
         "quarantine_reasons": reasons["quarantined"],
         "reasons": reasons,
+        # status -> the result files left out with it (the reasons above say why, grouped)
+        "left_out": {st: sorted(f.name for f, _ in by_status[st]) for st in STATUSES if st != "scored"},
         "readings_without_key_word": unmarked,
         "readings_without_counted_word": no_unit,
         "sentences": len(set(clusters)),
@@ -227,7 +232,8 @@ def compare_results(dirs: dict[str, Path], files: Mapping[str, Sequence[Path]] |
         ``failed`` (also as ``statuses``); ``reference_origins`` (readings by what decided their sites: ``given``
         references, ``synthesised`` ones, the ``reference_free`` head); ``scorers`` (scored readings by the
         fingerprint of the scorer that made them, where the result records one); ``reasons`` (status -> reason ->
-        readings, for every status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``sentences``,
+        readings, for every status but ``scored``; ``quarantine_reasons`` is its quarantined part); ``left_out``
+        (status -> the result files left out with it); ``sentences``,
         ``key_flagged`` (``count``, ``total``, ``rate``, ``wilson``, ``bootstrap``, ``text``),
         ``decisions`` (counts over the counted words), ``by_kind`` and ``by_word`` (same rate
         form; ``by_word`` has no bootstrap, one word rarely spans enough sentences), ``by_kind_undecided``
@@ -307,11 +313,14 @@ def _markdown(result: Mapping) -> str:
         lines += [f"| {markdown_text(w)} | {format_rate(r)} |" for w, r in s["by_word"].items()]
         # Older comparison.json files have only the quarantine reasons.
         reasons = s.get("reasons") or {"quarantined": s["quarantine_reasons"]}
+        left_out = s.get("left_out") or {}  # older comparison.json files do not name them
         for status, why in reasons.items():
             if why:
                 n = sum(why.values())
                 lines += ["", f"{status.capitalize()} ({n} reading{'s' if n != 1 else ''}, left out): "
                           + "; ".join(f"{markdown_text(k)} ({v})" for k, v in why.items())]
+                if left_out.get(status):
+                    lines.append("Files: " + ", ".join(markdown_text(f) for f in left_out[status]))
         if s["readings_without_key_word"]:
             lines += ["", f"{len(s['readings_without_key_word'])} readings mark no key word; "
                       "all their tested words were counted."]

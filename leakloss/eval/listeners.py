@@ -177,7 +177,7 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         ``uncertain`` and ``not_judged`` (listener-rejected shares with Wilson intervals);
         ``left_out_labels`` (status -> labels on readings of that status, left out of every
         rate: ``quarantined``, ``unscored``, ``failed``) with ``left_out_reasons`` (status ->
-        reason -> labels); ``quarantined_labels`` (the quarantined count); ``alpha``
+        reason -> labels) and ``left_out_readings`` (status -> readings); ``quarantined_labels`` (the quarantined count); ``alpha``
         (nominal Krippendorff over listeners, or ``None`` with ``alpha_note``); ``mos``
         (``None`` without a mos column, else ``{"rho", "n_readings", "note"}`` for per-reading
         flag share vs mean MOS).
@@ -279,6 +279,8 @@ def listener_agreement(labels_csv: Path, results_dir: Path) -> dict:
         "quarantined_labels": len(left_out["quarantined"]),
         "left_out_labels": {st: len(us) for st, us in left_out.items()},
         "left_out_reasons": left_out_reasons,
+        # status -> the readings whose labels were left out with it (their reasons are grouped above)
+        "left_out_readings": {st: sorted({u["reading"] for u in us}) for st, us in left_out.items()},
         "alpha": alpha,
         "alpha_note": alpha_note,
         "mos": _mos_agreement(units, results) if has_mos else None,
@@ -364,6 +366,9 @@ def _markdown(result: Mapping) -> str:
             why = reasons.get(status) or {}
             because = f" ({'; '.join(f'{markdown_text(k)}: {v}' for k, v in why.items())})" if why else ""
             lines.append(f"- Labels on {status} readings, left out: {n}{because}.")
+            named = (result.get("left_out_readings") or {}).get(status)  # older results do not name them
+            if named:
+                lines.append(f"  Readings: {', '.join(markdown_text(r) for r in named)}.")
     alpha = f"{result['alpha']:.3f}" if result["alpha"] is not None else f"undefined ({result['alpha_note']})"
     lines.append(f"- Krippendorff's alpha (nominal) between listeners: {alpha}.")
     mos = result["mos"]

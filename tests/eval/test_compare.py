@@ -526,3 +526,22 @@ def test_key_kinds_that_are_not_contrast_kinds_are_refused(tmp_path, kinds):
     r["words"][1]["key_kinds"] = kinds
     with pytest.raises(ResultError, match="key_kinds must be a non-empty list"):
         compare_results({"q": write_dir(tmp_path / "q", [r])})
+
+
+def test_a_word_left_unscored_as_a_whole_is_counted_undecided_for_each_kind_it_has(tmp_path):
+    # its decision "unscored" kept it out of the judged words, and the kind table said "0 of 0, 0 undecided"
+    r = reading("unscored", "s1", kinds=("quality",))
+    for site in r["words"][1]["sites"]:
+        site["decision"] = "unscored"
+    out = compare_results({"a": write_dir(tmp_path / "a", [r, reading("no_change", "s2")])})
+    s = out["systems"]["a"]
+    assert s["by_kind"]["quality"]["total"] == 0 and s["by_kind_undecided"] == {"deletion": 0, "quality": 1}
+
+
+def test_left_out_readings_are_named_by_file(tmp_path):
+    # only their reasons were counted: which reading was quarantined could not be found from the report
+    results = [reading("flagged", "s1"), reading("flagged", "s2", status="quarantined")]
+    out = compare_results({"a": write_dir(tmp_path / "a", results)})
+    assert out["systems"]["a"]["left_out"]["quarantined"] == ["r001.json"]
+    md = write_comparison(out, tmp_path / "out")["md"].read_text(encoding="utf-8")
+    assert "Files: r001.json" in md

@@ -273,6 +273,9 @@ def test_left_out_labels_are_counted_by_the_reading_status(tmp_path):
     assert "- Labels on quarantined readings, left out: 1 (word check: 1)." in md
     assert "- Labels on unscored readings, left out: 2 (every reference rejected: 2)." in md
     assert "- Labels on failed readings, left out: 2 (audio unreadable: 2)." in md
+    # each left-out reading named, not only counted by reason
+    assert out["left_out_readings"] == {"quarantined": ["rq"], "unscored": ["ru1", "ru2"], "failed": ["rf"]}
+    assert "  Readings: ru1, ru2." in md and "  Readings: rf." in md
 
 
 def test_unscored_readings_are_not_called_quarantined(tmp_path):
