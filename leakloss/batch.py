@@ -163,7 +163,7 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
         lines = text_lines(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as err:
         raise BatchManifestError(f"cannot read manifest {path}: {err}") from err
-    items, problems, first_line = [], [], {}
+    items, problems, first_line, first_query = [], [], {}, {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -190,6 +190,12 @@ def read_batch_manifest(path: str | Path) -> list[dict]:
         if bad:
             problems += [(n, b) for b in bad]
             continue
+        real = os.path.realpath(item["query"])
+        if real in first_query:  # scored twice and counted twice by compare: said, not refused (a test of the scorer
+            # may read one file on purpose)
+            print(f"warning: manifest line {n}: query {d['query']!r} is the audio of line {first_query[real]} again; "
+                  "compare will count it as two readings", file=sys.stderr)
+        first_query.setdefault(real, n)
         items.append(item)
     if problems:
         lines_out = [f"  line {n}: {p}" for n, p in problems[:_MAX_LISTED]]

@@ -462,7 +462,7 @@ def test_any_devices_text_parses_or_is_a_config_error(value):
 def test_cli_bad_text_or_devices_is_exit_2(tmp_path, models, one_process, text, extra, needle):
     from leakloss.cli import app
 
-    manifest = write_manifest(tmp_path / "m.jsonl", [item("ok", refs=[]), item("latin", refs=[], text=text)])
+    manifest = write_manifest(tmp_path / "m.jsonl", [item("ok", refs=[]), item("latin", query="latin.wav", refs=[], text=text)])
     r = CliRunner().invoke(app, ["score-batch", str(manifest), "--out", str(tmp_path / "out"), "--recognizer-a",
                                  str(models["a"]), "--recognizer-b", str(models["b"]), "--heads", str(models["heads"]),
                                  *extra])
@@ -580,3 +580,11 @@ def test_an_interrupted_summary_counts_only_what_this_run_wrote(tmp_path):
     write_text_atomic(out / "old.json", json.dumps(stale | {"reason": "this run's failure"}))  # rewritten now
     summary = _count_results(todo, out, {"failures": []}, interrupted=True, before=before)
     assert summary["not_scored"] == 1 and summary["failures"] == [{"id": "old", "reason": "this run's failure"}]
+
+
+def test_one_audio_on_two_manifest_lines_is_said(tmp_path, capsys):
+    # scored twice and counted twice by compare without a word
+    path = write_manifest(tmp_path / "m.jsonl", [item("a"), item("b", query="./q.wav"), item("c", query="other.wav")])
+    assert [i["id"] for i in read_batch_manifest(path)] == ["a", "b", "c"]
+    err = capsys.readouterr().err
+    assert "warning: manifest line 2: query './q.wav' is the audio of line 1 again" in err and "line 3" not in err
