@@ -626,9 +626,11 @@ def score_batch_cmd(
     _check_reference_free(reference_free, heads=heads, recognizer_a=recognizer_a, recognizer_b=recognizer_b)
     interrupted = None
     try:
+        # the progress bar (Lightning's, on stdout) only where a person watches: piped, stdout is the summary's JSON
         summary = score_batch(manifest, out, accelerator=accelerator, devices=devices, strategy=strategy,
                               recognizer_a=recognizer_a, recognizer_b=recognizer_b, heads_dir=heads,
-                              check_recognizer=check_recognizer, reference_free=reference_free)
+                              check_recognizer=check_recognizer, reference_free=reference_free,
+                              progress=sys.stdout.isatty())
     except BatchInterrupted as err:
         interrupted, summary = err, err.summary
     except (BatchError, RecognizerLoadError, HeadLoadError) as err:
@@ -636,7 +638,7 @@ def score_batch_cmd(
     except OSError as err:
         fail(f"score-batch stopped on a file it could not read or write: {os_error_text(err)}")
     failures = summary.pop("failures")
-    console.print(summary)
+    _echo_json(summary)  # one JSON line a script can read (failures follow on stderr)
     for f in failures:
         err_console.print(f"[red]failed[/] {escape(f['id'])}: {escape(f['reason'])}", soft_wrap=True)
     if interrupted is not None:

@@ -532,6 +532,8 @@ def test_cli_a_symlink_planted_in_out_is_replaced_never_written_through(tmp_path
     assert not written.is_symlink() and written.is_file()
     assert json.loads(written.read_text(encoding="utf-8"))["id"] == "a2"
     assert sorted(p.name for p in out.iterdir()) == ["a1.json", "a2.json"]
+    # stdout is the summary, one JSON line (it was a progress bar and a Rich-printed dict)
+    assert json.loads(r.stdout)["total"] == 2
 
 
 def test_a_symlink_to_a_folder_where_a_result_goes_is_refused_before_any_item_is_scored(tmp_path, models):
