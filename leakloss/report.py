@@ -184,19 +184,27 @@ def _sites_cell(sites: Sequence[Mapping]) -> str:
     return f'<table class="sites">{"".join(rows)}</table>'
 
 
+#: quotes typed the same on both sides (Unicode Po, not Pi/Pf): the first opens, the next closes
+STRAIGHT_QUOTES = ('"', "'")
+
+
 def reading_words(words: Sequence[Mapping]) -> list[tuple[Mapping, str]]:
     """A result's words as a reader sees them: ``(word entry, its text with the punctuation around it)``.
 
     The scorer keeps punctuation and symbols as entries of their own (``not_tested``, no sites; their index is
     their place in the text). Shown as words, ``?`` became a row, a chip and one more of "N words"; here an
-    opening mark joins the word after it and any other the word before it (:func:`punctuation_side`). A text of
-    punctuation only keeps its entries.
+    opening mark joins the word after it and any other the word before it (:func:`punctuation_side`); straight
+    quotes take turns, opening then closing. A text of punctuation only keeps its entries.
     """
     ordered = sorted(words, key=lambda w: w["index"])
     out: list[list] = []
     opening = ""  # marks waiting for the next word
+    quoted: set[str] = set()  # straight quotes opened and not yet closed
     for w in ordered:
         side = punctuation_side(w["word"]) if w["decision"] == "not_tested" and not w["sites"] else None
+        if side is not None and w["word"] in STRAIGHT_QUOTES:  # one mark for both sides: they take turns
+            side = "previous" if w["word"] in quoted else "next"
+            quoted ^= {w["word"]}
         if side is None:
             out.append([w, opening + w["word"]])
             opening = ""

@@ -498,6 +498,16 @@ def test_punctuation_is_attached_to_words_never_a_word_of_its_own():
     assert "6 words" in page and ">?<" not in page and ">।<" not in page
 
 
+def test_straight_quotes_open_then_close():
+    # a straight " is Unicode Po: both joined the word before them (उनले" नमस्ते" भने)
+    from leakloss.report import reading_words
+
+    punct = {"start": None, "end": None, "decision": "not_tested", "sites": []}
+    tokens = ["उनले", '"', "नमस्ते", '"', "भने", "'", "हो", "'"]
+    words = [{"index": i, "word": t, **punct} for i, t in enumerate(tokens)]
+    assert [text for _, text in reading_words(words)] == ["उनले", '"नमस्ते"', "भने", "'हो'"]
+
+
 def test_a_text_of_punctuation_only_keeps_its_entries():
     from leakloss.report import reading_words
 
