@@ -353,6 +353,9 @@ def score(
     if reference_free and ref:
         fail("--reference-free scores without references: give --ref or --reference-free, not both")
     _check_reference_free(reference_free, heads=heads, recognizer_a=recognizer_a, recognizer_b=recognizer_b)
+    # absolute, as score-batch records them: a result read from another folder still finds its audio, and a path
+    # that began with "-" stays a path
+    query, ref = query.absolute(), [r.absolute() for r in ref]
     refs, origin = _references_for(text, ref, reference_free)
     scorer = _scorer(heads, recognizer_a, recognizer_b, check_recognizer)
     if asr is not None:

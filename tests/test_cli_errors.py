@@ -125,12 +125,12 @@ def test_score_batch_missing_file_is_failed_exit_1_and_retried(tmp_path, models)
     lines = [GOOD, json.dumps({"id": "late", "query": "late.wav", "text": TEXT, "refs": []}, ensure_ascii=False)]
     r = _batch(tmp_path, models, lines)
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
-    assert "'failed': 1" in r.stdout and "'quarantined': 1" in r.stdout
+    assert json.loads(r.stdout)["failed"] == 1 and json.loads(r.stdout)["quarantined"] == 1
     assert "late" in r.stderr and "does not exist" in r.stderr
     write_clip(tmp_path / "late.wav", seed=5)
     again = _batch(tmp_path, models, lines)
     assert again.exit_code == 0, again.output
-    assert "'skipped_existing': 1" in again.stdout and "'failed': 0" in again.stdout
+    assert json.loads(again.stdout)["skipped_existing"] == 1 and json.loads(again.stdout)["failed"] == 0
     assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"
 
 
@@ -139,11 +139,11 @@ def test_score_batch_missing_reference_is_failed_and_retried(tmp_path, models):
     write_clip(tmp_path / "q.wav")
     lines = [json.dumps({"id": "late", "query": "q.wav", "text": TEXT, "refs": ["later.wav"]}, ensure_ascii=False)]
     r = _batch(tmp_path, models, lines)
-    assert r.exit_code == 1 and "'failed': 1" in r.stdout, r.output
+    assert r.exit_code == 1 and json.loads(r.stdout)["failed"] == 1, r.output
     assert "later.wav does not exist" in r.stderr
     write_clip(tmp_path / "later.wav", seed=5)
     again = _batch(tmp_path, models, lines)
-    assert "'skipped_existing': 0" in again.stdout and "'failed': 0" in again.stdout, again.output
+    assert json.loads(again.stdout)["skipped_existing"] == 0 and json.loads(again.stdout)["failed"] == 0, again.output
     assert json.loads((tmp_path / "out" / "late.json").read_text(encoding="utf-8"))["status"] != "failed"  # redone
 
 
@@ -156,7 +156,7 @@ def test_score_batch_names_every_missing_reference(tmp_path, models):
     lines = [json.dumps({"id": "two", "query": "q.wav", "text": TEXT, "refs": ["gone1.wav", "here.wav", "gone2.wav"]},
                         ensure_ascii=False)]
     r = _batch(tmp_path, models, lines)
-    assert r.exit_code == 1 and "'failed': 1" in r.stdout, r.output
+    assert r.exit_code == 1 and json.loads(r.stdout)["failed"] == 1, r.output
     result = json.loads((tmp_path / "out" / "two.json").read_text(encoding="utf-8"))
     validate_result(result)
     assert result["reason"].startswith("2 references do not exist or are not files: ")
@@ -228,13 +228,13 @@ def test_score_batch_interrupted_says_what_it_finished_and_exits_130(tmp_path, m
     before = signal.getsignal(signal.SIGINT)
     r = _batch(tmp_path, models, lines)
     assert r.exit_code == 130 and "Traceback" not in r.output, r.output
-    assert "'not_scored': 2" in r.stdout and "'processed': 3" in r.stdout, r.output
+    assert json.loads(r.stdout)["not_scored"] == 2 and json.loads(r.stdout)["processed"] == 3, r.output
     assert "interrupted: 2 of 3 item(s) not scored yet" in r.stderr and "rerun the same command" in r.stderr
     assert (tmp_path / "out" / "x0.json").is_file() and not (tmp_path / "out" / "x1.json").exists()
     assert signal.getsignal(signal.SIGINT) == before
     monkeypatch.setattr(Scorer, "score", real)
     again = _batch(tmp_path, models, lines)
-    assert again.exit_code == 0 and "'skipped_existing': 1" in again.stdout and "'processed': 2" in again.stdout, again.output
+    assert again.exit_code == 0 and json.loads(again.stdout)["skipped_existing"] == 1 and json.loads(again.stdout)["processed"] == 2, again.output
 
 
 def test_score_batch_truncated_result_is_redone(tmp_path, models):
@@ -242,7 +242,7 @@ def test_score_batch_truncated_result_is_redone(tmp_path, models):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x.json").write_text('{"query": "q.wav", "sta', encoding="utf-8")
     r = _batch(tmp_path, models, [GOOD])
-    assert r.exit_code == 0 and "'skipped_existing': 0" in r.stdout, r.output
+    assert r.exit_code == 0 and json.loads(r.stdout)["skipped_existing"] == 0, r.output
     assert json.loads((tmp_path / "out" / "x.json").read_text(encoding="utf-8"))["id"] == "x"
 
 
