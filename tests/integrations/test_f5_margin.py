@@ -306,6 +306,36 @@ def test_a_bridged_term_plans_on_the_ground_truth_mel_and_hears_x1_hat_s_mels_wi
     assert len(margin.planned) == 2  # cached
 
 
+def test_the_real_bridged_term_hears_x1_hat_through_the_bridge_with_a_gradient_to_f5(fake_w, monkeypatch):
+    # with plans that score (random weights align nothing, so the term's own plans never reached forward(mels=))
+    from leakloss.mel_bridge import MelBridge
+
+    mel, _, lens = _batch()
+    texts = ["नेकपा घर", "बैठक"]
+    torch.manual_seed(0)
+    term = PathMarginPenalty(fake_w, mel_bridge=MelBridge(hidden=8))
+    ids = [frozenset({i}) for i in range(1, 4)]
+    spec = SiteSpec((0, 1), "deletion", 1, tuple(ids), (ids[0], ids[2]), ids[2], ((4, 12), (3, 13), (2, 14)))
+
+    def plan(wave=None, text=None, *, mel=None):
+        (_, frames), _ = term._bridged(mel)
+        return MarginPlan((spec,), "ok", None, int(frames[0]), str(term.recognizer.name))
+
+    monkeypatch.setattr(term, "plan", plan)
+    model = _model(None, margin_penalty=term, margin_weight=5.0, leak_bf16=False)
+    random.seed(0)
+    torch.manual_seed(0)
+    loss = model(mel, text=texts, lens=lens)[0]
+    parts = model.last_margin_parts
+    assert parts.item_status == ("ok", "ok") and parts.active_sites == 2 and torch.isfinite(loss)
+    grad = torch.autograd.grad(loss, model.transformer.proj_out.weight)[0]
+    random.seed(0)
+    torch.manual_seed(0)
+    plain = _model(None)
+    flow_grad = torch.autograd.grad(plain(mel, text=texts, lens=lens)[0], plain.transformer.proj_out.weight)[0]
+    assert torch.isfinite(grad).all() and not torch.allclose(grad, flow_grad)
+
+
 def test_the_real_bridged_term_on_a_tiny_whisper_recognizer_adds_nothing_it_cannot_score(fake_w):
     from leakloss.mel_bridge import MelBridge
 
