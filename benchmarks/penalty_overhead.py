@@ -370,11 +370,9 @@ def margin_bridge_parts_flops(recognizer: nn.Module, bridge: nn.Module, batch: i
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from leakloss.functional.mel_bridge import bridge_frames
-    from leakloss.vocoder import mel_lengths_to_samples
+    from leakloss.mel_bridge import bridged_samples
 
-    limit = recognizer.frames.encoder.config.max_source_positions
-    samples = min(int(mel_lengths_to_samples(frames)), limit * recognizer.samples_per_frame)
-    encoder_frames = int(recognizer.frame_count(samples))
+    encoder_frames = int(recognizer.frame_count(int(bridged_samples(torch.tensor([frames]), recognizer)[0])))
     n_out, grid, needed = bridge_frames(encoder_frames, bridge.receptive_frames)
     out: dict[str, int] = {}
     with FakeTensorMode(allow_non_fake_inputs=True):

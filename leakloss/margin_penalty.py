@@ -189,19 +189,18 @@ class PathMarginPenalty(FrozenScorer):
     def _bridged(self, mel: Tensor) -> tuple[tuple[Tensor, Tensor], float]:
         """One item's valid mel frames ``[n, 100]`` (finite) -> the recognizer's ``(log_probs [1, f, v], frames
         [1])`` on its bridged log mel (gradient flows to ``mel``), and the seconds it stands for."""
-        from leakloss.vocoder import mel_lengths_to_samples
+        from leakloss.mel_bridge import bridged_samples
 
-        limit = self.recognizer.frames.encoder.config.max_source_positions  # a 30.0 s F5 clip's last ms are cut
-        samples = min(int(mel_lengths_to_samples(mel.shape[0])), limit * self.recognizer.samples_per_frame)
-        frames = self.recognizer.frame_count(torch.tensor([samples], device=mel.device))
         lengths = torch.tensor([mel.shape[0]], device=mel.device)
+        samples = int(bridged_samples(lengths, self.recognizer)[0])
+        frames = self.recognizer.frame_count(torch.tensor([samples], device=mel.device))
         log_mel = self.mel_bridge.whisper_log_mel(mel[None], lengths, frames)
         return (self.recognizer.mel_log_probs(log_mel, frames), frames), samples / SAMPLE_RATE
 
     def _check_mels(self, mels: Tensor, mel_lengths: Tensor | None) -> Tensor:
         """``mels [b, n, 100]`` and their lengths checked -> ``mel_lengths [b]`` long (``PenaltyInputError``)."""
         from leakloss.constants import MEL_BINS
-        from leakloss.vocoder import mel_lengths_to_samples
+        from leakloss.mel_bridge import bridged_samples
 
         if self.mel_bridge is None:
             raise PenaltyInputError("mel input needs a mel bridge (PathMarginPenalty.load(mel_bridge=True)); or "
@@ -214,11 +213,7 @@ class PathMarginPenalty(FrozenScorer):
         b, n = mels.shape[:2]
         lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device) if mel_lengths is not None \
             else torch.full((b,), n, dtype=torch.long, device=mels.device)
-        limit = self.recognizer.frames.encoder.config.max_source_positions
-        # F5 trains on clips up to 30.0 s, whose centred mels run a few ms past the encoder's 30 s (cut in _bridged)
-        if b and int(self.recognizer.frame_count(mel_lengths_to_samples(lengths.max()))) > limit + 1:
-            raise PenaltyInputError(f"the mel bridge hears items up to {limit * self.recognizer.frame_hop_s():.0f} s; "
-                                    f"got {int(lengths.max())} mel frames (vocode longer items and give waves)")
+        bridged_samples(lengths, self.recognizer)  # past 30 s: PenaltyInputError, before any item is heard
         return lengths
 
     def plan(self, wave: Tensor | None = None, text: str | None = None, *, mel: Tensor | None = None) -> MarginPlan:

@@ -179,6 +179,22 @@ def check_bridge_recognizer(mel_bridge: object, recognizer: nn.Module) -> None:
                          f"{frames.encoder.config.num_mel_bins}")
 
 
+def bridged_samples(mel_lengths: Tensor, recognizer: nn.Module) -> Tensor:
+    """``mel_lengths [b]`` Vocos frames -> the 16 kHz samples each item stands for (the vocoder's count), cut to
+    the Whisper encoder's 30 s: F5 trains on clips up to 30.0 s, whose centred mels run a few ms past it. An item
+    longer than that by more than one encoder frame is a :class:`~leakloss.penalty.PenaltyInputError` (the
+    vocoder path hears it in 30 s windows)."""
+    from leakloss.checks import PenaltyInputError
+    from leakloss.vocoder import mel_lengths_to_samples
+
+    samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mel_lengths.device)
+    limit = recognizer.frames.encoder.config.max_source_positions * recognizer.samples_per_frame
+    if samples.numel() and int(samples.max()) > limit + recognizer.samples_per_frame:
+        raise PenaltyInputError(f"the mel bridge hears items up to {limit / SAMPLE_RATE:.0f} s; got "
+                                f"{int(samples.max()) / SAMPLE_RATE:.1f} s (the vocoder path hears longer items)")
+    return samples.clamp(max=limit)
+
+
 def vocos_mels(waves: Tensor, wave_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``[b, t]`` 16 kHz waves -> (``[b, n, 100]`` Vocos log mels of each item resampled to 24 kHz, the mels an F5
     model is trained to produce, silent past each item; ``mel_lengths [b]``: the frames centred inside it).

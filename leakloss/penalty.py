@@ -352,8 +352,8 @@ class LeakPenalty(FrozenScorer):
         """:meth:`forward` on mels through :attr:`mel_bridge`: frame logits of each item as the wave path would
         hear the item plus :attr:`tail_samples` of silence (the same frames, the same batch independence).
         ``crop``: encode only windows of the bridged log mel around the sites (:meth:`cropped`)."""
-        from leakloss.constants import MEL_BINS, MEL_HOP, MEL_SAMPLE_RATE
-        from leakloss.vocoder import mel_lengths_to_samples
+        from leakloss.constants import MEL_BINS
+        from leakloss.mel_bridge import bridged_samples
 
         if mels.dim() != 3:
             raise PenaltyInputError(f"mels must be [batch, frames, bins], got shape {tuple(mels.shape)}")
@@ -367,15 +367,8 @@ class LeakPenalty(FrozenScorer):
         if mel_lengths is None:
             mel_lengths = torch.full((b,), n, dtype=torch.long, device=mels.device)
         mel_lengths = check_lengths(mel_lengths, b, n, "mel_lengths", mels.device)
-        samples = torch.as_tensor(mel_lengths_to_samples(mel_lengths), device=mels.device)
+        samples = bridged_samples(mel_lengths, self.recognizer)
         max_frames = self.recognizer.frames.encoder.config.max_source_positions
-        hop = self.frame_hop_samples
-        # F5 trains on clips up to 30.0 s, whose centred mels run a few ms past the encoder's 30 s: those ms are cut
-        if b and int(samples.max()) > max_frames * hop + hop:
-            raise PenaltyInputError(f"the mel bridge scores items up to {max_frames * self.frame_hop_s:.0f} s; "
-                                    f"got {int(mel_lengths.max()) * MEL_HOP / MEL_SAMPLE_RATE:.1f} s "
-                                    "(use the vocoder path for longer items)")
-        samples = samples.clamp(max=max_frames * hop)
         mels, bad = mask_nonfinite_items(at_least_fp32(mels), mel_lengths)
         lengths = samples.tolist()
         logits = mels.new_zeros(b, self._frames(max(lengths, default=0)), dtype=torch.float32)
