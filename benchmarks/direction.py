@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "on the same recognizer (leakloss.margin_penalty)")
     parser.add_argument("--mel-bridge", action="store_true",
                         help="descend the term (frame head or margin) on each edited reading's Vocos mel through the "
-                             "shipped mel bridge, as an F5 fine-tune with leak.mel_bridge=true hears it, not its wave")
+                             "shipped mel bridge, as an F5 fine-tune hears mels through it, not its wave")
     parser.add_argument("--recognizer", default=None,
                         help="the penalty's recognizer (default: the one its head's card names)")
     parser.add_argument("--heads-dir", default=str(W_HEADS),

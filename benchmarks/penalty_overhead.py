@@ -98,8 +98,10 @@ default, the mel bridge whole, the mel bridge with the encoder on crops, the pat
 and through the mel bridge).
 
 ``margin_flops_share_bridge``
-    The path-margin term heard through the mel bridge (``leak.mel_bridge=true``, :func:`margin_bridge_parts_flops`):
-    the bridge, the Whisper encoder through all its layers and the phone head, every item whole; no vocoder.
+    The path-margin term heard through the mel bridge (``PathMarginPenalty(mel_bridge=...)``,
+    :func:`margin_bridge_parts_flops`): the bridge, the Whisper encoder through all its layers and the phone head,
+    every item whole; no vocoder. A library option: ``finetune-f5``'s ``leak.mel_bridge`` leaves the margin term on
+    the vocoder, since its direction check missed the half on the bridge (docs/penalty.md).
 
 ``penalty_flops_share_bridge_cropped``
     ``leak.mel_bridge=true leak.crop=true`` (:meth:`leakloss.penalty.LeakPenalty.cropped`): every item's mels
@@ -363,7 +365,7 @@ def margin_parts_flops(recognizer: nn.Module, vocoder: MelToWave, batch: int, fr
 
 def margin_bridge_parts_flops(recognizer: nn.Module, bridge: nn.Module, batch: int, frames: int) -> dict[str, int]:
     """Forward + backward (to the mel) FLOPs of each stage of the path-margin term heard through the mel bridge
-    (``PathMarginPenalty(mel_bridge=...)(mels=...)``, ``finetune-f5 leak.mel_bridge=true``) on ``[batch, frames,
+    (``PathMarginPenalty(mel_bridge=...)(mels=...)``, or ``LeakAwareCFM`` given such a term) on ``[batch, frames,
     100]`` mels, whole items: the bridge on the mels plus the silent frames its receptive field reads (as
     :meth:`leakloss.mel_bridge.MelBridge.whisper_log_mel`), the Whisper encoder through all its layers on the items'
     own 20 ms frames (no tail: the term hears the item alone) and the phone head; no vocoder, no resampler, no STFT."""
@@ -1069,7 +1071,7 @@ def main(argv: list[str] | None = None) -> None:
         bridge = MelBridge.embedded()
         margin_bridge_parts = margin_bridge_parts_flops(recognizer, bridge, batch, args.utt_frames)
         margin_bridge_share = sum(margin_bridge_parts.values()) / f5
-        print(f"path-margin term through the mel bridge (leak.mel_bridge=true), every item, whole: "
+        print(f"path-margin term through the mel bridge (PathMarginPenalty(mel_bridge=...)), every item, whole: "
               f"{sum(margin_bridge_parts.values()) / 1e12:.3f} TFLOP, share {margin_bridge_share:.4f}, "
               f"{'within' if margin_bridge_share <= TARGET_SHARE_CROPPED else 'ABOVE'} the "
               f"{TARGET_SHARE_CROPPED:.0%} target")
