@@ -382,12 +382,13 @@ def _checked_heldout(rows: object, where: Path) -> list[dict]:
 def check_recognizer(card: HeadCard, recognizer_name: str) -> None:
     """Warn when a head was trained on other weights than the recognizer now loaded: ids carry a hash of the
     weights (``wb@427360c1``), which decides where both have one (a copy in another folder is the same weights);
-    else the names do (a card that says ``wb`` under ``w@...``)."""
+    else the names do, a folder by its last part (a card that says ``wb`` under ``w@...``; ``b`` under
+    ``/models/b@...`` is not warned)."""
     import warnings
 
-    def parts(name: str) -> tuple[str, str]:  # the name and its weights hash (after the last @; "" if none)
+    def parts(name: str) -> tuple[str, str]:  # the name (a folder's last part) and its weights hash ("" if none)
         base, at, digest = name.rpartition("@")
-        return (base, digest) if at else (name, "")
+        return (Path(base).name, digest) if at else (Path(name).name, "")
 
     (card_base, card_hash), (base, loaded_hash) = parts(card.recognizer), parts(str(recognizer_name))
     if (card_hash != loaded_hash) if card_hash and loaded_hash else (card_base != base):

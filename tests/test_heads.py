@@ -93,6 +93,7 @@ def test_a_damaged_card_or_weights_are_refused_at_load(tmp_path, card_change, te
     ("a@8eb29e95", "a", False),  # a sharded folder has no hash: same name
     ("wb@427360c1", "/copy/of/wb@427360c1", False),  # the same weights in another folder
     ("wb@427360c1", "wb@00000000", True),
+    ("b", "/tmp/models/b@f3f1f27b", False),  # a card without a hash, a folder of the same name
 ])
 def test_check_recognizer_compares_hashes_where_both_have_one_else_names(card, loaded, warns):
     import warnings

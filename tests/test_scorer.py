@@ -26,8 +26,8 @@ def tiny_scorer(tmp_path_factory):
         rec = build_tiny_recognizer(seed=1 if name == "a" else 2)
         rec.model.save_pretrained(root / name, safe_serialization=True)
         (root / name / "vocab.json").write_text(json.dumps(rec.vocab, ensure_ascii=False), encoding="utf-8")
-    for kind in ("deletion", "quality"):
-        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, "b", "1"))
+    for kind, role in (("deletion", "b"), ("quality", "a")):  # each card names the recognizer its head runs on
+        save_head(root / "heads" / kind, MLPHead(), HeadCard(kind, {}, role, "1"))
     # the tiny models cannot read: a word check that always passes, to reach the later stages
     return Scorer(str(root / "a"), str(root / "b"), heads_dir=root / "heads", word_check=lambda w, t: (True, "test"))
 

@@ -184,6 +184,7 @@ def test_last_line_has_the_new_keys_and_skips_the_scorer_cleanly(bench, tmp_path
     monkeypatch.setattr(bench, "build_recognizer", lambda name: (rec, "tiny Whisper for the test"))
     monkeypatch.setattr(bench, "released_vocos", lambda: MelToWave.tiny(0))
     monkeypatch.setattr(bench, "load_real_recognizer", lambda name: (None, f"recognizer {name} absent in the test"))
+    monkeypatch.setattr(bench, "site_density_hint", lambda: "hint")  # 16 s of frontend over 570 sentences
     bench.main(["--recognizer", "wb", "--steps", "1", "--warmup", "0", "--crop-draws", "1", "--scorer-clips", "1",
                 "--margin-sensitivity"])
     out = capsys.readouterr()
