@@ -54,7 +54,8 @@ def test_the_steps_after_the_last_evaluation_are_evaluated_and_the_better_of_the
         assert card["heldback_rmse_log10"] == card["linear_only_heldback_rmse_log10"]
         assert float(bridge.net[-1].weight.abs().max()) == 0.0 and float(bridge.net[-1].bias.abs().max()) == 0.0
     else:
-        assert card["heldback_rmse_log10"] < card["linear_only_heldback_rmse_log10"]
+        # lower, as the card rounds both to 4 places (equal there when the step gained under 5e-5)
+        assert card["heldback_rmse_log10"] <= card["linear_only_heldback_rmse_log10"]
         assert float(bridge.net[-1].weight.abs().max()) > 0.0
 
 
