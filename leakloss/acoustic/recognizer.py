@@ -303,13 +303,20 @@ def check_weights(folder: Path) -> Path:
     """The safetensors weights of ``folder`` (``model.safetensors`` or the sharded index), checked readable.
 
     Raises:
-        RecognizerLoadError: no config.json; pickle weights only; no weights; a corrupt safetensors file.
+        RecognizerLoadError: no config.json or not a JSON object; pickle weights only; no weights; a corrupt safetensors file.
     """
     from safetensors import SafetensorError, safe_open
 
     if not (folder / "config.json").is_file():
         raise RecognizerLoadError(f"{folder}: no config.json; a recognizer folder holds config.json, "
                                   "model.safetensors and vocab.json (as written by save_pretrained)")
+    try:  # a list or a string here was taken for "not a Whisper folder" and reported as missing weights
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecognizerLoadError(f"{folder / 'config.json'}: not valid JSON ({err})") from err
+    if not isinstance(config, dict):
+        raise RecognizerLoadError(f"{folder / 'config.json'}: a JSON {type(config).__name__}, not an object of "
+                                  "the recognizer's settings")
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
     if single.is_file():
         shards, weights = [single], single

@@ -125,7 +125,8 @@ def test_safetensors_is_used_even_beside_a_pickle(saved_dir, tmp_path, monkeypat
     ("vocab_gap", r"vocab\.json: 1 of the model's 15 outputs have no token \(ids 7\)"),
     ("vocab_no_blank", r"blank token"),
     ("no_config", r"no config\.json"),
-    ("bad_config", r"config\.json"),
+    ("bad_config", r"config\.json: not valid JSON"),
+    ("config_list", r"config\.json: a JSON list, not an object"),  # said "no model.safetensors"
     ("wrong_shapes", r"could not be loaded"),
     # these loaded as "OK": NaN weights, or a head's tensors with every recognizer weight freshly initialised
     ("nan_weights", r"hold NaN/Inf"),
@@ -158,6 +159,8 @@ def test_broken_recognizer_folders_raise_typed_errors(saved_dir, tmp_path, damag
         (d / "config.json").unlink()
     elif damage == "bad_config":
         (d / "config.json").write_text("{", encoding="utf-8")
+    elif damage == "config_list":
+        (d / "config.json").write_text("[1, 2]", encoding="utf-8")
     elif damage in ("nan_weights", "foreign_weights"):
         from safetensors.torch import load_file, save_file
 
