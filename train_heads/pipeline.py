@@ -226,15 +226,26 @@ def check_recorded_voices(cfg: DictConfig) -> None:
 def check_heldout_words(cfg: DictConfig) -> None:
     """A warning line for each of ``data.heldout_words`` that is a word of none of the built-in sentences the
     embedded pairs are built from: it holds nothing out (it was said nowhere, after a 570-sentence build). Not an
-    error: the shipped list keeps the seed's किनकि, which no built-in sentence has."""
-    words = list(OmegaConf.select(cfg, "data.heldout_words") or [])
+    error: the shipped list keeps the seed's किनकि, which no built-in sentence has.
+
+    Raises:
+        SettingsError: the setting is not a list of words (a string was split into its letters, each held out)."""
+    from leakloss.checks import SettingsError
+
+    value = OmegaConf.select(cfg, "data.heldout_words", default=None)
+    if value is not None and not (isinstance(value, (list, tuple)) or OmegaConf.is_list(value)):
+        raise SettingsError(f"data.heldout_words must be a list of words, e.g. '[नेकपा, हैन]', got {value!r}")
+    words = list(value or [])
+    not_words = [w for w in words if not isinstance(w, str) or not w.strip()]
+    if not_words:
+        raise SettingsError(f"data.heldout_words must be a list of words, got {not_words[0]!r} in it")
     if not words or OmegaConf.select(cfg, "data.manifest") is not None:  # a user manifest names its own splits
         return
     from leakloss.speech.corpus import builtin_sentences
     from leakloss.text.normalize import normalize_devanagari, split_words
 
     known = {t.text for s in builtin_sentences() for t in split_words(s) if t.skipped is None}
-    missing = [w for w in words if not isinstance(w, str) or normalize_devanagari(w) not in known]
+    missing = [w for w in words if normalize_devanagari(w) not in known]
     if missing:
         print(f"warning: data.heldout_words: {', '.join(map(repr, missing))} {'is' if len(missing) == 1 else 'are'} "
               "in none of the built-in sentences: held out nowhere", file=sys.stderr)

@@ -191,3 +191,13 @@ def test_a_held_out_word_in_no_sentence_is_said_before_the_build(capsys):
     assert "warning: data.heldout_words: 'नेकप', 'zzz' are in none of the built-in sentences" in capsys.readouterr().err
     check_heldout_words(compose_config("train_heads", ["experiment=smoke", "data.heldout_words=['नेकपा', 'हैन']"]))
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("value", ["'नेकपा'", "abc", "['नेकपा', 3]", "['नेकपा', ' ']"])
+def test_held_out_words_that_are_not_a_list_of_words_are_refused(value):
+    # a string was split into its letters, each held out, with one warning line
+    from leakloss.checks import SettingsError
+    from train_heads.pipeline import check_heldout_words
+
+    with pytest.raises(SettingsError, match=r"data\.heldout_words must be a list of words"):
+        check_heldout_words(compose_config("train_heads", ["experiment=smoke", f"data.heldout_words={value}"]))
