@@ -96,6 +96,11 @@ def check_settings(cfg: DictConfig) -> None:
             or a recorded voice that is not one (:func:`check_recorded_voices`)."""
     from leakloss.checks import SettingsError, check_config
 
+    for name, hcfg in (cfg.get("heads") or {}).items():
+        missing = [key for key in ("recipe", "model", "module") if key not in (hcfg or {})]
+        if missing:  # '~head@heads.rawconv' with experiment=smoke left {max_epochs: 2}: "batch_size ... got None"
+            raise SettingsError(f"heads.{name} is not a whole head config (no {', '.join(missing)}): an "
+                                f"experiment's settings for it remain; drop the head with '~heads.{name}'")
     positive, non_negative = (0.0, math.inf, False), (0.0, math.inf, True)
     whole = {"num_threads": 1}
     numbers = {}

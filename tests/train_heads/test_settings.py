@@ -201,3 +201,15 @@ def test_held_out_words_that_are_not_a_list_of_words_are_refused(value):
 
     with pytest.raises(SettingsError, match=r"data\.heldout_words must be a list of words"):
         check_heldout_words(compose_config("train_heads", ["experiment=smoke", f"data.heldout_words={value}"]))
+
+
+def test_a_head_left_as_an_experiments_settings_only_is_said_so():
+    # experiment=smoke sets heads.rawconv.max_epochs: after '~head@heads.rawconv' that alone stayed, and the run
+    # failed with "heads.rawconv.batch_size must be a whole number >= 1, got None"
+    from leakloss.checks import SettingsError
+    from train_heads.pipeline import check_settings
+
+    cfg = compose_config("train_heads", ["experiment=smoke", "~head@heads.rawconv"])
+    with pytest.raises(SettingsError, match=r"heads\.rawconv is not a whole head config .*'~heads\.rawconv'"):
+        check_settings(cfg)
+    check_settings(compose_config("train_heads", ["experiment=smoke", "~heads.rawconv"]))  # the way it says
