@@ -408,14 +408,17 @@ def write_index(folder: Path, comparison: dict, links: list[dict], *, title: str
     rows = []
     for name, s in comparison["systems"].items():
         k = s["key_flagged"]
+        undecided = s.get("by_kind_undecided") or {}  # beside each kind's rate, as comparison.md has it
         # the bootstrap's own column: "—" without an interval (one sentence), as comparison.md has it, not the count
         rows.append([name, format_rate(k), format_rate(k, "bootstrap") if k.get("bootstrap") else "—",
-                     *(format_rate(s["by_kind"][kind]) for kind in KINDS),
+                     *(cell for kind in KINDS
+                       for cell in (format_rate(s["by_kind"][kind]), str(undecided.get(kind, "—")))),
                      f"{s['scored']} of {s['readings']}", str(s["quarantined"]), str(s["unscored"]), str(s["failed"]),
                      origin_text(s)])
     entries.append({"kind": "table", "title": "Comparison", "rows": rows,
                     "columns": ["system", "key words flagged (Wilson 95%)", "sentence bootstrap 95%",
-                                *(f"{kind} (Wilson 95%)" for kind in KINDS), "readings scored", "quarantined",
+                                *(c for kind in KINDS for c in (f"{kind} (Wilson 95%)", f"{kind} undecided")),
+                                "readings scored", "quarantined",
                                 "unscored", "failed", "references"]})
     if (mixed := mixed_origins(comparison)) is not None:
         entries.append({"kind": "text", "title": "Not comparable as they stand", "text": mixed})

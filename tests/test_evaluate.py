@@ -432,6 +432,25 @@ def test_the_index_counts_readings_not_scored_and_links_the_whole_comparison(tmp
     for cell in ("readings scored", "unscored", "failed", "references", "1 of 6", "given 6"):
         assert f">{cell}<" in page, cell
     assert 'href="comparison/comparison.md"' in page
+    # each kind's undecided words beside its rate, as comparison.md has them (the index had no such column)
+
+
+
+def test_the_index_counts_each_kinds_undecided_words_beside_its_rate(tmp_path):
+    # comparison.md had the column; the index, the page evaluate sends a person to, did not
+    from leakloss.eval.compare import compare_results
+    from leakloss.evaluate import write_index
+    from tests.eval.test_compare import reading, write_dir
+
+    r = reading("flagged", "s1", kinds=("deletion", "quality"))
+    r["words"][1]["sites"][1]["decision"] = "unscored"  # its quality site was not decided
+    comparison = compare_results({"sys": write_dir(tmp_path / "sys", [r, reading("no_change", "s2")])})
+    assert comparison["systems"]["sys"]["by_kind_undecided"] == {"deletion": 0, "quality": 1}
+    page = write_index(tmp_path, comparison, [], title="t", intro="i").read_text(encoding="utf-8")
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", page)
+    row = page[page.index("<td>sys</td>"):]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", row[: row.index("</tr>")])
+    assert cells[headers.index("deletion undecided")] == "0" and cells[headers.index("quality undecided")] == "1"
 
 
 def test_a_reading_replaced_while_it_was_scored_gets_a_report_without_audio_and_a_problem_line(tmp_path, models,
