@@ -1535,7 +1535,7 @@ def train_f5(
     save_every: int | None = None,
     max_minutes: float | None = None,
 ) -> F5Run:
-    """Run F5's own ``Trainer``: ``steps`` updates of ``batch_size`` items (``batch_size_type="sample"``) or of
+    """Run F5's own ``Trainer``: ``steps`` (>= 2) updates of ``batch_size`` items (``batch_size_type="sample"``) or of
     ``batch_size`` mel frames per GPU (``"frame"``, at most ``max_samples`` items), as F5's ``finetune_cli`` does.
 
     ``dataset`` yields F5 items (``{"mel_spec": [d, n], "text": str}``, e.g. :class:`WaveTextDataset`). Sample
@@ -1561,6 +1561,13 @@ def train_f5(
     if max_minutes is not None and not (isinstance(max_minutes, (int, float)) and not isinstance(max_minutes, bool)
                                         and math.isfinite(max_minutes) and max_minutes > 0):
         raise ValueError(f"max_minutes must be a finite number > 0 or None, got {max_minutes!r}")
+    # F5's schedule with no warm-up update starts at lr x 1e-8 and its decay scales that value: the whole run
+    # trained at ~1e-8 of the rate (the warm-up is cut to updates - 1, so one update has none either)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+        raise ValueError(f"steps must be a whole number >= 2 (F5's schedule needs a warm-up update), got {steps!r}")
+    if num_warmup_updates is not None and (isinstance(num_warmup_updates, bool)
+                                           or not isinstance(num_warmup_updates, int) or num_warmup_updates < 1):
+        raise ValueError(f"num_warmup_updates must be a whole number >= 1 or None, got {num_warmup_updates!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     start_update = checkpoint_update(out_dir / "ckpts")
@@ -1608,7 +1615,7 @@ def train_f5(
         warmup = num_warmup_updates if num_warmup_updates is not None else max(1, updates // 10)
         # F5's LR schedule needs decay updates > 0 (it scales the warm-up by the process count itself: the
         # warm-up is in updates of each process, as ``updates`` is)
-        trainer.num_warmup_updates = min(warmup, updates - 1) if updates > 1 else 0
+        trainer.num_warmup_updates = min(warmup, updates - 1)  # updates >= steps >= 2
         if start_update >= updates:
             raise NothingToTrainError(f"{out_dir / 'ckpts' / 'model_last.pt'} already holds update {start_update} of "
                                       f"this run's {updates}: nothing to train (another out_dir starts a new run)")

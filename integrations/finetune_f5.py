@@ -360,10 +360,12 @@ def _placement_trainer(cfg: DictConfig):
 
 
 #: whole-number settings and their least value (F5's Trainer keeps persistent workers: at least 1)
-WHOLE_NUMBER_SETTINGS = {"steps": 1, "data.num_workers": 1, "leak.every": 1, "leak.start_step": 0,
+# (steps >= 2 and a warm-up of >= 1 update: F5's schedule with a warm-up of 0 starts at lr x 1e-8 and its decay
+# scales that value, so the whole run trained at ~1e-8 of the rate and exported the base's weights as a fine-tune)
+WHOLE_NUMBER_SETTINGS = {"steps": 2, "data.num_workers": 1, "leak.every": 1, "leak.start_step": 0,
                          "leak.placement_batch_size": 1, "leak.placement_workers": 0, "batch_size_per_gpu": 1,
                          "max_samples": 1, "grad_accumulation_steps": 1, "log_every": 1, "probe.every": 0,
-                         "probe.nfe": 1, "num_warmup_updates": 0, "num_threads": 1, "seed": 0, "save_every": 1}
+                         "probe.nfe": 1, "num_warmup_updates": 1, "num_threads": 1, "seed": 0, "save_every": 1}
 #: settings that must be finite numbers >= 0 (a NaN weight trained a NaN model and exported it as a success)
 NUMBER_SETTINGS = {"leak.weight": math.inf, "leak.paired_weight": math.inf, "leak.margin_weight": math.inf,
                    "learning_rate": math.inf, "max_grad_norm": math.inf, "ema_decay": 1.0}

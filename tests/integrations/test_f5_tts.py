@@ -685,3 +685,17 @@ def test_a_text_file_given_as_a_checkpoint_is_a_read_error_not_a_traceback(tmp_p
     (tmp_path / "notes_model.pt").write_bytes(content)
     with pytest.raises(CheckpointReadError, match="notes_model.pt: not a readable F5 checkpoint"):
         load_state(tmp_path / "notes_model.pt")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"steps": 1}, r"steps must be a whole number >= 2"),
+    ({"steps": 10, "num_warmup_updates": 0}, r"num_warmup_updates must be a whole number >= 1"),
+    ({"steps": 10, "num_warmup_updates": True}, r"num_warmup_updates must be a whole number >= 1"),
+])
+def test_train_f5_refuses_a_schedule_without_a_warm_up_update_before_any_work(tmp_path, kwargs, message):
+    # F5's schedule with a warm-up of 0 starts at lr x 1e-8 and its decay scales that: the run trained nothing
+    from integrations.f5_tts import train_f5
+
+    with pytest.raises(ValueError, match=message):
+        train_f5(None, None, tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()

@@ -96,12 +96,15 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
     ("learning_rate=-1", r"learning_rate must be a finite number >= 0"),
     ("learning_rate=0", r"learning_rate must be > 0, got 0: the run would change no weight"),  # exported a card
     ("max_grad_norm=nan", r"max_grad_norm must be"),
-    ("steps=abc", r"steps must be a whole number >= 1, got 'abc'"),
+    ("steps=abc", r"steps must be a whole number >= 2, got 'abc'"),
+    # F5's schedule with no warm-up update stays at lr x 1e-8 all run (its decay scales the warm-up's start)
+    ("steps=1", r"steps must be a whole number >= 2, got 1"),
+    ("num_warmup_updates=0", r"num_warmup_updates must be a whole number >= 1, got 0"),
     ("steps=nan", r"steps must be a whole number"),
     ("ema_decay=2", r"ema_decay must be a finite number >= 0 and <= 1, got 2"),
     ("max_samples=0", r"max_samples must be a whole number >= 1, got 0"),
     ("probe.nfe=0", r"probe.nfe must be a whole number >= 1"),
-    ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 0"),
+    ("num_warmup_updates=-1", r"num_warmup_updates must be a whole number >= 1"),
     ("trainer.devices=2", r"trainer.devices=2: finetune-f5 places the sites on one device"),  # a traceback in rank 1
     ("trainer.devices=-1", r"trainer.devices=-1: finetune-f5 places the sites on one device"),
     ("trainer.devices=auto", r"trainer.devices=auto: finetune-f5 places the sites on one device"),  # every GPU
@@ -637,7 +640,7 @@ def test_frame_batches_that_hold_no_clip_are_refused_and_clips_left_out_are_said
 
 #: the check's ``B`` (no probe, no intermediate save, a row per update), with batches of 2 clips (seconds an update)
 _B = ("f5=embedded", "probe.texts=[]", "save_every=null", "batch_size_type=sample", "batch_size_per_gpu=2",
-      "log_every=1", "num_threads=2", "num_warmup_updates=0")
+      "log_every=1", "num_threads=2", "num_warmup_updates=1")
 
 
 def _curve(path: Path) -> dict[int, dict[str, float]]:
