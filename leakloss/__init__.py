@@ -20,7 +20,7 @@ _EXPORTS = {
     "place_dataset_sites": "leakloss.site_placement",
     "Scorer": "leakloss.scorer",
     "SiteFinder": "leakloss.text.sites",
-    "NepaliFrontend": "leakloss.text.g2p",
+    "NepaliFrontend": "leakloss.text.frontend",
     "Recognizer": "leakloss.acoustic.recognizer",
     "TimedSite": "leakloss.timing",
 }
