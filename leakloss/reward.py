@@ -1,9 +1,8 @@
 """The leak reward for RL: a [0, 1] score per reading (1 = no leak), with its status.
 
 :func:`leak_reward` turns the penalty's signal into a reward for GRPO/best-of-N: it is NOT differentiable
-(computed under ``no_grad``); ``leak_reward.higher_is_better = True``. A reading that fails the word check
-(silence, noise, another text) or cannot be judged gets the worst reward, 0.0; :func:`leak_reward_details`
-says why. Adapters for RL frameworks and best-of-N reranking: :mod:`leakloss.rewards`.
+(computed under ``no_grad``); ``leak_reward.higher_is_better = True``. A reading that is silent, fails the word
+check (noise, another text) or cannot be judged gets the worst reward, 0.0; :func:`leak_reward_details` says why. Adapters for RL frameworks and best-of-N reranking: :mod:`leakloss.rewards`.
 """
 
 from __future__ import annotations
@@ -124,7 +123,7 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     from leakloss.scorer import phone_error_rate
 
     from leakloss.text.normalize import TextError
-    from leakloss.text.sites import no_word_reason
+    from leakloss.text.sites import no_word_reason, unread_words
 
     try:
         all_words = finder(text)
@@ -146,7 +145,11 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
     hyp = recognizer.greedy(wave[None])[0]  # the scorer's word check: greedy phones vs the expected phones
     per = phone_error_rate(expected, hyp)
     if per > max_per:
-        return RewardResult(WORST_REWARD, "unintelligible", per, reason=f"phone error rate {per:.2f} > {max_per:.2f}")
+        unread = unread_words(all_words)  # said aloud, absent from the expected phones: the reason names them
+        why = (f"; words not read, left out of the expected phones: {', '.join(repr(w.word) for w in unread[:5])}"
+               f"{', ...' if len(unread) > 5 else ''}" if unread else "")
+        return RewardResult(WORST_REWARD, "unintelligible", per,
+                            reason=f"phone error rate {per:.2f} > {max_per:.2f}{why}")
     placed = locate_sites(wave, text, recognizer, words=words)
     if placed.status == "no_testable_site":
         return RewardResult(1.0, "no_testable_site", per, reason="intelligible; the text has no testable site")
@@ -165,7 +168,8 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
                 recognizer=None, max_per: float | None = None,
                 wave_lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """``[b]`` reward in [0, 1] for GRPO/best-of-N: ``1 - mean leak probability`` over the testable sites of
-    each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else ``ValueError``).
+    each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else
+    :class:`~leakloss.penalty.PenaltyInputError`, a ``ValueError``).
     ``waveforms``: a list of ``[t]`` waves, or a padded ``[b, t]`` batch with ``wave_lengths [b]`` (required
     when ``b > 1``: the padding is not part of a reading).
 
@@ -173,10 +177,11 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
 
     - a reading that fails the word check (the recognizer's greedy phone error rate against the text's
       Nepali phones above ``max_per``; by default the recognizer's calibrated limit, as the scorer's
-      (:func:`word_check_limit`: ``word_check.query_max_per`` of its card, else ``QUERY_MAX_PER`` = 0.45)): silence, noise,
-      another text, mumbling -> ``WORST_REWARD`` (0.0);
-    - audio that cannot be read (NaN/Inf, shorter than one recognizer frame), a text whose phones do not
-      align, a text with no Devanagari word -> ``WORST_REWARD``;
+      (:func:`word_check_limit`: ``word_check.query_max_per`` of its card, else the scorer's ``QUERY_MAX_PER``)):
+      noise, another text, mumbling -> ``unintelligible``, ``WORST_REWARD`` (0.0). Numbers, Latin and misspelt
+      words are spoken but not read (no expected phones), so they count against the check: the reason names them;
+    - audio that cannot be read (NaN/Inf, shorter than one recognizer frame, silent), a text whose phones do
+      not align, a text with no Devanagari word or one the frontend cannot read (``bad_text``) -> ``WORST_REWARD``;
     - an intelligible reading of a text with no testable site -> 1.0 (nothing to leak);
     - otherwise ``1 - mean p`` over the sites.
 

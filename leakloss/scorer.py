@@ -394,8 +394,10 @@ class Scorer:
 
             return stopped("failed", f"text: {no_word_reason(all_words)}")
         # a misspelt, Latin or number word is spoken but neither aligned nor checked: say so, it can sink the check
+        from leakloss.text.sites import unread_words
+
         result["warnings"] += [f"word {w.index} {w.word!r} is not read ({w.skipped}): left out of the word check "
-                               "and the alignment" for w in all_words if w.skipped not in (None, "punctuation", "symbol")]
+                               "and the alignment" for w in unread_words(all_words)]
         if q.wave is None:
             return stopped("failed", f"query: {q.error}")
         expected = [p for w in words for p in w.nepali]

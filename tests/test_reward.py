@@ -106,3 +106,17 @@ def test_a_site_on_the_last_phone_ends_by_the_audios_end(embedded_penalty):
     placed = locate_sites(wave, text, embedded_penalty.recognizer)
     assert placed.status == "placed" and placed.sites
     assert all(s.end <= wave.numel() / 16_000 + 1e-9 for s in placed.sites), placed.sites
+
+
+def test_an_unintelligible_reading_names_the_words_it_says_that_are_not_read(embedded_penalty):
+    """Numbers and Latin words are spoken but have no expected phones: a correct reading failed the word check
+    with only "phone error rate 0.79 > 0.73" as its reason."""
+    from leakloss.speech.synth import HINDI_VOICES, speak_text
+
+    text = "आज 2024 मा COVID " + TEXT
+    reading = speak_text(TEXT, HINDI_VOICES[0]).waveform
+    result = leak_reward_details([reading], [text], embedded_penalty, max_per=1e-6)[0]
+    assert result.status == "unintelligible" and result.reward == 0.0
+    assert result.reason.endswith("words not read, left out of the expected phones: '2024', 'COVID'"), result.reason
+    plain = leak_reward_details([reading], [TEXT], embedded_penalty, max_per=1e-6)[0]
+    assert plain.status == "unintelligible" and "not read" not in plain.reason
