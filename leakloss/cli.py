@@ -843,8 +843,16 @@ def rerank(
         if not waves:
             err_console.print(f"[yellow]not ranked[/] {escape(f'{manifest}:{n}: no candidate file could be read')}",
                               soft_wrap=True)
+    from leakloss.acoustic.recognizer import RecognizerLoadError
+    from leakloss.heads import HeadLoadError
+    from leakloss.penalty import LeakPenalty
+
+    try:  # a broken shipped head or recognizer was a traceback with exit 1, which this command means "some files"
+        penalty = LeakPenalty.load()
+    except (RecognizerLoadError, HeadLoadError) as err:
+        fail(str(err))
     ranked = iter(rerank_readings([(text, list(waves.values())) for (_, text, _), (waves, _) in zip(entries, read)
-                                   if waves]))
+                                   if waves], penalty))
     choices = []
     for (_, text, paths), (waves, unreadable) in zip(entries, read):
         results = [None] * len(paths)

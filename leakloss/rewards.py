@@ -30,7 +30,7 @@ from torch import Tensor
 from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.functional.leak import peak_limited
 from leakloss.penalty import LeakPenalty
-from leakloss.reward import WORST_REWARD, RewardResult, leak_reward_details
+from leakloss.reward import WORST_REWARD, RewardResult, check_max_per, leak_reward_details
 from leakloss.schema import JUDGED_REWARD_STATUSES
 
 
@@ -141,6 +141,8 @@ class LeakRewardProvider(RewardProvider):
     required_extras: list[str] = []
 
     def __init__(self, penalty: LeakPenalty | None = None, max_per: float | None = None) -> None:
+        if max_per is not None:  # NaN was kept and refused only when the first reading was scored
+            check_max_per(max_per)
         self.penalty, self.max_per = penalty, max_per
         self._given_penalty, self._given_max_per = penalty, max_per  # what each setup starts from
         self.cfg: dict[str, Any] = {}
@@ -157,9 +159,7 @@ class LeakRewardProvider(RewardProvider):
             raise ValueError(f"setup {', '.join(loading)}: this provider was given its penalty; pass them to "
                              "LeakPenalty.load instead")
         self.penalty, self.max_per = self._given_penalty, self._given_max_per
-        if "max_per" in self.cfg:
-            from leakloss.reward import check_max_per
-
+        if self.cfg.get("max_per") is not None:  # null (YAML) is the default: the recognizer's calibrated limit
             value = self.cfg["max_per"]
             try:  # a YAML/CLI string is read as a number; True is not a limit
                 self.max_per = check_max_per(float(value) if isinstance(value, str) else value)
@@ -301,6 +301,8 @@ def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[s
     """
     pairs = list(candidates_by_text.items()) if isinstance(candidates_by_text, Mapping) else list(candidates_by_text)
     _check_rate(sample_rate)
+    if max_per is not None:  # before the penalty loads (NaN passed unseen when no text reached the word check)
+        check_max_per(max_per)
     for k, pair in enumerate(pairs):  # every wave checked before any is scored: no work thrown away
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"entry {k} must be a (text, [wave, ...]) pair, got {type(pair).__name__} "

@@ -76,11 +76,13 @@ def test_an_unreadable_candidate_is_not_scored_and_the_others_are_ranked(tmp_pat
     _unreadable(tmp_path / "bad.wav")
     seen = []
 
-    def fake_rerank(readings):  # the reward of a wave: its level (no model needed to test the bookkeeping)
+    def fake_rerank(readings, penalty):  # the reward of a wave: its level (no model needed to test the bookkeeping)
+        assert penalty == "the penalty"
         seen.append([(text, len(waves)) for text, waves in readings])
         return [choose(text, [RewardResult(float(w.abs().max()), "scored") for w in waves]) for text, waves in readings]
 
     monkeypatch.setattr("leakloss.rewards.rerank", fake_rerank)
+    monkeypatch.setattr("leakloss.penalty.LeakPenalty.load", lambda *args, **kwargs: "the penalty")
     manifest = _manifest(tmp_path, [{"text": TEXT, "candidates": ["a.wav", "bad.wav", "b.wav"]},
                                     {"text": TEXT, "candidates": ["bad.wav", "missing.wav"]},
                                     {"text": TEXT, "candidates": ["b.wav"]}])
@@ -134,3 +136,20 @@ def test_a_corrupt_candidate_among_real_readings(tmp_path):
     assert "1: unintelligible" in line["reason"]
     assert len(line["not_scored"]) == 1 and line["not_scored"][0]["candidate"].endswith("corrupt.wav")
     assert line["not_scored"][0]["reason"] and "corrupt.wav" in out.stderr and "not scored" in out.stderr
+
+
+def test_a_model_that_does_not_load_is_one_error_line_with_exit_2(tmp_path, monkeypatch):
+    # a broken shipped head was a traceback with exit 1, which this command means "some files were not read"
+    from leakloss.constants import SAMPLE_RATE
+    from leakloss.heads import HeadLoadError
+    from leakloss.penalty import LeakPenalty
+
+    sf.write(tmp_path / "a.wav", np.random.default_rng(0).normal(0, 0.1, SAMPLE_RATE), SAMPLE_RATE)
+
+    def broken(*args, **kwargs):
+        raise HeadLoadError("rawconv.json: no thresholds")
+
+    monkeypatch.setattr(LeakPenalty, "load", broken)
+    out = runner.invoke(app, ["rerank", _manifest(tmp_path, [{"text": TEXT, "candidates": ["a.wav"]}])])
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert "error: rawconv.json: no thresholds" in out.stderr

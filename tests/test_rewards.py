@@ -36,9 +36,17 @@ def test_the_interface_mirrors_f5_tts_reward_types():
     assert provider.max_per == 0.3 and provider.penalty is None  # loads lazily
     with pytest.raises(ValueError, match="unknown leakloss_leak setting"):
         provider.setup({"max_pre": 0.3})
-    for bad in ("nan", "inf", -1, "x", True, None):  # NaN turned the word check off; True was read as 1.0
+    for bad in ("nan", "inf", -1, "x", True):  # NaN turned the word check off; True was read as 1.0
         with pytest.raises(ValueError, match="setup max_per"):
             LeakRewardProvider().setup({"max_per": bad})
+        if not isinstance(bad, str):  # given to the constructor: refused there, not at the first reading
+            with pytest.raises(ValueError, match="max_per must be"):
+                LeakRewardProvider(max_per=bad)
+            with pytest.raises(ValueError, match="max_per must be"):  # before any penalty loads
+                rerank({"": [torch.zeros(10)]}, penalty="never loaded", max_per=bad)
+    null = LeakRewardProvider(max_per=0.5)
+    null.setup({"max_per": None})  # YAML null: the default, as not giving it
+    assert null.max_per == 0.5
     assert provider.supports_language(None) and provider.supports_language("ne") and provider.supports_language("ne-NP")
     assert not provider.supports_language("hi") and not provider.supports_language("en")
     assert provider.compute([]) == []
