@@ -87,14 +87,15 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     except (OSError, UnicodeDecodeError) as err:
         raise EvaluateError(f"cannot read test set {path}: {err}") from err
     lines = [(n, ln) for n, ln in numbered if not ln.startswith("#")]
-    # `leakloss testset` writes its header as a comment ("#id\ttext\tkey_words\tsites")
-    commented = numbered[0][1][1:] if numbered and numbered[0][1].startswith("#") else ""
-    header_in_comment = {"id", "text"} <= {c.strip().lower() for c in commented.split("\t")}
-    if header_in_comment:
-        lines.insert(0, (numbered[0][0], commented))
-    if not lines or (header_in_comment and len(lines) == 1):
-        raise EvaluateError(f"test set {path} has no rows")
-    head = [c.strip().lower() for c in lines[0][1].split("\t")]
+    # `leakloss testset` writes its header as a comment ("#id\ttext\tkey_words\tsites"), which a user may put
+    # other comments above: any comment before the first row (only the first was read, and the sites column of a
+    # commented set was dropped without a word)
+    leading = [(n, ln[1:]) for n, ln in numbered[:next((i for i, (_, ln) in enumerate(numbered)
+                                                        if not ln.startswith("#")), len(numbered))]]
+    header = next(((n, c) for n, c in leading if {"id", "text"} <= {x.strip().lower() for x in c.split("\t")}), None)
+    if header is not None:
+        lines.insert(0, header)
+    head = [c.strip().lower() for c in lines[0][1].split("\t")] if lines else []
     if "id" in head and "text" in head:
         id_col, text_col = head.index("id"), head.index("text")
         key_col = next((i for i, c in enumerate(head) if c.startswith("key")), None)
@@ -103,6 +104,8 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     else:
         id_col, text_col, key_col, sites_col = 0, 1, 2, None
         rows = lines
+    if not rows:  # a header alone (commented or not) was {}: every metadata line then "in no sentence"
+        raise EvaluateError(f"test set {path} has no rows")
     out: dict[str, dict] = {}
     for n, line in rows:
         cells = line.split("\t")
@@ -137,7 +140,9 @@ def _key_kinds(sid: str, text: str, keys: str, cell: str, where: str) -> dict[st
         item = parse_line("\t".join((sid, text, keys.replace(",", " "), cell)), where)
     except TestSetError as err:
         raise EvaluateError(str(err)) from None
-    return {_word_form(k.word): sorted({s.kind for s in k.sites}) for k in item.key_words}
+    # keyed as key_words are (a key word typed with its danda was "घर।" here and "घर" there: its kinds were lost)
+    return {(_text_words(k.word) or (_word_form(k.word),))[0]: sorted({s.kind for s in k.sites})
+            for k in item.key_words}
 
 
 def _text_words(text: str) -> tuple[str, ...]:

@@ -585,6 +585,28 @@ def test_the_shipped_test_set_is_read_with_its_commented_header_and_each_key_wor
     # a comment first and one row: read (a comment that is no header was taken for one, and the set had "no rows")
     (tmp_path / "one.tsv").write_text(f"# my notes\nn1\t{TEXT}\tनेकपा\n", encoding="utf-8")
     assert list(read_testset(tmp_path / "one.tsv")) == ["n1"]
+    # a comment above the written header: its sites column was dropped without a word (only the first line
+    # was looked at), and every key word counted by all its sites
+    (tmp_path / "noted.tsv").write_text("# quality subset\n" + format_testset(load_testset("quality")),
+                                        encoding="utf-8")
+    assert read_testset(tmp_path / "noted.tsv") == quality
+
+
+def test_a_key_word_typed_with_its_danda_keeps_its_kinds(tmp_path):
+    # the kinds were keyed "आए।" and the key words "आए": the word counted by all its sites
+    cell = '{"आए।": [["quality", "e->ɛ", 1]]}'
+    (tmp_path / "set.tsv").write_text(f"id\ttext\tkey_words\tsites\nn1\t{TEXT}\tआए।\t{cell}\n", encoding="utf-8")
+    entry = read_testset(tmp_path / "set.tsv")["n1"]
+    assert entry["key_words"] == ["आए"] and entry["key_kinds"] == {"आए": ["quality"]}
+
+
+@pytest.mark.parametrize("content", ["id\ttext\tkey_words\n", "#id\ttext\tkey_words\tsites\n",
+                                     "# notes\n#id\ttext\tkey_words\n\n"])
+def test_a_test_set_with_a_header_and_no_rows_says_so(tmp_path, content):
+    # an uncommented header alone was {}, and evaluate then blamed every metadata line
+    (tmp_path / "empty.tsv").write_text(content, encoding="utf-8")
+    with pytest.raises(EvaluateError, match="has no rows"):
+        read_testset(tmp_path / "empty.tsv")
 
 
 def test_mark_key_words_writes_the_kinds_a_key_word_counts_by():
