@@ -146,14 +146,27 @@ def _key_kinds(sid: str, text: str, keys: str, cell: str, where: str) -> dict[st
 
 
 def _text_words(text: str) -> tuple[str, ...]:
-    """The words of ``text`` in the scorer's normal form, punctuation left out: what a key word must be one of, and
-    what a metadata line's text is matched to a test-set sentence by (a dropped danda or a changed space or quote
-    is the same sentence)."""
+    """The Devanagari words of ``text`` in the scorer's normal form, punctuation, numbers and Latin words left out:
+    what a key word must be one of (:func:`_sentence_key` matches sentences)."""
     from leakloss.speech.corpus import split_text_words
 
     try:
         return tuple(_word_form(w) for w in split_text_words(text))
     except ValueError:  # a text the normaliser refuses: its NFC form as one word, matched exactly
+        return (_word_form(text),) if text.strip() else ()
+
+
+def _sentence_key(text: str) -> tuple[str, ...]:
+    """What a metadata line's text is matched to a test-set sentence by: every spoken token in the scorer's normal
+    form (words, numbers, Latin words), punctuation left out, so a dropped danda or a changed space or quote is the
+    same sentence. The Devanagari words alone made "म १० बजे" and "म ११ बजे" one sentence."""
+    from leakloss.text.normalize import normalize_devanagari, split_words
+    from leakloss.text.sites import UNSPOKEN_SKIPS
+
+    try:
+        return tuple(_word_form(t.text) for t in split_words(normalize_devanagari(text))
+                     if t.skipped not in UNSPOKEN_SKIPS)
+    except ValueError:  # a text the normaliser refuses: its NFC form, matched exactly
         return (_word_form(text),) if text.strip() else ()
 
 
@@ -256,7 +269,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
     system = SystemReadings(name, path)
     by_text: dict[tuple[str, ...], list[str]] = {}  # a sentence's words -> its ids (a set may repeat a sentence)
     for sid, entry in (testset or {}).items():
-        by_text.setdefault(_text_words(entry["text"]), []).append(sid)
+        by_text.setdefault(_sentence_key(entry["text"]), []).append(sid)
     metadata = _metadata_path(path)
     rows: list[tuple[str, Path, str, str]] = []  # (reading name, audio, text, sentence id)
     if metadata is not None:
@@ -266,13 +279,14 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
             raise EvaluateError(f"system {name!r}: cannot read {metadata}: {err}") from err
         refused: set[Path] = set()  # audio of lines refused by name: said once, with the line's reason
         said: set[str] = set()  # test-set ids a listed line reads (refused, or a repeated sentence): said with it
+        first = next((n for n, line in enumerate(lines, 1) if line.strip()), 0)
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             audio, sep, text = line.partition("|")
             where = f"{metadata}:{n}"
-            if n == 1 and audio.strip().lower() in ("audio_file", "audio", "file"):
-                continue  # F5's header
+            if n == first and audio.strip().lower() in ("audio_file", "audio", "file"):
+                continue  # F5's header (below blank lines too: it was read as audio named audio_file)
             named = metadata.parent / audio.strip()
             if not sep or not audio.strip():
                 system.problems.append({"reading": where, "reason": "not an 'audio|text' line"})
@@ -280,7 +294,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                     refused.add(named.resolve())  # not also as audio "no line names"
                 continue
             # a line refused below still speaks for its sentence: not listed again as unread (an extra field cut)
-            said.update(by_text.get(_text_words(text.split("|")[0].strip()), []))
+            said.update(by_text.get(_sentence_key(text.split("|")[0].strip()), []))
             if (problem := path_problem(named, utf8=False)) is not None:  # a NUL raised in resolve() and is_file()
                 system.problems.append({"reading": where, "reason": f"audio {problem}"})
                 continue
@@ -290,7 +304,7 @@ def read_system(name: str, path: Path, testset: dict[str, dict] | None = None) -
                 refused.add(named.resolve())
                 continue
             text = text.strip()
-            matches = by_text.get(_text_words(text), [])
+            matches = by_text.get(_sentence_key(text), [])
             sid = matches[0] if len(matches) == 1 else ""
             if testset is not None and not sid:  # its key words are unknown: counted, it would mix another measure in
                 why = ("its text is no sentence of the test set (--testset): not scored" if not matches else

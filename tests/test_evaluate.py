@@ -616,3 +616,25 @@ def test_mark_key_words_writes_the_kinds_a_key_word_counts_by():
     assert result["words"][0]["key_kinds"] == ["quality"] and "key_kinds" not in result["words"][1]
     assert not mark_key_words(result, ["नेकपा"], {"नेकपा": ["quality"]})  # unchanged the second time
     assert mark_key_words(result, ["नेकपा"]) and "key_kinds" not in result["words"][0]
+
+
+def test_a_metadata_line_is_matched_to_its_test_sentence_with_its_numbers_and_latin_words(tmp_path):
+    # by the Devanagari words alone "म १० बजे" was "म ११ बजे" (both refused as one sentence), and a COVID line was
+    # scored as the Ebola sentence
+    rows = {"n1": "म १० बजे घर आएँ।", "n2": "म ११ बजे घर आएँ।", "n3": "Ebola ले नेकपा बन्द गर्‍यो।"}
+    (tmp_path / "set.tsv").write_text("id\ttext\tkey_words\n" + "".join(f"{k}\t{t}\tघर\n" if k != "n3" else
+                                                                        f"{k}\t{t}\tनेकपा\n" for k, t in rows.items()),
+                                      encoding="utf-8")
+    folder = tmp_path / "sys"
+    folder.mkdir()
+    for name in ("a.wav", "b.wav", "c.wav"):
+        write_clip(folder / name)
+    # blank lines before F5's header: the header was read as audio named audio_file
+    (folder / "metadata.csv").write_text("\n\naudio_file|text\na.wav|म ११ बजे घर आएँ\nb.wav|म १० बजे घर आएँ\n"
+                                         "c.wav|COVID ले नेकपा बन्द गर्‍यो\n", encoding="utf-8")
+    system = read_system("mine", folder, read_testset(tmp_path / "set.tsv"))
+    assert sorted((i["query"].rsplit("/", 1)[-1], i["sentence_id"]) for i in system.items) == [("a.wav", "n2"),
+                                                                                              ("b.wav", "n1")]
+    (c_line, unread) = system.problems
+    assert c_line["reading"].endswith("(c.wav)") and "no sentence of the test set" in c_line["reason"]
+    assert unread["reading"] == "n3" and "no line of metadata.csv reads this test-set sentence" in unread["reason"]

@@ -194,13 +194,13 @@ def no_word_reason(words: Sequence[WordSites]) -> str:
 
 #: skip reasons of tokens a voice does not say aloud; every other skipped token (a number, a Latin or misspelt word)
 #: is spoken but has no expected phones, so the word check hears it as insertions
-SILENT_SKIPS = (None, "punctuation", "symbol")
+UNSPOKEN_SKIPS = ("punctuation", "symbol")
 
 
 def unread_words(words: Sequence[WordSites]) -> list[WordSites]:
     """The words a reading says aloud that the frontend does not read (numbers, Latin or misspelt words): left out
     of the word check's expected phones and of the alignment, they can sink the check of a correct reading."""
-    return [w for w in words if w.skipped not in SILENT_SKIPS]
+    return [w for w in words if w.skipped is not None and w.skipped not in UNSPOKEN_SKIPS]
 
 
 def hindi_ward(words: Sequence[WordSites]) -> list[list[str]]:
