@@ -931,12 +931,14 @@ def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return {_strip(k): v for k, v in ckpt.items() if _strip(k) not in _DROP}
 
 
-def load_indicf5_checkpoint(model: nn.Module, path: str | os.PathLike) -> LoadReport:
+def load_indicf5_checkpoint(model: nn.Module, path: str | os.PathLike,
+                            state: Mapping[str, Tensor] | None = None) -> LoadReport:
     """Load an F5 / IndicF5 ``.safetensors`` or ``.pt`` checkpoint into ``model`` (a ``CFM``) non-strictly.
 
     Strips ``ema_model.`` / ``_orig_mod.`` / ``module.`` prefixes; shape mismatches are skipped and reported.
+    ``state``: the checkpoint's weights as :func:`load_state` read them (not read again).
     """
-    state = load_state(path)
+    state = load_state(path) if state is None else state
     own = model.state_dict()
     mismatched = sorted(k for k, v in state.items() if k in own and own[k].shape != v.shape)
     result = model.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)

@@ -501,7 +501,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         raise FinetuneError(str(err)) from err
     writable = check_site_cache_place(prepared.dir / SITES_FILE)
     vocab, vocab_source = resolve_vocab(cfg)
-    check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source)
+    check_architecture(cfg, vocab, check_checkpoint(cfg.f5.checkpoint, vocab, vocab_source))
     try:
         check_texts(prepared, vocab)
         check_audio_files(prepared)
@@ -722,6 +722,28 @@ def export(out_dir: Path, vocab: dict[str, int], card: dict) -> Path:
                         out_dir / "model_last.json": json.dumps(card | {"update": update}, ensure_ascii=False,
                                                                 indent=1).encode("utf-8")})
     return path
+
+
+def check_architecture(cfg: DictConfig, vocab: dict[str, int], state: dict[str, torch.Tensor]) -> None:
+    """:class:`FinetuneError` when the preset's model cannot be built (a bad ``f5.backbone``/``f5.arch`` argument)
+    or the checkpoint does not fit it (its card names another architecture, or weights have no place), before
+    the site placement (both were found after it). ``state``: the checkpoint's weights, already read."""
+    from hydra.errors import InstantiationException
+
+    from integrations.f5_tts import card_architecture_problem, load_indicf5_checkpoint
+    from leakloss.checks import first_line
+
+    problem = card_architecture_problem(cfg.f5.checkpoint, OmegaConf.to_container(cfg.f5.arch, resolve=True))
+    if problem is None:
+        try:
+            model = build_model(cfg, vocab)
+        except InstantiationException as err:  # +f5.backbone.bogus=1: Hydra's traceback after the placement
+            cause = err.__cause__ or err
+            raise FinetuneError(f"f5.backbone / f5.arch: {type(cause).__name__}: {first_line(cause)}") from err
+        problem = checkpoint_fit_problem(load_indicf5_checkpoint(model, cfg.f5.checkpoint, state=state))
+        del model
+    if problem is not None:
+        raise FinetuneError(f"{cfg.f5.checkpoint} does not fit the f5={cfg.f5.name} architecture: {problem}")
 
 
 def checkpoint_fit_problem(report) -> str | None:

@@ -89,6 +89,23 @@ def test_bad_inputs_are_refused_before_training(prepared_dir, base_ckpt, tmp_pat
         prepare(_cfg(prepared_dir, tmp_path / "none.safetensors"))
 
 
+@needs_embedded
+@pytest.mark.parametrize("override, message", [
+    ("f5.arch.depth=2", r"does not fit the f5=hindi_base_f5 architecture: 0 missing, 0 shape-mismatched, 28 unexpected"),
+    ("+f5.backbone.bogus=1", r"f5.backbone / f5.arch: TypeError: .*bogus"),  # Hydra's traceback after the placement
+])
+def test_a_model_the_checkpoint_does_not_fit_is_refused_before_the_site_placement(prepared_dir, base_ckpt, tmp_path,
+                                                                                    monkeypatch, override, message):
+    import integrations.f5_dataset
+
+    def placed(*args, **kwargs):
+        raise AssertionError("the sites were placed before the architecture was checked")
+
+    monkeypatch.setattr(integrations.f5_dataset, "place_prepared_sites", placed)
+    with pytest.raises(FinetuneError, match=message):
+        prepare(_cfg(prepared_dir, base_ckpt, "f5=embedded", f"out_dir={tmp_path / 'run'}", override))
+
+
 @pytest.mark.parametrize("override, message", [
     ("leak.weight=nan", r"leak.weight must be a finite number >= 0, got nan"),  # trained and exported a NaN model
     ("leak.weight=inf", r"leak.weight must be a finite number"),
