@@ -464,6 +464,11 @@ def check_settings(cfg: DictConfig) -> None:
                             f"first runs on update {first}, after the run's last (steps={cfg.steps})")
     if cfg.log_every > cfg.steps:
         raise FinetuneError(f"log_every={cfg.log_every} is more than steps={cfg.steps}: no leak curve would be logged")
+    if max(weights) > 0 and cfg.log_every % cfg.leak.every:  # the curves showed leak/weight 0.0 ("off") and the
+        # card's final_leak_penalty was null: the penalty was never logged on the updates it ran
+        raise FinetuneError(f"log_every={cfg.log_every} is not a multiple of leak.every={cfg.leak.every}: the penalty "
+                            "runs on multiples of leak.every and is logged on multiples of log_every, so most logged "
+                            "updates would show it off")
     check_probe_texts(cfg)
     if cfg.max_minutes is not None:
         try:

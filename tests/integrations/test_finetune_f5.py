@@ -159,6 +159,8 @@ def test_bad_save_and_time_budgets_are_refused(tmp_path, override, message):
     ("probe.texts=['आज']", r"probe.texts\[0\] 'आज' has no testable contrast site"),
     ("leak.start_step=1000", r"leak.start_step=1000 is not before the run's last update \(steps=1000\)"),
     ("log_every=2000", r"log_every=2000 is more than steps=1000"),
+    # logged on multiples of log_every, run on multiples of leak.every: 10 and 3 met on update 30 only
+    ("leak.every=3", r"log_every=10 is not a multiple of leak.every=3"),
 ])
 def test_settings_under_which_the_penalty_or_its_curves_never_act_are_refused(tmp_path, override, message):
     with pytest.raises(FinetuneError, match=message):
