@@ -9,6 +9,7 @@ a ``WandbLogger``, a CSV with ``CSVLogger``) and also appends to its own CSV. Fo
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -82,8 +83,9 @@ class LeakCurveCallback(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
-        # under accumulate_grad_batches several batches end at one global step: probe it once
-        if step == 0 or step % self.every or step == self._last_step:
+        # under accumulate_grad_batches several batches end at one global step: probe it once; under DDP every
+        # rank synthesised the probes and appended the same rows to the one CSV: rank 0 alone
+        if step == 0 or step % self.every or step == self._last_step or not trainer.is_global_zero:
             return
         self._last_step = step
         was_training = module.training
@@ -93,8 +95,8 @@ class LeakCurveCallback(L.Callback):
         finally:
             module.train(was_training)
         self.rows.append((step, row))
-        if trainer.logger is not None:
-            trainer.logger.log_metrics(row, step=step)
+        if trainer.logger is not None:  # NaN (nothing aligned) stays in the CSV, and is not sent as a value
+            trainer.logger.log_metrics({k: v for k, v in row.items() if math.isfinite(v)}, step=step)
         if self.csv_path is not None:
             new = not self.csv_path.exists()
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,35 @@ def test_the_callback_probes_each_update_once_under_accumulation(tmp_path):
     callback = LeakCurveCallback(Probe(), lambda module, texts: [], every=2, csv_path=tmp_path / "c.csv")
     module = torch.nn.Linear(1, 1)
     for step in (0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4):
-        callback.on_train_batch_end(SimpleNamespace(global_step=step, logger=None), module, None, None, 0)
+        callback.on_train_batch_end(SimpleNamespace(global_step=step, logger=None, is_global_zero=True), module, None,
+                                    None, 0)
     assert len(calls) == 2 and [s for s, _ in callback.rows] == [2, 4]
     with pytest.raises(ValueError, match="every must be a whole number >= 1"):
         LeakCurveCallback(Probe(), lambda module, texts: [], every=0)
+
+
+def test_the_callback_probes_on_rank_0_only_and_sends_no_nan_to_the_logger(tmp_path):
+    # under DDP every rank appended the same rows to one CSV; a NaN share (nothing aligned) went to the logger
+    import math
+    from types import SimpleNamespace
+
+    from integrations.leak_curves import LeakCurveCallback
+
+    class Probe:
+        texts = ["x"]
+
+        def measure(self, waves):
+            return {"leak_probe/sites": 0.0, "leak_probe/flagged_share": float("nan")}
+
+    logged = []
+    logger = SimpleNamespace(log_metrics=lambda row, step: logged.append((step, row)))
+    callback = LeakCurveCallback(Probe(), lambda module, texts: [], every=1, csv_path=tmp_path / "c.csv")
+    module = torch.nn.Linear(1, 1)
+    callback.on_train_batch_end(SimpleNamespace(global_step=1, logger=logger, is_global_zero=False), module, None,
+                                None, 0)
+    assert callback.rows == [] and not (tmp_path / "c.csv").exists() and logged == []
+    callback.on_train_batch_end(SimpleNamespace(global_step=1, logger=logger, is_global_zero=True), module, None,
+                                None, 0)
+    assert logged == [(1, {"leak_probe/sites": 0.0})]
+    assert math.isnan(callback.rows[0][1]["leak_probe/flagged_share"])  # kept, as NaN, in the rows and the CSV
+    assert "leak_probe/flagged_share,nan" in (tmp_path / "c.csv").read_text()
