@@ -795,7 +795,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         probe = f5_probe(ProbeSet(texts, penalty), to_16k(wave, rate), prepared.text(row), vocoder,
                          nfe=cfg.probe.nfe, seed=int(cfg.seed))
     out_dir = Path(cfg.out_dir)
-    trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm), ema_kwargs=dict(beta=float(cfg.ema_decay)),
+    # update_every=1: ema_pytorch's default (10) exported update 41's weights from a 50-update run as "update 50"
+    trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm),
+                          ema_kwargs=dict(beta=float(cfg.ema_decay), update_every=1),
                           accelerate_kwargs=dict(mixed_precision=str(cfg.mixed_precision)))
     if _is_main_process():
         record_run(cfg)  # what a resume of this out_dir is checked against
@@ -818,7 +820,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if _is_main_process():
         card = dict(base=cfg.f5.name, arch=OmegaConf.to_container(cfg.f5.arch, resolve=True),
                     base_checkpoint=str(cfg.f5.checkpoint), vocab=plan["vocab_source"], dataset=str(cfg.data.dir),
-                    leak=OmegaConf.to_container(cfg.leak, resolve=True), steps=int(cfg.steps),
+                    leak=OmegaConf.to_container(cfg.leak, resolve=True)  # crop as it ran, not null ("auto")
+                    | {"crop": resolve_leak_crop(cfg.leak.crop, penalty)}, steps=int(cfg.steps),
                     recognizer=penalty.recognizer.name, sites=summary.sites,
                     sites_trainable=result["sites_trainable"], weights="EMA",
                     **{f"{term}_recognizer": (plan[f"{term}_penalty"].recognizer.name
