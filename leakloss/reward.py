@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from leakloss.acoustic.features import SILENCE_PEAK
+from leakloss.constants import SAMPLE_RATE
 from leakloss.functional.leak import at_hearing_level
 from leakloss.penalty import LeakPenalty, PenaltyInputError, check_lengths, check_wave
 from leakloss.schema import JUDGED_REWARD_STATUSES, REWARD_STATUSES, RewardStatus
@@ -83,6 +84,17 @@ def _texts(texts: object, n: int) -> list[str]:
     return list(texts)
 
 
+def check_sample_rate(sample_rate: object) -> int:
+    """A reading's sample rate as given, or ``ValueError``: a whole number of Hz, at least speech's."""
+    import numbers
+
+    from leakloss.audio import MIN_SAMPLE_RATE
+
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
+        raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
+    return int(sample_rate)
+
+
 def check_max_per(max_per: object) -> float:
     """The word check's phone-error limit as a float, or ``ValueError``: NaN would pass every reading."""
     from leakloss.checks import check_number
@@ -103,11 +115,16 @@ def word_check_limit(recognizer) -> float:
 @torch.no_grad()
 def leak_reward_details(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
                         recognizer=None, max_per: float | None = None, finder=None,
-                        wave_lengths: Sequence[int] | Tensor | None = None) -> list[RewardResult]:
-    """The reward of each ``(wave [t] 16 kHz, text)`` pair, with its status; see :func:`leak_reward`."""
+                        wave_lengths: Sequence[int] | Tensor | None = None, *,
+                        sample_rate: int = SAMPLE_RATE) -> list[RewardResult]:
+    """The reward of each ``(wave [t], text)`` pair at ``sample_rate``, with its status; see :func:`leak_reward`."""
+    from leakloss.audio import resample
     from leakloss.text.sites import SiteFinder
 
+    sample_rate = check_sample_rate(sample_rate)
     waveforms = _readings(waveforms, wave_lengths)
+    if sample_rate != SAMPLE_RATE:  # F5's 24 kHz was heard as slowed-down 16 kHz speech, and scored
+        waveforms = [resample(w.float(), sample_rate, SAMPLE_RATE) if w.numel() else w for w in waveforms]
     texts = _texts(texts, len(waveforms))
     penalty = penalty or LeakPenalty.load()
     recognizer = recognizer or penalty.recognizer
@@ -166,9 +183,10 @@ def _reward_one(wave: Tensor, text: str, penalty: LeakPenalty, recognizer, finde
 
 def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], penalty: LeakPenalty | None = None,
                 recognizer=None, max_per: float | None = None,
-                wave_lengths: Sequence[int] | Tensor | None = None) -> Tensor:
+                wave_lengths: Sequence[int] | Tensor | None = None, *, sample_rate: int = SAMPLE_RATE) -> Tensor:
     """``[b]`` reward in [0, 1] for GRPO/best-of-N: ``1 - mean leak probability`` over the testable sites of
-    each ``(wave [t] 16 kHz, text)`` pair. Not differentiable. One text per reading (else
+    each ``(wave [t], text)`` pair, the waves at ``sample_rate`` (16 kHz by default; F5's 24 kHz waves: pass
+    ``sample_rate=24000``, they are resampled). Not differentiable. One text per reading (else
     :class:`~leakloss.penalty.PenaltyInputError`, a ``ValueError``).
     ``waveforms``: a list of ``[t]`` waves, or a padded ``[b, t]`` batch with ``wave_lengths [b]`` (required
     when ``b > 1``: the padding is not part of a reading).
@@ -187,7 +205,8 @@ def leak_reward(waveforms: Sequence[Tensor] | Tensor, texts: Sequence[str], pena
 
     :func:`leak_reward_details` gives each reading's status, phone error rate and reason.
     """
-    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per, wave_lengths=wave_lengths)
+    results = leak_reward_details(waveforms, texts, penalty, recognizer, max_per, wave_lengths=wave_lengths,
+                                  sample_rate=sample_rate)
     device = waveforms.device if isinstance(waveforms, Tensor) else (waveforms[0].device if len(waveforms) else None)
     return torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
 

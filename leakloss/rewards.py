@@ -30,7 +30,7 @@ from torch import Tensor
 from leakloss.constants import MEL_SAMPLE_RATE, SAMPLE_RATE
 from leakloss.functional.leak import peak_limited
 from leakloss.penalty import LeakPenalty
-from leakloss.reward import WORST_REWARD, RewardResult, check_max_per, leak_reward_details
+from leakloss.reward import WORST_REWARD, RewardResult, check_max_per, check_sample_rate, leak_reward_details
 from leakloss.schema import JUDGED_REWARD_STATUSES
 
 
@@ -72,15 +72,6 @@ class RewardProvider:
         raise NotImplementedError
 
 
-def _check_rate(sample_rate: object) -> None:
-    import numbers
-
-    from leakloss.audio import MIN_SAMPLE_RATE
-
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate < MIN_SAMPLE_RATE:
-        raise ValueError(f"sample_rate must be a whole number of Hz >= {MIN_SAMPLE_RATE} (speech), got {sample_rate!r}")
-
-
 def _audio_tensor(audio: object) -> Tensor:
     """``audio`` as a float tensor ``[t]`` or ``[channels, t]`` (a numpy array is converted), else ValueError.
     Empty and NaN/Inf audio pass: the reward says why it cannot be judged (``too_short``, ``not_finite``)."""
@@ -115,7 +106,7 @@ def to_16k_mono(audio: Tensor, sample_rate: int) -> Tensor:
     from leakloss.audio import resample
 
     audio = _audio_tensor(audio)
-    _check_rate(sample_rate)
+    check_sample_rate(sample_rate)
     # averaged in fp64 and brought within full scale there: loud (finite) fp32/fp64 channels must not
     # overflow into "NaN/Inf samples" on the way to fp32
     audio = peak_limited(audio.detach().double())
@@ -191,7 +182,7 @@ class LeakRewardProvider(RewardProvider):
         for i, item in enumerate(batch):  # a caller's bug is an error for every input, not hidden by a missing text
             try:
                 _audio_tensor(item.audio)
-                _check_rate(item.sample_rate)
+                check_sample_rate(item.sample_rate)
             except ValueError as err:
                 raise ValueError(f"input {i}: {err}") from None
             if item.text is not None and not isinstance(item.text, str):
@@ -300,7 +291,7 @@ def rerank(candidates_by_text: Mapping[str, Sequence[Tensor]] | Sequence[tuple[s
             ``(text, waves)`` pair or a text that is not a string, or a bad ``sample_rate``.
     """
     pairs = list(candidates_by_text.items()) if isinstance(candidates_by_text, Mapping) else list(candidates_by_text)
-    _check_rate(sample_rate)
+    check_sample_rate(sample_rate)
     if max_per is not None:  # before the penalty loads (NaN passed unseen when no text reached the word check)
         check_max_per(max_per)
     for k, pair in enumerate(pairs):  # every wave checked before any is scored: no work thrown away

@@ -120,3 +120,24 @@ def test_an_unintelligible_reading_names_the_words_it_says_that_are_not_read(emb
     assert result.reason.endswith("words not read, left out of the expected phones: '2024', 'COVID'"), result.reason
     plain = leak_reward_details([reading], [TEXT], embedded_penalty, max_per=1e-6)[0]
     assert plain.status == "unintelligible" and "not read" not in plain.reason
+
+
+def test_readings_at_another_rate_are_resampled_when_the_rate_is_given(embedded_penalty):
+    """F5 speaks at 24 kHz: its waves were heard as slowed 16 kHz speech and scored (PER 0.31 instead of 0.17)."""
+    import pytest
+
+    from leakloss.audio import resample
+    from leakloss.speech.synth import HINDI_VOICES, speak_text
+
+    reading = speak_text(TEXT, HINDI_VOICES[0]).waveform
+    at_24k = resample(reading, 16_000, 24_000)
+    (base,) = leak_reward_details([reading], [TEXT], embedded_penalty)
+    (given,) = leak_reward_details([at_24k], [TEXT], embedded_penalty, sample_rate=24_000)
+    assert given.status == base.status and abs(given.phone_error_rate - base.phone_error_rate) <= 0.03
+    assert abs(given.reward - base.reward) < 0.05
+    from leakloss.reward import leak_reward
+
+    assert float(leak_reward([at_24k], [TEXT], embedded_penalty, sample_rate=24_000)[0]) == given.reward
+    for bad in (0, 16_000.0, True, "16000"):
+        with pytest.raises(ValueError, match="sample_rate must be a whole number of Hz"):
+            leak_reward_details([reading], [TEXT], embedded_penalty, sample_rate=bad)
