@@ -76,8 +76,8 @@ def read_testset(path: str | Path) -> dict[str, dict]:
 
     Raises:
         EvaluateError: unreadable, no rows, a row without id or text, a repeated id, a key word that is not a word
-            of its text (a misspelt key word had vanished from the count without a word), or a ``sites`` cell that
-            is not that JSON.
+            of its text (a misspelt key word had vanished from the count without a word), a row without key words
+            beside rows with them (two measures mixed), or a ``sites`` cell that is not that JSON.
     """
     from leakloss.textfile import text_lines
 
@@ -107,6 +107,7 @@ def read_testset(path: str | Path) -> dict[str, dict]:
     if not rows:  # a header alone (commented or not) was {}: every metadata line then "in no sentence"
         raise EvaluateError(f"test set {path} has no rows")
     out: dict[str, dict] = {}
+    where: dict[str, int] = {}  # each id's line
     for n, line in rows:
         cells = line.split("\t")
         if len(cells) <= max(id_col, text_col) or not cells[id_col].strip() or not cells[text_col].strip():
@@ -128,6 +129,11 @@ def read_testset(path: str | Path) -> dict[str, dict]:
         cell = cells[sites_col].strip() if sites_col is not None and sites_col < len(cells) else ""
         out[sid] = {"text": text, "key_words": key_words,
                     "key_kinds": _key_kinds(sid, text, keys, cell, f"{path}:{n}") if cell else {}}
+        where[sid] = n
+    keyless = [sid for sid, e in out.items() if not e["key_words"]]
+    if keyless and len(keyless) < len(out):  # its every tested word would count beside the others' key words
+        raise EvaluateError(f"{path}:{where[keyless[0]]}: {keyless[0]!r} has no key word while other rows have "
+                            "theirs: give each row its key words (or none to any, to count every tested word)")
     return out
 
 

@@ -638,3 +638,12 @@ def test_a_metadata_line_is_matched_to_its_test_sentence_with_its_numbers_and_la
     (c_line, unread) = system.problems
     assert c_line["reading"].endswith("(c.wav)") and "no sentence of the test set" in c_line["reason"]
     assert unread["reading"] == "n3" and "no line of metadata.csv reads this test-set sentence" in unread["reason"]
+
+
+def test_a_row_without_key_words_beside_rows_with_them_is_refused(tmp_path):
+    # its every tested word counted beside the other rows' key words: two measures in one figure
+    (tmp_path / "mixed.tsv").write_text(f"id\ttext\tkey_words\nn1\t{TEXT}\tनेकपा\nn2\t{TEXT} फेरि\t\n", encoding="utf-8")
+    with pytest.raises(EvaluateError, match=r"mixed.tsv:3: 'n2' has no key word while other rows have theirs"):
+        read_testset(tmp_path / "mixed.tsv")
+    (tmp_path / "none.tsv").write_text(f"id\ttext\nn1\t{TEXT}\nn2\t{TEXT} फेरि\n", encoding="utf-8")
+    assert [e["key_words"] for e in read_testset(tmp_path / "none.tsv").values()] == [[], []]  # one measure
