@@ -82,13 +82,26 @@ def parse_line(line: str, where: str) -> TestItem:
     names = words.split()
     if not isinstance(sites, dict) or sorted(sites) != sorted(names):
         raise TestSetError(f"{where}: sites must be an object with one entry per key word ({', '.join(names)})")
+    from leakloss.text.normalize import normalize_devanagari, split_words
+
+    def word_forms(s: str) -> list[str]:  # the words as the scorer writes them, punctuation left out
+        return [t.text for t in split_words(normalize_devanagari(s)) if t.skipped != "punctuation"]
+
+    try:
+        text_words = set(word_forms(text))
+        key_forms = {name: word_forms(name) for name in names}
+    except ValueError as err:  # a text the normaliser refuses
+        raise TestSetError(f"{where}: {err}") from None
     key_words = []
     for name in names:
-        if name not in text:
-            raise TestSetError(f"{where}: key word {name!r} is not in the text")
+        # a whole word of the text (a substring took घर in घरमा; a ZWJ spelling was "not in the text")
+        if len(key_forms[name]) != 1 or key_forms[name][0] not in text_words:
+            raise TestSetError(f"{where}: key word {name!r} is not a word of the text")
         triples = sites[name]
+        # a position is a whole number >= 0 (true passed as 1, -1 as the last phone)
         if not triples or not all(isinstance(t, list) and len(t) == 3 and t[0] in KINDS and isinstance(t[1], str)
-                                  and isinstance(t[2], int) for t in triples):
+                                  and isinstance(t[2], int) and not isinstance(t[2], bool) and t[2] >= 0
+                                  for t in triples):
             raise TestSetError(f"{where}: key word {name!r} needs [kind, contrast, position] sites, got {triples!r}")
         key_words.append(KeyWord(name, tuple(KeySite(*t) for t in triples)))
     return TestItem(item_id, text, tuple(key_words))
@@ -101,6 +114,7 @@ def parse_testset(text: str, source: str = TESTSET_FILE) -> list[TestItem]:
         TestSetError: a malformed line (named by ``source`` and line number) or an id given twice."""
     items: list[TestItem] = []
     first: dict[str, int] = {}
+    text = text.removeprefix("\ufeff")  # a BOM (a file saved by a Windows editor) made line 1 "sites are not JSON"
     for lineno, line in enumerate(text_lines(text), 1):
         if not line.strip() or line.startswith("#"):
             continue

@@ -132,7 +132,10 @@ def test_format_and_parse_round_trip():
     ("x\tआज घर\tघर", "4 tab-separated columns"),
     ('x\tआज घर\tघर\t{"घर": [["deletion", "ʌ->∅", 2]', "not JSON"),
     ('x\tआज घर\tघर\t{"आज": [["deletion", "ʌ->∅", 2]]}', "one entry per key word"),
-    ('x\tआज घर\tबजार\t{"बजार": [["deletion", "ʌ->∅", 2]]}', "not in the text"),
+    ('x\tआज घर\tबजार\t{"बजार": [["deletion", "ʌ->∅", 2]]}', "not a word of the text"),
+    ('x\tआज घरमा\tघर\t{"घर": [["deletion", "ʌ->∅", 2]]}', "not a word of the text"),  # a substring passed
+    ('x\tआज घर\tघर\t{"घर": [["deletion", "ʌ->∅", true]]}', "kind, contrast, position"),  # true was phone 1
+    ('x\tआज घर\tघर\t{"घर": [["deletion", "ʌ->∅", -1]]}', "kind, contrast, position"),
     ('x\tआज घर\tघर\t{"घर": [["vowel", "ʌ->∅", 2]]}', "kind, contrast, position"),
     ('x\tआज घर\tघर\t{"घर": []}', "kind, contrast, position"),
 ])
@@ -146,3 +149,10 @@ def test_repeated_id_is_an_error():
     line = 'x\tआज घर\tघर\t{"घर": [["deletion", "ʌ->∅", 2]]}'
     with pytest.raises(TestSetError, match="already on line 1"):
         parse_testset(line + "\n" + line + "\n")
+
+
+def test_a_key_word_is_matched_as_the_scorer_writes_words_and_a_bom_is_no_content():
+    # a ZWJ spelling passed read_testset and then failed here as "not in the text"; a BOM made line 1 "not JSON"
+    line = 'x\tआज घ\u200dर।\tघ\u200dर\t{"घ\u200dर": [["deletion", "ʌ->∅", 2]]}'
+    (item,) = parse_testset("\ufeff" + line + "\n", "mine.tsv")
+    assert item.id == "x" and item.key_words[0].sites[0].position == 2
