@@ -694,7 +694,9 @@ def _single_process_env() -> Iterator[None]:
 
 
 def _barrier() -> None:
-    """Wait for the other ``accelerate launch`` processes (file-system rendezvous: no process group exists yet)."""
+    """Wait for the other ``accelerate launch`` processes: accelerate's ``wait_for_everyone``, which starts the
+    process group with torch's default timeout (10 min for NCCL). Not shown on several GPUs here (none was lent);
+    a placement longer than that stops the launch, so the README places a large corpus's sites single-process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return
