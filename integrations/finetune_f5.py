@@ -500,6 +500,11 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
 
     check_settings(cfg)
     start_update = check_resume(cfg)
+    if cfg.batch_size_type == "sample" and start_update >= cfg.steps:  # its updates are the steps: said now, not
+        # after the placement, the audio hashing and an F5 Trainer (frame batches count theirs by epoch, in train_f5)
+        raise FinetuneError(f"{Path(str(cfg.out_dir)) / 'ckpts' / 'model_last.pt'} already holds update "
+                            f"{start_update} of this run's {cfg.steps}: nothing to train (another out_dir starts a "
+                            "new run)")
     try:
         prepared = open_prepared(cfg.data.dir)
     except PreparedDatasetError as err:

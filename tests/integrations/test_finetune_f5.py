@@ -591,6 +591,9 @@ def test_a_run_out_of_time_saves_and_a_rerun_resumes_it_to_the_end(prepared_dir,
     finished = _cli(*common)
     assert finished.returncode == 2 and "nothing to train" in finished.stderr, finished.stderr[-2000:]
     assert "Traceback" not in finished.stderr
+    # said before any data is read (it came after the placement, the audio hashing and an F5 Trainer)
+    with pytest.raises(FinetuneError, match=r"already holds update 3 of this run's 3: nothing to train"):
+        prepare(compose_config("finetune_f5", common))
     # another setting is refused before any data is read: in process (a CLI start costs this test 10 s)
     other = [a for a in common if not a.startswith("leak.weight")] + ["leak.weight=0"]
     with pytest.raises(FinetuneError, match=r"of a run with other settings: leak.weight \(0.1 -> 0\)"):
