@@ -932,7 +932,7 @@ def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 
 def load_indicf5_checkpoint(model: nn.Module, path: str | os.PathLike,
-                            state: Mapping[str, Tensor] | None = None) -> LoadReport:
+                            state: Mapping[str, torch.Tensor] | None = None) -> LoadReport:
     """Load an F5 / IndicF5 ``.safetensors`` or ``.pt`` checkpoint into ``model`` (a ``CFM``) non-strictly.
 
     Strips ``ema_model.`` / ``_orig_mod.`` / ``module.`` prefixes; shape mismatches are skipped and reported.
