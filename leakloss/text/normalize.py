@@ -199,15 +199,16 @@ def split_words(text: str) -> list[WordToken]:
     Every whitespace-separated item appears: leading/trailing/inner punctuation (dandas, quotes, commas,
     hyphens, ...) is split off into its own ``"punctuation"`` entry, and symbols (emoji, ``+ % ₹ ©``...)
     into their own ``"symbol"`` entry (a run mixing both is ``"symbol"``); runs of digits (with the ``.``/``,``
-    inside a number) are ``"digits"`` entries; Latin and other scripts are ``"not Devanagari"``; a chunk
-    mixing Devanagari letters with digits or other letters is ``"mixed script"``; control characters (NUL, BEL,
+    inside a number) are ``"digits"`` entries, also where they are glued to a Devanagari word (``२०८०सालमा``: the
+    digits, then the word); Latin and other scripts are ``"not Devanagari"``; a chunk mixing Devanagari letters
+    with other letters is ``"mixed script"``; control characters (NUL, BEL,
     ESC...) are split off as ``"control character U+0007"`` entries (not read; the scorer warns about them).
     """
     out: list[WordToken] = []
     for item in normalize_devanagari(text).split(" "):
         if not item:
             continue
-        for chunk in _split_punct(item):
+        for chunk in (part for piece in _split_punct(item) for part in _split_digits(piece)):
             classes = {_char_class(c) for c in chunk}
             if "control" in classes:  # was "punctuation": a word nobody sees, never warned about
                 codes = sorted({f"U+{ord(c):04X}" for c in chunk if _char_class(c) == "control"})
@@ -233,6 +234,24 @@ def punctuation_side(token: str) -> str | None:
     if not token or not classes <= {"punct", "symbol"}:
         return None
     return "next" if all(unicodedata.category(c) in ("Ps", "Pi") for c in token) else "previous"
+
+
+def _split_digits(chunk: str) -> list[str]:
+    """A chunk of Devanagari letters and digits only cut where they meet (``२०८०सालमा`` -> ``२०८०``, ``सालमा``): typed
+    glued, the word was "mixed script" and lost its sites. Kept whole when a letter run would start with a vowel sign
+    or virama (no word starts so)."""
+    if {_char_class(c) for c in chunk if c not in ".,"} != {"dev", "digit"}:
+        return [chunk]
+    parts: list[str] = []
+    for i, ch in enumerate(chunk):
+        kind = "dev" if _char_class(ch) == "dev" else "digit"  # . and , here sit inside a number (_split_punct)
+        if parts and kind == ("dev" if _char_class(parts[-1][-1]) == "dev" else "digit"):
+            parts[-1] += ch
+        else:
+            parts.append(ch)
+    if any(unicodedata.category(p[0]).startswith("M") for p in parts):
+        return [chunk]
+    return parts
 
 
 def _split_punct(item: str) -> list[str]:

@@ -188,3 +188,16 @@ def test_a_sign_the_parser_cannot_place_skips_the_word_with_its_reason(word, rea
 
     assert [(w.word, w.skipped) for w in SiteFinder()(f"नेकपा {word}")] == [
         ("नेकपा", None), (word, f"cannot be pronounced: {reason}")]
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("२०८०सालमा गयो", [("२०८०", "digits"), ("सालमा", None), ("गयो", None)]),
+    ("१२:३०बजे", [("१२", "digits"), (":", "punctuation"), ("३०", "digits"), ("बजे", None)]),
+    ("३.५किलो", [("३.५", "digits"), ("किलो", None)]),
+    ("साल2080", [("साल", None), ("2080", "digits")]),
+    ("१०ा", [("१०ा", "mixed script")]),  # a vowel sign cannot start a word: kept whole, skipped
+    ("नेपालabc", [("नेपालabc", "mixed script")]),
+])
+def test_digits_glued_to_a_word_are_cut_off_and_the_word_is_read(text, tokens):
+    # "२०८०सालमा" was one "mixed script" token: the Nepali word lost its sites
+    assert [(t.text, t.skipped) for t in split_words(text)] == tokens
