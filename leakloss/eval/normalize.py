@@ -15,13 +15,10 @@ import unicodedata
 
 import jiwer
 
-from leakloss.text.normalize import OTHER_INVISIBLE
+from leakloss.text.normalize import ANUSVARA, CHANDRABINDU, NUKTA, OTHER_INVISIBLE
 
 __all__ = ["normalize_for_asr", "cer", "wer"]
 
-NUKTA = "\u093c"
-CHANDRABINDU = "\u0901"
-ANUSVARA = "\u0902"
 # Removed outright: they join or split glyphs inside a word, they are not word breaks.
 # ZWNJ, ZWJ, BOM, soft hyphen, word joiner, and the other invisible format characters the frontend reads without
 _DELETE = {"\u200c", "\u200d", "\ufeff", "\u00ad", "\u2060", *OTHER_INVISIBLE}

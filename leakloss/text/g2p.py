@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
 from leakloss.checks import echoed
-from leakloss.text.normalize import (
-    MAX_WORD_CHARS, NUKTA, TYPED_INDEPENDENT, TextError, TextTooLongError, normalize_devanagari,
+from leakloss.text.normalize import (  # noqa: F401  (the signs stay importable from here)
+    ANUSVARA, AVAGRAHA, CHANDRABINDU, MAX_WORD_CHARS, NUKTA, TYPED_INDEPENDENT, VIRAMA, VISARGA, TextError,
+    TextTooLongError, normalize_devanagari,
 )
 from leakloss.text.phones import NASAL, NEPALI_PHONES, equivalents, is_vowel, strip_nasal
 from leakloss.textfile import text_lines
@@ -91,11 +92,6 @@ class Pronunciation:
 # Letters
 # ----------------------------------------------------------------------------------------------------
 
-VIRAMA = "\u094d"
-ANUSVARA = "\u0902"
-CHANDRABINDU = "\u0901"
-VISARGA = "\u0903"
-AVAGRAHA = "\u093d"
 INHERENT = ""  # Unit.vowel for a consonant written without matra or virama
 
 CONSONANTS: dict[str, tuple[str, ...]] = {

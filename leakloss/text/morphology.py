@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from leakloss.text.normalize import TextError
+from leakloss.text.normalize import VIRAMA, TextError
 
 __all__ = [
     "AffixRule", "HUNSPELL_NE", "MORPHOLOGY_NAMES", "MORPHOLOGY_UNIT_SIZES", "Morphology", "MorphologyError",
@@ -58,7 +58,6 @@ MORPHOLOGY_NAMES: tuple[str, ...] = (
 #: (0 no such analysis, 1 before every affix start, 2 at or inside one).
 MORPHOLOGY_UNIT_SIZES: tuple[int, ...] = (9, 4, 4, 3, 3, 3)
 
-_HALANTA = "\u094d"
 
 
 class MorphologyError(TextError):
@@ -237,7 +236,7 @@ class Morphology:
         pieces = spelling_pieces(plan)
         whole = "".join(pieces)
         ends = np.cumsum([len(p) for p in pieces], dtype=np.int64).tolist()
-        found = self.lookup([whole] + [whole[:e] for e in ends] + [whole[:e] + _HALANTA for e in ends]
+        found = self.lookup([whole] + [whole[:e] for e in ends] + [whole[:e] + VIRAMA for e in ends]
                             + [whole[e:] for e in ends])
         n = len(pieces)
         word, left, left_halanta, rest = found[0], found[1: 1 + n], found[1 + n: 1 + 2 * n], found[1 + 2 * n:]
@@ -261,10 +260,10 @@ class Morphology:
         pieces = spelling_pieces(plan)
         whole = "".join(pieces)
         ends = np.cumsum([len(p) for p in pieces]).tolist()
-        queries = [whole, whole + _HALANTA]
+        queries = [whole, whole + VIRAMA]
         for k in plan.slots:
             before = whole[: ends[k - 1]] if k > 0 else ""
-            queries += [whole[: ends[k]], whole[ends[k]:], whole[: ends[k]] + _HALANTA, before, whole[len(before):]]
+            queries += [whole[: ends[k]], whole[ends[k]:], whole[: ends[k]] + VIRAMA, before, whole[len(before):]]
         found = self.lookup(queries)
         word, word_halanta = found[0], found[1]
         verb_starts, nominal_starts = _affix_starts(word, len(whole))

@@ -53,7 +53,13 @@ def check_text_length(text: str) -> None:
         raise TextTooLongError(f"the text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
 
 
+#: Devanagari signs the frontend's layers name (one home: g2p, morphology and the eval normaliser import them)
 NUKTA = "\u093c"
+CHANDRABINDU = "\u0901"
+ANUSVARA = "\u0902"
+VIRAMA = "\u094d"
+VISARGA = "\u0903"
+AVAGRAHA = "\u093d"  # ऽ: marks an elided vowel; a letter by category, no sound of its own
 #: Invisible format characters a text is read without: joiners, soft hyphen, BOM, word joiner, the
 #: bidirectional controls (they reorder how a text is shown, never how it is read) and :data:`OTHER_INVISIBLE`; a
 #: zero-width space is a word boundary, read as a space.
@@ -135,7 +141,7 @@ def _fold_once(text: str) -> str:
     text = text.replace("\u093e\u0947", "\u094b").replace("\u093e\u0948", "\u094c")
     text = _DOUBLED_SIGN.sub(r"\1", text)
     text = _VIRAMA_MATRA.sub(r"\1", text)
-    text = _COLON_VISARGA.sub("\u0903", text)
+    text = _COLON_VISARGA.sub(VISARGA, text)
     # Removing ZWJ can leave sequences NFC would order differently; normalise once more.
     return unicodedata.normalize("NFC", text)
 
@@ -174,7 +180,6 @@ def _char_class(ch: str) -> str:
 
 
 _SEPARABLE = frozenset({"punct", "symbol", "control"})
-AVAGRAHA = "\u093d"  # ऽ: marks an elided vowel; a letter by category, no sound of its own
 
 
 def _classify(chunk: str) -> str | None:
