@@ -188,7 +188,10 @@ class LeakRewardProvider(RewardProvider):
             if item.text is not None and not isinstance(item.text, str):
                 raise ValueError(f"input {i}: text must be a string or None, got {type(item.text).__name__}")
         for i, item in enumerate(batch):
-            if not item.text:
+            if not self.supports_language(item.lang):  # F5's combiner never asks supports_language
+                results[i] = RewardResult(WORST_REWARD, "unsupported_language",
+                                          reason=f"lang {item.lang!r}: the leak reward judges Nepali readings only")
+            elif not item.text:
                 results[i] = RewardResult(WORST_REWARD, "no_word", reason="no text given")
             else:
                 todo.append(i)

@@ -65,9 +65,10 @@ PlacementStatus = Literal["placed", "no_testable_site", "not_finite", "too_short
 #: nothing to leak: 1.0); the rest get the worst reward by rule: ``unintelligible`` (failed the word check),
 #: ``not_finite``, ``too_short``, ``silent`` (peak under ``leakloss.acoustic.features.SILENCE_PEAK``: heard at
 #: one level, digital silence had been scored like the reading it was scaled from), ``alignment_failed``, ``no_word``
-#: (no Devanagari word, or no text), ``bad_text`` (a text the frontend rejects).
+#: (no Devanagari word, or no text), ``bad_text`` (a text the frontend rejects), ``unsupported_language`` (an RL
+#: input whose ``lang`` is not Nepali: a Hindi item got a Nepali leak reward that looked like a judgement).
 RewardStatus = Literal["scored", "no_testable_site", "unintelligible", "not_finite", "too_short", "silent",
-                       "alignment_failed", "no_word", "bad_text"]
+                       "alignment_failed", "no_word", "bad_text", "unsupported_language"]
 #: One item of the path-margin term (``leakloss.margin_penalty.MarginParts.item_status``): ``ok`` (scored);
 #: ``no_testable_site``, ``bad_text`` (a text the frontend rejects), ``not_finite``, ``too_short``, ``silent``,
 #: ``alignment_failed``, ``plan_mismatch`` (a plan made on audio of another length or by another recognizer).

@@ -257,3 +257,15 @@ def test_choose_refuses_a_result_that_is_not_a_reward_result():
 @pytest.mark.parametrize("lang, supported", [(None, True), ("ne-NP", True), ("hi", False), (5, False), (b"ne", False)])
 def test_supports_language_is_a_yes_or_no_for_any_value(lang, supported):
     assert LeakRewardProvider().supports_language(lang) is supported
+
+
+def test_an_input_in_another_language_is_not_judged_and_says_so():
+    # F5's RewardCombiner calls compute() without supports_language: a Hindi item got a Nepali leak reward
+    provider = LeakRewardProvider(penalty="never loaded")  # no input reaches the penalty
+    hindi, english = (RewardInput(torch.zeros(1600), "घर आयो", sample_rate=16_000, lang=lang) for lang in ("hi", "en"))
+    results = provider.score([hindi, english])
+    assert [r.status for r in results] == ["unsupported_language"] * 2 and all(r.reward == 0.0 for r in results)
+    assert results[0].reason == "lang 'hi': the leak reward judges Nepali readings only"
+    (out,) = provider.compute([hindi])
+    assert float(out.total_reward) == 0.0 and out.logs["status"] == "unsupported_language"
+    assert float(out.components["judged"]) == 0.0
