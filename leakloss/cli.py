@@ -865,6 +865,10 @@ def rerank(
             status = "scored" if c.best is not None else "failed" if len(c.not_scored) == len(paths) else "unscored"
             _echo_json({"text": c.text, "best": None if c.best is None else str(paths[c.best]),
                         "reward": c.reward, "status": status, "reason": c.reason,
+                        # each scored candidate's own reward status (they were only in the prose reason)
+                        "candidates": [{"candidate": str(path), "status": r.status, "reward": r.reward,
+                                        "phone_error_rate": r.phone_error_rate, "reason": r.reason}
+                                       for path, r in zip(paths, c.candidates) if r is not None],
                         "not_scored": [{"candidate": str(paths[i]), "status": "failed", "reason": why}
                                        for i, why in c.not_scored.items()]})
     else:

@@ -37,6 +37,10 @@ def test_the_intelligible_reading_is_kept_over_noise_and_another_text(tmp_path):
     assert out.stderr == ""
     first, second = (json.loads(line) for line in out.stdout.strip().splitlines())
     assert first["best"].endswith("good.wav") and first["reward"] > 0 and "candidate 1 of 3" in first["reason"]
+    # each candidate's own status, as data (it was only in the prose reason)
+    assert [(c["candidate"].rsplit("/", 1)[-1], c["status"]) for c in first["candidates"]] == [
+        ("noise.wav", "unintelligible"), ("good.wav", "scored"), ("other.wav", "unintelligible")]
+    assert first["candidates"][1]["reward"] == first["reward"] and first["candidates"][0]["reward"] == 0.0
     assert second["best"] is None and second["reward"] == 0.0 and "no candidate could be judged" in second["reason"]
     # a candidate's audio warnings (downmixed here) are said, as by `score` (they were dropped)
     sf.write(tmp_path / "good_stereo.wav", np.stack([speak_text(TEXT, HELDOUT_TEACHER_VOICE).waveform.numpy()] * 2, 1),
