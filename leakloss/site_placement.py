@@ -21,6 +21,9 @@ from leakloss.schema import PlacementStatus
 from leakloss.textfile import parse_json, text_lines
 from leakloss.timing import TimedSite
 
+#: the shortest span a placed site gets (s): a phone aligned past the audio's end keeps a span to be heard in
+MIN_SITE_SPAN_S = 0.01
+
 
 class SitePlacement(NamedTuple):
     """Where :func:`place_sites` stands for one reading: the sites, or why there are none."""
@@ -95,7 +98,7 @@ def place_on_log_probs(log_probs: Tensor, n_frames: int, words, recognizer,
             continue
         for s in w.testable_sites:
             a, b = spans[s.position]
-            out.append(TimedSite(a, max(min(b, end), a + 0.01), s.kind, s.contrast, w.word))
+            out.append(TimedSite(a, max(min(b, end), a + MIN_SITE_SPAN_S), s.kind, s.contrast, w.word))
             owners.append(k)
     return SitePlacement(out, "placed" if out else "alignment_failed", tuple(owners), alignment)
 
@@ -105,7 +108,7 @@ def place_sites(wave: Tensor, text: str, recognizer, finder=None) -> list[TimedS
 
     Returns ``[]`` (the item then contributes zero) when there is no testable site, the alignment fails, or
     the audio cannot be read: NaN/Inf samples, shorter than one recognizer frame, or silent (:func:`locate_sites`
-    says which).
+    says which). A text the site finder refuses (e.g. a word too long) raises its ``TextError``.
     """
     return locate_sites(wave, text, recognizer, finder).sites
 
