@@ -1340,14 +1340,16 @@ class LeakCurveLogger:
 
 
 def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wave: MelToWave, *, nfe: int = 8,
-             seed: int = 0, cfg_strength: float = 1.0, sway_sampling_coef: float | None = None
-             ) -> Callable[[nn.Module], dict[str, float]]:
+             seed: int = 0, cfg_strength: float = 1.0, sway_sampling_coef: float | None = None,
+             ref_rate: int = SAMPLE_RATE) -> Callable[[nn.Module], dict[str, float]]:
     """A probe for :class:`LeakCurveLogger`: the model synthesises each probe sentence (F5's ``CFM.sample``,
     ``nfe`` steps, ``cfg_strength`` and ``sway_sampling_coef`` as F5 takes them -- the defaults are ``CFM.sample``'s
-    own --, prompted with ``ref_wave`` 16 kHz / ``ref_text``), the vocoder makes it audible, and
+    own --, prompted with ``ref_wave`` at ``ref_rate`` / ``ref_text``; a 24 kHz prompt is used as it is, a 16 kHz
+    one has nothing above 8 kHz, unlike F5's prompts), the vocoder makes it audible, and
     :meth:`integrations.leak_curves.ProbeSet.measure` aligns it and logs the leak per contrast kind and the
     share of flagged sites. The model goes back to training mode afterwards; no gradient is kept."""
-    cond = AF.resample(ref_wave.float(), SAMPLE_RATE, MEL_SAMPLE_RATE)[None]  # [1, nw] at 24 kHz
+    cond = ref_wave.float() if ref_rate == MEL_SAMPLE_RATE else AF.resample(ref_wave.float(), ref_rate, MEL_SAMPLE_RATE)
+    cond = cond[None]  # [1, nw] at 24 kHz
 
     def measure(model: nn.Module) -> dict[str, float]:
         was_training = model.training

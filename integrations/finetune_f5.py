@@ -771,7 +771,7 @@ def checkpoint_fit_problem(report) -> str | None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Check, place sites, fine-tune; returns a summary (paths, sites, updates, last leak penalty)."""
-    from integrations.f5_dataset import PreparedF5Dataset, load_audio, to_16k, trainable_count
+    from integrations.f5_dataset import PreparedF5Dataset, load_audio, trainable_count
     from integrations.f5_tts import (
         MEL_SPEC_KWARGS,
         NothingToTrainError,
@@ -799,7 +799,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if texts and cfg.probe.every > 0:
         row = probe_prompt_row(prepared.durations)
         wave, rate = load_audio(prepared.audio_path(row))
-        probe = f5_probe(ProbeSet(texts, penalty), to_16k(wave, rate), prepared.text(row), vocoder,
+        # the prompt at its own rate: through 16 kHz it lost everything above 8 kHz that F5's prompts have
+        probe = f5_probe(ProbeSet(texts, penalty), wave, prepared.text(row), vocoder, ref_rate=rate,
                          nfe=cfg.probe.nfe, seed=int(cfg.seed))
     out_dir = Path(cfg.out_dir)
     # update_every=1: ema_pytorch's default (10) exported update 41's weights from a 50-update run as "update 50"

@@ -699,3 +699,19 @@ def test_train_f5_refuses_a_schedule_without_a_warm_up_update_before_any_work(tm
     with pytest.raises(ValueError, match=message):
         train_f5(None, None, tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()
+
+
+def test_f5_probe_takes_a_24khz_prompt_as_it_is(m2w: MelToWave, monkeypatch) -> None:
+    # finetune-f5 passed its prompt through 16 kHz: nothing above 8 kHz, unlike F5's own prompts
+    import integrations.f5_tts as f5
+
+    from integrations.f5_tts import f5_probe
+
+    calls = []
+    real = f5.AF.resample
+    monkeypatch.setattr(f5.AF, "resample", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(0))
+    f5_probe(_FakeProbe(), wave, "नमस्ते", m2w, nfe=2, ref_rate=24_000)
+    assert calls == []  # used as it is
+    f5_probe(_FakeProbe(), wave, "नमस्ते", m2w, nfe=2)  # the default: a 16 kHz wave, brought to 24 kHz
+    assert calls == [(16_000, 24_000)]
