@@ -206,23 +206,18 @@ def split_words(text: str) -> list[WordToken]:
     into their own ``"symbol"`` entry (a run mixing both is ``"symbol"``); runs of digits (with the ``.``/``,``
     inside a number) are ``"digits"`` entries, also where they are glued to a Devanagari word (``२०८०सालमा``: the
     digits, then the word); Latin and other scripts are ``"not Devanagari"``; a chunk mixing Devanagari letters
-    with other letters is ``"mixed script"``; abbreviations (``वि.सं.``, ``कि.मी.``, ``डा॰``: short letter runs
-    before full stops or the sign ॰) are ``"abbreviation"`` (said as the words they stand for); control characters
-    (NUL, BEL, ESC...) are split off as ``"control character U+0007"`` entries (not read; the scorer warns about them).
+    with other letters is ``"mixed script"``; control characters (NUL, BEL,
+    ESC...) are split off as ``"control character U+0007"`` entries (not read; the scorer warns about them).
     """
     out: list[WordToken] = []
     for item in normalize_devanagari(text).split(" "):
         if not item:
             continue
-        chunks = [part for piece in _split_punct(item) for part in _split_digits(piece)]
-        abbreviated = _abbreviations(chunks)
-        for k, chunk in enumerate(chunks):
+        for chunk in (part for piece in _split_punct(item) for part in _split_digits(piece)):
             classes = {_char_class(c) for c in chunk}
-            if k in abbreviated:  # वि.सं., कि.मी.: said as the words they stand for, not as these letters
-                reason: str | None = "abbreviation"
-            elif "control" in classes:  # was "punctuation": a word nobody sees, never warned about
+            if "control" in classes:  # was "punctuation": a word nobody sees, never warned about
                 codes = sorted({f"U+{ord(c):04X}" for c in chunk if _char_class(c) == "control"})
-                reason = f"control character{'s' if len(codes) > 1 else ''} {' '.join(codes)}"
+                reason: str | None = f"control character{'s' if len(codes) > 1 else ''} {' '.join(codes)}"
             elif classes == {"punct"}:
                 reason = "punctuation"
             elif classes <= _SEPARABLE:
@@ -244,25 +239,6 @@ def punctuation_side(token: str) -> str | None:
     if not token or not classes <= {"punct", "symbol"}:
         return None
     return "next" if all(unicodedata.category(c) in ("Ps", "Pi") for c in token) else "previous"
-
-
-#: the most characters a letter run of an abbreviation holds (वि, सं, कि, मी: one or two aksharas)
-ABBREVIATION_MAX_CHARS = 4
-_ABBREVIATION_MARKS = (".", "\u0970")  # a full stop, or Devanagari's own abbreviation sign ॰
-
-
-def _abbreviations(chunks: list[str]) -> set[int]:
-    """Indices of the letter runs of one whitespace item that are abbreviations: a short Devanagari run followed by
-    the abbreviation sign ॰ (डा॰), or two or more short runs each followed by a full stop (वि.सं., कि.मी.); one
-    short word before a full stop is a sentence's end (गएँ.), not an abbreviation."""
-    def short_letters(k: int) -> bool:
-        c = chunks[k]
-        return len(c) <= ABBREVIATION_MAX_CHARS and _classify(c) is None and {_char_class(x) for x in c} == {"dev"}
-
-    marked = [k for k in range(len(chunks) - 1) if chunks[k + 1] in _ABBREVIATION_MARKS and short_letters(k)]
-    signed = {k for k in marked if chunks[k + 1] == "\u0970"}
-    dotted = [k for k in marked if chunks[k + 1] == "."]
-    return signed | (set(dotted) if len(dotted) >= 2 else set())
 
 
 def _split_digits(chunk: str) -> list[str]:

@@ -201,17 +201,3 @@ def test_a_sign_the_parser_cannot_place_skips_the_word_with_its_reason(word, rea
 def test_digits_glued_to_a_word_are_cut_off_and_the_word_is_read(text, tokens):
     # "२०८०सालमा" was one "mixed script" token: the Nepali word lost its sites
     assert [(t.text, t.skipped) for t in split_words(text)] == tokens
-
-
-@pytest.mark.parametrize("text, tokens", [
-    ("वि.सं. २०८०", [("वि", "abbreviation"), (".", "punctuation"), ("सं", "abbreviation"), (".", "punctuation"),
-                     ("२०८०", "digits")]),
-    ("कि.मी. टाढा", [("कि", "abbreviation"), (".", "punctuation"), ("मी", "abbreviation"), (".", "punctuation"),
-                    ("टाढा", None)]),
-    ("डा॰ शर्मा", [("डा", "abbreviation"), ("॰", "punctuation"), ("शर्मा", None)]),
-    ("म घर गएँ.", [("म", None), ("घर", None), ("गएँ", None), (".", "punctuation")]),  # a sentence's end
-    ("नेपाल.भारत", [("नेपाल", None), (".", "punctuation"), ("भारत", None)]),  # long runs: words
-])
-def test_abbreviations_are_skipped_as_such_not_read_as_syllables(text, tokens):
-    # वि.सं. was read "b i", "s ʌ̃": phones a reader never says (बिक्रम सम्बत), unsaid
-    assert [(t.text, t.skipped) for t in split_words(text)] == tokens
