@@ -241,10 +241,15 @@ def punctuation_side(token: str) -> str | None:
     return "next" if all(unicodedata.category(c) in ("Ps", "Pi") for c in token) else "previous"
 
 
+#: the fewest letters (consonants and independent vowels) a run glued to digits needs to be cut off them as a word:
+#: one-letter runs are ordinal and unit suffixes said with the number (१लो, १०औँ, रु५००), not words
+MIN_GLUED_WORD_LETTERS = 2
+
+
 def _split_digits(chunk: str) -> list[str]:
     """A chunk of Devanagari letters and digits only cut where they meet (``२०८०सालमा`` -> ``२०८०``, ``सालमा``): typed
-    glued, the word was "mixed script" and lost its sites. Kept whole when a letter run would start with a vowel sign
-    or virama (no word starts so)."""
+    glued, the word was "mixed script" and lost its sites. Kept whole (``"mixed script"``) when a letter run would
+    start with a vowel sign or virama (no word starts so) or has fewer than :data:`MIN_GLUED_WORD_LETTERS` letters."""
     if {_char_class(c) for c in chunk if c not in ".,"} != {"dev", "digit"}:
         return [chunk]
     parts: list[str] = []
@@ -254,7 +259,9 @@ def _split_digits(chunk: str) -> list[str]:
             parts[-1] += ch
         else:
             parts.append(ch)
-    if any(unicodedata.category(p[0]).startswith("M") for p in parts):
+    words = [p for p in parts if _char_class(p[0]) == "dev"]
+    if any(unicodedata.category(p[0]).startswith("M")
+           or sum(unicodedata.category(c) == "Lo" for c in p) < MIN_GLUED_WORD_LETTERS for p in words):
         return [chunk]
     return parts
 

@@ -142,8 +142,9 @@ def align_phones(nepali: Sequence[str], hindi: Sequence[str], phoneset: PhoneSet
 #: Bumped whenever :func:`find_sites` finds other sites for the same phones (part of every finder's fingerprint, so
 #: no cache keeps sites of older rules); 2: prolonged vowels and letter-name readings have none; 3: the frontend
 #: keeps the vowel of an independent अ and of a written nasal sign (the model could drop them), a misspelt word is
-#: skipped with its reason instead of failing the text; 4: a word espeak reads as nothing has none.
-SITE_RULES_VERSION = 4
+#: skipped with its reason instead of failing the text; 4: a word espeak reads as nothing has none; 5: a word of
+#: two or more letters glued to digits is cut off them and read (२०८०सालमा).
+SITE_RULES_VERSION = 5
 
 #: Hindi phones beyond the Nepali word's that still make a reading of the same word (see :func:`find_sites`)
 MAX_EXTRA_HINDI_PHONES = 2

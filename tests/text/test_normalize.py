@@ -196,6 +196,10 @@ def test_a_sign_the_parser_cannot_place_skips_the_word_with_its_reason(word, rea
     ("३.५किलो", [("३.५", "digits"), ("किलो", None)]),
     ("साल2080", [("साल", None), ("2080", "digits")]),
     ("१०ा", [("१०ा", "mixed script")]),  # a vowel sign cannot start a word: kept whole, skipped
+    # one-letter runs are suffixes said with the number (first, tenth, rupees): not words of their own
+    ("१लो", [("१लो", "mixed script")]),
+    ("१०औँ", [("१०औँ", "mixed script")]),
+    ("रु५००", [("रु५००", "mixed script")]),
     ("नेपालabc", [("नेपालabc", "mixed script")]),
 ])
 def test_digits_glued_to_a_word_are_cut_off_and_the_word_is_read(text, tokens):
