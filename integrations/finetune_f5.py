@@ -803,9 +803,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         probe = f5_probe(ProbeSet(texts, penalty), wave, prepared.text(row), vocoder, ref_rate=rate,
                          nfe=cfg.probe.nfe, seed=int(cfg.seed))
     out_dir = Path(cfg.out_dir)
-    # update_every=1: ema_pytorch's default (10) exported update 41's weights from a 50-update run as "update 50"
-    trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm),
-                          ema_kwargs=dict(beta=float(cfg.ema_decay), update_every=1),
+    trainer_kwargs = dict(max_grad_norm=float(cfg.max_grad_norm), ema_kwargs=dict(beta=float(cfg.ema_decay)),
                           accelerate_kwargs=dict(mixed_precision=str(cfg.mixed_precision)))
     if _is_main_process():
         record_run(cfg)  # what a resume of this out_dir is checked against

@@ -942,11 +942,6 @@ def test_cli_a_finetune_with_all_three_terms_logs_them_apart_and_names_their_rec
     assert card["paired_recognizer"].startswith("wb@") and card["leak"]["paired_weight"] == 0.5
     assert card["margin_recognizer"].startswith("wb@") and card["leak"]["margin_weight"] == 0.5
     assert card["leak"]["crop"] is False  # as it ran (the default null: no crop on Whisper states), not null
-    # the exported EMA is the last update's (ema_pytorch's update_every=10 kept update 1's weights of a 2-update run)
-    last = torch.load(out / "ckpts" / "model_last.pt", map_location="cpu", weights_only=True)
-    ema = {k.removeprefix("ema_model."): v for k, v in last["ema_model_state_dict"].items()
-           if k.startswith("ema_model.")}
-    assert ema and all(torch.equal(ema[k], v) for k, v in last["model_state_dict"].items() if k in ema)
 
 
 def test_a_built_in_name_stays_a_name_in_the_run_identity_whatever_folder_shares_it(tmp_path, monkeypatch):
