@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-import torchaudio.functional as AF
 from f5_tts.model import CFM, DiT
 from f5_tts.model.modules import MelSpec
 from f5_tts.model.utils import lens_to_mask
@@ -1348,7 +1347,9 @@ def f5_probe(probe: "ProbeSet", ref_wave: torch.Tensor, ref_text: str, mel_to_wa
     one has nothing above 8 kHz, unlike F5's prompts), the vocoder makes it audible, and
     :meth:`integrations.leak_curves.ProbeSet.measure` aligns it and logs the leak per contrast kind and the
     share of flagged sites. The model goes back to training mode afterwards; no gradient is kept."""
-    cond = ref_wave.float() if ref_rate == MEL_SAMPLE_RATE else AF.resample(ref_wave.float(), ref_rate, MEL_SAMPLE_RATE)
+    from leakloss.audio import resample  # bounded memory at any rate (a polyphase kernel at 22051 Hz is gigabytes)
+
+    cond = ref_wave.float() if ref_rate == MEL_SAMPLE_RATE else resample(ref_wave.float(), ref_rate, MEL_SAMPLE_RATE)
     cond = cond[None]  # [1, nw] at 24 kHz
 
     def measure(model: nn.Module) -> dict[str, float]:

@@ -447,13 +447,14 @@ def test_f5_probe_synthesises_every_probe_text_and_restores_training_mode(m2w: M
 def test_a_clip_at_an_odd_rate_is_resampled_with_bounded_memory(monkeypatch) -> None:
     # torchaudio's polyphase kernel for 44,101 Hz -> 24 kHz asked for 4 GB for one second (leakloss.audio.resample
     # interpolates such ratios; torchaudio's kernel is never asked for them)
-    import integrations.f5_tts as f5_module
+    import torchaudio.functional
+
     from integrations.f5_tts import WaveTextDataset
 
     def refuse(wave, orig, new, *args, **kwargs):
         raise AssertionError(f"torchaudio's resample asked for {orig} -> {new} Hz")
 
-    monkeypatch.setattr(f5_module.AF, "resample", refuse)
+    monkeypatch.setattr(torchaudio.functional, "resample", refuse)
     data = WaveTextDataset([(0.1 * torch.randn(44_101, generator=torch.Generator().manual_seed(0)), 44_101, "आज")])
     assert abs(data.waves[0].numel() - 24_000) <= 1 and torch.isfinite(data.waves[0]).all()
 
@@ -703,13 +704,12 @@ def test_train_f5_refuses_a_schedule_without_a_warm_up_update_before_any_work(tm
 
 def test_f5_probe_takes_a_24khz_prompt_as_it_is(m2w: MelToWave, monkeypatch) -> None:
     # finetune-f5 passed its prompt through 16 kHz: nothing above 8 kHz, unlike F5's own prompts
-    import integrations.f5_tts as f5
-
+    import leakloss.audio
     from integrations.f5_tts import f5_probe
 
     calls = []
-    real = f5.AF.resample
-    monkeypatch.setattr(f5.AF, "resample", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    real = leakloss.audio.resample
+    monkeypatch.setattr(leakloss.audio, "resample", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
     wave = 0.1 * torch.randn(12000, generator=torch.Generator().manual_seed(0))
     f5_probe(_FakeProbe(), wave, "नमस्ते", m2w, nfe=2, ref_rate=24_000)
     assert calls == []  # used as it is
