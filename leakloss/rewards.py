@@ -158,11 +158,13 @@ class LeakRewardProvider(RewardProvider):
                 raise ValueError(f"setup max_per: {err}") from None
 
     def supports_language(self, lang: str | None) -> bool:
-        """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified; anything but a string or None is
-        not a language (False)."""
+        """Nepali only (``ne``, ``npi``, ``nep``, ``ne-NP``...), or unspecified (None or ``""``); anything but a
+        string or None is not a language (False)."""
         if not (lang is None or isinstance(lang, str)):
             return False
-        return lang is None or lang.lower().split("-")[0].split("_")[0] in ("ne", "npi", "nep", "nepali")
+        if lang is None or not lang.strip():  # "" is no language given, as None
+            return True
+        return lang.strip().lower().split("-")[0].split("_")[0] in ("ne", "npi", "nep", "nepali")
 
     def _penalty(self) -> LeakPenalty:
         if self.penalty is None:

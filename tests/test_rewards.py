@@ -254,7 +254,8 @@ def test_choose_refuses_a_result_that_is_not_a_reward_result():
         choose(TEXT, [{"reward": 1.0}])
 
 
-@pytest.mark.parametrize("lang, supported", [(None, True), ("ne-NP", True), ("hi", False), (5, False), (b"ne", False)])
+@pytest.mark.parametrize("lang, supported", [(None, True), ("", True), ("ne-NP", True), ("hi", False), (5, False),
+                                             (b"ne", False)])
 def test_supports_language_is_a_yes_or_no_for_any_value(lang, supported):
     assert LeakRewardProvider().supports_language(lang) is supported
 
