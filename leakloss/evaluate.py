@@ -170,10 +170,18 @@ def _sentence_key(text: str) -> tuple[str, ...]:
     from leakloss.text.sites import UNSPOKEN_SKIPS
 
     try:
-        return tuple(_word_form(t.text) for t in split_words(normalize_devanagari(text))
-                     if t.skipped not in UNSPOKEN_SKIPS)
+        return tuple(_number_form(t.text) if t.skipped == "digits" else _word_form(t.text)
+                     for t in split_words(normalize_devanagari(text)) if t.skipped not in UNSPOKEN_SKIPS)
     except ValueError:  # a text the normaliser refuses: its NFC form, matched exactly
         return (_word_form(text),) if text.strip() else ()
+
+
+_DEVANAGARI_DIGITS = str.maketrans("०१२३४५६७८९", "0123456789")
+
+
+def _number_form(token: str) -> str:
+    """A number as a sentence key holds it: ASCII digits, no group commas (``१०`` is ``10``, ``1,000`` is ``1000``)."""
+    return token.translate(_DEVANAGARI_DIGITS).replace(",", "")
 
 
 def _word_form(text: str) -> str:

@@ -432,8 +432,6 @@ def test_the_index_counts_readings_not_scored_and_links_the_whole_comparison(tmp
     for cell in ("readings scored", "unscored", "failed", "references", "1 of 6", "given 6"):
         assert f">{cell}<" in page, cell
     assert 'href="comparison/comparison.md"' in page
-    # each kind's undecided words beside its rate, as comparison.md has them (the index had no such column)
-
 
 
 def test_the_index_counts_each_kinds_undecided_words_beside_its_rate(tmp_path):
@@ -620,7 +618,7 @@ def test_mark_key_words_writes_the_kinds_a_key_word_counts_by():
 
 def test_a_metadata_line_is_matched_to_its_test_sentence_with_its_numbers_and_latin_words(tmp_path):
     # by the Devanagari words alone "म १० बजे" was "म ११ बजे" (both refused as one sentence), and a COVID line was
-    # scored as the Ebola sentence
+    # scored as the Ebola sentence; a number in the other script is the same number (11 is ११)
     rows = {"n1": "म १० बजे घर आएँ।", "n2": "म ११ बजे घर आएँ।", "n3": "Ebola ले नेकपा बन्द गर्‍यो।"}
     (tmp_path / "set.tsv").write_text("id\ttext\tkey_words\n" + "".join(f"{k}\t{t}\tघर\n" if k != "n3" else
                                                                         f"{k}\t{t}\tनेकपा\n" for k, t in rows.items()),
@@ -630,7 +628,7 @@ def test_a_metadata_line_is_matched_to_its_test_sentence_with_its_numbers_and_la
     for name in ("a.wav", "b.wav", "c.wav"):
         write_clip(folder / name)
     # blank lines before F5's header: the header was read as audio named audio_file
-    (folder / "metadata.csv").write_text("\n\naudio_file|text\na.wav|म ११ बजे घर आएँ\nb.wav|म १० बजे घर आएँ\n"
+    (folder / "metadata.csv").write_text("\n\naudio_file|text\na.wav|म 11 बजे घर आएँ\nb.wav|म १० बजे घर आएँ\n"
                                          "c.wav|COVID ले नेकपा बन्द गर्‍यो\n", encoding="utf-8")
     system = read_system("mine", folder, read_testset(tmp_path / "set.tsv"))
     assert sorted((i["query"].rsplit("/", 1)[-1], i["sentence_id"]) for i in system.items) == [("a.wav", "n2"),
