@@ -131,6 +131,7 @@ def g2p(
     model / rule) with the model's P(keep), and how sure it is."""
     from leakloss.text.frontend import NepaliFrontend
     from leakloss.text.normalize import TextError, split_words
+    from leakloss.text.sites import UNSPOKEN_SKIPS
 
     text = " ".join(words or [])
     if file is not None:
@@ -159,7 +160,7 @@ def g2p(
         shown += ", ..." if len(repeated) > 3 else ""
         message = f"{lexicon}: {entries} left out: their spelling came earlier with other phones, the first wins ({shown})"
         err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
-    if all(tok.skipped in ("punctuation", "symbol") for tok in tokens):  # as `sites`: nothing to pronounce
+    if all(tok.skipped in UNSPOKEN_SKIPS for tok in tokens):  # as `sites`: nothing to pronounce
         reasons = sorted({tok.skipped for tok in tokens})
         fail(f"no Devanagari word to pronounce (all words skipped: {', '.join(reasons)})")
     table = Table("word", "phones", "source", "confidence", "vowels (step, P(keep))")
@@ -167,13 +168,13 @@ def g2p(
     for tok in tokens:
         if tok.skipped is not None:
             # punctuation and symbols are shown and skipped; anything else is a word we cannot pronounce
-            if tok.skipped not in ("punctuation", "symbol"):
+            if tok.skipped not in UNSPOKEN_SKIPS:
                 status = 2
             if as_json:
                 _echo_json({"word": tok.text, "skipped": tok.skipped}
-                           | ({} if tok.skipped in ("punctuation", "symbol") else {"error": f"{tok.text!r}: {tok.skipped}"}))
+                           | ({} if tok.skipped in UNSPOKEN_SKIPS else {"error": f"{tok.text!r}: {tok.skipped}"}))
             else:
-                style = "dim" if tok.skipped in ("punctuation", "symbol") else "red"
+                style = "dim" if tok.skipped in UNSPOKEN_SKIPS else "red"
                 table.add_row(escape(tok.text), f"[{style}]skipped: {escape(tok.skipped)}[/]", "", "", "")
             continue
         try:

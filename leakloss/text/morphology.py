@@ -59,7 +59,6 @@ MORPHOLOGY_NAMES: tuple[str, ...] = (
 MORPHOLOGY_UNIT_SIZES: tuple[int, ...] = (9, 4, 4, 3, 3, 3)
 
 
-
 class MorphologyError(TextError):
     """A hunspell dictionary or a morphology table that cannot be read."""
 
