@@ -154,7 +154,7 @@ def _key_kinds(sid: str, text: str, keys: str, cell: str, where: str) -> dict[st
 def _text_words(text: str) -> tuple[str, ...]:
     """The Devanagari words of ``text`` in the scorer's normal form, punctuation, numbers and Latin words left out:
     what a key word must be one of (:func:`_sentence_key` matches sentences)."""
-    from leakloss.speech.corpus import split_text_words
+    from leakloss.text.normalize import split_text_words
 
     try:
         return tuple(_word_form(w) for w in split_text_words(text))

@@ -2,7 +2,8 @@
 
 :func:`leak_reward` turns the penalty's signal into a reward for GRPO/best-of-N: it is NOT differentiable
 (computed under ``no_grad``); ``leak_reward.higher_is_better = True``. A reading that is silent, fails the word
-check (noise, another text) or cannot be judged gets the worst reward, 0.0; :func:`leak_reward_details` says why. Adapters for RL frameworks and best-of-N reranking: :mod:`leakloss.rewards`.
+check (noise, another text) or cannot be judged gets the worst reward, 0.0; :func:`leak_reward_details` says why.
+Adapters for RL frameworks and best-of-N reranking: :mod:`leakloss.rewards`.
 """
 
 from __future__ import annotations

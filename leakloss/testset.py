@@ -82,14 +82,11 @@ def parse_line(line: str, where: str) -> TestItem:
     names = words.split()
     if not isinstance(sites, dict) or sorted(sites) != sorted(names):
         raise TestSetError(f"{where}: sites must be an object with one entry per key word ({', '.join(names)})")
-    from leakloss.text.normalize import normalize_devanagari, split_words
-
-    def word_forms(s: str) -> list[str]:  # the words as the scorer writes them, punctuation left out
-        return [t.text for t in split_words(normalize_devanagari(s)) if t.skipped != "punctuation"]
+    from leakloss.text.normalize import split_text_words
 
     try:
-        text_words = set(word_forms(text))
-        key_forms = {name: word_forms(name) for name in names}
+        text_words = set(split_text_words(text))
+        key_forms = {name: split_text_words(name) for name in names}
     except ValueError as err:  # a text the normaliser refuses
         raise TestSetError(f"{where}: {err}") from None
     key_words = []

@@ -33,6 +33,7 @@ from leakloss.speech import versions
 from leakloss.speech.synth import (
     SAMPLE_RATE, TRAIN_HINDI_VOICES, TRAIN_TEACHER_VOICES, Reading, Voice, speak_mnemonics, speak_phones, speak_text,
 )
+from leakloss.text.normalize import split_text_words  # noqa: F401  (importable from here, as before)
 from leakloss.textfile import text_lines
 
 CORPUS_VERSION = 2  # 2: nasal vowels spoken with espeak one-letter mnemonics
@@ -111,12 +112,6 @@ def split_sentences(sentences: Sequence[str], heldout_fraction: float = BUILTIN_
     random.Random(seed).shuffle(order)
     held = set(order[: max(1, int(len(sentences) * heldout_fraction))])
     return [s for i, s in enumerate(sentences) if i not in held], [s for i, s in enumerate(sentences) if i in held]
-
-
-def split_text_words(text: str) -> list[str]:
-    from leakloss.text.normalize import normalize_devanagari, split_words
-
-    return [tok.text for tok in split_words(normalize_devanagari(text)) if tok.skipped is None]
 
 
 def teacher_reading(text: str, voice: Voice, frontend=None) -> Reading:

@@ -228,6 +228,12 @@ def split_words(text: str) -> list[WordToken]:
     return out
 
 
+def split_text_words(text: str) -> list[str]:
+    """The Devanagari words of ``text`` the frontend reads, in normal form (numbers, Latin words and punctuation
+    left out): the words a key word must be one of, and the words a teacher voice says."""
+    return [tok.text for tok in split_words(normalize_devanagari(text)) if tok.skipped is None]
+
+
 def punctuation_side(token: str) -> str | None:
     """Which word a token of punctuation and symbols only belongs to when a text is shown as words.
 
